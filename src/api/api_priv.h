@@ -1,0 +1,84 @@
+/* api/: the communicator object and what the native API's files share. */
+#ifndef HC_API_PRIV_H_
+#define HC_API_PRIV_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "../bootstrap/bootstrap.h"
+#include "../exec/exec.h"
+#include "../util/util.h"
+#include "hetccl.h"
+
+/* The public API; everything else stays hidden (-fvisibility=hidden). */
+#define HC_EXPORT __attribute__((visibility("default")))
+
+#define HC_COMM_MAGIC_HEAD 0x6865746363636f6dull /* "hetcccom" */
+#define HC_COMM_MAGIC_TAIL 0x6d6f636363746568ull
+#define HC_MAX_PREMUL_OPS 64
+#define HC_GROUP_NAME_BYTES 32
+
+/* What every rank publishes at init; every rank derives the same groups and
+ * transports from the same table. */
+struct hc_peer_info {
+  uint32_t magic;
+  int32_t rank;
+  uint64_t host_hash; /* host name, boot id and network namespace */
+  int32_t pid;
+  int32_t device_kind; /* enum hc_mem_kind */
+  int32_t device_id;
+  int32_t group;       /* filled after the exchange: index of the group */
+  char group_name[HC_GROUP_NAME_BYTES];
+  struct hc_net_handle socket_handle;
+};
+
+struct hc_premul_op {
+  bool in_use;
+  enum hc_dtype dtype;
+  int residence;             /* hetcclScalarResidence_t */
+  uint8_t factor[8];         /* host-immediate: the value */
+  const void *factor_ptr;    /* device residence: read when the call runs */
+};
+
+struct hc_config {
+  int blocking;
+  enum hc_mem_kind device_kind;
+  int device_id;
+  char group_name[HC_GROUP_NAME_BYTES];
+  char comm_name[64];
+};
+
+struct hetcclComm {
+  uint64_t magic_head;
+  int rank, nranks;
+  struct hc_config config;
+  uint8_t id[HC_UNIQUE_ID_BYTES];
+  struct hc_bootstrap *boot;
+  struct hc_peer_info *peers;     /* nranks */
+  int ngroups;
+  struct hc_links links;
+  void *socket_ctx;
+  struct hc_plan_ctx plan_ctx;
+  struct hc_plan plan;            /* reused call after call */
+  struct hc_premul_op premul[HC_MAX_PREMUL_OPS];
+  atomic_bool abort_flag;
+  atomic_int active_calls;        /* calls inside the library on this comm */
+  atomic_int async_error;         /* hc_result_t */
+  pthread_mutex_t error_lock;
+  char async_error_text[512];
+  bool finalized;
+  uint64_t magic_tail;
+};
+
+/* Validates the handle: HC_ERR_ARG with a message for NULL or garbage. */
+hc_result_t hc_comm_check(const struct hetcclComm *comm, const char *fn);
+/* Records a failure of work on comm for hetcclCommGetAsyncError. */
+void hc_comm_set_async_error(struct hetcclComm *comm, hc_result_t r);
+/* Frees everything comm owns; takes half-built comms. */
+void hc_comm_free(struct hetcclComm *comm);
+
+/* Runs calls recorded for the current group, or one call right away. */
+struct hc_coll_args;
+hc_result_t hc_coll_enqueue(struct hetcclComm *comm, const struct hc_coll_args *a, const char *fn);
+
+#endif

@@ -1,0 +1,449 @@
+/*
+ * Collectives, point-to-point and groups: argument checks as NCCL makes
+ * them, then one path for everything: a call is recorded in the calling
+ * thread's group (a call outside any group is a group of one), and
+ * hetcclGroupEnd builds one plan per comm and runs them together.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../plan/plan.h"
+#include "api_priv.h"
+
+/* ---- the calling thread's group ---- */
+
+struct group_call {
+  struct hetcclComm *comm;
+  struct hc_coll_args args;
+  size_t *v_arrays; /* alltoallv: our copy of the four arrays */
+};
+
+static _Thread_local int group_depth;
+static _Thread_local struct group_call *group_calls;
+static _Thread_local int group_ncalls, group_cap;
+
+static void group_clear(void) {
+  for (int i = 0; i < group_ncalls; i++) free(group_calls[i].v_arrays);
+  free(group_calls);
+  group_calls = NULL;
+  group_ncalls = group_cap = 0;
+}
+
+static hc_result_t group_record(struct hetcclComm *comm, const struct hc_coll_args *a) {
+  if (group_ncalls == group_cap) {
+    int cap = group_cap ? group_cap * 2 : 8;
+    struct group_call *calls = realloc(group_calls, (size_t)cap * sizeof(*calls));
+    if (calls == NULL) return HC_FAIL(HC_ERR_SYSTEM, "group: out of host memory for %d calls", cap);
+    group_calls = calls;
+    group_cap = cap;
+  }
+  struct group_call *c = &group_calls[group_ncalls];
+  *c = (struct group_call){.comm = comm, .args = *a};
+  if (a->coll == HC_COLL_ALLTOALLV) {
+    /* The caller may reuse its arrays before GroupEnd. */
+    size_t n = (size_t)comm->nranks;
+    HC_TRY(hc_calloc(&c->v_arrays, 4 * n, sizeof(size_t), "alltoallv counts"));
+    memcpy(c->v_arrays, a->sendcounts, n * sizeof(size_t));
+    memcpy(c->v_arrays + n, a->sdispls, n * sizeof(size_t));
+    memcpy(c->v_arrays + 2 * n, a->recvcounts, n * sizeof(size_t));
+    memcpy(c->v_arrays + 3 * n, a->rdispls, n * sizeof(size_t));
+    c->args.sendcounts = c->v_arrays;
+    c->args.sdispls = c->v_arrays + n;
+    c->args.recvcounts = c->v_arrays + 2 * n;
+    c->args.rdispls = c->v_arrays + 3 * n;
+  }
+  group_ncalls++;
+  return HC_OK;
+}
+
+/* Builds one plan per comm (calls in the order made) and runs them all. */
+static hc_result_t group_run(void) {
+  hc_result_t r = HC_OK;
+  struct hc_exec_job *jobs = NULL;
+  int njobs = 0;
+  if (group_ncalls == 0) return HC_OK;
+  HC_TRY_GOTO(hc_calloc(&jobs, (size_t)group_ncalls, sizeof(*jobs), "group jobs"), r, out);
+  for (int i = 0; i < group_ncalls; i++) {
+    struct hetcclComm *comm = group_calls[i].comm;
+    int j = 0;
+    while (j < njobs && jobs[j].plan != &comm->plan) j++;
+    if (j == njobs) {
+      jobs[njobs++] = (struct hc_exec_job){.links = &comm->links, .plan = &comm->plan};
+      comm->plan.mem = comm->config.device_kind;
+      atomic_fetch_add(&comm->active_calls, 1);
+    }
+    HC_TRY_GOTO(hc_plan_add(&comm->plan, &comm->plan_ctx, &group_calls[i].args), r, out);
+  }
+  r = hc_exec_run_blocking(jobs, njobs, hc_deadline_ns());
+out:
+  for (int j = 0; j < njobs; j++) {
+    struct hetcclComm *comm = NULL;
+    for (int i = 0; i < group_ncalls && comm == NULL; i++)
+      if (&group_calls[i].comm->plan == jobs[j].plan) comm = group_calls[i].comm;
+    if (r != HC_OK && r != HC_ERR_ARG && r != HC_ERR_USAGE) hc_comm_set_async_error(comm, r);
+    hc_plan_reset(jobs[j].plan);
+    atomic_fetch_sub(&comm->active_calls, 1);
+  }
+  free(jobs);
+  return r;
+}
+
+static hc_result_t api_GroupStart(void) {
+  group_depth++;
+  return HC_OK;
+}
+
+static hc_result_t api_GroupEnd(void) {
+  if (group_depth == 0) return HC_FAIL(HC_ERR_USAGE, "GroupEnd without a matching GroupStart");
+  if (--group_depth > 0) return HC_OK;
+  hc_result_t r = group_run();
+  group_clear();
+  return r;
+}
+
+hc_result_t hc_coll_enqueue(struct hetcclComm *comm, const struct hc_coll_args *a, const char *fn) {
+  hc_result_t async = (hc_result_t)atomic_load(&comm->async_error);
+  if (async != HC_OK)
+    return HC_FAIL(async, "%s: the communicator failed earlier and must be destroyed: %s", fn,
+                   comm->async_error_text);
+  if (atomic_load(&comm->abort_flag)) return HC_FAIL(HC_ERR_USAGE, "%s: the communicator was aborted", fn);
+  HC_TRY(api_GroupStart());
+  hc_result_t r = group_record(comm, a);
+  if (r != HC_OK) {
+    group_depth--;
+    return r;
+  }
+  return api_GroupEnd();
+}
+
+/* ---- argument checks ---- */
+
+static hc_result_t check_dtype(hetcclDataType_t t, const char *fn) {
+  if ((unsigned)t >= (unsigned)hetcclNumTypes)
+    return HC_FAIL(HC_ERR_ARG, "%s: datatype %d is not a hetcclDataType_t", fn, (int)t);
+  return HC_OK;
+}
+
+/* Resolves op into args (builtin, or a PreMulSum made for this comm and
+ * datatype). */
+static hc_result_t resolve_op(struct hetcclComm *comm, hetcclRedOp_t op, hetcclDataType_t t,
+                              struct hc_coll_args *a, const char *fn) {
+  if ((unsigned)op < (unsigned)hetcclNumOps) {
+    a->op = (enum hc_redop)op;
+    return HC_OK;
+  }
+  unsigned idx = (unsigned)op - (unsigned)hetcclNumOps;
+  if ((int)op < 0 || idx >= HC_MAX_PREMUL_OPS || !comm->premul[idx].in_use)
+    return HC_FAIL(HC_ERR_ARG, "%s: op %d is neither a built-in op nor a live PreMulSum op of this comm", fn, (int)op);
+  const struct hc_premul_op *pm = &comm->premul[idx];
+  if (pm->dtype != (enum hc_dtype)t)
+    return HC_FAIL(HC_ERR_ARG, "%s: op %d was made for datatype %s, not %s", fn, (int)op,
+                   hc_dtype_name(pm->dtype), hc_dtype_name((enum hc_dtype)t));
+  a->op = HC_PREMULSUM;
+  memcpy(a->premul_factor, pm->residence == hetcclScalarHostImmediate ? pm->factor : pm->factor_ptr,
+         hc_dtype_size(pm->dtype));
+  return HC_OK;
+}
+
+static hc_result_t check_rank(const struct hetcclComm *comm, int r, const char *what, const char *fn) {
+  if (r < 0 || r >= comm->nranks)
+    return HC_FAIL(HC_ERR_ARG, "%s: %s %d is not in [0, %d)", fn, what, r, comm->nranks);
+  return HC_OK;
+}
+
+static hc_result_t check_buf(const void *p, size_t count, const char *what, const char *fn) {
+  if (p == NULL && count > 0) return HC_FAIL(HC_ERR_ARG, "%s: %s is NULL with count %zu", fn, what, count);
+  return HC_OK;
+}
+
+/* count * esize * factor must fit a size_t. */
+static hc_result_t check_size(size_t count, hetcclDataType_t t, int factor, const char *fn) {
+  size_t es = hc_dtype_size((enum hc_dtype)t);
+  if (count > SIZE_MAX / es / (size_t)factor)
+    return HC_FAIL(HC_ERR_ARG, "%s: count %zu of %s overflows the address space", fn, count,
+                   hc_dtype_name((enum hc_dtype)t));
+  return HC_OK;
+}
+
+/* Checks shared by every call; then records or runs it. */
+static hc_result_t submit(struct hetcclComm *comm, struct hc_coll_args *a, const char *fn) {
+  HC_TRY(hc_comm_check(comm, fn));
+  HC_TRY(check_dtype((hetcclDataType_t)a->dtype, fn));
+  HC_TRY(check_size(a->count, (hetcclDataType_t)a->dtype, comm->nranks, fn));
+  return hc_coll_enqueue(comm, a, fn);
+}
+
+/* ---- collectives ---- */
+
+static hc_result_t api_AllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                 hetcclDataType_t datatype, hetcclRedOp_t op, hetcclComm_t comm) {
+  const char *fn = "AllReduce";
+  struct hc_coll_args a = {.coll = HC_COLL_ALLREDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .count = count, .dtype = (enum hc_dtype)datatype};
+  HC_TRY(hc_comm_check(comm, fn));
+  HC_TRY(check_dtype(datatype, fn));
+  HC_TRY(resolve_op(comm, op, datatype, &a, fn));
+  HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
+  HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
+  return submit(comm, &a, fn);
+}
+
+static hc_result_t api_Broadcast(const void *sendbuff, void *recvbuff, size_t count,
+                                 hetcclDataType_t datatype, int root, hetcclComm_t comm) {
+  const char *fn = "Broadcast";
+  struct hc_coll_args a = {.coll = HC_COLL_BROADCAST, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .count = count, .dtype = (enum hc_dtype)datatype, .root = root};
+  HC_TRY(hc_comm_check(comm, fn));
+  HC_TRY(check_rank(comm, root, "root", fn));
+  if (comm->rank == root) HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
+  HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
+  return submit(comm, &a, fn);
+}
+
+static hc_result_t api_Reduce(const void *sendbuff, void *recvbuff, size_t count,
+                              hetcclDataType_t datatype, hetcclRedOp_t op, int root, hetcclComm_t comm) {
+  const char *fn = "Reduce";
+  struct hc_coll_args a = {.coll = HC_COLL_REDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .count = count, .dtype = (enum hc_dtype)datatype, .root = root};
+  HC_TRY(hc_comm_check(comm, fn));
+  HC_TRY(check_dtype(datatype, fn));
+  HC_TRY(resolve_op(comm, op, datatype, &a, fn));
+  HC_TRY(check_rank(comm, root, "root", fn));
+  HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
+  if (comm->rank == root) HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
+  return submit(comm, &a, fn);
+}
+
+static hc_result_t api_AllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                                 hetcclDataType_t datatype, hetcclComm_t comm) {
+  const char *fn = "AllGather";
+  struct hc_coll_args a = {.coll = HC_COLL_ALLGATHER, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .count = sendcount, .dtype = (enum hc_dtype)datatype};
+  HC_TRY(check_buf(sendbuff, sendcount, "sendbuff", fn));
+  HC_TRY(check_buf(recvbuff, sendcount, "recvbuff", fn));
+  return submit(comm, &a, fn);
+}
+
+static hc_result_t api_ReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                     hetcclDataType_t datatype, hetcclRedOp_t op, hetcclComm_t comm) {
+  const char *fn = "ReduceScatter";
+  struct hc_coll_args a = {.coll = HC_COLL_REDUCESCATTER, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .count = recvcount, .dtype = (enum hc_dtype)datatype};
+  HC_TRY(hc_comm_check(comm, fn));
+  HC_TRY(check_dtype(datatype, fn));
+  HC_TRY(resolve_op(comm, op, datatype, &a, fn));
+  HC_TRY(check_buf(sendbuff, recvcount, "sendbuff", fn));
+  HC_TRY(check_buf(recvbuff, recvcount, "recvbuff", fn));
+  return submit(comm, &a, fn);
+}
+
+static hc_result_t api_AlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                                hetcclDataType_t datatype, hetcclComm_t comm) {
+  const char *fn = "AlltoAll";
+  struct hc_coll_args a = {.coll = HC_COLL_ALLTOALL, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .count = count, .dtype = (enum hc_dtype)datatype};
+  HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
+  HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
+  return submit(comm, &a, fn);
+}
+
+static hc_result_t api_AlltoAllv(const void *sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                                 void *recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                                 hetcclDataType_t datatype, hetcclComm_t comm) {
+  const char *fn = "AlltoAllv";
+  HC_TRY(hc_comm_check(comm, fn));
+  HC_TRY(check_dtype(datatype, fn));
+  if (!sendcounts || !sdispls || !recvcounts || !rdispls)
+    return HC_FAIL(HC_ERR_ARG, "%s: a count or displacement array is NULL", fn);
+  size_t send_total = 0, recv_total = 0;
+  for (int i = 0; i < comm->nranks; i++) {
+    HC_TRY(check_size(sendcounts[i], datatype, 1, fn));
+    HC_TRY(check_size(recvcounts[i], datatype, 1, fn));
+    send_total |= sendcounts[i];
+    recv_total |= recvcounts[i];
+  }
+  if (sendcounts[comm->rank] != recvcounts[comm->rank])
+    return HC_FAIL(HC_ERR_ARG, "%s: rank %d sends %zu elements to itself but expects %zu", fn,
+                   comm->rank, sendcounts[comm->rank], recvcounts[comm->rank]);
+  HC_TRY(check_buf(sendbuff, send_total, "sendbuff", fn));
+  HC_TRY(check_buf(recvbuff, recv_total, "recvbuff", fn));
+  struct hc_coll_args a = {.coll = HC_COLL_ALLTOALLV, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .dtype = (enum hc_dtype)datatype, .sendcounts = sendcounts,
+                           .sdispls = sdispls, .recvcounts = recvcounts, .rdispls = rdispls};
+  return submit(comm, &a, fn);
+}
+
+static hc_result_t api_Gather(const void *sendbuff, void *recvbuff, size_t count,
+                              hetcclDataType_t datatype, int root, hetcclComm_t comm) {
+  const char *fn = "Gather";
+  struct hc_coll_args a = {.coll = HC_COLL_GATHER, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .count = count, .dtype = (enum hc_dtype)datatype, .root = root};
+  HC_TRY(hc_comm_check(comm, fn));
+  HC_TRY(check_rank(comm, root, "root", fn));
+  HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
+  if (comm->rank == root) HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
+  return submit(comm, &a, fn);
+}
+
+static hc_result_t api_Scatter(const void *sendbuff, void *recvbuff, size_t count,
+                               hetcclDataType_t datatype, int root, hetcclComm_t comm) {
+  const char *fn = "Scatter";
+  struct hc_coll_args a = {.coll = HC_COLL_SCATTER, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .count = count, .dtype = (enum hc_dtype)datatype, .root = root};
+  HC_TRY(hc_comm_check(comm, fn));
+  HC_TRY(check_rank(comm, root, "root", fn));
+  if (comm->rank == root) HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
+  HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
+  return submit(comm, &a, fn);
+}
+
+static hc_result_t api_Send(const void *sendbuff, size_t count, hetcclDataType_t datatype, int peer,
+                            hetcclComm_t comm) {
+  const char *fn = "Send";
+  struct hc_coll_args a = {.coll = HC_COLL_SEND, .sendbuf = sendbuff, .count = count,
+                           .dtype = (enum hc_dtype)datatype, .root = peer};
+  HC_TRY(hc_comm_check(comm, fn));
+  HC_TRY(check_rank(comm, peer, "peer", fn));
+  HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
+  return submit(comm, &a, fn);
+}
+
+static hc_result_t api_Recv(void *recvbuff, size_t count, hetcclDataType_t datatype, int peer,
+                            hetcclComm_t comm) {
+  const char *fn = "Recv";
+  struct hc_coll_args a = {.coll = HC_COLL_RECV, .recvbuf = recvbuff, .count = count,
+                           .dtype = (enum hc_dtype)datatype, .root = peer};
+  HC_TRY(hc_comm_check(comm, fn));
+  HC_TRY(check_rank(comm, peer, "peer", fn));
+  HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
+  return submit(comm, &a, fn);
+}
+
+/* A one-byte MAX all-reduce: returns once every rank has entered. */
+static hc_result_t api_Barrier(hetcclComm_t comm) {
+  static _Thread_local uint8_t token;
+  HC_TRY(hc_comm_check(comm, "Barrier"));
+  if (group_depth > 0) return HC_FAIL(HC_ERR_USAGE, "Barrier: not allowed inside a group");
+  struct hc_coll_args a = {.coll = HC_COLL_ALLREDUCE, .sendbuf = &token, .recvbuf = &token,
+                           .count = 1, .dtype = HC_UINT8, .op = HC_MAX};
+  return submit(comm, &a, "Barrier");
+}
+
+/* ---- PreMulSum ---- */
+
+static hc_result_t api_RedOpCreatePreMulSum(hetcclRedOp_t *op, void *scalar, hetcclDataType_t datatype,
+                                            hetcclScalarResidence_t residence, hetcclComm_t comm) {
+  const char *fn = "RedOpCreatePreMulSum";
+  HC_TRY(hc_comm_check(comm, fn));
+  HC_TRY(check_dtype(datatype, fn));
+  if (op == NULL || scalar == NULL) return HC_FAIL(HC_ERR_ARG, "%s: op or scalar is NULL", fn);
+  if (residence != hetcclScalarDevice && residence != hetcclScalarHostImmediate)
+    return HC_FAIL(HC_ERR_ARG, "%s: residence %d is not a hetcclScalarResidence_t", fn, (int)residence);
+  for (int i = 0; i < HC_MAX_PREMUL_OPS; i++) {
+    struct hc_premul_op *pm = &comm->premul[i];
+    if (pm->in_use) continue;
+    *pm = (struct hc_premul_op){.in_use = true, .dtype = (enum hc_dtype)datatype,
+                                .residence = residence, .factor_ptr = scalar};
+    if (residence == hetcclScalarHostImmediate) memcpy(pm->factor, scalar, hc_dtype_size(pm->dtype));
+    *op = (hetcclRedOp_t)(hetcclNumOps + i);
+    return HC_OK;
+  }
+  return HC_FAIL(HC_ERR_USAGE, "%s: all %d PreMulSum ops of this comm are in use; destroy some", fn,
+                 HC_MAX_PREMUL_OPS);
+}
+
+static hc_result_t api_RedOpDestroy(hetcclRedOp_t op, hetcclComm_t comm) {
+  const char *fn = "RedOpDestroy";
+  HC_TRY(hc_comm_check(comm, fn));
+  unsigned idx = (unsigned)op - (unsigned)hetcclNumOps;
+  if ((int)op < (int)hetcclNumOps || idx >= HC_MAX_PREMUL_OPS || !comm->premul[idx].in_use)
+    return HC_FAIL(HC_ERR_ARG, "%s: op %d is not a live PreMulSum op of this comm", fn, (int)op);
+  comm->premul[idx].in_use = false;
+  return HC_OK;
+}
+
+/* ---- exports ---- */
+
+HC_EXPORT hetcclResult_t hetcclGroupStart(void) { return (hetcclResult_t)api_GroupStart(); }
+HC_EXPORT hetcclResult_t hetcclGroupEnd(void) { return (hetcclResult_t)api_GroupEnd(); }
+
+HC_EXPORT hetcclResult_t hetcclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                         hetcclDataType_t datatype, hetcclRedOp_t op,
+                                         hetcclComm_t comm, hetcclStream_t stream) {
+  (void)stream;
+  return (hetcclResult_t)api_AllReduce(sendbuff, recvbuff, count, datatype, op, comm);
+}
+HC_EXPORT hetcclResult_t hetcclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                                         hetcclDataType_t datatype, int root, hetcclComm_t comm,
+                                         hetcclStream_t stream) {
+  (void)stream;
+  return (hetcclResult_t)api_Broadcast(sendbuff, recvbuff, count, datatype, root, comm);
+}
+HC_EXPORT hetcclResult_t hetcclReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                      hetcclDataType_t datatype, hetcclRedOp_t op, int root,
+                                      hetcclComm_t comm, hetcclStream_t stream) {
+  (void)stream;
+  return (hetcclResult_t)api_Reduce(sendbuff, recvbuff, count, datatype, op, root, comm);
+}
+HC_EXPORT hetcclResult_t hetcclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                                         hetcclDataType_t datatype, hetcclComm_t comm,
+                                         hetcclStream_t stream) {
+  (void)stream;
+  return (hetcclResult_t)api_AllGather(sendbuff, recvbuff, sendcount, datatype, comm);
+}
+HC_EXPORT hetcclResult_t hetcclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                             hetcclDataType_t datatype, hetcclRedOp_t op,
+                                             hetcclComm_t comm, hetcclStream_t stream) {
+  (void)stream;
+  return (hetcclResult_t)api_ReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm);
+}
+HC_EXPORT hetcclResult_t hetcclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                                        hetcclDataType_t datatype, hetcclComm_t comm,
+                                        hetcclStream_t stream) {
+  (void)stream;
+  return (hetcclResult_t)api_AlltoAll(sendbuff, recvbuff, count, datatype, comm);
+}
+HC_EXPORT hetcclResult_t hetcclAlltoAllv(const void *sendbuff, const size_t sendcounts[],
+                                         const size_t sdispls[], void *recvbuff,
+                                         const size_t recvcounts[], const size_t rdispls[],
+                                         hetcclDataType_t datatype, hetcclComm_t comm,
+                                         hetcclStream_t stream) {
+  (void)stream;
+  return (hetcclResult_t)api_AlltoAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls,
+                                       datatype, comm);
+}
+HC_EXPORT hetcclResult_t hetcclGather(const void *sendbuff, void *recvbuff, size_t count,
+                                      hetcclDataType_t datatype, int root, hetcclComm_t comm,
+                                      hetcclStream_t stream) {
+  (void)stream;
+  return (hetcclResult_t)api_Gather(sendbuff, recvbuff, count, datatype, root, comm);
+}
+HC_EXPORT hetcclResult_t hetcclScatter(const void *sendbuff, void *recvbuff, size_t count,
+                                       hetcclDataType_t datatype, int root, hetcclComm_t comm,
+                                       hetcclStream_t stream) {
+  (void)stream;
+  return (hetcclResult_t)api_Scatter(sendbuff, recvbuff, count, datatype, root, comm);
+}
+HC_EXPORT hetcclResult_t hetcclSend(const void *sendbuff, size_t count, hetcclDataType_t datatype,
+                                    int peer, hetcclComm_t comm, hetcclStream_t stream) {
+  (void)stream;
+  return (hetcclResult_t)api_Send(sendbuff, count, datatype, peer, comm);
+}
+HC_EXPORT hetcclResult_t hetcclRecv(void *recvbuff, size_t count, hetcclDataType_t datatype, int peer,
+                                    hetcclComm_t comm, hetcclStream_t stream) {
+  (void)stream;
+  return (hetcclResult_t)api_Recv(recvbuff, count, datatype, peer, comm);
+}
+HC_EXPORT hetcclResult_t hetcclBarrier(hetcclComm_t comm, hetcclStream_t stream) {
+  (void)stream;
+  return (hetcclResult_t)api_Barrier(comm);
+}
+HC_EXPORT hetcclResult_t hetcclRedOpCreatePreMulSum(hetcclRedOp_t *op, void *scalar,
+                                                    hetcclDataType_t datatype,
+                                                    hetcclScalarResidence_t residence,
+                                                    hetcclComm_t comm) {
+  return (hetcclResult_t)api_RedOpCreatePreMulSum(op, scalar, datatype, residence, comm);
+}
+HC_EXPORT hetcclResult_t hetcclRedOpDestroy(hetcclRedOp_t op, hetcclComm_t comm) {
+  return (hetcclResult_t)api_RedOpDestroy(op, comm);
+}

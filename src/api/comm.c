@@ -1,0 +1,407 @@
+/*
+ * Communicator lifecycle: init (from an id or the launcher's environment),
+ * split, finalize, destroy, abort, queries, and the error and version calls.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../plan/plan.h"
+#include "../util/auth.h"
+#include "api_priv.h"
+
+#define HC_PEER_INFO_MAGIC 0x68637069u
+
+
+hc_result_t hc_comm_check(const struct hetcclComm *comm, const char *fn) {
+  if (comm == NULL) return HC_FAIL(HC_ERR_ARG, "%s: comm is NULL", fn);
+  if (comm->magic_head != HC_COMM_MAGIC_HEAD || comm->magic_tail != HC_COMM_MAGIC_TAIL)
+    return HC_FAIL(HC_ERR_ARG, "%s: comm %p is not a valid communicator (destroyed or corrupted)",
+                   fn, (const void *)comm);
+  return HC_OK;
+}
+
+void hc_comm_set_async_error(struct hetcclComm *comm, hc_result_t r) {
+  pthread_mutex_lock(&comm->error_lock);
+  if (atomic_load(&comm->async_error) == HC_OK) {
+    snprintf(comm->async_error_text, sizeof(comm->async_error_text), "%s", hc_last_error());
+    atomic_store(&comm->async_error, r);
+  }
+  pthread_mutex_unlock(&comm->error_lock);
+}
+
+void hc_comm_free(struct hetcclComm *comm) {
+  if (comm == NULL) return;
+  hc_plan_reset(&comm->plan);
+  hc_scratch_pool_destroy(comm->plan.pool);
+  if (comm->socket_ctx) hc_net_socket.close(comm->socket_ctx);
+  hc_bootstrap_destroy(comm->boot);
+  free(comm->links.peer);
+  free(comm->peers);
+  pthread_mutex_destroy(&comm->error_lock);
+  comm->magic_head = comm->magic_tail = 0;
+  free(comm);
+}
+
+/* ---- config ---- */
+
+/* Reads the fields the caller's struct has (by its size); UNDEF = default. */
+static hc_result_t config_resolve(const hetcclConfig_t *user, struct hc_config *out) {
+  *out = (struct hc_config){.blocking = 1, .device_kind = HC_MEM_HOST};
+  snprintf(out->group_name, sizeof(out->group_name), "%s", hc_param_str(HC_P_GROUP));
+  if (user == NULL) return HC_OK;
+  if (user->magic != HETCCL_CONFIG_MAGIC)
+    return HC_FAIL(HC_ERR_ARG, "config was not initialised with HETCCL_CONFIG_INITIALIZER (magic 0x%x)",
+                   user->magic);
+#define HAS(field) (offsetof(hetcclConfig_t, field) + sizeof(user->field) <= user->size)
+#define SET(field) (HAS(field) && user->field != HETCCL_CONFIG_UNDEF_INT)
+  if (SET(blocking)) out->blocking = user->blocking != 0;
+  if (SET(deviceKind)) {
+    if (user->deviceKind < hetcclDeviceHost || user->deviceKind > hetcclDeviceHip)
+      return HC_FAIL(HC_ERR_ARG, "config.deviceKind %d is not a hetcclDeviceKind_t", user->deviceKind);
+    out->device_kind = (enum hc_mem_kind)user->deviceKind;
+  }
+  if (SET(deviceId)) out->device_id = user->deviceId;
+  if (HAS(groupName) && user->groupName)
+    snprintf(out->group_name, sizeof(out->group_name), "%s", user->groupName);
+  if (HAS(commName) && user->commName)
+    snprintf(out->comm_name, sizeof(out->comm_name), "%s", user->commName);
+#undef SET
+#undef HAS
+  if (out->device_kind != HC_MEM_HOST && hc_dev_get(out->device_kind) == NULL)
+    return HC_FAIL(HC_ERR_USAGE, "config.deviceKind %d: this build has no backend for that device kind",
+                   (int)out->device_kind);
+  return HC_OK;
+}
+
+/* ---- init ---- */
+
+/* Ranks in one network namespace of one booted host share this; ranks in
+ * different namespaces (the two-host tests) do not. */
+static uint64_t host_hash(void) {
+  char text[512] = "";
+  size_t n = 0;
+  gethostname(text, 128);
+  n = strlen(text);
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    n += fread(text + n, 1, 64, f);
+    fclose(f);
+  }
+  struct stat st;
+  if (stat("/proc/self/ns/net", &st) == 0)
+    n += (size_t)snprintf(text + n, sizeof(text) - n, ":%llu", (unsigned long long)st.st_ino);
+  uint8_t digest[32];
+  hc_sha256(text, n, digest);
+  uint64_t h;
+  memcpy(&h, digest, sizeof(h));
+  return h;
+}
+
+/* Groups in order of their lowest rank: the same on every rank. */
+static int assign_groups(struct hc_peer_info *peers, int nranks) {
+  int ngroups = 0;
+  for (int i = 0; i < nranks; i++) {
+    peers[i].group = -1;
+    for (int j = 0; j < i; j++)
+      if (!strcmp(peers[j].group_name, peers[i].group_name)) {
+        peers[i].group = peers[j].group;
+        break;
+      }
+    if (peers[i].group < 0) peers[i].group = ngroups++;
+  }
+  return ngroups;
+}
+
+static const char *mem_kind_name(enum hc_mem_kind k) {
+  static const char *const names[] = {"host", "cuda", "hip"};
+  return (unsigned)k < HC_ARRAY_LEN(names) ? names[k] : "?";
+}
+
+static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t id[HC_UNIQUE_ID_BYTES],
+                             int rank, const struct hc_config *config) {
+  hc_result_t r;
+  struct hetcclComm *comm;
+  *out = NULL;
+  HC_TRY(hc_calloc(&comm, 1, sizeof(*comm), "communicator"));
+  pthread_mutex_init(&comm->error_lock, NULL);
+  comm->magic_head = HC_COMM_MAGIC_HEAD;
+  comm->magic_tail = HC_COMM_MAGIC_TAIL;
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->config = *config;
+  memcpy(comm->id, id, HC_UNIQUE_ID_BYTES);
+  atomic_init(&comm->abort_flag, false);
+  hc_log_set_rank(rank);
+
+  HC_TRY_GOTO(hc_bootstrap_create(id, rank, nranks, &comm->abort_flag, &comm->boot), r, fail);
+  struct hc_net_args net_args = {.rank = rank, .nranks = nranks, .abort_flag = &comm->abort_flag};
+  HC_TRY_GOTO(hc_bootstrap_id_secret(id, net_args.secret), r, fail);
+  struct hc_net_caps caps;
+  struct hc_net_handle handle;
+  HC_TRY_GOTO(hc_net_socket.open(&net_args, &caps, &handle, &comm->socket_ctx), r, fail);
+
+  HC_TRY_GOTO(hc_calloc(&comm->peers, (size_t)nranks, sizeof(*comm->peers), "peer table"), r, fail);
+  struct hc_peer_info *me = &comm->peers[rank];
+  *me = (struct hc_peer_info){.magic = HC_PEER_INFO_MAGIC, .rank = rank, .host_hash = host_hash(),
+                              .pid = (int32_t)getpid(), .device_kind = config->device_kind,
+                              .device_id = config->device_id, .socket_handle = handle};
+  snprintf(me->group_name, sizeof(me->group_name), "%s",
+           config->group_name[0] ? config->group_name : mem_kind_name(config->device_kind));
+  HC_TRY_GOTO(hc_bootstrap_allgather(comm->boot, comm->peers, sizeof(*comm->peers)), r, fail);
+  for (int i = 0; i < nranks; i++)
+    if (comm->peers[i].magic != HC_PEER_INFO_MAGIC || comm->peers[i].rank != i) {
+      r = HC_FAIL(HC_ERR_INTERNAL, "init: rank %d published a malformed peer record", i);
+      goto fail;
+    }
+  comm->ngroups = assign_groups(comm->peers, nranks);
+
+  HC_TRY_GOTO(hc_calloc(&comm->links.peer, (size_t)nranks, sizeof(*comm->links.peer), "links"), r, fail);
+  comm->links.rank = rank;
+  comm->links.nranks = nranks;
+  comm->links.abort_flag = &comm->abort_flag;
+  for (int i = 0; i < nranks; i++) {
+    if (i == rank) continue;
+    comm->links.peer[i] = (struct hc_link){.net = &hc_net_socket, .ctx = comm->socket_ctx,
+                                           .handle = comm->peers[i].socket_handle};
+  }
+
+  enum hc_algo algo;
+  HC_TRY_GOTO(hc_algo_parse(hc_param_str(HC_P_ALGO), &algo), r, fail);
+  struct hc_scratch_pool *pool;
+  HC_TRY_GOTO(hc_scratch_pool_create(&pool), r, fail);
+  comm->plan.pool = pool;
+  comm->plan_ctx = (struct hc_plan_ctx){
+      .rank = rank, .nranks = nranks, .algo = algo,
+      .chunk_bytes = (size_t)HC_MAX(hc_param_int(HC_P_CHUNK_BYTES), 64),
+      .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
+      .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1), .pool = pool};
+  HC_INFO(HC_API, "comm %p rank %d of %d up: device %s:%d, group %s (%d groups), transport socket",
+          (void *)comm, rank, nranks, mem_kind_name(config->device_kind), config->device_id,
+          me->group_name, comm->ngroups);
+  *out = comm;
+  return HC_OK;
+fail:
+  hc_comm_free(comm);
+  return r;
+}
+
+static hc_result_t check_init_args(hetcclComm_t *comm, int nranks, int rank) {
+  if (comm == NULL) return HC_FAIL(HC_ERR_ARG, "CommInitRank: comm pointer is NULL");
+  *comm = NULL;
+  if (nranks < 1) return HC_FAIL(HC_ERR_ARG, "CommInitRank: nranks %d must be at least 1", nranks);
+  if (rank < 0 || rank >= nranks)
+    return HC_FAIL(HC_ERR_ARG, "CommInitRank: rank %d is not in [0, %d)", rank, nranks);
+  return HC_OK;
+}
+
+static hc_result_t api_CommInitRankConfig(hetcclComm_t *comm, int nranks, hetcclUniqueId commId,
+                                               int rank, hetcclConfig_t *config) {
+  struct hc_config cfg;
+  HC_TRY(hc_params_load());
+  HC_TRY(check_init_args(comm, nranks, rank));
+  HC_TRY(config_resolve(config, &cfg));
+  return comm_init(comm, nranks, (const uint8_t *)commId.internal, rank, &cfg);
+}
+
+static hc_result_t api_CommInitRank(hetcclComm_t *comm, int nranks, hetcclUniqueId commId, int rank) {
+  return api_CommInitRankConfig(comm, nranks, commId, rank, NULL);
+}
+
+static hc_result_t api_CommInitFromEnv(hetcclComm_t *comm, hetcclConfig_t *config) {
+  struct hc_launch_env env;
+  struct hc_config cfg;
+  uint8_t id[HC_UNIQUE_ID_BYTES];
+  HC_TRY(hc_params_load());
+  if (comm == NULL) return HC_FAIL(HC_ERR_ARG, "CommInitFromEnv: comm pointer is NULL");
+  *comm = NULL;
+  HC_TRY(config_resolve(config, &cfg));
+  HC_TRY(hc_launch_env_read(&env));
+  HC_TRY(check_init_args(comm, env.nranks, env.rank));
+  HC_INFO(HC_BOOT, "rank %d of %d from %s, root %s:%d", env.rank, env.nranks, env.launcher,
+          env.master_addr, env.master_port);
+  HC_TRY(hc_bootstrap_id_from_addr(env.master_addr, env.master_port, env.secret, env.rank == 0, id));
+  return comm_init(comm, env.nranks, id, env.rank, &cfg);
+}
+
+static hc_result_t api_GetUniqueId(hetcclUniqueId *uniqueId) {
+  HC_TRY(hc_params_load());
+  if (uniqueId == NULL) return HC_FAIL(HC_ERR_ARG, "GetUniqueId: uniqueId is NULL");
+  memset(uniqueId, 0, sizeof(*uniqueId));
+  return hc_bootstrap_id_create((uint8_t *)uniqueId->internal);
+}
+
+/* ---- split ---- */
+
+struct split_record {
+  int32_t color, key;
+  uint8_t id[HC_UNIQUE_ID_BYTES]; /* the new comm's id, from its first member */
+};
+
+static hc_result_t api_CommSplit(hetcclComm_t comm, int color, int key, hetcclComm_t *newcomm,
+                                      hetcclConfig_t *config) {
+  hc_result_t r;
+  HC_TRY(hc_comm_check(comm, "CommSplit"));
+  if (newcomm == NULL) return HC_FAIL(HC_ERR_ARG, "CommSplit: newcomm is NULL");
+  *newcomm = NULL;
+  if (color < 0 && color != HETCCL_SPLIT_NOCOLOR)
+    return HC_FAIL(HC_ERR_ARG, "CommSplit: color %d must be >= 0 or HETCCL_SPLIT_NOCOLOR", color);
+  struct hc_config cfg = comm->config;
+  if (config) HC_TRY(config_resolve(config, &cfg));
+  const int n = comm->nranks;
+  struct split_record *recs;
+  HC_TRY(hc_calloc(&recs, (size_t)n, sizeof(*recs), "split records"));
+  recs[comm->rank].color = color;
+  recs[comm->rank].key = key;
+  HC_TRY_GOTO(hc_bootstrap_allgather(comm->boot, recs, sizeof(*recs)), r, out);
+  /* My position: members of my color ordered by (key, parent rank). */
+  int newrank = 0, nnew = 0, leader = -1;
+  for (int i = 0; i < n; i++) {
+    if (recs[i].color != color) continue;
+    nnew++;
+    if (recs[i].key < key || (recs[i].key == key && i < comm->rank)) newrank++;
+  }
+  for (int i = 0; i < n && color != HETCCL_SPLIT_NOCOLOR; i++) {
+    if (recs[i].color != color) continue;
+    int pos = 0;
+    for (int j = 0; j < n; j++)
+      if (recs[j].color == color && (recs[j].key < recs[i].key || (recs[j].key == recs[i].key && j < i))) pos++;
+    if (pos == 0) leader = i;
+  }
+  if (color != HETCCL_SPLIT_NOCOLOR && newrank == 0)
+    HC_TRY_GOTO(hc_bootstrap_id_create(recs[comm->rank].id), r, out);
+  HC_TRY_GOTO(hc_bootstrap_allgather(comm->boot, recs, sizeof(*recs)), r, out);
+  r = HC_OK;
+  if (color != HETCCL_SPLIT_NOCOLOR)
+    r = comm_init(newcomm, nnew, recs[leader].id, newrank, &cfg);
+  hc_log_set_rank(comm->rank);
+out:
+  free(recs);
+  return r;
+}
+
+/* ---- teardown ---- */
+
+static hc_result_t api_CommFinalize(hetcclComm_t comm) {
+  HC_TRY(hc_comm_check(comm, "CommFinalize"));
+  /* Host calls complete before they return: nothing is left to flush. */
+  comm->finalized = true;
+  return HC_OK;
+}
+
+static hc_result_t api_CommDestroy(hetcclComm_t comm) {
+  if (comm == NULL) return HC_OK; /* as NCCL */
+  HC_TRY(hc_comm_check(comm, "CommDestroy"));
+  hc_comm_free(comm);
+  return HC_OK;
+}
+
+static hc_result_t api_CommAbort(hetcclComm_t comm) {
+  if (comm == NULL) return HC_OK;
+  HC_TRY(hc_comm_check(comm, "CommAbort"));
+  atomic_store(&comm->abort_flag, true);
+  /* Calls in flight on other threads see the flag within their 100 ms poll
+   * slice and return; the comm is freed only once they are out. */
+  uint64_t deadline = hc_now_ns() + 10ull * 1000000000ull;
+  while (atomic_load(&comm->active_calls) > 0 && hc_now_ns() < deadline) usleep(1000);
+  if (atomic_load(&comm->active_calls) > 0)
+    return HC_FAIL(HC_ERR_INTERNAL, "CommAbort: calls still in flight after 10 s; comm leaked");
+  hc_comm_free(comm);
+  return HC_OK;
+}
+
+/* ---- queries ---- */
+
+static hc_result_t api_CommCount(const hetcclComm_t comm, int *count) {
+  HC_TRY(hc_comm_check(comm, "CommCount"));
+  if (count == NULL) return HC_FAIL(HC_ERR_ARG, "CommCount: count is NULL");
+  *count = comm->nranks;
+  return HC_OK;
+}
+
+static hc_result_t api_CommUserRank(const hetcclComm_t comm, int *rank) {
+  HC_TRY(hc_comm_check(comm, "CommUserRank"));
+  if (rank == NULL) return HC_FAIL(HC_ERR_ARG, "CommUserRank: rank is NULL");
+  *rank = comm->rank;
+  return HC_OK;
+}
+
+static hc_result_t api_CommGetAsyncError(hetcclComm_t comm, hetcclResult_t *asyncError) {
+  HC_TRY(hc_comm_check(comm, "CommGetAsyncError"));
+  if (asyncError == NULL) return HC_FAIL(HC_ERR_ARG, "CommGetAsyncError: asyncError is NULL");
+  *asyncError = (hetcclResult_t)atomic_load(&comm->async_error);
+  return HC_OK;
+}
+
+/* ---- errors, version ---- */
+
+HC_EXPORT const char *hetcclGetErrorString(hetcclResult_t result) {
+  if ((unsigned)result > (unsigned)hetcclInProgress) return "unknown result code";
+  return hc_result_str((hc_result_t)result);
+}
+
+HC_EXPORT const char *hetcclGetLastError(hetcclComm_t comm) {
+  const char *text = hc_last_error();
+  if (text[0] == 0 && comm != NULL && hc_comm_check(comm, "GetLastError") == HC_OK)
+    return comm->async_error_text;
+  return text;
+}
+
+static hc_result_t api_GetVersion(int *version) {
+  if (version == NULL) return HC_FAIL(HC_ERR_ARG, "GetVersion: version is NULL");
+  *version = HETCCL_VERSION_CODE;
+  return HC_OK;
+}
+
+/* ---- exports: the public names over the functions above ---- */
+
+HC_EXPORT hetcclResult_t hetcclCommInitRankConfig(hetcclComm_t *comm, int nranks, hetcclUniqueId commId,
+                                               int rank, hetcclConfig_t *config) {
+  return (hetcclResult_t)api_CommInitRankConfig(comm, nranks, commId, rank, config);
+}
+
+HC_EXPORT hetcclResult_t hetcclCommInitRank(hetcclComm_t *comm, int nranks, hetcclUniqueId commId, int rank) {
+  return (hetcclResult_t)api_CommInitRank(comm, nranks, commId, rank);
+}
+
+HC_EXPORT hetcclResult_t hetcclCommInitFromEnv(hetcclComm_t *comm, hetcclConfig_t *config) {
+  return (hetcclResult_t)api_CommInitFromEnv(comm, config);
+}
+
+HC_EXPORT hetcclResult_t hetcclGetUniqueId(hetcclUniqueId *uniqueId) {
+  return (hetcclResult_t)api_GetUniqueId(uniqueId);
+}
+
+HC_EXPORT hetcclResult_t hetcclCommSplit(hetcclComm_t comm, int color, int key, hetcclComm_t *newcomm,
+                                      hetcclConfig_t *config) {
+  return (hetcclResult_t)api_CommSplit(comm, color, key, newcomm, config);
+}
+
+HC_EXPORT hetcclResult_t hetcclCommFinalize(hetcclComm_t comm) {
+  return (hetcclResult_t)api_CommFinalize(comm);
+}
+
+HC_EXPORT hetcclResult_t hetcclCommDestroy(hetcclComm_t comm) {
+  return (hetcclResult_t)api_CommDestroy(comm);
+}
+
+HC_EXPORT hetcclResult_t hetcclCommAbort(hetcclComm_t comm) {
+  return (hetcclResult_t)api_CommAbort(comm);
+}
+
+HC_EXPORT hetcclResult_t hetcclCommCount(const hetcclComm_t comm, int *count) {
+  return (hetcclResult_t)api_CommCount(comm, count);
+}
+
+HC_EXPORT hetcclResult_t hetcclCommUserRank(const hetcclComm_t comm, int *rank) {
+  return (hetcclResult_t)api_CommUserRank(comm, rank);
+}
+
+HC_EXPORT hetcclResult_t hetcclCommGetAsyncError(hetcclComm_t comm, hetcclResult_t *asyncError) {
+  return (hetcclResult_t)api_CommGetAsyncError(comm, asyncError);
+}
+
+HC_EXPORT hetcclResult_t hetcclGetVersion(int *version) {
+  return (hetcclResult_t)api_GetVersion(version);
+}

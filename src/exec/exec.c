@@ -1,0 +1,297 @@
+/*
+ * The progress loop. Per job it keeps, for every step, the number of
+ * dependencies not yet done and the list of steps that wait for it; and per
+ * (peer, direction) the queue of its transfers in plan order. A transfer is
+ * posted when it heads its queue and its dependencies are done; a local
+ * step runs when its dependencies are done.
+ */
+#include <sched.h>
+#include <stdlib.h>
+
+#include "../device/device.h"
+#include "exec.h"
+
+enum { DIR_SEND = 0, DIR_RECV = 1 };
+
+struct job_state {
+  struct hc_exec_job *job;
+  const struct hc_dev_ops *dev;
+  int nsteps, ndone;
+  int *pending_deps;       /* per step */
+  int *succ_start, *succ;  /* CSR: steps that depend on step i */
+  int *ready, nready;      /* local steps whose dependencies are done */
+  void **req;              /* per step: the transport request while in flight */
+  int *inflight, ninflight;
+  /* Queues, one per (peer, direction) that has transfers: */
+  int nqueues;
+  int *q_peer, *q_dir, *q_head, *q_end; /* q_head/q_end index q_items */
+  int *q_items;
+  hc_result_t result;
+};
+
+static bool is_transfer(const struct hc_step *s) {
+  return s->kind == HC_STEP_SEND || s->kind == HC_STEP_RECV;
+}
+
+static void job_state_destroy(struct job_state *st) {
+  free(st->pending_deps);
+  free(st->succ_start);
+  free(st->succ);
+  free(st->ready);
+  free(st->req);
+  free(st->inflight);
+  free(st->q_peer);
+  free(st->q_dir);
+  free(st->q_head);
+  free(st->q_end);
+  free(st->q_items);
+}
+
+static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *st) {
+  const struct hc_plan *p = job->plan;
+  const int n = p->nsteps, nr = job->links->nranks;
+  *st = (struct job_state){.job = job, .nsteps = n};
+  st->dev = hc_dev_get(p->mem);
+  if (st->dev == NULL)
+    return HC_FAIL(HC_ERR_USAGE, "exec: no device backend for memory kind %d", (int)p->mem);
+  int *qsize = calloc((size_t)nr * 2, sizeof(int));
+  int *qid = calloc((size_t)nr * 2, sizeof(int));
+  st->pending_deps = calloc((size_t)n + 1, sizeof(int));
+  st->succ_start = calloc((size_t)n + 2, sizeof(int));
+  st->ready = calloc((size_t)n + 1, sizeof(int));
+  st->req = calloc((size_t)n + 1, sizeof(void *));
+  st->inflight = calloc((size_t)n + 1, sizeof(int));
+  if (!qsize || !qid || !st->pending_deps || !st->succ_start || !st->ready || !st->req || !st->inflight)
+    goto oom;
+  int nedges = 0, ntransfers = 0;
+  for (int i = 0; i < n; i++) {
+    const struct hc_step *s = &p->steps[i];
+    for (int d = 0; d < HC_STEP_MAX_DEPS; d++) {
+      if (s->deps[d] == 0) continue;
+      st->pending_deps[i]++;
+      st->succ_start[s->deps[d] - 1 + 1]++;
+      nedges++;
+    }
+    if (is_transfer(s)) {
+      qsize[s->peer * 2 + (s->kind == HC_STEP_RECV)]++;
+      ntransfers++;
+    }
+  }
+  for (int i = 0; i < n; i++) st->succ_start[i + 1] += st->succ_start[i];
+  st->succ = calloc((size_t)nedges + 1, sizeof(int));
+  int *fill = calloc((size_t)n + 1, sizeof(int));
+  if (!st->succ || !fill) {
+    free(fill);
+    goto oom;
+  }
+  for (int i = 0; i < n; i++)
+    for (int d = 0; d < HC_STEP_MAX_DEPS; d++) {
+      int dep = p->steps[i].deps[d] - 1;
+      if (dep >= 0) st->succ[st->succ_start[dep] + fill[dep]++] = i;
+    }
+  free(fill);
+
+  for (int q = 0; q < nr * 2; q++) st->nqueues += qsize[q] > 0;
+  st->q_peer = calloc((size_t)st->nqueues + 1, sizeof(int));
+  st->q_dir = calloc((size_t)st->nqueues + 1, sizeof(int));
+  st->q_head = calloc((size_t)st->nqueues + 1, sizeof(int));
+  st->q_end = calloc((size_t)st->nqueues + 1, sizeof(int));
+  st->q_items = calloc((size_t)ntransfers + 1, sizeof(int));
+  if (!st->q_peer || !st->q_dir || !st->q_head || !st->q_end || !st->q_items) goto oom;
+  int nq = 0, at = 0;
+  for (int q = 0; q < nr * 2; q++) {
+    if (qsize[q] == 0) continue;
+    qid[q] = nq;
+    st->q_peer[nq] = q / 2;
+    st->q_dir[nq] = q % 2;
+    st->q_head[nq] = st->q_end[nq] = at;
+    at += qsize[q];
+    nq++;
+  }
+  for (int i = 0; i < n; i++) {
+    const struct hc_step *s = &p->steps[i];
+    if (is_transfer(s)) {
+      int q = qid[s->peer * 2 + (s->kind == HC_STEP_RECV)];
+      st->q_items[st->q_end[q]++] = i;
+    } else if (st->pending_deps[i] == 0) {
+      st->ready[st->nready++] = i;
+    }
+  }
+  free(qsize);
+  free(qid);
+  return HC_OK;
+oom:
+  free(qsize);
+  free(qid);
+  job_state_destroy(st);
+  return HC_FAIL(HC_ERR_SYSTEM, "exec: out of host memory for a plan of %d steps", n);
+}
+
+static void step_done(struct job_state *st, int i) {
+  st->ndone++;
+  for (int k = st->succ_start[i]; k < st->succ_start[i + 1]; k++) {
+    int t = st->succ[k];
+    if (--st->pending_deps[t] == 0 && !is_transfer(&st->job->plan->steps[t]))
+      st->ready[st->nready++] = t;
+  }
+}
+
+static hc_result_t run_local(struct job_state *st, const struct hc_step *s) {
+  const struct hc_dev_ops *dev = st->dev;
+  switch (s->kind) {
+  case HC_STEP_COPY: return dev->copy(s->dst, s->src0, s->count, NULL);
+  case HC_STEP_REDUCE: {
+    struct hc_reduce_args a = {.dst = s->dst, .src0 = s->src0, .src1 = s->src1, .count = s->count,
+                               .dtype = s->dtype, .op = s->redop};
+    return dev->reduce(&a, NULL);
+  }
+  case HC_STEP_SCALE: {
+    struct hc_scale_args a = {.dst = s->dst, .src = s->src0, .count = s->count,
+                              .dtype = s->dtype, .kind = s->redop};
+    if (a.kind == HC_SCALE_MUL) memcpy(a.factor, s->src1, hc_dtype_size(a.dtype));
+    else memcpy(&a.divisor, s->src1, sizeof(a.divisor));
+    return dev->scale(&a, NULL);
+  }
+  default: return HC_FAIL(HC_ERR_INTERNAL, "exec: step kind %d is not local", s->kind);
+  }
+}
+
+/* Sends of a rank to itself meet its receives from itself in order, as a
+ * copy; they never reach a transport. */
+static hc_result_t match_self(struct job_state *st, bool *moved) {
+  const struct hc_plan *p = st->job->plan;
+  const int me = st->job->links->rank;
+  int qs = -1, qr = -1;
+  for (int q = 0; q < st->nqueues; q++)
+    if (st->q_peer[q] == me) *(st->q_dir[q] == DIR_SEND ? &qs : &qr) = q;
+  while (qs >= 0 && qr >= 0 && st->q_head[qs] < st->q_end[qs] && st->q_head[qr] < st->q_end[qr]) {
+    int si = st->q_items[st->q_head[qs]], ri = st->q_items[st->q_head[qr]];
+    if (st->pending_deps[si] > 0 || st->pending_deps[ri] > 0) break;
+    const struct hc_step *send = &p->steps[si], *recv = &p->steps[ri];
+    if (send->count != recv->count)
+      return HC_FAIL(HC_ERR_USAGE, "rank %d: mismatched counts: sends %zu bytes to itself, receives %zu",
+                     me, send->count, recv->count);
+    HC_TRY(st->dev->copy(recv->dst, send->src0, send->count, NULL));
+    st->q_head[qs]++;
+    st->q_head[qr]++;
+    step_done(st, si);
+    step_done(st, ri);
+    *moved = true;
+  }
+  return HC_OK;
+}
+
+/* One pass over a job: local steps, new posts, tests. *moved tells whether
+ * anything happened. */
+static hc_result_t job_progress(struct job_state *st, bool *moved) {
+  const struct hc_plan *p = st->job->plan;
+  struct hc_links *links = st->job->links;
+  while (st->nready > 0) {
+    int i = st->ready[--st->nready];
+    HC_TRY(run_local(st, &p->steps[i]));
+    step_done(st, i);
+    *moved = true;
+  }
+  HC_TRY(match_self(st, moved));
+  for (int q = 0; q < st->nqueues; q++) {
+    if (st->q_peer[q] == links->rank) continue;
+    while (st->q_head[q] < st->q_end[q]) {
+      int i = st->q_items[st->q_head[q]];
+      if (st->pending_deps[i] > 0) break;
+      struct hc_link *l = &links->peer[st->q_peer[q]];
+      if (l->conn == NULL) {
+        HC_TRY(l->net->connect(l->ctx, st->q_peer[q], &l->handle, &l->conn));
+        if (l->conn == NULL) break;
+        *moved = true;
+      }
+      const struct hc_step *s = &p->steps[i];
+      if (st->q_dir[q] == DIR_SEND) HC_TRY(l->net->isend(l->conn, s->src0, s->count, &st->req[i]));
+      else HC_TRY(l->net->irecv(l->conn, s->dst, s->count, &st->req[i]));
+      st->inflight[st->ninflight++] = i;
+      st->q_head[q]++;
+      *moved = true;
+    }
+  }
+  for (int k = 0; k < st->ninflight;) {
+    int i = st->inflight[k], done = 0;
+    HC_TRY(links->peer[p->steps[i].peer].net->test(st->req[i], &done));
+    if (!done) {
+      k++;
+      continue;
+    }
+    st->req[i] = NULL;
+    st->inflight[k] = st->inflight[--st->ninflight];
+    step_done(st, i);
+    *moved = true;
+  }
+  return HC_OK;
+}
+
+/* A peer this job still waits for, to name in a timeout message. */
+static int awaited_peer(const struct job_state *st) {
+  if (st->ninflight > 0) return st->job->plan->steps[st->inflight[0]].peer;
+  for (int q = 0; q < st->nqueues; q++)
+    if (st->q_head[q] < st->q_end[q] && st->q_peer[q] != st->job->links->rank) return st->q_peer[q];
+  return -1;
+}
+
+/* Sleeps in the first transport that has work in flight. */
+static hc_result_t wait_for_progress(struct job_state *states, int njobs, int timeout_ms) {
+  for (int j = 0; j < njobs; j++) {
+    struct job_state *st = &states[j];
+    if (st->ndone == st->nsteps) continue;
+    int peer = awaited_peer(st);
+    if (peer < 0) continue;
+    struct hc_link *l = &st->job->links->peer[peer];
+    if (l->net) return l->net->wait_blocking(l->ctx, timeout_ms);
+  }
+  sched_yield();
+  return HC_OK;
+}
+
+hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t deadline_ns) {
+  struct job_state *states = calloc((size_t)njobs + 1, sizeof(*states));
+  if (states == NULL) return HC_FAIL(HC_ERR_SYSTEM, "exec: out of host memory for %d jobs", njobs);
+  hc_result_t r = HC_OK;
+  int built = 0;
+  for (; built < njobs; built++) HC_TRY_GOTO(job_state_create(&jobs[built], &states[built]), r, out);
+
+  const uint64_t spin_ns = (uint64_t)hc_param_int(HC_P_SPIN_US) * 1000;
+  uint64_t idle_since = 0;
+  for (;;) {
+    bool moved = false, all_done = true;
+    for (int j = 0; j < njobs; j++) {
+      struct job_state *st = &states[j];
+      if (st->ndone == st->nsteps) continue;
+      HC_TRY_GOTO(job_progress(st, &moved), r, out);
+      all_done &= st->ndone == st->nsteps;
+    }
+    if (all_done) break;
+    if (moved) {
+      idle_since = 0;
+      continue;
+    }
+    uint64_t now = hc_now_ns();
+    for (int j = 0; j < njobs; j++) {
+      const struct hc_links *l = states[j].job->links;
+      if (l->abort_flag && atomic_load(l->abort_flag)) {
+        r = HC_FAIL(HC_ERR_REMOTE, "rank %d: communicator aborted while a collective was in flight", l->rank);
+        goto out;
+      }
+    }
+    if (now > deadline_ns) {
+      struct job_state *st = &states[0];
+      for (int j = 0; j < njobs && st->ndone == st->nsteps; j++) st = &states[j];
+      r = HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d",
+                  st->job->links->rank, (long long)hc_param_int(HC_P_TIMEOUT), awaited_peer(st));
+      goto out;
+    }
+    if (idle_since == 0) idle_since = now;
+    if (now - idle_since < spin_ns) continue;
+    HC_TRY_GOTO(wait_for_progress(states, njobs, 100), r, out);
+  }
+out:
+  for (int j = 0; j < built; j++) job_state_destroy(&states[j]);
+  free(states);
+  return r;
+}

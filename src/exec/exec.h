@@ -1,0 +1,46 @@
+/*
+ * exec: the progress engine. Runs plans to completion: posts sends and
+ * receives to the transports in each peer's order, tests them, and runs the
+ * local steps (reduce, copy, scale) on the device backend as soon as their
+ * dependencies are done. Knows nothing of the API.
+ *
+ * For host buffers the calling thread drives the engine (no hand-off to a
+ * proxy thread, so a small all-reduce costs the wire and nothing else). It
+ * spins for HETCCL_SPIN_US when nothing moves, then sleeps in the
+ * transport's wait, so ranks that outnumber cores leave them to each other.
+ */
+#ifndef HC_EXEC_H_
+#define HC_EXEC_H_
+
+#include <stdatomic.h>
+
+#include "../net/net.h"
+#include "../plan/plan.h"
+
+/* How this rank reaches one peer. */
+struct hc_link {
+  const struct hc_net_ops *net; /* NULL for this rank itself */
+  void *ctx;                    /* the transport's per-comm context */
+  struct hc_net_handle handle;  /* the peer's, from the init all-gather */
+  void *conn;                   /* NULL until connected */
+};
+
+/* A comm's links, as exec sees them. */
+struct hc_links {
+  int rank, nranks;
+  struct hc_link *peer;          /* nranks entries */
+  const atomic_bool *abort_flag; /* set by hetcclCommAbort from any thread */
+};
+
+/* One plan to run on one comm's links. */
+struct hc_exec_job {
+  struct hc_links *links;
+  struct hc_plan *plan;
+};
+
+/* Runs every job to completion, or fails: HC_ERR_REMOTE when a peer dies,
+ * the deadline passes (naming a peer still awaited) or an abort flag is set;
+ * the transports' errors as they are. Blocks the calling thread. */
+hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t deadline_ns);
+
+#endif

@@ -1,0 +1,63 @@
+/*
+ * net: transports that move bytes between buffers of two ranks. They know
+ * bytes, not collectives. socket (TCP) today; shm and ib later.
+ *
+ * Matching: messages between one pair of ranks on one transport are matched
+ * in the order they are posted, sends against receives, like NCCL's p2p. A
+ * receive posted for n bytes that meets a message of another length fails
+ * with HC_ERR_USAGE naming both lengths ("mismatched counts").
+ *
+ * Nothing here blocks: connect returns NULL until the connection is up, test
+ * reports done = 0 until the request completes. The one call that sleeps is
+ * wait_blocking, which the progress engine calls when it has nothing to do.
+ */
+#ifndef HC_NET_H_
+#define HC_NET_H_
+
+#include <stdatomic.h>
+
+#include "../util/util.h"
+
+#define HC_NET_HANDLE_BYTES 64
+/* What peers need to reach this rank's transport; published at init. */
+struct hc_net_handle {
+  uint8_t bytes[HC_NET_HANDLE_BYTES];
+};
+
+struct hc_net_args {
+  int rank, nranks;
+  uint8_t secret[16];          /* from the unique id */
+  const atomic_bool *abort_flag; /* may be NULL */
+};
+
+struct hc_net_caps {
+  bool device_memory; /* can send from / receive into GPU memory directly */
+};
+
+#define HC_NET_ABI 1
+struct hc_net_ops {
+  uint32_t size, abi;
+  const char *name; /* "socket" */
+  /* Per communicator: starts listening; *handle is published to peers. */
+  hc_result_t (*open)(const struct hc_net_args *a, struct hc_net_caps *caps,
+                      struct hc_net_handle *handle, void **ctx);
+  /* Nonblocking: *conn stays NULL until the connection to peer is up and
+   * authenticated. Both ranks of a pair call it; call again until non-NULL. */
+  hc_result_t (*connect)(void *ctx, int peer, const struct hc_net_handle *peer_handle,
+                         void **conn);
+  /* The buffer must stay valid until test reports done. */
+  hc_result_t (*isend)(void *conn, const void *buf, size_t n, void **req);
+  hc_result_t (*irecv)(void *conn, void *buf, size_t n, void **req);
+  /* Makes progress; done = 1 frees req. A peer that closed is HC_ERR_REMOTE
+   * naming it. */
+  hc_result_t (*test)(void *req, int *done);
+  /* Sleeps until some pending request or connection of ctx can progress, or
+   * timeout_ms passes. */
+  hc_result_t (*wait_blocking)(void *ctx, int timeout_ms);
+  /* Frees ctx, its connections and any requests still pending. */
+  hc_result_t (*close)(void *ctx);
+}; /* append only */
+
+extern const struct hc_net_ops hc_net_socket;
+
+#endif

@@ -1,0 +1,213 @@
+/*
+ * net/socket: the TCP transport, data half. Owns the request FIFOs of a
+ * connection, the framing (header, stripes; see socket_priv.h) and the
+ * nonblocking send/recv loop that test() drives. Never sleeps: every
+ * syscall here is MSG_DONTWAIT and stops at EAGAIN.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/uio.h>
+
+#include "socket_priv.h"
+
+/* One syscall moves at most this much: far above any socket buffer, and far
+ * below what would overflow ssize_t. */
+#define HC_SOCK_MAX_IO ((size_t)1 << 30)
+
+/* A payload on one stream is one stripe, however large: splitting it would
+ * only add syscalls. */
+static size_t stripe_bytes(const struct hc_sock_ctx *ctx, size_t n) {
+  return ctx->nstreams == 1 ? HC_MAX(n, (size_t)1) : ctx->chunk;
+}
+
+/* Bytes of the cursor's current stripe still to move in an n-byte payload,
+ * starting at *pos; 0 when this stream carries no more of it. */
+static size_t cursor_piece(const struct hc_sock_ctx *ctx, const struct hc_sock_cursor *cur, size_t n,
+                           size_t *pos) {
+  size_t sb = stripe_bytes(ctx, n);
+  /* Compare before multiplying: stripe * sb may not fit when it is past n. */
+  if (cur->stripe > n / sb || cur->stripe * sb >= n) return 0;
+  *pos = cur->stripe * sb + cur->off;
+  return HC_MIN(HC_MIN(sb - cur->off, n - *pos), HC_SOCK_MAX_IO);
+}
+
+/* k payload bytes moved; k never crosses the end of the current stripe. */
+static void cursor_advance(const struct hc_sock_ctx *ctx, struct hc_sock_cursor *cur, size_t n, size_t k) {
+  if (k == 0) return;
+  size_t sb = stripe_bytes(ctx, n);
+  cur->off += k;
+  if (cur->off == sb || cur->stripe * sb + cur->off == n) {
+    cur->stripe += (size_t)ctx->nstreams;
+    cur->off = 0;
+  }
+}
+
+/* This stream has moved all of its share of cur->req: on to the next one. */
+static void cursor_finish(struct hc_sock_conn *c, const struct hc_sock_stream *st, struct hc_sock_cursor *cur) {
+  struct hc_sock_req *q = cur->req;
+  if (++q->streams_done == c->ctx->nstreams) {
+    q->complete = true;
+    c->n_complete++;
+  }
+  cur->req = q->next;
+  cur->stripe = (size_t)st->index;
+  cur->off = 0;
+}
+
+static hc_result_t io_fail(const struct hc_sock_conn *c, const struct hc_sock_stream *st, bool sending, int e) {
+  if (e == EPIPE || e == ECONNRESET || e == ENOTCONN)
+    return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d closed the connection (%s on stream %d to rank %d: %s)", c->peer,
+                   sending ? "send" : "receive", st->index, c->ctx->rank, strerror(e));
+  if (e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH)
+    return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d is unreachable from rank %d: %s", c->peer, c->ctx->rank,
+                   strerror(e));
+  return HC_FAIL(HC_ERR_SYSTEM, "socket: %s rank %d on stream %d: %s", sending ? "send to" : "receive from",
+                 c->peer, st->index, strerror(e));
+}
+
+/* Moves bytes of one direction of one stream until the socket would block
+ * or the stream has caught up with what is posted. A short transfer means
+ * the socket buffer is full (send) or empty (receive): stop there rather
+ * than pay for a syscall that returns EAGAIN. */
+static hc_result_t stream_progress(struct hc_sock_conn *c, struct hc_sock_stream *st, bool sending) {
+  const struct hc_sock_ctx *ctx = c->ctx;
+  struct hc_sock_cursor *cur = sending ? &st->send : &st->recv;
+  for (;;) {
+    struct hc_sock_req *q = cur->req;
+    if (q == NULL) return HC_OK;
+    if (!sending && st->index != 0 && !q->len_known) return HC_OK;
+    struct iovec iov[2];
+    int niov = 0;
+    size_t hdr_left = st->index == 0 ? HC_SOCK_HDR_BYTES - q->hdr_off : 0, pos = 0;
+    if (hdr_left > 0) iov[niov++] = (struct iovec){.iov_base = q->hdr + q->hdr_off, .iov_len = hdr_left};
+    /* A receive reads the header and the first stripe in one call, the
+     * stripe laid out by the posted size: if the header then disagrees, the
+     * request fails, and the bytes read stayed inside the posted buffer. */
+    size_t piece = cursor_piece(ctx, cur, q->n, &pos);
+    if (piece > 0) iov[niov++] = (struct iovec){.iov_base = q->buf + pos, .iov_len = piece};
+    if (niov == 0) {
+      cursor_finish(c, st, cur);
+      continue;
+    }
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+    ssize_t k = sending ? sendmsg(st->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) : recvmsg(st->fd, &m, MSG_DONTWAIT);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return HC_OK;
+      return io_fail(c, st, sending, errno);
+    }
+    if (k == 0 && !sending)
+      return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d closed the connection (stream %d to rank %d)", c->peer,
+                     st->index, ctx->rank);
+    size_t h = HC_MIN((size_t)k, hdr_left);
+    q->hdr_off += h;
+    if (!sending && h > 0 && q->hdr_off == HC_SOCK_HDR_BYTES) {
+      uint64_t len = hc_sock_get_le64(q->hdr);
+      if (len != (uint64_t)q->n)
+        return HC_FAIL(HC_ERR_USAGE, "socket: mismatched counts: expected %zu bytes from rank %d, got %llu", q->n,
+                       c->peer, (unsigned long long)len);
+      q->len_known = true;
+    }
+    cursor_advance(ctx, cur, q->n, (size_t)k - h);
+    if ((size_t)k < hdr_left + piece) return HC_OK;
+  }
+}
+
+/* Sends first: the bytes we push are what the peer's receives wait for. */
+static hc_result_t conn_progress(struct hc_sock_conn *c) {
+  for (int s = 0; s < c->ctx->nstreams; s++) HC_TRY(stream_progress(c, &c->streams[s], true));
+  /* Stream 0 first: the others wait for the header it reads. */
+  for (int s = 0; s < c->ctx->nstreams; s++) HC_TRY(stream_progress(c, &c->streams[s], false));
+  return HC_OK;
+}
+
+static hc_result_t post(struct hc_sock_conn *c, void *buf, size_t n, bool is_send, void **out) {
+  const char *what = is_send ? "isend" : "irecv";
+  *out = NULL;
+  if (c == NULL) return HC_FAIL(HC_ERR_ARG, "socket: %s on a NULL connection", what);
+  HC_TRY(hc_net_socket_conn_check(c));
+  if (buf == NULL && n > 0)
+    return HC_FAIL(HC_ERR_ARG, "socket: %s of %zu bytes %s rank %d with a NULL buffer", what, n,
+                   is_send ? "to" : "from", c->peer);
+  struct hc_sock_req *q;
+  HC_TRY(hc_calloc(&q, 1, sizeof(*q), "a socket request"));
+  q->conn = c;
+  q->buf = buf;
+  q->n = n;
+  q->is_send = is_send;
+  if (is_send) hc_sock_put_le64(q->hdr, (uint64_t)n);
+  struct hc_sock_queue *fifo = is_send ? &c->sendq : &c->recvq;
+  q->prev = fifo->tail;
+  if (fifo->tail) fifo->tail->next = q;
+  else fifo->head = q;
+  fifo->tail = q;
+  /* Streams that had caught up start on it; the others reach it in order. */
+  for (int s = 0; s < c->ctx->nstreams; s++) {
+    struct hc_sock_cursor *cur = is_send ? &c->streams[s].send : &c->streams[s].recv;
+    if (cur->req == NULL) *cur = (struct hc_sock_cursor){.req = q, .stripe = (size_t)s, .off = 0};
+  }
+  *out = q;
+  return HC_OK;
+}
+
+hc_result_t hc_net_socket_isend(void *conn, const void *buf, size_t n, void **req) {
+  /* The cast drops const only to share post(); a send never writes buf. */
+  return post(conn, (void *)buf, n, true, req);
+}
+
+hc_result_t hc_net_socket_irecv(void *conn, void *buf, size_t n, void **req) {
+  return post(conn, buf, n, false, req);
+}
+
+static void req_unlink(struct hc_sock_conn *c, struct hc_sock_req *q) {
+  struct hc_sock_queue *fifo = q->is_send ? &c->sendq : &c->recvq;
+  if (q->prev) q->prev->next = q->next;
+  else fifo->head = q->next;
+  if (q->next) q->next->prev = q->prev;
+  else fifo->tail = q->prev;
+}
+
+hc_result_t hc_net_socket_test(void *req, int *done) {
+  struct hc_sock_req *q = req;
+  *done = 0;
+  if (q == NULL) return HC_FAIL(HC_ERR_ARG, "socket: test of a NULL request");
+  struct hc_sock_conn *c = q->conn;
+  /* A request completed by an earlier test() of another one is reported
+   * done even if the conn failed since: its bytes did arrive. */
+  if (!q->complete) {
+    HC_TRY(hc_net_socket_conn_check(c));
+    hc_result_t r = conn_progress(c);
+    if (r != HC_OK) return hc_net_socket_conn_fail(c, r);
+    if (!q->complete) return HC_OK;
+  }
+  req_unlink(c, q);
+  c->n_complete--;
+  free(q);
+  *done = 1;
+  return HC_OK;
+}
+
+short hc_net_socket_stream_events(const struct hc_sock_conn *c, int s) {
+  const struct hc_sock_stream *st = &c->streams[s];
+  short ev = 0;
+  if (st->send.req != NULL) ev |= POLLOUT;
+  /* Not POLLIN while waiting for stream 0's header: the bytes are there but
+   * cannot be placed yet, and poll() would return at once forever. */
+  if (st->recv.req != NULL && (s == 0 || st->recv.req->len_known)) ev |= POLLIN;
+  return ev;
+}
+
+void hc_net_socket_conn_free_reqs(struct hc_sock_conn *c) {
+  struct hc_sock_queue *fifos[2] = {&c->sendq, &c->recvq};
+  for (int i = 0; i < 2; i++) {
+    struct hc_sock_req *q = fifos[i]->head;
+    while (q) {
+      struct hc_sock_req *next = q->next;
+      free(q);
+      q = next;
+    }
+    fifos[i]->head = fifos[i]->tail = NULL;
+  }
+  for (int s = 0; s < c->ctx->nstreams; s++) c->streams[s].send.req = c->streams[s].recv.req = NULL;
+  c->n_complete = 0;
+}

@@ -1,0 +1,241 @@
+/*
+ * plan: step storage, the scratch pool, and the choice of algorithm for each
+ * collective. The algorithms live in ring.c, tree.c and p2p.c.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <strings.h>
+
+#include "plan_priv.h"
+
+/* ---- scratch pool ---- */
+
+#define HC_POOL_KEEP 8
+struct hc_scratch_pool {
+  pthread_mutex_t lock;
+  void *free_bufs[HC_POOL_KEEP];
+  size_t free_bytes[HC_POOL_KEEP];
+};
+
+hc_result_t hc_scratch_pool_create(struct hc_scratch_pool **out) {
+  struct hc_scratch_pool *pool;
+  HC_TRY(hc_calloc(&pool, 1, sizeof(*pool), "scratch pool"));
+  pthread_mutex_init(&pool->lock, NULL);
+  *out = pool;
+  return HC_OK;
+}
+
+void hc_scratch_pool_destroy(struct hc_scratch_pool *pool) {
+  if (pool == NULL) return;
+  for (int i = 0; i < HC_POOL_KEEP; i++) free(pool->free_bufs[i]);
+  pthread_mutex_destroy(&pool->lock);
+  free(pool);
+}
+
+static void *pool_get(struct hc_scratch_pool *pool, size_t bytes, size_t *got) {
+  int best = -1;
+  pthread_mutex_lock(&pool->lock);
+  for (int i = 0; i < HC_POOL_KEEP; i++)
+    if (pool->free_bufs[i] && pool->free_bytes[i] >= bytes &&
+        (best < 0 || pool->free_bytes[i] < pool->free_bytes[best]))
+      best = i;
+  void *buf = NULL;
+  if (best >= 0) {
+    buf = pool->free_bufs[best];
+    *got = pool->free_bytes[best];
+    pool->free_bufs[best] = NULL;
+  }
+  pthread_mutex_unlock(&pool->lock);
+  if (buf) return buf;
+  *got = bytes;
+  return aligned_alloc(4096, HC_DIV_UP(bytes ? bytes : 1, 4096) * 4096);
+}
+
+/* Keeps the largest buffers: the next call of the same size reuses them. */
+static void pool_put(struct hc_scratch_pool *pool, void *buf, size_t bytes) {
+  pthread_mutex_lock(&pool->lock);
+  int victim = 0;
+  for (int i = 0; i < HC_POOL_KEEP; i++) {
+    if (pool->free_bufs[i] == NULL) { victim = i; break; }
+    if (pool->free_bytes[i] < pool->free_bytes[victim]) victim = i;
+  }
+  void *evicted = NULL;
+  if (pool->free_bufs[victim] == NULL || pool->free_bytes[victim] < bytes) {
+    evicted = pool->free_bufs[victim];
+    pool->free_bufs[victim] = buf;
+    pool->free_bytes[victim] = bytes;
+  } else {
+    evicted = buf;
+  }
+  pthread_mutex_unlock(&pool->lock);
+  free(evicted);
+}
+
+/* ---- steps ---- */
+
+static bool plan_failed(const struct hc_plan *p) { return p->cap < 0; }
+
+hc_ref_t hc_plan_push(struct hc_plan *p, struct hc_step s) {
+  if (plan_failed(p)) return 0;
+  if (p->nsteps == p->cap) {
+    int cap = p->cap ? p->cap * 2 : 64;
+    struct hc_step *steps = realloc(p->steps, (size_t)cap * sizeof(*steps));
+    if (steps == NULL) {
+      p->cap = -1;
+      return 0;
+    }
+    p->steps = steps;
+    p->cap = cap;
+  }
+  p->steps[p->nsteps++] = s;
+  return p->nsteps;
+}
+
+void *hc_plan_scratch(struct hc_plan *p, size_t bytes) {
+  if (plan_failed(p)) return NULL;
+  void **bufs = realloc(p->scratch, (size_t)(p->nscratch + 1) * sizeof(*bufs));
+  if (bufs) p->scratch = bufs;
+  size_t *sizes = realloc(p->scratch_bytes, (size_t)(p->nscratch + 1) * sizeof(*sizes));
+  if (sizes) p->scratch_bytes = sizes;
+  size_t got = 0;
+  void *buf = bufs && sizes ? pool_get(p->pool, bytes, &got) : NULL;
+  if (buf == NULL) {
+    p->cap = -1;
+    return NULL;
+  }
+  p->scratch[p->nscratch] = buf;
+  p->scratch_bytes[p->nscratch] = got;
+  p->nscratch++;
+  return buf;
+}
+
+void hc_plan_reset(struct hc_plan *p) {
+  for (int i = 0; i < p->nscratch; i++) pool_put(p->pool, p->scratch[i], p->scratch_bytes[i]);
+  free(p->scratch);
+  free(p->scratch_bytes);
+  free(p->steps);
+  struct hc_scratch_pool *pool = p->pool;
+  *p = (struct hc_plan){.pool = pool};
+}
+
+/* ---- names ---- */
+
+const char *hc_coll_name(enum hc_coll c) {
+  static const char *const names[HC_COLL_COUNT] = {
+      "AllReduce", "Broadcast", "Reduce",  "AllGather", "ReduceScatter", "AlltoAll",
+      "AlltoAllv", "Gather",    "Scatter", "Send",      "Recv"};
+  return (unsigned)c < HC_COLL_COUNT ? names[c] : "?";
+}
+
+const char *hc_algo_name(enum hc_algo a) {
+  static const char *const names[] = {"AUTO", "RING", "RD", "TREE"};
+  return (unsigned)a < HC_ARRAY_LEN(names) ? names[a] : "?";
+}
+
+hc_result_t hc_algo_parse(const char *s, enum hc_algo *out) {
+  if (s == NULL || s[0] == 0) *out = HC_ALGO_AUTO;
+  else if (!strcasecmp(s, "RING")) *out = HC_ALGO_RING;
+  else if (!strcasecmp(s, "RD")) *out = HC_ALGO_RD;
+  else if (!strcasecmp(s, "TREE")) *out = HC_ALGO_TREE;
+  else return HC_FAIL(HC_ERR_USAGE, "HETCCL_ALGO=%s: expected RING, RD or TREE", s);
+  return HC_OK;
+}
+
+/* ---- scaling steps ---- */
+
+hc_ref_t hc_push_avg(struct hc_plan *p, const struct hc_coll_args *a, void *out, size_t count,
+                     int nranks, hc_ref_t dep) {
+  if (a->op != HC_AVG || count == 0) return dep;
+  enum hc_dtype t = a->dtype;
+  uint64_t *divisor = hc_plan_scratch(p, sizeof(uint64_t));
+  if (divisor == NULL) return 0;
+  *divisor = (uint64_t)nranks;
+  struct hc_step s = {.kind = HC_STEP_SCALE, .redop = HC_SCALE_DIV, .dtype = (uint8_t)t,
+                      .dst = out, .src0 = out, .src1 = divisor, .count = count,
+                      HC_DEPS(dep)};
+  return hc_plan_push(p, s);
+}
+
+/* PREMULSUM: every rank contributes factor * its input; the scaled copy is
+ * what the algorithm then sums. */
+static hc_ref_t push_premul(struct hc_plan *p, const struct hc_coll_args *a, size_t count,
+                            const void **in) {
+  size_t esize = hc_dtype_size(a->dtype);
+  void *scaled = hc_plan_scratch(p, count * esize);
+  void *factor = hc_plan_scratch(p, sizeof(a->premul_factor));
+  if (scaled == NULL || factor == NULL) return 0;
+  memcpy(factor, a->premul_factor, sizeof(a->premul_factor));
+  struct hc_step s = {.kind = HC_STEP_SCALE, .redop = HC_SCALE_MUL, .dtype = (uint8_t)a->dtype,
+                      .dst = scaled, .src0 = *in, .src1 = factor, .count = count};
+  *in = scaled;
+  return hc_plan_push(p, s);
+}
+
+/* ---- choice of algorithm ---- */
+
+/* Elements of this rank's input for the reducing collectives. */
+static size_t input_count(const struct hc_coll_args *a, int nranks) {
+  return a->coll == HC_COLL_REDUCESCATTER ? a->count * (size_t)nranks : a->count;
+}
+
+static enum hc_algo choose(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  size_t bytes = a->count * hc_dtype_size(a->dtype);
+  switch (a->coll) {
+  case HC_COLL_ALLREDUCE:
+    if (x->algo == HC_ALGO_RING || x->algo == HC_ALGO_RD) return x->algo;
+    return bytes >= x->ring_threshold && a->count >= (size_t)x->nranks ? HC_ALGO_RING : HC_ALGO_RD;
+  case HC_COLL_BROADCAST:
+  case HC_COLL_REDUCE:
+    if (x->algo == HC_ALGO_RING || x->algo == HC_ALGO_TREE) return x->algo;
+    return bytes >= x->ring_threshold ? HC_ALGO_RING : HC_ALGO_TREE;
+  case HC_COLL_ALLGATHER:
+  case HC_COLL_REDUCESCATTER:
+    return HC_ALGO_RING;
+  default:
+    return HC_ALGO_AUTO; /* direct point-to-point */
+  }
+}
+
+hc_result_t hc_plan_add(struct hc_plan *p, const struct hc_plan_ctx *x,
+                        const struct hc_coll_args *a) {
+  struct hc_alg_io io = {.in = a->sendbuf, .out = a->recvbuf};
+  bool reducing = a->coll == HC_COLL_ALLREDUCE || a->coll == HC_COLL_REDUCE ||
+                  a->coll == HC_COLL_REDUCESCATTER;
+  size_t esize = hc_dtype_size(a->dtype);
+  if (a->coll != HC_COLL_ALLTOALLV && a->coll != HC_COLL_SEND && a->coll != HC_COLL_RECV &&
+      a->count == 0)
+    return HC_OK; /* as NCCL: a count of 0 is a no-op */
+  if (reducing && a->op == HC_PREMULSUM) io.in_dep = push_premul(p, a, input_count(a, x->nranks), &io.in);
+  enum hc_algo algo = choose(x, a);
+  p->algo = algo;
+  hc_result_t r = HC_OK;
+  switch (a->coll) {
+  case HC_COLL_ALLREDUCE:
+    r = algo == HC_ALGO_RING ? hc_ring_allreduce(p, x, a, io) : hc_rd_allreduce(p, x, a, io);
+    break;
+  case HC_COLL_REDUCESCATTER: r = hc_ring_reducescatter(p, x, a, io); break;
+  case HC_COLL_ALLGATHER: r = hc_ring_allgather(p, x, a, io); break;
+  case HC_COLL_BROADCAST:
+    r = algo == HC_ALGO_RING ? hc_chain_broadcast(p, x, a, io) : hc_tree_broadcast(p, x, a, io);
+    break;
+  case HC_COLL_REDUCE:
+    r = algo == HC_ALGO_RING ? hc_chain_reduce(p, x, a, io) : hc_tree_reduce(p, x, a, io);
+    break;
+  case HC_COLL_ALLTOALL:
+  case HC_COLL_ALLTOALLV: r = hc_p2p_alltoallv(p, x, a, io); break;
+  case HC_COLL_GATHER: r = hc_p2p_gather(p, x, a, io); break;
+  case HC_COLL_SCATTER: r = hc_p2p_scatter(p, x, a, io); break;
+  case HC_COLL_SEND:
+    hc_push_send(p, a->root, a->sendbuf, a->count * esize, 0, 0);
+    break;
+  case HC_COLL_RECV:
+    hc_push_recv(p, a->root, a->recvbuf, a->count * esize, 0, 0);
+    break;
+  default: return HC_FAIL(HC_ERR_INTERNAL, "plan: unknown collective %d", (int)a->coll);
+  }
+  if (r != HC_OK) return r;
+  if (plan_failed(p)) return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory building %s", hc_coll_name(a->coll));
+  HC_TRACE(HC_PLAN, "%s count %zu %s %s: %s, %d steps so far", hc_coll_name(a->coll), a->count,
+           hc_dtype_name(a->dtype), hc_redop_name(a->op), hc_algo_name(algo), p->nsteps);
+  return HC_OK;
+}

@@ -1,0 +1,101 @@
+/*
+ * plan: turns one collective call into steps (send, receive, reduce, copy,
+ * scale) with dependencies between them. How the bytes move is net/'s
+ * business, who runs the steps is exec/'s.
+ *
+ * Terms used by every algorithm:
+ *  - block: the part of a buffer that one rank owns or is responsible for
+ *    (ring algorithms split a buffer into nranks blocks of nearly equal
+ *    counts; block b has count/n elements, plus one when b < count % n);
+ *  - chunk: the unit of pipelining, at most HETCCL_CHUNK_BYTES; a block is
+ *    cut into chunks at boundaries every rank computes the same way;
+ *  - slot: a chunk-sized part of the plan's scratch buffer that receives
+ *    data before it is reduced; slots are reused round-robin, and a receive
+ *    into a slot waits for the step that last used it.
+ *
+ * Matching: sends to one peer, and receives from one peer, are posted in
+ * step order. Every rank builds the same sequence for the same call, so the
+ * k-th send of rank a to rank b meets the k-th receive of b from a.
+ */
+#ifndef HC_PLAN_H_
+#define HC_PLAN_H_
+
+#include "../device/device.h"
+
+enum hc_coll {
+  HC_COLL_ALLREDUCE, HC_COLL_BROADCAST, HC_COLL_REDUCE, HC_COLL_ALLGATHER,
+  HC_COLL_REDUCESCATTER, HC_COLL_ALLTOALL, HC_COLL_ALLTOALLV, HC_COLL_GATHER,
+  HC_COLL_SCATTER, HC_COLL_SEND, HC_COLL_RECV, HC_COLL_COUNT
+};
+const char *hc_coll_name(enum hc_coll c);
+
+enum hc_algo { HC_ALGO_AUTO, HC_ALGO_RING, HC_ALGO_RD, HC_ALGO_TREE };
+const char *hc_algo_name(enum hc_algo a);
+/* Parses HETCCL_ALGO ("" = AUTO). */
+hc_result_t hc_algo_parse(const char *s, enum hc_algo *out);
+
+/* One call, validated by api/. Counts are in elements. */
+struct hc_coll_args {
+  enum hc_coll coll;
+  const void *sendbuf;
+  void *recvbuf;
+  size_t count;  /* per-rank count for allgather/reducescatter/alltoall/gather/scatter */
+  enum hc_dtype dtype;
+  enum hc_redop op; /* SUM, PROD, MAX, MIN, AVG or PREMULSUM */
+  uint8_t premul_factor[8]; /* PREMULSUM: one element of dtype */
+  int root;         /* broadcast, reduce, gather, scatter; the peer of send/recv */
+  const size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* alltoallv */
+};
+
+enum hc_step_kind { HC_STEP_SEND, HC_STEP_RECV, HC_STEP_REDUCE, HC_STEP_COPY, HC_STEP_SCALE };
+
+#define HC_STEP_MAX_DEPS 4
+struct hc_step {
+  uint8_t kind;           /* enum hc_step_kind */
+  uint8_t redop;          /* REDUCE: SUM, PROD, MAX, MIN; SCALE: enum hc_scale_kind */
+  uint8_t dtype;
+  int32_t peer;           /* SEND, RECV */
+  void *dst;              /* RECV, REDUCE, COPY, SCALE */
+  /* SEND, COPY and SCALE read src0, REDUCE both. SCALE's src1 points to
+   * its factor (MUL: one element of dtype) or divisor (DIV: a uint64_t). */
+  const void *src0, *src1;
+  size_t count;           /* elements (bytes for SEND, RECV, COPY) */
+  /* Earlier steps that must be done first, as 1 + their index, so that a
+   * zero-initialised entry means "none". */
+  int32_t deps[HC_STEP_MAX_DEPS];
+};
+
+struct hc_plan {
+  struct hc_step *steps;
+  int nsteps, cap;
+  struct hc_scratch_pool *pool; /* where scratch comes from and goes back */
+  void **scratch;          /* buffers taken from pool, one per call that needed one */
+  size_t *scratch_bytes;
+  int nscratch;
+  enum hc_algo algo;       /* what ran, for logs and benchmarks */
+  enum hc_mem_kind mem;    /* where the buffers live */
+};
+
+/* Scratch buffers of a comm, kept between calls so the hot path does not
+ * fault in fresh pages. Used by one thread at a time. */
+struct hc_scratch_pool;
+hc_result_t hc_scratch_pool_create(struct hc_scratch_pool **out);
+void hc_scratch_pool_destroy(struct hc_scratch_pool *pool); /* takes NULL */
+
+/* What a plan may depend on besides the call. */
+struct hc_plan_ctx {
+  int rank, nranks;
+  enum hc_algo algo;      /* HC_ALGO_AUTO: chosen by size */
+  size_t chunk_bytes;     /* HETCCL_CHUNK_BYTES */
+  size_t ring_threshold;  /* HETCCL_RING_THRESHOLD */
+  int scratch_slots;      /* HETCCL_SCRATCH_SLOTS */
+  struct hc_scratch_pool *pool;
+};
+
+/* Appends the steps of one call to plan (a group appends several calls to
+ * one plan). Allocates scratch as needed; hc_plan_reset frees everything. */
+hc_result_t hc_plan_add(struct hc_plan *plan, const struct hc_plan_ctx *ctx,
+                        const struct hc_coll_args *a);
+void hc_plan_reset(struct hc_plan *plan);
+
+#endif

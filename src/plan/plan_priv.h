@@ -1,0 +1,112 @@
+/* Builder helpers shared by the algorithm files of plan/. */
+#ifndef HC_PLAN_PRIV_H_
+#define HC_PLAN_PRIV_H_
+
+#include "plan.h"
+
+/* A step reference: 1 + step index, 0 = none (see hc_step.deps). */
+typedef int32_t hc_ref_t;
+
+/* Appends a step; returns its reference, or 0 when out of memory (the plan
+ * remembers the failure and hc_plan_add reports it). */
+hc_ref_t hc_plan_push(struct hc_plan *p, struct hc_step s);
+
+#define HC_DEPS(...) .deps = {__VA_ARGS__}
+static inline hc_ref_t hc_push_send(struct hc_plan *p, int peer, const void *src, size_t bytes,
+                                    hc_ref_t d0, hc_ref_t d1) {
+  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SEND, .peer = peer, .src0 = src,
+                                          .count = bytes, HC_DEPS(d0, d1)});
+}
+static inline hc_ref_t hc_push_recv(struct hc_plan *p, int peer, void *dst, size_t bytes,
+                                    hc_ref_t d0, hc_ref_t d1) {
+  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_RECV, .peer = peer, .dst = dst,
+                                          .count = bytes, HC_DEPS(d0, d1)});
+}
+static inline hc_ref_t hc_push_copy(struct hc_plan *p, void *dst, const void *src, size_t bytes,
+                                    hc_ref_t d0, hc_ref_t d1) {
+  if (dst == src) return d0; /* nothing to do: the data is already in place */
+  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_COPY, .dst = dst, .src0 = src,
+                                          .count = bytes, HC_DEPS(d0, d1)});
+}
+/* dst = lo op hi, where lo is the contribution of the lower ranks: every
+ * rank that computes the same element orders the operands the same way. */
+static inline hc_ref_t hc_push_reduce(struct hc_plan *p, void *dst, const void *lo,
+                                      const void *hi, size_t count, enum hc_dtype t,
+                                      enum hc_redop op, hc_ref_t d0, hc_ref_t d1, hc_ref_t d2) {
+  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_REDUCE, .redop = (uint8_t)op,
+                                          .dtype = (uint8_t)t, .dst = dst, .src0 = lo,
+                                          .src1 = hi, .count = count, HC_DEPS(d0, d1, d2)});
+}
+static inline hc_ref_t hc_push_scale(struct hc_plan *p, void *dst, const void *src, size_t count,
+                                     enum hc_dtype t, enum hc_scale_kind kind, hc_ref_t d0,
+                                     hc_ref_t d1) {
+  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SCALE, .redop = (uint8_t)kind,
+                                          .dtype = (uint8_t)t, .dst = dst, .src0 = src,
+                                          .count = count, HC_DEPS(d0, d1)});
+}
+
+/* Scratch of at least bytes from the comm's pool, owned by the plan. */
+void *hc_plan_scratch(struct hc_plan *p, size_t bytes);
+
+/* Block b of a buffer of count elements split over n: first element, length. */
+static inline void hc_block(size_t count, int n, int b, size_t *off, size_t *len) {
+  size_t base = count / (size_t)n, extra = count % (size_t)n;
+  *off = base * (size_t)b + HC_MIN((size_t)b, extra);
+  *len = base + ((size_t)b < extra);
+}
+/* Chunk c of nchunks of a block of len elements. */
+static inline void hc_chunk(size_t len, size_t nchunks, size_t c, size_t *off, size_t *clen) {
+  *off = len * c / nchunks;
+  *clen = len * (c + 1) / nchunks - *off;
+}
+/* Chunks per block so that one chunk of the longest block fits chunk_bytes. */
+static inline size_t hc_nchunks(size_t maxlen, size_t esize, size_t chunk_bytes) {
+  size_t n = HC_DIV_UP(maxlen * esize, chunk_bytes);
+  return n ? n : 1;
+}
+
+#define HC_PTR(base, elems, esize) ((char *)(base) + (size_t)(elems) * (esize))
+
+/* The reduction every algorithm applies step by step: SUM for AVG and
+ * PREMULSUM (their scaling is a separate step). */
+static inline enum hc_redop hc_step_op(enum hc_redop op) {
+  return op == HC_AVG || op == HC_PREMULSUM ? HC_SUM : op;
+}
+
+/* Algorithms. `in` is the data to contribute (the send buffer, or the
+ * pre-scaled copy for PREMULSUM, ready once in_dep is done). Each algorithm
+ * handles its own AVG division (hc_push_avg) where the result is final. */
+struct hc_alg_io {
+  const void *in;
+  void *out;
+  hc_ref_t in_dep;
+};
+hc_result_t hc_ring_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
+                              const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_rd_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
+                            const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_ring_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x,
+                                  const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_ring_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
+                              const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_tree_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x,
+                              const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_chain_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x,
+                               const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_tree_reduce(struct hc_plan *p, const struct hc_plan_ctx *x,
+                           const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_chain_reduce(struct hc_plan *p, const struct hc_plan_ctx *x,
+                            const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_p2p_alltoallv(struct hc_plan *p, const struct hc_plan_ctx *x,
+                             const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_p2p_gather(struct hc_plan *p, const struct hc_plan_ctx *x,
+                          const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_p2p_scatter(struct hc_plan *p, const struct hc_plan_ctx *x,
+                           const struct hc_coll_args *a, struct hc_alg_io io);
+
+/* For AVG, the division of out[0..count) by nranks after dep; otherwise
+ * nothing. Returns the reference after which out is final. */
+hc_ref_t hc_push_avg(struct hc_plan *p, const struct hc_coll_args *a, void *out, size_t count,
+                     int nranks, hc_ref_t dep);
+
+#endif

@@ -1,0 +1,229 @@
+/*
+ * Ring algorithms: reduce-scatter, all-gather, and all-reduce as the two in
+ * sequence. Each rank sends to next = rank+1 and receives from prev =
+ * rank-1 (mod nranks); every step moves one chunk of one block, so a chunk
+ * received at step s is forwarded at step s+1 while later chunks of step s
+ * are still on the wire.
+ *
+ * Reduce-scatter: at step s (0 <= s < n-1) rank r sends block r-1-s and
+ * receives block r-2-s, to which it adds its own contribution; after n-1
+ * steps block r is complete on rank r. Every element is reduced in one
+ * fixed order, on one rank, so all ranks end with identical bits.
+ * All-gather: at step s rank r sends block r-s and receives block r-s-1.
+ */
+#include <stdlib.h>
+
+#include "plan_priv.h"
+
+static int ring_mod(int v, int n) { return ((v % n) + n) % n; }
+
+/* Per (block, chunk): the last step that wrote the chunk in the output, and
+ * the last one that read it (a receive into it must wait for both). */
+struct chunk_refs {
+  hc_ref_t *writer, *reader;
+  size_t nchunks;
+};
+
+static hc_result_t chunk_refs_create(struct chunk_refs *t, int nblocks, size_t nchunks) {
+  t->nchunks = nchunks;
+  t->writer = calloc((size_t)nblocks * nchunks, sizeof(hc_ref_t));
+  t->reader = calloc((size_t)nblocks * nchunks, sizeof(hc_ref_t));
+  if (t->writer == NULL || t->reader == NULL) {
+    free(t->writer);
+    free(t->reader);
+    return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d x %zu chunk records", nblocks, nchunks);
+  }
+  return HC_OK;
+}
+
+static void chunk_refs_destroy(struct chunk_refs *t) {
+  free(t->writer);
+  free(t->reader);
+}
+
+/* Receive slots in the plan's scratch, used round-robin. */
+struct slots {
+  char *base;
+  size_t slot_bytes;
+  int count, next;
+  hc_ref_t *last_user;
+};
+
+static hc_result_t slots_create(struct hc_plan *p, const struct hc_plan_ctx *x, size_t slot_bytes,
+                                struct slots *s) {
+  s->count = x->scratch_slots > 0 ? x->scratch_slots : 1;
+  s->slot_bytes = slot_bytes;
+  s->next = 0;
+  s->base = hc_plan_scratch(p, (size_t)s->count * slot_bytes);
+  s->last_user = calloc((size_t)s->count, sizeof(hc_ref_t));
+  if (s->base == NULL || s->last_user == NULL) {
+    free(s->last_user);
+    return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d receive slots of %zu bytes", s->count, slot_bytes);
+  }
+  return HC_OK;
+}
+
+/* The next slot; *wait is the step that must be done before it is reused. */
+static int slot_take(struct slots *s, void **ptr, hc_ref_t *wait) {
+  int i = s->next;
+  s->next = (s->next + 1) % s->count;
+  *ptr = s->base + (size_t)i * s->slot_bytes;
+  *wait = s->last_user[i];
+  return i;
+}
+
+hc_result_t hc_ring_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
+                              const struct hc_coll_args *a, struct hc_alg_io io) {
+  const int n = x->nranks, r = x->rank;
+  const size_t es = hc_dtype_size(a->dtype);
+  const enum hc_redop op = hc_step_op(a->op);
+  if (n == 1) {
+    hc_ref_t d = hc_push_copy(p, io.out, io.in, a->count * es, io.in_dep, 0);
+    hc_push_avg(p, a, io.out, a->count, n, d);
+    return HC_OK;
+  }
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  const size_t maxlen = HC_DIV_UP(a->count, (size_t)n);
+  const size_t nch = hc_nchunks(maxlen, es, x->chunk_bytes);
+  struct chunk_refs t;
+  struct slots sl;
+  HC_TRY(chunk_refs_create(&t, n, nch));
+  hc_result_t res = slots_create(p, x, HC_DIV_UP(maxlen, nch) * es, &sl);
+  if (res != HC_OK) {
+    chunk_refs_destroy(&t);
+    return res;
+  }
+  size_t boff, blen, coff, clen;
+
+  for (int s = 0; s < n - 1; s++) {
+    const int sb = ring_mod(r - 1 - s, n), rb = ring_mod(r - 2 - s, n);
+    for (size_t c = 0; c < nch; c++) {
+      hc_block(a->count, n, sb, &boff, &blen);
+      hc_chunk(blen, nch, c, &coff, &clen);
+      if (clen) {
+        /* Step 0 sends this rank's raw input, later steps the partial sums. */
+        const void *src = s == 0 ? HC_PTR(io.in, boff + coff, es) : HC_PTR(io.out, boff + coff, es);
+        hc_ref_t ready = s == 0 ? io.in_dep : t.writer[sb * nch + c];
+        t.reader[sb * nch + c] = hc_push_send(p, next, src, clen * es, ready, 0);
+      }
+      hc_block(a->count, n, rb, &boff, &blen);
+      hc_chunk(blen, nch, c, &coff, &clen);
+      if (clen) {
+        void *slot;
+        hc_ref_t slot_free;
+        int si = slot_take(&sl, &slot, &slot_free);
+        hc_ref_t got = hc_push_recv(p, prev, slot, clen * es, slot_free, 0);
+        hc_ref_t red = hc_push_reduce(p, HC_PTR(io.out, boff + coff, es), slot,
+                                      HC_PTR(io.in, boff + coff, es), clen, a->dtype, op, got,
+                                      io.in_dep, 0);
+        t.writer[rb * nch + c] = red;
+        sl.last_user[si] = red;
+      }
+    }
+  }
+  hc_block(a->count, n, r, &boff, &blen);
+  for (size_t c = 0; c < nch; c++) {
+    hc_chunk(blen, nch, c, &coff, &clen);
+    t.writer[r * nch + c] = hc_push_avg(p, a, HC_PTR(io.out, boff + coff, es), clen, n, t.writer[r * nch + c]);
+  }
+  for (int s = 0; s < n - 1; s++) {
+    const int sb = ring_mod(r - s, n), rb = ring_mod(r - s - 1, n);
+    for (size_t c = 0; c < nch; c++) {
+      hc_block(a->count, n, sb, &boff, &blen);
+      hc_chunk(blen, nch, c, &coff, &clen);
+      if (clen)
+        t.reader[sb * nch + c] = hc_push_send(p, next, HC_PTR(io.out, boff + coff, es), clen * es,
+                                              t.writer[sb * nch + c], 0);
+      hc_block(a->count, n, rb, &boff, &blen);
+      hc_chunk(blen, nch, c, &coff, &clen);
+      if (clen)
+        t.writer[rb * nch + c] = hc_push_recv(p, prev, HC_PTR(io.out, boff + coff, es), clen * es,
+                                              t.writer[rb * nch + c], t.reader[rb * nch + c]);
+    }
+  }
+  free(sl.last_user);
+  chunk_refs_destroy(&t);
+  return HC_OK;
+}
+
+hc_result_t hc_ring_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x,
+                                  const struct hc_coll_args *a, struct hc_alg_io io) {
+  const int n = x->nranks, r = x->rank;
+  const size_t es = hc_dtype_size(a->dtype), count = a->count;
+  const enum hc_redop op = hc_step_op(a->op);
+  if (n == 1) {
+    hc_ref_t d = hc_push_copy(p, io.out, io.in, count * es, io.in_dep, 0);
+    hc_push_avg(p, a, io.out, count, n, d);
+    return HC_OK;
+  }
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  const size_t nch = hc_nchunks(count, es, x->chunk_bytes);
+  struct slots sl;
+  HC_TRY(slots_create(p, x, HC_DIV_UP(count, nch) * es, &sl));
+  /* The slot that holds the partial sum of chunk c of the block reduced at
+   * the previous step, which this step forwards. */
+  int *partial_slot = calloc(nch, sizeof(int));
+  hc_ref_t *partial_ref = calloc(nch, sizeof(hc_ref_t));
+  if (partial_slot == NULL || partial_ref == NULL) {
+    free(partial_slot);
+    free(partial_ref);
+    free(sl.last_user);
+    return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %zu chunk records", nch);
+  }
+  size_t coff, clen;
+  for (int s = 0; s < n - 1; s++) {
+    const int sb = ring_mod(r - 1 - s, n), rb = ring_mod(r - 2 - s, n);
+    const bool last = s == n - 2; /* rb == r: the reduction lands in out */
+    for (size_t c = 0; c < nch; c++) {
+      hc_chunk(count, nch, c, &coff, &clen);
+      if (clen == 0) continue;
+      if (s == 0) {
+        hc_push_send(p, next, HC_PTR(io.in, (size_t)sb * count + coff, es), clen * es, io.in_dep, 0);
+      } else {
+        int si = partial_slot[c];
+        sl.last_user[si] = hc_push_send(p, next, sl.base + (size_t)si * sl.slot_bytes, clen * es,
+                                        partial_ref[c], 0);
+      }
+      void *slot;
+      hc_ref_t slot_free;
+      int si = slot_take(&sl, &slot, &slot_free);
+      hc_ref_t got = hc_push_recv(p, prev, slot, clen * es, slot_free, 0);
+      void *dst = last ? HC_PTR(io.out, coff, es) : slot;
+      hc_ref_t red = hc_push_reduce(p, dst, slot, HC_PTR(io.in, (size_t)rb * count + coff, es), clen,
+                                    a->dtype, op, got, io.in_dep, 0);
+      sl.last_user[si] = red;
+      partial_slot[c] = si;
+      partial_ref[c] = last ? hc_push_avg(p, a, dst, clen, n, red) : red;
+    }
+  }
+  free(partial_slot);
+  free(partial_ref);
+  free(sl.last_user);
+  return HC_OK;
+}
+
+hc_result_t hc_ring_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
+                              const struct hc_coll_args *a, struct hc_alg_io io) {
+  const int n = x->nranks, r = x->rank;
+  const size_t es = hc_dtype_size(a->dtype), count = a->count;
+  hc_push_copy(p, HC_PTR(io.out, (size_t)r * count, es), io.in, count * es, io.in_dep, 0);
+  if (n == 1) return HC_OK;
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  const size_t nch = hc_nchunks(count, es, x->chunk_bytes);
+  hc_ref_t *received = calloc(nch, sizeof(hc_ref_t)); /* chunk c of the block received last */
+  if (received == NULL) return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %zu chunk records", nch);
+  size_t coff, clen;
+  for (int s = 0; s < n - 1; s++) {
+    const int sb = ring_mod(r - s, n), rb = ring_mod(r - s - 1, n);
+    for (size_t c = 0; c < nch; c++) {
+      hc_chunk(count, nch, c, &coff, &clen);
+      if (clen == 0) continue;
+      /* Step 0 sends straight from the input: no need to wait for its copy. */
+      if (s == 0) hc_push_send(p, next, HC_PTR(io.in, coff, es), clen * es, io.in_dep, 0);
+      else hc_push_send(p, next, HC_PTR(io.out, (size_t)sb * count + coff, es), clen * es, received[c], 0);
+      received[c] = hc_push_recv(p, prev, HC_PTR(io.out, (size_t)rb * count + coff, es), clen * es, 0, 0);
+    }
+  }
+  free(received);
+  return HC_OK;
+}

@@ -1,0 +1,177 @@
+/*
+ * Latency algorithms (recursive doubling, binomial trees) and pipelined
+ * chains for rooted collectives.
+ *
+ * Virtual rank: v = (rank - root) mod n, so the root is 0. Binomial tree:
+ * v's parent is v minus its lowest set bit; its children are v + m for the
+ * powers of two m below that bit.
+ * Chain: v receives each chunk from v-1 and forwards it to v+1 (broadcast),
+ * or receives from v+1, adds its own and forwards to v-1 (reduce).
+ */
+#include <stdlib.h>
+
+#include "plan_priv.h"
+
+static int real_rank(int v, int root, int n) { return (v + root) % n; }
+
+/* Recursive doubling with the usual fold for non powers of two: of the
+ * first 2*rem ranks, each even one hands its data to the odd one above it
+ * and gets the result back at the end. Partners order their operands by
+ * rank, so both compute the same bits. */
+hc_result_t hc_rd_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
+                            const struct hc_coll_args *a, struct hc_alg_io io) {
+  const int n = x->nranks, r = x->rank;
+  const size_t es = hc_dtype_size(a->dtype), bytes = a->count * es;
+  const enum hc_redop op = hc_step_op(a->op);
+  hc_ref_t cur = hc_push_copy(p, io.out, io.in, bytes, io.in_dep, 0);
+  if (n > 1) {
+    int pof2 = 1;
+    while (pof2 * 2 <= n) pof2 *= 2;
+    const int rem = n - pof2;
+    void *tmp = hc_plan_scratch(p, bytes);
+    if (tmp == NULL) return HC_OK; /* the plan reports out of memory */
+    int newrank;
+    hc_ref_t tmp_free = 0; /* the last step that read tmp */
+    if (r < 2 * rem) {
+      if (r % 2 == 0) {
+        cur = hc_push_send(p, r + 1, io.out, bytes, cur, 0);
+        newrank = -1;
+      } else {
+        hc_ref_t got = hc_push_recv(p, r - 1, tmp, bytes, 0, 0);
+        cur = tmp_free = hc_push_reduce(p, io.out, tmp, io.out, a->count, a->dtype, op, got, cur, 0);
+        newrank = r / 2;
+      }
+    } else {
+      newrank = r - rem;
+    }
+    if (newrank >= 0) {
+      for (int mask = 1; mask < pof2; mask <<= 1) {
+        int newpeer = newrank ^ mask;
+        int peer = newpeer < rem ? newpeer * 2 + 1 : newpeer + rem;
+        hc_ref_t sent = hc_push_send(p, peer, io.out, bytes, cur, 0);
+        hc_ref_t got = hc_push_recv(p, peer, tmp, bytes, tmp_free, 0);
+        const void *lo = peer < r ? tmp : io.out, *hi = peer < r ? io.out : tmp;
+        cur = tmp_free = hc_push_reduce(p, io.out, lo, hi, a->count, a->dtype, op, sent, got, cur);
+      }
+    }
+    if (r < 2 * rem) {
+      if (r % 2 == 1) cur = hc_push_send(p, r - 1, io.out, bytes, cur, 0);
+      else cur = hc_push_recv(p, r + 1, io.out, bytes, cur, 0);
+    }
+  }
+  hc_push_avg(p, a, io.out, a->count, n, cur);
+  return HC_OK;
+}
+
+hc_result_t hc_tree_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x,
+                              const struct hc_coll_args *a, struct hc_alg_io io) {
+  const int n = x->nranks, root = a->root, v = (x->rank - root + n) % n;
+  const size_t bytes = a->count * hc_dtype_size(a->dtype);
+  const void *src = io.in;
+  hc_ref_t ready = io.in_dep;
+  int mask = 1;
+  if (v == 0) {
+    hc_push_copy(p, io.out, io.in, bytes, io.in_dep, 0);
+    while (mask < n) mask <<= 1;
+  } else {
+    while (mask < n && !(v & mask)) mask <<= 1;
+    ready = hc_push_recv(p, real_rank(v - mask, root, n), io.out, bytes, 0, 0);
+    src = io.out;
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1)
+    if (v + mask < n) hc_push_send(p, real_rank(v + mask, root, n), src, bytes, ready, 0);
+  return HC_OK;
+}
+
+hc_result_t hc_chain_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x,
+                               const struct hc_coll_args *a, struct hc_alg_io io) {
+  const int n = x->nranks, root = a->root, v = (x->rank - root + n) % n;
+  const size_t es = hc_dtype_size(a->dtype);
+  const size_t nch = hc_nchunks(a->count, es, x->chunk_bytes);
+  if (v == 0) hc_push_copy(p, io.out, io.in, a->count * es, io.in_dep, 0);
+  for (size_t c = 0; c < nch; c++) {
+    size_t off, len;
+    hc_chunk(a->count, nch, c, &off, &len);
+    if (len == 0) continue;
+    hc_ref_t ready = io.in_dep;
+    const void *src = HC_PTR(io.in, off, es);
+    if (v > 0) {
+      ready = hc_push_recv(p, real_rank(v - 1, root, n), HC_PTR(io.out, off, es), len * es, 0, 0);
+      src = HC_PTR(io.out, off, es);
+    }
+    if (v < n - 1) hc_push_send(p, real_rank(v + 1, root, n), src, len * es, ready, 0);
+  }
+  return HC_OK;
+}
+
+/* Binomial reduce: each rank adds what its children send (one receive
+ * buffer per child, so all of them can arrive at once) and sends the sum to
+ * its parent. Only the root's result is visible, so the order of operands
+ * needs no agreement between ranks. */
+hc_result_t hc_tree_reduce(struct hc_plan *p, const struct hc_plan_ctx *x,
+                           const struct hc_coll_args *a, struct hc_alg_io io) {
+  const int n = x->nranks, root = a->root, v = (x->rank - root + n) % n;
+  const size_t es = hc_dtype_size(a->dtype), bytes = a->count * es;
+  const enum hc_redop op = hc_step_op(a->op);
+  int nchildren = 0;
+  for (int mask = 1; mask < n && !(v & mask); mask <<= 1)
+    if (v + mask < n) nchildren++;
+  void *acc = v == 0 ? io.out : hc_plan_scratch(p, bytes);
+  char *tmp = nchildren ? hc_plan_scratch(p, bytes * (size_t)nchildren) : NULL;
+  if (acc == NULL || (nchildren && tmp == NULL)) return HC_OK; /* the plan reports it */
+  hc_ref_t cur = hc_push_copy(p, acc, io.in, bytes, io.in_dep, 0);
+  int child = 0;
+  for (int mask = 1; mask < n; mask <<= 1) {
+    if (v & mask) {
+      hc_push_send(p, real_rank(v - mask, root, n), acc, bytes, cur, 0);
+      break;
+    }
+    if (v + mask < n) {
+      void *in_child = tmp + (size_t)child++ * bytes;
+      hc_ref_t got = hc_push_recv(p, real_rank(v + mask, root, n), in_child, bytes, 0, 0);
+      cur = hc_push_reduce(p, acc, acc, in_child, a->count, a->dtype, op, got, cur, 0);
+    }
+  }
+  if (v == 0) hc_push_avg(p, a, io.out, a->count, n, cur);
+  return HC_OK;
+}
+
+hc_result_t hc_chain_reduce(struct hc_plan *p, const struct hc_plan_ctx *x,
+                            const struct hc_coll_args *a, struct hc_alg_io io) {
+  const int n = x->nranks, root = a->root, v = (x->rank - root + n) % n;
+  const size_t es = hc_dtype_size(a->dtype);
+  const enum hc_redop op = hc_step_op(a->op);
+  if (n == 1) {
+    hc_ref_t d = hc_push_copy(p, io.out, io.in, a->count * es, io.in_dep, 0);
+    hc_push_avg(p, a, io.out, a->count, n, d);
+    return HC_OK;
+  }
+  const size_t nch = hc_nchunks(a->count, es, x->chunk_bytes);
+  const size_t slot_bytes = HC_DIV_UP(a->count, nch) * es;
+  const int nslots = x->scratch_slots > 0 ? x->scratch_slots : 1;
+  char *slots = v == n - 1 ? NULL : hc_plan_scratch(p, slot_bytes * (size_t)nslots);
+  hc_ref_t *slot_user = calloc((size_t)nslots, sizeof(hc_ref_t));
+  if ((v != n - 1 && slots == NULL) || slot_user == NULL) {
+    free(slot_user);
+    return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for reduce slots");
+  }
+  for (size_t c = 0; c < nch; c++) {
+    size_t off, len;
+    hc_chunk(a->count, nch, c, &off, &len);
+    if (len == 0) continue;
+    const void *mine = HC_PTR(io.in, off, es);
+    if (v == n - 1) {
+      hc_push_send(p, real_rank(v - 1, root, n), mine, len * es, io.in_dep, 0);
+      continue;
+    }
+    int si = (int)(c % (size_t)nslots);
+    void *slot = slots + (size_t)si * slot_bytes;
+    hc_ref_t got = hc_push_recv(p, real_rank(v + 1, root, n), slot, len * es, slot_user[si], 0);
+    void *dst = v == 0 ? HC_PTR(io.out, off, es) : slot;
+    hc_ref_t red = hc_push_reduce(p, dst, mine, slot, len, a->dtype, op, got, io.in_dep, 0);
+    if (v == 0) slot_user[si] = hc_push_avg(p, a, dst, len, n, red);
+    else slot_user[si] = hc_push_send(p, real_rank(v - 1, root, n), slot, len * es, red, 0);
+  }
+  free(slot_user);
+  return HC_OK;
+}

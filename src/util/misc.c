@@ -1,0 +1,72 @@
+/* Clocks, datatype facts, allocation, randomness and dlopen helpers. */
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "util.h"
+
+uint64_t hc_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t hc_deadline_ns(void) {
+  return hc_now_ns() + (uint64_t)hc_param_int(HC_P_TIMEOUT) * 1000000000ull;
+}
+
+static const struct {
+  size_t size;
+  const char *name;
+  bool is_float;
+} dtypes[HC_DTYPE_COUNT] = {
+    [HC_INT8] = {1, "int8", false},      [HC_UINT8] = {1, "uint8", false},
+    [HC_INT32] = {4, "int32", false},    [HC_UINT32] = {4, "uint32", false},
+    [HC_INT64] = {8, "int64", false},    [HC_UINT64] = {8, "uint64", false},
+    [HC_FLOAT16] = {2, "half", true},    [HC_FLOAT32] = {4, "float", true},
+    [HC_FLOAT64] = {8, "double", true},  [HC_BFLOAT16] = {2, "bfloat16", true},
+    [HC_FP8_E4M3] = {1, "f8e4m3", true}, [HC_FP8_E5M2] = {1, "f8e5m2", true},
+};
+
+size_t hc_dtype_size(enum hc_dtype t) { return (unsigned)t < HC_DTYPE_COUNT ? dtypes[t].size : 0; }
+const char *hc_dtype_name(enum hc_dtype t) { return (unsigned)t < HC_DTYPE_COUNT ? dtypes[t].name : "?"; }
+bool hc_dtype_is_float(enum hc_dtype t) { return (unsigned)t < HC_DTYPE_COUNT && dtypes[t].is_float; }
+
+const char *hc_redop_name(enum hc_redop op) {
+  static const char *const names[HC_REDOP_COUNT] = {"sum", "prod", "max", "min", "avg", "mulsum"};
+  return (unsigned)op < HC_REDOP_COUNT ? names[op] : "?";
+}
+
+hc_result_t hc_calloc(void *out_ptr, size_t n, size_t size, const char *what) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  *(void **)out_ptr = p;
+  if (p == NULL) return HC_FAIL(HC_ERR_SYSTEM, "out of host memory allocating %zu x %zu bytes for %s", n, size, what);
+  return HC_OK;
+}
+
+hc_result_t hc_random_bytes(void *buf, size_t n) {
+  uint8_t *p = buf;
+  while (n > 0) {
+    ssize_t got = getrandom(p, n, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return HC_FAIL(HC_ERR_SYSTEM, "getrandom: %s", strerror(errno));
+    }
+    p += got;
+    n -= (size_t)got;
+  }
+  return HC_OK;
+}
+
+void *hc_dl_open(const char *path_or_name, int flags) {
+  void *h = dlopen(path_or_name, flags);
+  if (h == NULL) HC_INFO(HC_UTIL, "dlopen %s: %s", path_or_name, dlerror());
+  return h;
+}
+
+void *hc_dl_sym(void *handle, const char *name) {
+  void *s = dlsym(handle, name);
+  if (s == NULL) HC_INFO(HC_UTIL, "dlsym %s: not found", name);
+  return s;
+}

@@ -1,0 +1,155 @@
+/*
+ * util: results and the last-error text, logging, HETCCL_* parameters,
+ * clocks, datatypes and reduction ops, dlopen and socket helpers.
+ * Knows nothing of the layers above.
+ */
+#ifndef HC_UTIL_H_
+#define HC_UTIL_H_
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Values equal ncclResult_t, so abi/ casts and never translates. */
+typedef enum {
+  HC_OK = 0,
+  HC_ERR_DEVICE = 1,
+  HC_ERR_SYSTEM = 2,
+  HC_ERR_INTERNAL = 3,
+  HC_ERR_ARG = 4,
+  HC_ERR_USAGE = 5,
+  HC_ERR_REMOTE = 6,
+  HC_IN_PROGRESS = 7
+} hc_result_t;
+
+/* Sets this thread's last-error text, logs it at WARN, returns r. */
+hc_result_t hc_fail_at(hc_result_t r, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define HC_FAIL(r, ...) hc_fail_at((r), __FILE__, __LINE__, __VA_ARGS__)
+/* This thread's last-error text ("" when none). */
+const char *hc_last_error(void);
+/* Sets the last-error text without logging (to copy an async error). */
+void hc_set_last_error(const char *text);
+const char *hc_result_str(hc_result_t r);
+
+/* Callers of a failing call only leave a TRACE line: the first place that saw
+ * the failure wrote the message. */
+#define HC_UNWIND(r) HC_TRACE(HC_UTIL, "-> %s", hc_result_str(r))
+#define HC_TRY(call)                                                           \
+  do {                                                                         \
+    hc_result_t r_ = (call);                                                   \
+    if (r_ != HC_OK) {                                                         \
+      HC_UNWIND(r_);                                                           \
+      return r_;                                                               \
+    }                                                                          \
+  } while (0)
+#define HC_TRY_GOTO(call, res, out)                                            \
+  do {                                                                         \
+    (res) = (call);                                                            \
+    if ((res) != HC_OK) {                                                      \
+      HC_UNWIND(res);                                                          \
+      goto out;                                                                \
+    }                                                                          \
+  } while (0)
+/* Retries EINTR, never EAGAIN. */
+#define HC_SYS(call, what)                                                     \
+  do {                                                                         \
+    int s_;                                                                    \
+    do s_ = (call);                                                            \
+    while (s_ == -1 && errno == EINTR);                                        \
+    if (s_ == -1) return HC_FAIL(HC_ERR_SYSTEM, "%s: %s", what, strerror(errno)); \
+  } while (0)
+
+/* ---- logging ---- */
+enum hc_log_level { HC_LOG_NONE = 0, HC_LOG_WARN = 1, HC_LOG_INFO = 2, HC_LOG_TRACE = 3 };
+/* Subsystems, one per layer. */
+enum hc_sys {
+  HC_UTIL = 1, HC_BOOT = 2, HC_DEV = 4, HC_NET = 8, HC_VENDOR = 16,
+  HC_PLAN = 32, HC_EXEC = 64, HC_API = 128, HC_ENV = 256, HC_ALL = 511
+};
+extern atomic_int hc_log_level;
+extern atomic_int hc_log_mask;
+/* Reads HETCCL_DEBUG / HETCCL_DEBUG_SUBSYS once; safe to call often. */
+void hc_log_init(void);
+/* Rank shown in log lines of this thread (-1: none). */
+void hc_log_set_rank(int rank);
+void hc_log_emit(int level, int sys, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+#define HC_LOG(lvl, sys, ...)                                                  \
+  do {                                                                         \
+    if ((lvl) <= atomic_load_explicit(&hc_log_level, memory_order_relaxed) &&  \
+        ((sys) & atomic_load_explicit(&hc_log_mask, memory_order_relaxed)))    \
+      hc_log_emit((lvl), (sys), __FILE__, __LINE__, __VA_ARGS__);              \
+  } while (0)
+#define HC_WARN(sys, ...) HC_LOG(HC_LOG_WARN, sys, __VA_ARGS__)
+#define HC_INFO(sys, ...) HC_LOG(HC_LOG_INFO, sys, __VA_ARGS__)
+#define HC_TRACE(sys, ...) HC_LOG(HC_LOG_TRACE, sys, __VA_ARGS__)
+#define HC_WARN_ONCE(sys, ...)                                                 \
+  do {                                                                         \
+    static atomic_flag once_ = ATOMIC_FLAG_INIT;                               \
+    if (!atomic_flag_test_and_set(&once_)) HC_WARN(sys, __VA_ARGS__);          \
+  } while (0)
+
+/* ---- parameters: src/util/params.def is the one table ---- */
+enum hc_param_type { HC_PT_STR, HC_PT_INT, HC_PT_SIZE, HC_PT_BOOL };
+enum hc_param {
+#define HC_PARAM(name, type, def, doc) HC_P_##name,
+#include "params.def"
+#undef HC_PARAM
+  HC_P_COUNT
+};
+struct hc_param_desc {
+  const char *name; /* without the HETCCL_ prefix */
+  enum hc_param_type type;
+  const char *def;
+  const char *doc;
+};
+extern const struct hc_param_desc hc_param_table[HC_P_COUNT];
+/* Parses every set HETCCL_* variable once; a value that does not parse fails
+ * with HC_ERR_USAGE naming the variable. Called by every init path. */
+hc_result_t hc_params_load(void);
+int64_t hc_param_int(enum hc_param p);     /* INT, SIZE, BOOL */
+const char *hc_param_str(enum hc_param p); /* STR; never NULL */
+/* Parsers shared by params and tools: "4M", "1G", "512" -> bytes. */
+hc_result_t hc_parse_size(const char *s, int64_t *out);
+hc_result_t hc_parse_int(const char *s, int64_t *out);
+hc_result_t hc_parse_bool(const char *s, int64_t *out);
+/* For tests and hetccl-info: drop the cache so the next read re-parses. */
+void hc_params_reset(void);
+
+/* ---- clocks ---- */
+uint64_t hc_now_ns(void); /* CLOCK_MONOTONIC */
+/* Absolute deadline HETCCL_TIMEOUT seconds from now. */
+uint64_t hc_deadline_ns(void);
+
+/* ---- datatypes and reduction ops (values of ncclDataType_t / ncclRedOp_t) ---- */
+enum hc_dtype {
+  HC_INT8 = 0, HC_UINT8, HC_INT32, HC_UINT32, HC_INT64, HC_UINT64,
+  HC_FLOAT16, HC_FLOAT32, HC_FLOAT64, HC_BFLOAT16, HC_FP8_E4M3, HC_FP8_E5M2,
+  HC_DTYPE_COUNT
+};
+enum hc_redop { HC_SUM = 0, HC_PROD, HC_MAX, HC_MIN, HC_AVG, HC_PREMULSUM, HC_REDOP_COUNT };
+size_t hc_dtype_size(enum hc_dtype t);
+const char *hc_dtype_name(enum hc_dtype t); /* nccl-tests' names: "float", "half", ... */
+const char *hc_redop_name(enum hc_redop op);
+bool hc_dtype_is_float(enum hc_dtype t);
+
+/* ---- small helpers ---- */
+#define HC_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define HC_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define HC_DIV_UP(a, b) (((a) + (b) - 1) / (b))
+#define HC_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Calls calloc and fails with a message naming what. */
+hc_result_t hc_calloc(void *out_ptr, size_t n, size_t size, const char *what);
+/* 16 random bytes or more from getrandom(). */
+hc_result_t hc_random_bytes(void *buf, size_t n);
+
+/* dlopen helpers: a missing library is an INFO line, never a crash. */
+void *hc_dl_open(const char *path_or_name, int flags);
+void *hc_dl_sym(void *handle, const char *name);
+
+#endif /* HC_UTIL_H_ */
