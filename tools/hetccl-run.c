@@ -28,7 +28,9 @@
  * reaches a rank once (through us), and a signal from us reaches the rank's
  * own children too. If hetccl-run itself is killed, the ranks get SIGKILL
  * (PR_SET_PDEATHSIG). Whatever a rank leaves behind in its process group is
- * killed once all ranks have exited.
+ * killed once all ranks have exited; hetccl-run is a child subreaper, so it
+ * also reaps those leftovers (no zombies, even under a pid 1 that does not
+ * reap).
  *
  * Exit status: 0 when every rank exited 0; else the first failure's exit
  * code, or 128+signal for a rank killed by a signal; 124 on --timeout;
@@ -88,6 +90,7 @@ static int sig_pipe[2] = {-1, -1};
 static struct rank *ranks;
 static int nranks, prefix_width = 1;
 static bool out_broken[3]; /* our stdout / stderr gave EPIPE or similar */
+static bool pipe_ignored;  /* SIGPIPE was ignored when we started */
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -281,8 +284,15 @@ static void set_env_int(const char *var, long v) {
  * safe here too). Never returns. */
 static void child_exec(int r, pid_t parent, const sigset_t *old_mask, int out_w, int err_w,
                        const struct rank_env *envs, int nenvs, char **argv) {
-  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGALRM};
-  for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) signal(sigs[i], SIG_DFL);
+  /* Caught signals become default again at exec anyway; reset them now so
+   * that none runs our handler here. Ignored ones stay ignored. */
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+  struct sigaction cur;
+  for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+    sigaction(sigs[i], NULL, &cur);
+    if (cur.sa_handler != SIG_IGN) signal(sigs[i], SIG_DFL);
+  }
+  if (!pipe_ignored) signal(SIGPIPE, SIG_DFL);
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(126); /* the launcher died before prctl */
@@ -357,7 +367,7 @@ int main(int argc, char **argv) {
   long n = 0;
   const char *addr = "127.0.0.1";
   double timeout_s = 0;
-  struct rank_env *envs = NULL;
+  struct rank_env envs[argc]; /* at most one per argument */
   int nenvs = 0;
   int c;
   /* "+": options end at the program name, whose own options stay its own. */
@@ -400,19 +410,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "hetccl-run: --rank-env %s: bad rank\n", optarg);
         return 2;
       }
-      struct rank_env *grown = realloc(envs, (size_t)(nenvs + 1) * sizeof(*envs));
-      if (grown == NULL) {
-        fprintf(stderr, "hetccl-run: out of memory\n");
-        return 1;
-      }
-      envs = grown;
+      *eq = 0; /* argv is ours to edit: VAR ends here */
       envs[nenvs].rank = (int)r;
-      envs[nenvs].var = strndup(colon + 1, (size_t)(eq - colon - 1));
+      envs[nenvs].var = colon + 1;
       envs[nenvs].value = eq + 1;
-      if (envs[nenvs].var == NULL) {
-        fprintf(stderr, "hetccl-run: out of memory\n");
-        return 1;
-      }
       nenvs++;
       break;
     }
@@ -467,6 +468,9 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof(other_launchers) / sizeof(other_launchers[0]); i++)
     unsetenv(other_launchers[i]);
 
+  /* Orphans of the ranks' children become ours, so we reap them: no
+   * zombies even where pid 1 does not reap. */
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   ranks = calloc((size_t)nranks, sizeof(*ranks));
   struct pollfd *pfds = calloc((size_t)nranks * 2 + 1, sizeof(*pfds));
   int *pfd_rank = calloc((size_t)nranks * 2 + 1, sizeof(*pfd_rank));
@@ -474,12 +478,19 @@ int main(int argc, char **argv) {
     fprintf(stderr, "hetccl-run: out of memory or descriptors\n");
     return 1;
   }
-  signal(SIGPIPE, SIG_IGN);
-  struct sigaction sa = {.sa_handler = on_signal};
+  /* A signal we were started with ignored (nohup, a background job) stays
+   * ignored, here and in the ranks; the others are caught and forwarded. */
+  struct sigaction sa = {.sa_handler = on_signal}, prev;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
   static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
-  for (size_t i = 0; i < sizeof(caught) / sizeof(caught[0]); i++) sigaction(caught[i], &sa, NULL);
+  for (size_t i = 0; i < sizeof(caught) / sizeof(caught[0]); i++) {
+    sigaction(caught[i], NULL, &prev);
+    if (prev.sa_handler != SIG_IGN || caught[i] == SIGCHLD) sigaction(caught[i], &sa, NULL);
+  }
+  sigaction(SIGPIPE, NULL, &prev);
+  pipe_ignored = prev.sa_handler == SIG_IGN;
+  signal(SIGPIPE, SIG_IGN);
 
   for (int r = 0; r < nranks; r++) {
     if (!start_rank(r, envs, nenvs, argv + optind)) {
@@ -490,7 +501,7 @@ int main(int argc, char **argv) {
   }
 
   int alive = nranks, exit_code = 0;
-  bool terminating = false, timed_out = false, swept = false;
+  bool terminating = false, timed_out = false, swept = false, no_children = false;
   uint64_t start = now_ns();
   uint64_t timeout_at = timeout_s > 0 ? start + (uint64_t)(timeout_s * 1e9) : NEVER;
   uint64_t kill_at = NEVER, drain_until = NEVER;
@@ -501,7 +512,12 @@ int main(int argc, char **argv) {
      * found at one moment, the lowest rank counts as the first. */
     int st, failed_rank = -1, failed_status = 0;
     pid_t pid;
-    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+    while ((pid = waitpid(-1, &st, WNOHANG)) != 0) {
+      if (pid < 0) {
+        if (errno == ECHILD) no_children = true;
+        if (errno != EINTR) break;
+        continue;
+      }
       int r = 0;
       while (r < nranks && ranks[r].pid != pid) r++;
       if (r == nranks || !ranks[r].alive) continue;
@@ -567,7 +583,7 @@ int main(int argc, char **argv) {
         pfds[npfd++] = (struct pollfd){.fd = ranks[r].out[k].fd, .events = POLLIN};
       }
     }
-    if (alive == 0 && (npfd == 1 || now >= drain_until)) break;
+    if (alive == 0 && ((npfd == 1 && no_children) || now >= drain_until)) break;
 
     uint64_t wake = timeout_at < kill_at ? timeout_at : kill_at;
     if (drain_until < wake) wake = drain_until;
@@ -601,7 +617,5 @@ int main(int argc, char **argv) {
   free(pfds);
   free(pfd_rank);
   free(ranks);
-  for (int i = 0; i < nenvs; i++) free(envs[i].var);
-  free(envs);
   return timed_out ? 124 : exit_code;
 }

@@ -11,17 +11,20 @@
  *   UB); MAX and MIN compare in the declared signedness.
  * - fp16, bf16 and fp8 are widened to float per element, combined in float
  *   and rounded back to nearest-even once per step, as CUDA's
- *   __float2half(__half2float(a) + __half2float(b)).
+ *   __float2half(__half2float(a) + __half2float(b)). Float carries more than
+ *   twice their precision plus two bits, so for +, * and / this equals
+ *   rounding the exact result once (what __hadd / __hmul give).
  * - fp16 and bf16 overflow to inf (IEEE). fp8 saturates to its largest finite
  *   value, inf included (__NV_SATFINITE); NaN stays NaN.
  * - Float MAX/MIN follow fmaxf/fminf (what NCCL's kernels call): when one
  *   operand is NaN the other is returned, so a NaN only survives when both
  *   are NaN. The sign of an equal pair of zeros is unspecified, as fmaxf's.
  *
- * The conversions never compute with denormal floats, so a caller that set
- * flush-to-zero / denormals-are-zero (torch.set_flush_denormal) still gets
- * exact subnormals of the narrow types; selects are masks, not branches, so
- * the conversion loops vectorise.
+ * The fp16 and fp8 conversions never compute with denormal floats, so a
+ * caller that set flush-to-zero / denormals-are-zero
+ * (torch.set_flush_denormal) still gets their subnormals exactly. (bf16
+ * subnormals are float subnormals and follow that mode, as on the GPU.)
+ * Selects are masks, not branches, so the conversion loops vectorise.
  *
  * Invariant: dst may equal a source pointer exactly, never overlap it
  * partially. The loops are written without restrict; gcc's runtime alias

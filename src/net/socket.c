@@ -30,6 +30,11 @@
  * back to its other peers. */
 #define HC_SOCK_HANDSHAKE_NS (5ull * 1000000000ull)
 #define HC_SOCK_HELLO_BYTES 24
+/* The client's first record in auth.h's handshake: {magic u32, purpose u32,
+ * nonce[16]}. An accepted fd waits (SO_RCVLOWAT) until that much is there,
+ * so that a client that sends a few bytes and stalls never holds the
+ * accepting rank inside a blocking handshake. */
+#define HC_SOCK_AUTH_HELLO_BYTES 24
 /* wait_blocking() sleeps in slices this long so that abort is seen. */
 #define HC_SOCK_SLICE_MS 100
 
@@ -189,6 +194,13 @@ static hc_result_t serve_one_blocking(struct hc_sock_ctx *ctx, int fd) {
     close(fd);
     return HC_OK;
   }
+  /* Back to the default: receives of data must wake up for a single byte. */
+  int one = 1;
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(one)) != 0) {
+    close(fd);
+    return hc_net_socket_conn_fail(c, HC_FAIL(HC_ERR_SYSTEM, "socket: SO_RCVLOWAT on stream %u from rank %d: %s",
+                                              h.stream, peer, strerror(errno)));
+  }
   st->fd = fd;
   st->state = HC_SOCK_UP;
   c->n_up++;
@@ -206,10 +218,13 @@ static hc_result_t accept_progress_blocking(struct hc_sock_ctx *ctx) {
       if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
       return HC_FAIL(HC_ERR_SYSTEM, "socket: rank %d: accept: %s", ctx->rank, strerror(errno));
     }
+    int lowat = HC_SOCK_AUTH_HELLO_BYTES;
     if (hc_sock_tune(fd) != HC_OK) {
       close(fd); /* hc_sock_tune wrote the WARN */
       continue;
     }
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat)) != 0)
+      HC_TRACE(HC_NET, "socket: SO_RCVLOWAT: %s; a slow client may hold up the handshake", strerror(errno));
     if (ctx->n_pending == ctx->cap_pending) {
       int cap = HC_MAX(8, 2 * ctx->cap_pending);
       struct hc_sock_pending *p = realloc(ctx->pending, (size_t)cap * sizeof(*p));
@@ -268,6 +283,9 @@ static hc_result_t client_start(struct hc_sock_conn *c, struct hc_sock_stream *s
   int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return HC_FAIL(HC_ERR_SYSTEM, "socket: connecting to rank %d: socket(): %s", c->peer, strerror(errno));
   hc_result_t r = hc_sock_tune(fd);
+#ifdef HC_SOCK_EXPERIMENT_BUF
+  { int b_ = HC_SOCK_EXPERIMENT_BUF; setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b_, sizeof(b_)); setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b_, sizeof(b_)); }
+#endif
   if (r != HC_OK) {
     close(fd);
     return r;
@@ -376,6 +394,9 @@ static hc_result_t sock_open(const struct hc_net_args *a, struct hc_net_caps *ca
   HC_TRY_GOTO(hc_calloc(&ctx->conns, (size_t)a->nranks, sizeof(ctx->conns[0]), "socket connections"), r, fail);
   HC_TRY_GOTO(hc_sock_local_addr(&local, ctx->ifname, sizeof(ctx->ifname)), r, fail);
   HC_TRY_GOTO(hc_sock_listen(&local, &ctx->listen_fd, &ctx->addr), r, fail);
+#ifdef HC_SOCK_EXPERIMENT_BUF
+  { int b_ = HC_SOCK_EXPERIMENT_BUF; setsockopt(ctx->listen_fd, SOL_SOCKET, SO_SNDBUF, &b_, sizeof(b_)); setsockopt(ctx->listen_fd, SOL_SOCKET, SO_RCVBUF, &b_, sizeof(b_)); }
+#endif
   struct hc_sock_handle h = {.magic = HC_SOCK_MAGIC, .addr = ctx->addr};
   memset(handle, 0, sizeof(*handle));
   memcpy(handle->bytes, &h, sizeof(h));

@@ -388,8 +388,10 @@ hc_result_t hc_sock_send_blocking(int fd, const void *buf, size_t n, uint64_t de
                                   const atomic_bool *abort_flag) {
   const char *p = buf;
   char who[80];
+  /* Named now: once the peer resets the connection getpeername() fails. */
+  if (n > 0) peer_str(fd, who, sizeof(who));
   while (n > 0) {
-    if (aborted(abort_flag)) return HC_FAIL(HC_ERR_REMOTE, "send to %s: aborted", peer_str(fd, who, sizeof(who)));
+    if (aborted(abort_flag)) return HC_FAIL(HC_ERR_REMOTE, "send to %s: aborted", who);
     ssize_t w = send(fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (w > 0) {
       p += w;
@@ -401,10 +403,9 @@ hc_result_t hc_sock_send_blocking(int fd, const void *buf, size_t n, uint64_t de
     if (w < 0 && (e == EAGAIN || e == EWOULDBLOCK)) {
       short rev;
       enum wait_status st = wait_slice(fd, POLLOUT, deadline_ns, abort_flag, &rev);
-      if (st != WAIT_OK) return wait_fail(st, "send to", peer_str(fd, who, sizeof(who)));
+      if (st != WAIT_OK) return wait_fail(st, "send to", who);
       continue;
     }
-    peer_str(fd, who, sizeof(who));
     if (e == EPIPE || e == ECONNRESET || e == ENOTCONN || e == ETIMEDOUT || e == EHOSTUNREACH)
       return HC_FAIL(HC_ERR_REMOTE, "send to %s: connection lost (%s)", who, strerror(e));
     return HC_FAIL(HC_ERR_SYSTEM, "send to %s: %s", who, strerror(e));
@@ -416,8 +417,9 @@ hc_result_t hc_sock_recv_blocking(int fd, void *buf, size_t n, uint64_t deadline
                                   const atomic_bool *abort_flag) {
   char *p = buf;
   char who[80];
+  if (n > 0) peer_str(fd, who, sizeof(who));
   while (n > 0) {
-    if (aborted(abort_flag)) return HC_FAIL(HC_ERR_REMOTE, "receive from %s: aborted", peer_str(fd, who, sizeof(who)));
+    if (aborted(abort_flag)) return HC_FAIL(HC_ERR_REMOTE, "receive from %s: aborted", who);
     ssize_t got = recv(fd, p, n, MSG_DONTWAIT);
     if (got > 0) {
       p += got;
@@ -425,17 +427,15 @@ hc_result_t hc_sock_recv_blocking(int fd, void *buf, size_t n, uint64_t deadline
       continue;
     }
     if (got == 0)
-      return HC_FAIL(HC_ERR_REMOTE, "receive from %s: connection closed by the peer (%zu bytes missing)",
-                     peer_str(fd, who, sizeof(who)), n);
+      return HC_FAIL(HC_ERR_REMOTE, "receive from %s: connection closed by the peer (%zu bytes short)", who, n);
     int e = errno;
     if (e == EINTR) continue;
     if (e == EAGAIN || e == EWOULDBLOCK) {
       short rev;
       enum wait_status st = wait_slice(fd, POLLIN, deadline_ns, abort_flag, &rev);
-      if (st != WAIT_OK) return wait_fail(st, "receive from", peer_str(fd, who, sizeof(who)));
+      if (st != WAIT_OK) return wait_fail(st, "receive from", who);
       continue;
     }
-    peer_str(fd, who, sizeof(who));
     if (e == ECONNRESET || e == ENOTCONN || e == ETIMEDOUT || e == EHOSTUNREACH)
       return HC_FAIL(HC_ERR_REMOTE, "receive from %s: connection lost (%s)", who, strerror(e));
     return HC_FAIL(HC_ERR_SYSTEM, "receive from %s: %s", who, strerror(e));

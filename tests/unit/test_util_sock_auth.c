@@ -397,6 +397,8 @@ static void *peer_thread(void *arg) {
     shutdown(p->fd, SHUT_RDWR);
     break;
   }
+  /* As every caller does: a failed handshake drops the connection. */
+  if (p->r != HC_OK) shutdown(p->fd, SHUT_RDWR);
   return NULL;
 }
 
