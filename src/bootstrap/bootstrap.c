@@ -56,6 +56,7 @@
  * that connects and stays silent holds up the root (or a ring listener) no
  * longer than this, while a real rank does both within milliseconds. */
 #define HANDSHAKE_NS (5ull * 1000000000ull)
+#define ROOT_GRACE_NS (500ull * 1000000ull)
 
 struct hc_bootstrap {
   int rank, nranks;
@@ -340,7 +341,20 @@ static void *root_main(void *arg) {
     root_drop_leavers(rt, p, rank_of, np);
     if (!(p[0].revents & POLLIN)) continue;
     int fd = accept4(rt->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) continue; /* the peer gave up already, or EMFILE: try again next slice */
+    if (fd < 0) {
+      /* Out of fds: the connection stays queued; retry after a pause
+       * rather than spin on a listener that stays readable. */
+      if (errno == EMFILE || errno == ENFILE) {
+        HC_WARN(HC_BOOT, "bootstrap root %s: accept: %s", rt->where, strerror(errno));
+        poll(NULL, 0, 100);
+      }
+      continue;
+    }
+    /* Keepalive notices a waiting rank whose host died. */
+    if (hc_sock_tune(fd) != HC_OK) {
+      close(fd);
+      continue;
+    }
     if (root_take(rt, fd)) break;
   }
   free(p);
@@ -374,7 +388,7 @@ static hc_result_t root_start(int listen_fd, const union hc_sockaddr *where, con
     root_free(rt);
     return HC_FAIL(HC_ERR_SYSTEM, "bootstrap root %s: cannot start its thread: %s", where_s, strerror(e));
   }
-  HC_INFO(HC_BOOT, "bootstrap root listening on %s", rt->where);
+  HC_INFO(HC_BOOT, "bootstrap root up at %s", rt->where);
   return HC_OK;
 }
 
@@ -410,20 +424,31 @@ hc_result_t hc_bootstrap_id_from_addr(const char *host, int port, const uint8_t 
     return HC_FAIL(HC_ERR_USAGE, "bootstrap: root port %d of host \"%s\" must be 1..65535", port, host);
   HC_TRY(hc_sock_resolve(host, port, &addr));
   if (start_root) {
-    /* A name may resolve to an address of a NAT or a load balancer in front
-     * of this host: then listen on every address, on the same port. */
+    /* Other hosts may reach us by another address than the one this host
+     * resolves the name to: a NAT or load balancer in front of it, or the
+     * 127.0.1.1 that Debian's /etc/hosts gives the host's own name while
+     * DNS gives everyone else the real one. Then listen on every address,
+     * on the same port. */
     union hc_sockaddr bind_addr = addr;
-    if (!addr_is_local(&addr)) {
+    bool loopback = addr.sa.sa_family == AF_INET ? (ntohl(addr.sin.sin_addr.s_addr) >> 24) == 127
+                                                 : IN6_IS_ADDR_LOOPBACK(&addr.sin6.sin6_addr);
+    if (loopback || !addr_is_local(&addr)) {
       char buf[80];
-      HC_INFO(HC_BOOT, "bootstrap: %s (%s) is not an address of this host; root listens on all addresses", host,
-              hc_sock_str(&addr, buf, sizeof(buf)));
+      HC_INFO(HC_BOOT, "bootstrap: %s (%s) is %s; the root listens on all addresses", host,
+              hc_sock_str(&addr, buf, sizeof(buf)), loopback ? "a loopback address" : "not an address of this host");
       memset(&bind_addr, 0, sizeof(bind_addr));
       bind_addr.sa.sa_family = addr.sa.sa_family;
       if (addr.sa.sa_family == AF_INET) bind_addr.sin.sin_port = htons((uint16_t)port);
       else bind_addr.sin6.sin6_port = htons((uint16_t)port);
     }
     int fd;
-    HC_TRY(hc_sock_listen(&bind_addr, &fd, NULL));
+    hc_result_t r = hc_sock_listen(&bind_addr, &fd, NULL);
+    if (r != HC_OK) {
+      char cause[512];
+      snprintf(cause, sizeof(cause), "%s", hc_last_error());
+      return HC_FAIL(r, "bootstrap: cannot start the root for %s port %d (another job on that port?): %s", host,
+                     port, cause);
+    }
     HC_TRY(root_start(fd, &addr, secret));
   }
   id_encode(id, &addr, secret);
@@ -460,8 +485,10 @@ static hc_result_t join_root(struct hc_bootstrap *b, const union hc_sockaddr *ro
   HC_TRY_GOTO(hc_auth_client_blocking(fd, secret, HC_AUTH_BOOT_ROOT, deadline_ns, b->abort_flag), r, out);
   HC_TRY_GOTO(hc_sock_send_blocking(fd, hello, sizeof(hello), deadline_ns, b->abort_flag), r, out);
   /* The root answers once every rank has arrived, so this wait is the
-   * rendezvous itself. */
-  r = hc_sock_recv_blocking(fd, reply, sizeof(reply), deadline_ns, b->abort_flag);
+   * rendezvous itself. It gets a short grace past our deadline: the root's
+   * deadline is about the same, and its answer names the missing ranks,
+   * which our own timeout could not. */
+  r = hc_sock_recv_blocking(fd, reply, sizeof(reply), deadline_ns + ROOT_GRACE_NS, b->abort_flag);
   if (r != HC_OK) {
     char cause[512];
     snprintf(cause, sizeof(cause), "%s", hc_last_error());
@@ -473,7 +500,7 @@ static hc_result_t join_root(struct hc_bootstrap *b, const union hc_sockaddr *ro
   reply[REPLY_BYTES - 1] = 0;
   if (status != HC_OK) {
     hc_result_t code = status <= HC_ERR_REMOTE ? (hc_result_t)status : HC_ERR_REMOTE;
-    r = HC_FAIL(code, "bootstrap rank %d of %d: the root %s refused the rendezvous: %s", b->rank, b->nranks, where,
+    r = HC_FAIL(code, "bootstrap rank %d of %d: the root %s ended the rendezvous: %s", b->rank, b->nranks, where,
                 (const char *)reply + 4 + ADDR_BYTES);
     goto out;
   }

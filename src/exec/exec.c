@@ -21,10 +21,12 @@ struct job_state {
   int *succ_start, *succ;  /* CSR: steps that depend on step i */
   int *ready, nready;      /* local steps whose dependencies are done */
   void **req;              /* per step: the transport request while in flight */
-  int *inflight, ninflight;
-  /* Queues, one per (peer, direction) that has transfers: */
+  /* Queues, one per (peer, direction) that has transfers, in plan order.
+   * Items [q_tail, q_head) are posted and in flight, [q_head, q_end) wait.
+   * A transport completes a queue's requests in order, so only the oldest
+   * in-flight one needs testing. */
   int nqueues;
-  int *q_peer, *q_dir, *q_head, *q_end; /* q_head/q_end index q_items */
+  int *q_peer, *q_dir, *q_tail, *q_head, *q_end; /* indices into q_items */
   int *q_items;
   hc_result_t result;
 };
@@ -39,9 +41,9 @@ static void job_state_destroy(struct job_state *st) {
   free(st->succ);
   free(st->ready);
   free(st->req);
-  free(st->inflight);
   free(st->q_peer);
   free(st->q_dir);
+  free(st->q_tail);
   free(st->q_head);
   free(st->q_end);
   free(st->q_items);
@@ -60,8 +62,7 @@ static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *s
   st->succ_start = calloc((size_t)n + 2, sizeof(int));
   st->ready = calloc((size_t)n + 1, sizeof(int));
   st->req = calloc((size_t)n + 1, sizeof(void *));
-  st->inflight = calloc((size_t)n + 1, sizeof(int));
-  if (!qsize || !qid || !st->pending_deps || !st->succ_start || !st->ready || !st->req || !st->inflight)
+  if (!qsize || !qid || !st->pending_deps || !st->succ_start || !st->ready || !st->req)
     goto oom;
   int nedges = 0, ntransfers = 0;
   for (int i = 0; i < n; i++) {
@@ -94,17 +95,18 @@ static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *s
   for (int q = 0; q < nr * 2; q++) st->nqueues += qsize[q] > 0;
   st->q_peer = calloc((size_t)st->nqueues + 1, sizeof(int));
   st->q_dir = calloc((size_t)st->nqueues + 1, sizeof(int));
+  st->q_tail = calloc((size_t)st->nqueues + 1, sizeof(int));
   st->q_head = calloc((size_t)st->nqueues + 1, sizeof(int));
   st->q_end = calloc((size_t)st->nqueues + 1, sizeof(int));
   st->q_items = calloc((size_t)ntransfers + 1, sizeof(int));
-  if (!st->q_peer || !st->q_dir || !st->q_head || !st->q_end || !st->q_items) goto oom;
+  if (!st->q_peer || !st->q_dir || !st->q_tail || !st->q_head || !st->q_end || !st->q_items) goto oom;
   int nq = 0, at = 0;
   for (int q = 0; q < nr * 2; q++) {
     if (qsize[q] == 0) continue;
     qid[q] = nq;
     st->q_peer[nq] = q / 2;
     st->q_dir[nq] = q % 2;
-    st->q_head[nq] = st->q_end[nq] = at;
+    st->q_tail[nq] = st->q_head[nq] = st->q_end[nq] = at;
     at += qsize[q];
     nq++;
   }
@@ -172,8 +174,8 @@ static hc_result_t match_self(struct job_state *st, bool *moved) {
       return HC_FAIL(HC_ERR_USAGE, "rank %d: mismatched counts: sends %zu bytes to itself, receives %zu",
                      me, send->count, recv->count);
     HC_TRY(st->dev->copy(recv->dst, send->src0, send->count, NULL));
-    st->q_head[qs]++;
-    st->q_head[qr]++;
+    st->q_tail[qs] = ++st->q_head[qs];
+    st->q_tail[qr] = ++st->q_head[qr];
     step_done(st, si);
     step_done(st, ri);
     *moved = true;
@@ -207,29 +209,26 @@ static hc_result_t job_progress(struct job_state *st, bool *moved) {
       const struct hc_step *s = &p->steps[i];
       if (st->q_dir[q] == DIR_SEND) HC_TRY(l->net->isend(l->conn, s->src0, s->count, &st->req[i]));
       else HC_TRY(l->net->irecv(l->conn, s->dst, s->count, &st->req[i]));
-      st->inflight[st->ninflight++] = i;
       st->q_head[q]++;
       *moved = true;
     }
-  }
-  for (int k = 0; k < st->ninflight;) {
-    int i = st->inflight[k], done = 0;
-    HC_TRY(links->peer[p->steps[i].peer].net->test(st->req[i], &done));
-    if (!done) {
-      k++;
-      continue;
+    while (st->q_tail[q] < st->q_head[q]) {
+      int i = st->q_items[st->q_tail[q]], done = 0;
+      HC_TRY(links->peer[st->q_peer[q]].net->test(st->req[i], &done));
+      if (!done) break;
+      st->req[i] = NULL;
+      st->q_tail[q]++;
+      step_done(st, i);
+      *moved = true;
     }
-    st->req[i] = NULL;
-    st->inflight[k] = st->inflight[--st->ninflight];
-    step_done(st, i);
-    *moved = true;
   }
   return HC_OK;
 }
 
 /* A peer this job still waits for, to name in a timeout message. */
 static int awaited_peer(const struct job_state *st) {
-  if (st->ninflight > 0) return st->job->plan->steps[st->inflight[0]].peer;
+  for (int q = 0; q < st->nqueues; q++)
+    if (st->q_tail[q] < st->q_head[q]) return st->q_peer[q];
   for (int q = 0; q < st->nqueues; q++)
     if (st->q_head[q] < st->q_end[q] && st->q_peer[q] != st->job->links->rank) return st->q_peer[q];
   return -1;

@@ -102,6 +102,7 @@ hc_result_t hc_params_load(void) {
   pthread_mutex_lock(&params_lock);
   hc_result_t r = params_parsed ? HC_OK : parse_all_locked();
   pthread_mutex_unlock(&params_lock);
+  hc_log_init(); /* the log level is a parameter too */
   return r;
 }
 

@@ -42,8 +42,10 @@ const char *hc_sock_str(const union hc_sockaddr *a, char *buf, size_t len) {
     inet_ntop(AF_INET, &a->sin.sin_addr, host, sizeof(host));
     snprintf(buf, len, "%s:%d", host, hc_sock_port(a));
   } else if (a->sa.sa_family == AF_INET6) {
+    char scope[IF_NAMESIZE + 1] = "";
     inet_ntop(AF_INET6, &a->sin6.sin6_addr, host, sizeof(host));
-    snprintf(buf, len, "[%s]:%d", host, hc_sock_port(a));
+    if (a->sin6.sin6_scope_id != 0 && if_indextoname(a->sin6.sin6_scope_id, scope + 1) != NULL) scope[0] = '%';
+    snprintf(buf, len, "[%s%s]:%d", host, scope, hc_sock_port(a));
   } else if (a->sa.sa_family == AF_UNIX) {
     snprintf(buf, len, "local socket");
   } else {
@@ -97,8 +99,12 @@ hc_result_t hc_sock_resolve(const char *host, int port, union hc_sockaddr *out) 
     snprintf(name, sizeof(name), "%s", host);
   }
   if (name[0] == 0) return HC_FAIL(HC_ERR_ARG, "empty host name");
+  /* HETCCL_SOCKET_FAMILY picks among a name's addresses; a literal is
+   * taken as written. */
   int family;
   HC_TRY(param_family(&family));
+  struct in6_addr probe;
+  if (inet_pton(AF_INET, name, &probe) == 1 || inet_pton(AF_INET6, name, &probe) == 1) family = AF_UNSPEC;
   struct addrinfo hints = {.ai_family = family, .ai_socktype = SOCK_STREAM}, *res = NULL;
   int rc = getaddrinfo(name, NULL, &hints, &res);
   if (rc != 0) {
@@ -306,9 +312,13 @@ static bool connect_retryable(int e) {
          e == ECONNRESET || e == ECONNABORTED || e == EAGAIN || e == EADDRNOTAVAIL;
 }
 
-static void set_blocking(int fd) {
-  int fl = fcntl(fd, F_GETFL);
+/* What connect and accept hand back: a blocking fd without Nagle. Every
+ * user starts with a handshake of small records written back to back, which
+ * Nagle and the peer's delayed ACK would hold up by 40 ms each. */
+static void set_fresh_fd(int fd) {
+  int fl = fcntl(fd, F_GETFL), one = 1;
   if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
 hc_result_t hc_sock_connect_blocking(const union hc_sockaddr *addr, uint64_t deadline_ns,
@@ -336,7 +346,7 @@ hc_result_t hc_sock_connect_blocking(const union hc_sockaddr *addr, uint64_t dea
       if (getsockopt(s, SOL_SOCKET, SO_ERROR, &e, &elen) != 0) e = errno;
     }
     if (e == 0) {
-      set_blocking(s);
+      set_fresh_fd(s);
       *fd = s;
       HC_TRACE(HC_UTIL, "connected to %s after %d attempts", who, tries);
       return HC_OK;
@@ -365,22 +375,23 @@ hc_result_t hc_sock_accept_blocking(int listen_fd, uint64_t deadline_ns, const a
   local_str(listen_fd, who, sizeof(who));
   *fd = -1;
   for (;;) {
+    /* Poll before accept: on a blocking listener accept() would sleep with
+     * no deadline. */
+    short rev;
+    enum wait_status st = wait_slice(listen_fd, POLLIN, deadline_ns, abort_flag, &rev);
+    if (st != WAIT_OK) return wait_fail(st, "waiting for a connection on", who);
+    if (rev == 0) continue;
     union hc_sockaddr a;
     socklen_t alen = sizeof(a);
     int s = accept4(listen_fd, &a.sa, &alen, SOCK_CLOEXEC);
     if (s >= 0) {
-      /* Accepted sockets inherit nothing from the listener on Linux, but be
-       * explicit: callers get a blocking fd, as from connect. */
-      set_blocking(s);
+      set_fresh_fd(s);
       *fd = s;
       return HC_OK;
     }
     int e = errno;
     if (e != EAGAIN && e != EWOULDBLOCK && e != EINTR && e != ECONNABORTED && e != EPROTO)
       return HC_FAIL(HC_ERR_SYSTEM, "accept on %s: %s", who, strerror(e));
-    short rev;
-    enum wait_status st = wait_slice(listen_fd, POLLIN, deadline_ns, abort_flag, &rev);
-    if (st != WAIT_OK) return wait_fail(st, "waiting for a connection on", who);
   }
 }
 
