@@ -36,25 +36,83 @@ struct hc_scale_args {
   uint64_t divisor;   /* HC_SCALE_DIV */
 };
 
+/* Opaque device event (CUevent, hipEvent_t). */
+typedef void *hc_event_t;
+
+/* What a pointer is, from the pointer itself. */
+struct hc_ptr_info {
+  enum hc_mem_kind kind; /* HC_MEM_HOST for pageable or pinned host memory */
+  int device;            /* GPU ordinal when kind is a GPU */
+  bool host_pinned;      /* host memory registered with or allocated by this backend */
+};
+
+/* Capabilities a backend found when it loaded. */
+struct hc_dev_caps {
+  int device_count;
+  bool stream_mem_ops;   /* flag_wait/flag_write run on the GPU (else host functions) */
+  bool runtime_compile;  /* reductions compiled at run time (else host fallback) */
+};
+
 #define HC_DEV_ABI 1
 struct hc_dev_ops {
   uint32_t size, abi; /* sizeof and HC_DEV_ABI the backend was built with */
   const char *name;   /* "host", "cuda", "hip" */
   enum hc_mem_kind kind;
   /* dlopen and probe; an error turns only this backend off. */
-  hc_result_t (*load)(void);
+  hc_result_t (*load)(struct hc_dev_caps *caps);
   hc_result_t (*mem_alloc)(int device, size_t n, void **p);
   hc_result_t (*mem_free)(int device, void *p);
-  /* Ordered on s; completes before return for the host backend. */
+  /* Ordered on s; completes before return for the host backend. A GPU
+   * backend copies in any direction (unified addressing). */
   hc_result_t (*copy)(void *dst, const void *src, size_t n, hc_stream_t s);
   hc_result_t (*reduce)(const struct hc_reduce_args *a, hc_stream_t s);
   hc_result_t (*scale)(const struct hc_scale_args *a, hc_stream_t s);
+  /* ---- GPU backends only (NULL for host; test with HC_HAS_OP) ---- */
+  /* The kind and device of p; HC_MEM_HOST for anything this backend does
+   * not own. Never fails for a host pointer. */
+  hc_result_t (*ptr_query)(const void *p, struct hc_ptr_info *out);
+  /* Makes device current on the calling thread (the primary context). */
+  hc_result_t (*set_device)(int device);
+  /* Page-locked host memory, mapped for the device (cuMemHostAlloc with
+   * PORTABLE|DEVICEMAP); and registering existing host memory (a shared
+   * memory segment) the same way. */
+  hc_result_t (*host_alloc)(size_t n, void **p);
+  hc_result_t (*host_free)(void *p);
+  hc_result_t (*host_register)(void *p, size_t n);
+  hc_result_t (*host_unregister)(void *p);
+  /* Internal streams, non-blocking with respect to the legacy stream. */
+  hc_result_t (*stream_create)(int device, hc_stream_t *s);
+  hc_result_t (*stream_destroy)(hc_stream_t s);
+  hc_result_t (*event_create)(hc_event_t *e); /* timing disabled */
+  hc_result_t (*event_destroy)(hc_event_t e);
+  hc_result_t (*event_record)(hc_event_t e, hc_stream_t s);
+  /* *done = 1 once everything before the record has run. */
+  hc_result_t (*event_query)(hc_event_t e, int *done);
+  hc_result_t (*stream_wait_event)(hc_stream_t s, hc_event_t e);
+  /* The stream stops until *flag >= value (wrap-safe is not needed: 32-bit
+   * sequence numbers of one comm). flag is host memory from host_alloc. */
+  hc_result_t (*flag_wait)(hc_stream_t s, volatile uint32_t *flag, uint32_t value);
+  /* The stream writes value to *flag once the work before it is done. */
+  hc_result_t (*flag_write)(hc_stream_t s, volatile uint32_t *flag, uint32_t value);
+  hc_result_t (*stream_sync)(hc_stream_t s); /* blocking; tests and teardown only */
+  /* Whether the caller's stream is capturing a graph. */
+  hc_result_t (*stream_capturing)(hc_stream_t s, bool *capturing);
 }; /* append only */
+
+#define HC_HAS_OP(ops, type, op) \
+  ((ops)->size >= offsetof(type, op) + sizeof((ops)->op) && (ops)->op != NULL)
 
 extern const struct hc_dev_ops hc_dev_host;
 
-/* The backend for a memory kind, or NULL when it is not loaded. */
+/* The backend for a memory kind, or NULL when it is not loaded (the first
+ * call loads it; a backend that fails to load says why at INFO, once). */
 const struct hc_dev_ops *hc_dev_get(enum hc_mem_kind kind);
+/* The caps found when kind's backend loaded; zeros when it is not loaded. */
+struct hc_dev_caps hc_dev_caps(enum hc_mem_kind kind);
+/* What p is, asking every loaded GPU backend; host when none claims it. */
+hc_result_t hc_dev_ptr_query(const void *p, struct hc_ptr_info *out);
+
+extern const struct hc_dev_ops hc_dev_cuda;
 
 /* Host kernels, exposed for tests and tools. Low-precision types (fp16,
  * bf16, fp8) are widened to float per element and rounded back to nearest

@@ -3,7 +3,10 @@
 
 #include "device.h"
 
-static hc_result_t host_load(void) { return HC_OK; }
+static hc_result_t host_load(struct hc_dev_caps *caps) {
+  *caps = (struct hc_dev_caps){0};
+  return HC_OK;
+}
 
 static hc_result_t host_mem_alloc(int device, size_t n, void **p) {
   (void)device;
@@ -49,9 +52,3 @@ const struct hc_dev_ops hc_dev_host = {
     .scale = host_scale,
 };
 
-const struct hc_dev_ops *hc_dev_get(enum hc_mem_kind kind) {
-  switch (kind) {
-  case HC_MEM_HOST: return &hc_dev_host;
-  default: return NULL; /* GPU backends arrive with issue #4 */
-  }
-}

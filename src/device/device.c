@@ -1,0 +1,50 @@
+/* The registry of device backends: loaded on first use, once. */
+#include <pthread.h>
+
+#include "device.h"
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static const struct hc_dev_ops *loaded[HC_MEM_KIND_COUNT];
+static struct hc_dev_caps caps[HC_MEM_KIND_COUNT];
+
+static void load_all(void) {
+  const struct hc_dev_ops *candidates[] = {&hc_dev_host, &hc_dev_cuda};
+  for (size_t i = 0; i < HC_ARRAY_LEN(candidates); i++) {
+    const struct hc_dev_ops *d = candidates[i];
+    if (d->abi != HC_DEV_ABI || d->size < offsetof(struct hc_dev_ops, scale) + sizeof(d->scale)) {
+      HC_INFO(HC_DEV, "device backend %s: built for ABI %u, not %u; off", d->name, d->abi, HC_DEV_ABI);
+      continue;
+    }
+    if (d->load(&caps[d->kind]) != HC_OK) {
+      HC_INFO(HC_DEV, "device backend %s: not available (%s)", d->name, hc_last_error());
+      caps[d->kind] = (struct hc_dev_caps){0};
+      continue;
+    }
+    loaded[d->kind] = d;
+    HC_INFO(HC_DEV, "device backend %s: %d devices%s%s", d->name, caps[d->kind].device_count,
+            caps[d->kind].stream_mem_ops ? ", stream memory operations" : "",
+            caps[d->kind].runtime_compile ? ", runtime-compiled reductions" : "");
+  }
+}
+
+const struct hc_dev_ops *hc_dev_get(enum hc_mem_kind kind) {
+  if ((unsigned)kind >= HC_MEM_KIND_COUNT) return NULL;
+  pthread_once(&load_once, load_all);
+  return loaded[kind];
+}
+
+struct hc_dev_caps hc_dev_caps(enum hc_mem_kind kind) {
+  if (hc_dev_get(kind) == NULL) return (struct hc_dev_caps){0};
+  return caps[kind];
+}
+
+hc_result_t hc_dev_ptr_query(const void *p, struct hc_ptr_info *out) {
+  *out = (struct hc_ptr_info){.kind = HC_MEM_HOST};
+  for (int k = HC_MEM_HOST + 1; k < HC_MEM_KIND_COUNT; k++) {
+    const struct hc_dev_ops *d = hc_dev_get((enum hc_mem_kind)k);
+    if (d == NULL || !HC_HAS_OP(d, struct hc_dev_ops, ptr_query)) continue;
+    HC_TRY(d->ptr_query(p, out));
+    if (out->kind != HC_MEM_HOST || out->host_pinned) return HC_OK;
+  }
+  return HC_OK;
+}
