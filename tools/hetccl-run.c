@@ -41,7 +41,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <limits.h>
 #include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -161,6 +160,7 @@ static void emit_line(int rank, int out_fd, const char *text, size_t len) {
 /* Writes every complete line in s->buf; with at_eof also the rest. A buffer
  * full of one line is written as a line of its own. */
 static void stream_flush(int rank, struct stream *s, bool at_eof) {
+  if (s->len == 0) return; /* buf may still be NULL */
   size_t start = 0;
   for (;;) {
     char *nl = memchr(s->buf + start, '\n', s->len - start);
@@ -495,7 +495,14 @@ int main(int argc, char **argv) {
   for (int r = 0; r < nranks; r++) {
     if (!start_rank(r, envs, nenvs, argv + optind)) {
       for (int k = 0; k < r; k++) kill(-ranks[k].pid, SIGKILL);
-      for (int k = 0; k < r; k++) waitpid(ranks[k].pid, NULL, 0);
+      for (int k = 0; k < r; k++) {
+        waitpid(ranks[k].pid, NULL, 0);
+        stream_close(k, &ranks[k].out[0]);
+        stream_close(k, &ranks[k].out[1]);
+      }
+      free(pfds);
+      free(pfd_rank);
+      free(ranks);
       return 1;
     }
   }

@@ -56,12 +56,35 @@ static hc_result_t group_record(struct hetcclComm *comm, const struct hc_coll_ar
   return HC_OK;
 }
 
+static bool bytes_overlap(const void *a, size_t an, const void *b, size_t bn) {
+  const char *pa = a, *pb = b;
+  return an && bn && pa < pb + bn && pb < pa + an;
+}
+
+/* A send whose buffer a receive of the same group may overwrite (in-place
+ * send/recv, as nccl-tests runs it) sends a copy taken before anything
+ * arrives. */
+static void mark_staged_sends(void) {
+  for (int i = 0; i < group_ncalls; i++) {
+    struct hc_coll_args *s = &group_calls[i].args;
+    if (s->coll != HC_COLL_SEND) continue;
+    size_t sbytes = s->count * hc_dtype_size(s->dtype);
+    for (int j = 0; j < group_ncalls && !s->stage_send; j++) {
+      const struct hc_coll_args *r = &group_calls[j].args;
+      if (r->coll == HC_COLL_RECV && group_calls[j].comm == group_calls[i].comm &&
+          bytes_overlap(s->sendbuf, sbytes, r->recvbuf, r->count * hc_dtype_size(r->dtype)))
+        s->stage_send = true;
+    }
+  }
+}
+
 /* Builds one plan per comm (calls in the order made) and runs them all. */
 static hc_result_t group_run(void) {
   hc_result_t r = HC_OK;
   struct hc_exec_job *jobs = NULL;
   int njobs = 0;
   if (group_ncalls == 0) return HC_OK;
+  mark_staged_sends();
   HC_TRY_GOTO(hc_calloc(&jobs, (size_t)group_ncalls, sizeof(*jobs), "group jobs"), r, out);
   for (int i = 0; i < group_ncalls; i++) {
     struct hetcclComm *comm = group_calls[i].comm;

@@ -225,9 +225,18 @@ hc_result_t hc_plan_add(struct hc_plan *p, const struct hc_plan_ctx *x,
   case HC_COLL_ALLTOALLV: r = hc_p2p_alltoallv(p, x, a, io); break;
   case HC_COLL_GATHER: r = hc_p2p_gather(p, x, a, io); break;
   case HC_COLL_SCATTER: r = hc_p2p_scatter(p, x, a, io); break;
-  case HC_COLL_SEND:
-    hc_push_send(p, a->root, a->sendbuf, a->count * esize, 0, 0);
+  case HC_COLL_SEND: {
+    const void *src = a->sendbuf;
+    hc_ref_t ready = 0;
+    if (a->stage_send && a->count > 0) {
+      void *copy = hc_plan_scratch(p, a->count * esize);
+      if (copy == NULL) break;
+      ready = hc_push_copy(p, copy, src, a->count * esize, 0, 0);
+      src = copy;
+    }
+    hc_push_send(p, a->root, src, a->count * esize, ready, 0);
     break;
+  }
   case HC_COLL_RECV:
     hc_push_recv(p, a->root, a->recvbuf, a->count * esize, 0, 0);
     break;

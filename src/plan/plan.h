@@ -45,6 +45,8 @@ struct hc_coll_args {
   uint8_t premul_factor[8]; /* PREMULSUM: one element of dtype */
   int root;         /* broadcast, reduce, gather, scatter; the peer of send/recv */
   const size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* alltoallv */
+  bool stage_send; /* SEND: copy the data aside first (a receive of the same
+                      group overwrites the buffer: in-place send/recv) */
 };
 
 enum hc_step_kind { HC_STEP_SEND, HC_STEP_RECV, HC_STEP_REDUCE, HC_STEP_COPY, HC_STEP_SCALE };
