@@ -161,6 +161,12 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
   comm->links.rank = rank;
   comm->links.nranks = nranks;
   comm->links.abort_flag = &comm->abort_flag;
+  /* Spinning only pays when every local rank has a core of its own;
+   * otherwise it steals the core a peer needs to answer. */
+  int local_ranks = 0;
+  for (int i = 0; i < nranks; i++) local_ranks += comm->peers[i].host_hash == me->host_hash;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  comm->links.spin_ns = local_ranks <= cores ? (uint64_t)hc_param_int(HC_P_SPIN_US) * 1000 : 0;
   for (int i = 0; i < nranks; i++) {
     if (i == rank) continue;
     comm->links.peer[i] = (struct hc_link){.net = &hc_net_socket, .ctx = comm->socket_ctx,

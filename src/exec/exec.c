@@ -255,7 +255,8 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
   int built = 0;
   for (; built < njobs; built++) HC_TRY_GOTO(job_state_create(&jobs[built], &states[built]), r, out);
 
-  const uint64_t spin_ns = (uint64_t)hc_param_int(HC_P_SPIN_US) * 1000;
+  uint64_t spin_ns = UINT64_MAX;
+  for (int j = 0; j < njobs; j++) spin_ns = HC_MIN(spin_ns, jobs[j].links->spin_ns);
   uint64_t idle_since = 0;
   for (;;) {
     bool moved = false, all_done = true;

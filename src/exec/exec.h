@@ -30,6 +30,7 @@ struct hc_links {
   int rank, nranks;
   struct hc_link *peer;          /* nranks entries */
   const atomic_bool *abort_flag; /* set by hetcclCommAbort from any thread */
+  uint64_t spin_ns;              /* how long to spin before sleeping */
 };
 
 /* One plan to run on one comm's links. */

@@ -11,14 +11,17 @@
  * chunk} so that a peer configured differently is an HC_ERR_USAGE naming
  * both settings instead of silently misplaced stripes.
  *
- * Blocking: connect() is nonblocking except for the handshake of a stream
- * whose TCP connection is already established, which is a few round trips
- * between two processes that are both inside connect() or wait_blocking();
- * it is bounded by HC_SOCK_HANDSHAKE_NS and the functions that run it say
- * _blocking. The accepting side starts a handshake only once the client's
- * first bytes are there, so it never waits on a client that is busy elsewhere.
+ * Blocking: connect() and wait_blocking() run the authentication handshake
+ * (util/auth.h, blocking by design) of a stream, bounded by
+ * HC_SOCK_HANDSHAKE_NS, and say _blocking in the names of what runs it. To
+ * keep that wait a few round trips long, neither side starts it before the
+ * other is inside it too: the accepting side sends one "go" byte when its
+ * thread accepts (it is then in connect() or wait_blocking()), and the
+ * connecting side starts its handshake only once that byte is there; the
+ * accepting side in turn starts only once the whole client hello has
+ * arrived (SO_RCVLOWAT). A rank that reaches connect() late thus delays its
+ * peers by that much, bounded by HETCCL_TIMEOUT, and never fails them.
  */
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -35,6 +38,8 @@
  * so that a client that sends a few bytes and stalls never holds the
  * accepting rank inside a blocking handshake. */
 #define HC_SOCK_AUTH_HELLO_BYTES 24
+/* The accepting side's first byte: "this rank is serving its listener". */
+#define HC_SOCK_GO 0x47
 /* wait_blocking() sleeps in slices this long so that abort is seen. */
 #define HC_SOCK_SLICE_MS 100
 
@@ -225,6 +230,13 @@ static hc_result_t accept_progress_blocking(struct hc_sock_ctx *ctx) {
     }
     if (setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat)) != 0)
       HC_TRACE(HC_NET, "socket: SO_RCVLOWAT: %s; a slow client may hold up the handshake", strerror(errno));
+    /* A fresh socket's buffer is empty: this one byte cannot block. */
+    uint8_t go = HC_SOCK_GO;
+    if (send(fd, &go, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
+      HC_TRACE(HC_NET, "socket: an incoming connection closed before it was accepted: %s", strerror(errno));
+      close(fd);
+      continue;
+    }
     if (ctx->n_pending == ctx->cap_pending) {
       int cap = HC_MAX(8, 2 * ctx->cap_pending);
       struct hc_sock_pending *p = realloc(ctx->pending, (size_t)cap * sizeof(*p));
@@ -253,7 +265,7 @@ static hc_result_t accept_progress_blocking(struct hc_sock_ctx *ctx) {
     if (!go && !expired) continue;
     ctx->pending[i] = ctx->pending[--ctx->n_pending];
     if (expired) {
-      HC_WARN(HC_NET, "socket: rank %d dropped an incoming connection that sent nothing for HETCCL_TIMEOUT",
+      HC_WARN(HC_NET, "socket: rank %d dropped an incoming connection that did not start a handshake within HETCCL_TIMEOUT",
               ctx->rank);
       close(fd);
       continue;
@@ -283,9 +295,6 @@ static hc_result_t client_start(struct hc_sock_conn *c, struct hc_sock_stream *s
   int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return HC_FAIL(HC_ERR_SYSTEM, "socket: connecting to rank %d: socket(): %s", c->peer, strerror(errno));
   hc_result_t r = hc_sock_tune(fd);
-#ifdef HC_SOCK_EXPERIMENT_BUF
-  { int b_ = HC_SOCK_EXPERIMENT_BUF; setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b_, sizeof(b_)); setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b_, sizeof(b_)); }
-#endif
   if (r != HC_OK) {
     close(fd);
     return r;
@@ -334,32 +343,36 @@ static hc_result_t client_handshake_blocking(struct hc_sock_conn *c, struct hc_s
 }
 
 /* Starts every stream not started yet, and runs the handshake of those
- * whose TCP connection has come up. */
+ * whose peer has accepted. */
 static hc_result_t client_progress_blocking(struct hc_sock_conn *c, const struct hc_net_handle *handle) {
   union hc_sockaddr addr;
-  bool parsed = false;
+  char who[80];
+  HC_TRY(parse_handle(c->ctx, c->peer, handle, &addr));
   for (int s = 0; s < c->ctx->nstreams; s++) {
     struct hc_sock_stream *st = &c->streams[s];
-    if (st->state == HC_SOCK_IDLE) {
-      if (!parsed) HC_TRY(parse_handle(c->ctx, c->peer, handle, &addr));
-      parsed = true;
-      HC_TRY(client_start(c, st, &addr));
+    if (st->state == HC_SOCK_IDLE) HC_TRY(client_start(c, st, &addr));
+    if (st->state == HC_SOCK_CONNECTING) {
+      struct pollfd p = {.fd = st->fd, .events = POLLOUT};
+      if (poll(&p, 1, 0) <= 0) continue; /* not yet, or EINTR: next call */
+      int e = 0;
+      socklen_t elen = sizeof(e);
+      if (getsockopt(st->fd, SOL_SOCKET, SO_ERROR, &e, &elen) != 0) e = errno;
+      if (e != 0)
+        return HC_FAIL(e == ECONNREFUSED || e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH ? HC_ERR_REMOTE
+                                                                                                   : HC_ERR_SYSTEM,
+                       "socket: cannot connect to rank %d at %s: %s", c->peer, hc_sock_str(&addr, who, sizeof(who)),
+                       strerror(e));
+      st->state = HC_SOCK_WAIT_GO;
     }
-    if (st->state != HC_SOCK_CONNECTING) continue;
-    struct pollfd p = {.fd = st->fd, .events = POLLOUT};
-    if (poll(&p, 1, 0) <= 0) continue; /* not yet, or EINTR: next call */
-    int e = 0;
-    socklen_t elen = sizeof(e);
-    if (getsockopt(st->fd, SOL_SOCKET, SO_ERROR, &e, &elen) != 0) e = errno;
-    if (e != 0) {
-      char who[80];
-      if (!parsed) HC_TRY(parse_handle(c->ctx, c->peer, handle, &addr));
-      parsed = true;
-      return HC_FAIL(e == ECONNREFUSED || e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH ? HC_ERR_REMOTE
-                                                                                                 : HC_ERR_SYSTEM,
-                     "socket: cannot connect to rank %d at %s: %s", c->peer, hc_sock_str(&addr, who, sizeof(who)),
-                     strerror(e));
-    }
+    if (st->state != HC_SOCK_WAIT_GO) continue;
+    uint8_t go = 0;
+    ssize_t k = recv(st->fd, &go, 1, MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+    if (k != 1 || go != HC_SOCK_GO)
+      return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d at %s %s%s while rank %d was connecting", c->peer,
+                     hc_sock_str(&addr, who, sizeof(who)),
+                     k < 0 ? "failed: " : k == 0 ? "closed the connection" : "is not a hetccl socket listener",
+                     k < 0 ? strerror(errno) : "", c->ctx->rank);
     HC_TRY(client_handshake_blocking(c, st));
   }
   return HC_OK;
@@ -394,9 +407,6 @@ static hc_result_t sock_open(const struct hc_net_args *a, struct hc_net_caps *ca
   HC_TRY_GOTO(hc_calloc(&ctx->conns, (size_t)a->nranks, sizeof(ctx->conns[0]), "socket connections"), r, fail);
   HC_TRY_GOTO(hc_sock_local_addr(&local, ctx->ifname, sizeof(ctx->ifname)), r, fail);
   HC_TRY_GOTO(hc_sock_listen(&local, &ctx->listen_fd, &ctx->addr), r, fail);
-#ifdef HC_SOCK_EXPERIMENT_BUF
-  { int b_ = HC_SOCK_EXPERIMENT_BUF; setsockopt(ctx->listen_fd, SOL_SOCKET, SO_SNDBUF, &b_, sizeof(b_)); setsockopt(ctx->listen_fd, SOL_SOCKET, SO_RCVBUF, &b_, sizeof(b_)); }
-#endif
   struct hc_sock_handle h = {.magic = HC_SOCK_MAGIC, .addr = ctx->addr};
   memset(handle, 0, sizeof(*handle));
   memcpy(handle->bytes, &h, sizeof(h));
@@ -411,6 +421,15 @@ fail:
   return r;
 }
 
+static hc_result_t conn_ready(struct hc_sock_conn *c, void **out) {
+  if (!c->announced)
+    HC_INFO(HC_NET, "socket: %d <-> %d up via %s, %d streams", c->ctx->rank, c->peer, c->ctx->ifname,
+            c->ctx->nstreams);
+  c->announced = true;
+  *out = c;
+  return HC_OK;
+}
+
 static hc_result_t sock_connect(void *vctx, int peer, const struct hc_net_handle *peer_handle, void **out) {
   struct hc_sock_ctx *ctx = vctx;
   struct hc_sock_conn *c;
@@ -420,10 +439,7 @@ static hc_result_t sock_connect(void *vctx, int peer, const struct hc_net_handle
     return HC_FAIL(HC_ERR_ARG, "socket: rank %d cannot connect to rank %d of %d", ctx->rank, peer, ctx->nranks);
   HC_TRY(conn_get(ctx, peer, &c));
   HC_TRY(hc_net_socket_conn_check(c));
-  if (c->n_up == ctx->nstreams) {
-    *out = c;
-    return HC_OK;
-  }
+  if (c->n_up == ctx->nstreams) return conn_ready(c, out);
   if (aborted(ctx))
     return hc_net_socket_conn_fail(c, HC_FAIL(HC_ERR_REMOTE, "socket: aborted while connecting to rank %d", peer));
   if (c->deadline_ns == 0) c->deadline_ns = hc_deadline_ns();
@@ -433,13 +449,7 @@ static hc_result_t sock_connect(void *vctx, int peer, const struct hc_net_handle
   HC_TRY(hc_net_socket_conn_check(c));
   if (peer > ctx->rank && (r = client_progress_blocking(c, peer_handle)) != HC_OK)
     return hc_net_socket_conn_fail(c, r);
-  if (c->n_up == ctx->nstreams) {
-    if (!c->announced)
-      HC_INFO(HC_NET, "socket: %d <-> %d up via %s, %d streams", ctx->rank, peer, ctx->ifname, ctx->nstreams);
-    c->announced = true;
-    *out = c;
-    return HC_OK;
-  }
+  if (c->n_up == ctx->nstreams) return conn_ready(c, out);
   if (hc_now_ns() >= c->deadline_ns)
     return hc_net_socket_conn_fail(
         c, HC_FAIL(HC_ERR_REMOTE, "socket: rank %d: %s rank %d did not come up within HETCCL_TIMEOUT=%lld s (%d of %d streams)",
@@ -466,9 +476,11 @@ static int collect_pollfds(struct hc_sock_ctx *ctx, hc_result_t *r) {
     if (busy && (c->failed != HC_OK || c->n_complete > 0)) return -1;
     if (c->failed != HC_OK) continue;
     for (int s = 0; s < ctx->nstreams; s++) {
-      short ev = c->streams[s].state == HC_SOCK_CONNECTING ? POLLOUT
-                 : c->streams[s].state == HC_SOCK_UP       ? hc_net_socket_stream_events(c, s)
-                                                           : 0;
+      enum hc_sock_stream_state state = c->streams[s].state;
+      short ev = state == HC_SOCK_CONNECTING ? POLLOUT
+                 : state == HC_SOCK_WAIT_GO  ? POLLIN
+                 : state == HC_SOCK_UP       ? hc_net_socket_stream_events(c, s)
+                                             : 0;
       if (ev) ctx->pfds[n++] = (struct pollfd){.fd = c->streams[s].fd, .events = ev};
     }
   }
@@ -480,9 +492,6 @@ static hc_result_t sock_wait_blocking(void *vctx, int timeout_ms) {
   uint64_t end = hc_now_ns() + (uint64_t)HC_MAX(timeout_ms, 0) * 1000000ull;
   for (;;) {
     if (aborted(ctx)) return HC_OK;
-    /* Stray or half-open connections on the listener are dealt with here
-     * too, or they would keep poll() ready and the caller spinning. */
-    HC_TRY(accept_progress_blocking(ctx));
     hc_result_t r = HC_OK;
     int n = collect_pollfds(ctx, &r);
     if (r != HC_OK) return r;
@@ -493,6 +502,13 @@ static hc_result_t sock_wait_blocking(void *vctx, int timeout_ms) {
     int ready = poll(ctx->pfds, (nfds_t)n, slice);
     if (ready < 0 && errno != EINTR)
       return HC_FAIL(HC_ERR_SYSTEM, "socket: rank %d: poll: %s", ctx->rank, strerror(errno));
+    /* Entries 0 .. n_pending are the listener and the connections not yet
+     * authenticated: serve them here, or a stray one would keep poll()
+     * ready and the caller spinning. A quiet slice also serves them, to
+     * drop those that expired. */
+    bool incoming = ready == 0;
+    for (int i = 0; i <= ctx->n_pending && ready > 0; i++) incoming = incoming || ctx->pfds[i].revents != 0;
+    if (incoming) HC_TRY(accept_progress_blocking(ctx));
     if (ready > 0) return HC_OK;
   }
 }

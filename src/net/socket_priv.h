@@ -48,6 +48,7 @@ _Static_assert(sizeof(struct hc_sock_handle) <= HC_NET_HANDLE_BYTES, "socket han
 enum hc_sock_stream_state {
   HC_SOCK_IDLE,       /* no fd yet */
   HC_SOCK_CONNECTING, /* lower rank: nonblocking connect() issued */
+  HC_SOCK_WAIT_GO,    /* lower rank: TCP is up, the peer has not accepted yet */
   HC_SOCK_UP          /* authenticated and hello checked */
 };
 

@@ -4,7 +4,6 @@
  * nonblocking send/recv loop that test() drives. Never sleeps: every
  * syscall here is MSG_DONTWAIT and stops at EAGAIN.
  */
-#include <stdio.h>
 #include <stdlib.h>
 #include <sys/uio.h>
 
@@ -55,14 +54,15 @@ static void cursor_finish(struct hc_sock_conn *c, const struct hc_sock_stream *s
 }
 
 static hc_result_t io_fail(const struct hc_sock_conn *c, const struct hc_sock_stream *st, bool sending, int e) {
+  const char *op = sending ? "send" : "receive";
   if (e == EPIPE || e == ECONNRESET || e == ENOTCONN)
-    return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d closed the connection (%s on stream %d to rank %d: %s)", c->peer,
-                   sending ? "send" : "receive", st->index, c->ctx->rank, strerror(e));
+    return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d closed the connection (rank %d's %s on stream %d: %s)", c->peer,
+                   c->ctx->rank, op, st->index, strerror(e));
   if (e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH)
-    return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d is unreachable from rank %d: %s", c->peer, c->ctx->rank,
-                   strerror(e));
-  return HC_FAIL(HC_ERR_SYSTEM, "socket: %s rank %d on stream %d: %s", sending ? "send to" : "receive from",
-                 c->peer, st->index, strerror(e));
+    return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d is unreachable (rank %d's %s on stream %d: %s)", c->peer,
+                   c->ctx->rank, op, st->index, strerror(e));
+  return HC_FAIL(HC_ERR_SYSTEM, "socket: rank %d's %s with rank %d on stream %d: %s", c->ctx->rank, op, c->peer,
+                 st->index, strerror(e));
 }
 
 /* Moves bytes of one direction of one stream until the socket would block
@@ -97,8 +97,8 @@ static hc_result_t stream_progress(struct hc_sock_conn *c, struct hc_sock_stream
       return io_fail(c, st, sending, errno);
     }
     if (k == 0 && !sending)
-      return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d closed the connection (stream %d to rank %d)", c->peer,
-                     st->index, ctx->rank);
+      return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d closed the connection (rank %d's receive on stream %d: EOF)",
+                     c->peer, ctx->rank, st->index);
     size_t h = HC_MIN((size_t)k, hdr_left);
     q->hdr_off += h;
     if (!sending && h > 0 && q->hdr_off == HC_SOCK_HDR_BYTES) {
