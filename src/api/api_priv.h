@@ -74,6 +74,9 @@ struct hetcclComm {
 hc_result_t hc_comm_check(const struct hetcclComm *comm, const char *fn);
 /* Records a failure of work on comm for hetcclCommGetAsyncError. */
 void hc_comm_set_async_error(struct hetcclComm *comm, hc_result_t r);
+/* Work on comm failed: records r for hetcclCommGetAsyncError and closes
+ * every connection so that the peers learn it too. The owner thread only. */
+void hc_comm_fail(struct hetcclComm *comm, hc_result_t r);
 /* Frees everything comm owns; takes half-built comms. */
 void hc_comm_free(struct hetcclComm *comm);
 

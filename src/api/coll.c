@@ -103,7 +103,7 @@ out:
     struct hetcclComm *comm = NULL;
     for (int i = 0; i < group_ncalls && comm == NULL; i++)
       if (&group_calls[i].comm->plan == jobs[j].plan) comm = group_calls[i].comm;
-    if (r != HC_OK && r != HC_ERR_ARG && r != HC_ERR_USAGE) hc_comm_set_async_error(comm, r);
+    if (r != HC_OK) hc_comm_fail(comm, r);
     hc_plan_reset(jobs[j].plan);
     atomic_fetch_sub(&comm->active_calls, 1);
   }

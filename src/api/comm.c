@@ -31,6 +31,18 @@ void hc_comm_set_async_error(struct hetcclComm *comm, hc_result_t r) {
   pthread_mutex_unlock(&comm->error_lock);
 }
 
+void hc_comm_fail(struct hetcclComm *comm, hc_result_t r) {
+  hc_comm_set_async_error(comm, r);
+  /* Closing every connection now makes each peer's next wait on this rank
+   * fail at once, and so on round the job: a dead rank becomes an error
+   * on every survivor without each one waiting for its deadline. */
+  if (comm->socket_ctx) hc_net_socket.close(comm->socket_ctx);
+  comm->socket_ctx = NULL;
+  for (int i = 0; i < comm->nranks && comm->links.peer; i++) comm->links.peer[i] = (struct hc_link){0};
+  hc_bootstrap_destroy(comm->boot);
+  comm->boot = NULL;
+}
+
 void hc_comm_free(struct hetcclComm *comm) {
   if (comm == NULL) return;
   hc_plan_reset(&comm->plan);
@@ -249,6 +261,9 @@ static hc_result_t api_CommSplit(hetcclComm_t comm, int color, int key, hetcclCo
                                       hetcclConfig_t *config) {
   hc_result_t r;
   HC_TRY(hc_comm_check(comm, "CommSplit"));
+  if (comm->boot == NULL)
+    return HC_FAIL(HC_ERR_USAGE, "CommSplit: the communicator failed earlier and must be destroyed: %s",
+                   comm->async_error_text);
   if (newcomm == NULL) return HC_FAIL(HC_ERR_ARG, "CommSplit: newcomm is NULL");
   *newcomm = NULL;
   if (color < 0 && color != HETCCL_SPLIT_NOCOLOR)
