@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Chaos: start 4-rank jobs (hetccl-perf with checking on), kill -9 one rank
+# at a random moment, and watch the survivors: each must exit on its own
+# (with an error, or 0 if it had already finished) within HANG_S seconds.
+# Counts hangs and wrong results; prints the time from the kill until the
+# last survivor exited (the detection time).
+#   tests/chaos/run.sh [TRIES] [BUILD_DIR]        default 100, build
+set -uo pipefail
+tries=${1:-100}
+build=${2:-build}
+perf=$build/tools/hetccl-perf
+hang_s=${HANG_S:-30}
+n=4
+[ -x "$perf" ] || { echo "no $perf: build first"; exit 2; }
+tmp=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+hangs=0 wrong=0 detect_ms=()
+colls=(all_reduce all_gather reduce_scatter broadcast alltoall)
+for ((t = 1; t <= tries; t++)); do
+  port=$((20000 + RANDOM % 30000))
+  secret=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  coll=${colls[RANDOM % ${#colls[@]}]}
+  pids=()
+  for ((r = 0; r < n; r++)); do
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r HETCCL_SECRET=$secret \
+      HETCCL_TIMEOUT=$((hang_s * 2)) "$perf" "$coll" -b 1K -e 8M -f 4 -n 10 -c 1 >"$tmp/out.$r" 2>&1 &
+    pids+=($!)
+    disown $!
+  done
+  victim=$((RANDOM % n))
+  sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
+  kill -9 "${pids[victim]}" 2>/dev/null
+  killed_at=$(date +%s%N)
+  last_exit=$killed_at
+  for ((r = 0; r < n; r++)); do
+    [ $r = $victim ] && continue
+    for ((w = 0; w < hang_s * 20; w++)); do
+      kill -0 "${pids[r]}" 2>/dev/null || break
+      sleep 0.05
+    done
+    if kill -0 "${pids[r]}" 2>/dev/null; then
+      hangs=$((hangs + 1))
+      echo "try $t ($coll): rank $r still running ${hang_s}s after rank $victim was killed"
+      tail -3 "$tmp/out.$r"
+      kill -9 "${pids[r]}"
+    fi
+  done
+  last_exit=$(date +%s%N)
+  detect_ms+=($(((last_exit - killed_at) / 1000000)))
+  # A wrong result is a checked row with #wrong != 0 (columns 9 and 13).
+  for ((r = 0; r < n; r++)); do
+    if awk '$1 ~ /^[0-9]+$/ && NF >= 13 && ($9 != 0 || $13 != 0) {bad=1} END {exit !bad}' "$tmp/out.$r"; then
+      wrong=$((wrong + 1))
+      echo "try $t ($coll): wrong results on rank $r"
+    fi
+  done
+done
+sorted=$(printf '%s\n' "${detect_ms[@]}" | sort -n)
+median=$(sed -n "$(((${#detect_ms[@]} + 1) / 2))p" <<<"$sorted")
+max=$(tail -1 <<<"$sorted")
+echo "chaos: $tries tries, $hangs hangs, $wrong wrong results; survivors out after the kill: median ${median} ms, max ${max} ms (checked every 50 ms)"
+[ $hangs = 0 ] && [ $wrong = 0 ]
