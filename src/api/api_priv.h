@@ -67,6 +67,7 @@ struct hetcclComm {
   pthread_mutex_t error_lock;
   char async_error_text[512];
   bool finalized;
+  struct hc_proxy *proxy;         /* GPU comms: runs their plans off the caller's thread */
   uint64_t magic_tail;
 };
 
@@ -82,6 +83,7 @@ void hc_comm_free(struct hetcclComm *comm);
 
 /* Runs calls recorded for the current group, or one call right away. */
 struct hc_coll_args;
-hc_result_t hc_coll_enqueue(struct hetcclComm *comm, const struct hc_coll_args *a, const char *fn);
+hc_result_t hc_coll_enqueue(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t stream,
+                            const char *fn);
 
 #endif

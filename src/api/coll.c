@@ -9,6 +9,7 @@
 
 #include "../plan/plan.h"
 #include "api_priv.h"
+#include "proxy.h"
 
 /* ---- the calling thread's group ---- */
 
@@ -16,6 +17,7 @@ struct group_call {
   struct hetcclComm *comm;
   struct hc_coll_args args;
   size_t *v_arrays; /* alltoallv: our copy of the four arrays */
+  hc_stream_t stream;
 };
 
 static _Thread_local int group_depth;
@@ -29,7 +31,7 @@ static void group_clear(void) {
   group_ncalls = group_cap = 0;
 }
 
-static hc_result_t group_record(struct hetcclComm *comm, const struct hc_coll_args *a) {
+static hc_result_t group_record(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t stream) {
   if (group_ncalls == group_cap) {
     int cap = group_cap ? group_cap * 2 : 8;
     struct group_call *calls = realloc(group_calls, (size_t)cap * sizeof(*calls));
@@ -38,7 +40,7 @@ static hc_result_t group_record(struct hetcclComm *comm, const struct hc_coll_ar
     group_cap = cap;
   }
   struct group_call *c = &group_calls[group_ncalls];
-  *c = (struct group_call){.comm = comm, .args = *a};
+  *c = (struct group_call){.comm = comm, .args = *a, .stream = stream};
   if (a->coll == HC_COLL_ALLTOALLV) {
     /* The caller may reuse its arrays before GroupEnd. */
     size_t n = (size_t)comm->nranks;
@@ -78,6 +80,35 @@ static void mark_staged_sends(void) {
   }
 }
 
+/* A GPU comm's calls of this group become one plan that its proxy thread
+ * runs; the caller's streams wait for it. */
+static hc_result_t group_submit_gpu(struct hetcclComm *comm) {
+  hc_result_t r = HC_OK;
+  struct hc_plan *plan = NULL;
+  hc_stream_t *streams = NULL;
+  int nstreams = 0;
+  HC_TRY_GOTO(hc_calloc(&plan, 1, sizeof(*plan), "plan"), r, fail);
+  HC_TRY_GOTO(hc_calloc(&streams, (size_t)group_ncalls, sizeof(*streams), "streams"), r, fail);
+  plan->pool = comm->plan.pool;
+  plan->mem = comm->config.device_kind;
+  for (int i = 0; i < group_ncalls; i++) {
+    if (group_calls[i].comm != comm) continue;
+    int k = 0;
+    while (k < nstreams && streams[k] != group_calls[i].stream) k++;
+    if (k == nstreams) streams[nstreams++] = group_calls[i].stream;
+    HC_TRY_GOTO(hc_plan_add(plan, &comm->plan_ctx, &group_calls[i].args), r, fail);
+  }
+  HC_TRY_GOTO(hc_plan_stage(plan, &comm->plan_ctx), r, fail);
+  HC_TRY_GOTO(hc_proxy_submit(comm->proxy, plan, streams, nstreams), r, fail);
+  free(streams);
+  return HC_OK;
+fail:
+  if (plan) hc_plan_reset(plan);
+  free(plan);
+  free(streams);
+  return r;
+}
+
 /* Builds one plan per comm (calls in the order made) and runs them all. */
 static hc_result_t group_run(void) {
   hc_result_t r = HC_OK;
@@ -88,6 +119,12 @@ static hc_result_t group_run(void) {
   HC_TRY_GOTO(hc_calloc(&jobs, (size_t)group_ncalls, sizeof(*jobs), "group jobs"), r, out);
   for (int i = 0; i < group_ncalls; i++) {
     struct hetcclComm *comm = group_calls[i].comm;
+    if (comm->proxy) {
+      bool first = true;
+      for (int k = 0; k < i && first; k++) first = group_calls[k].comm != comm;
+      if (first) HC_TRY_GOTO(group_submit_gpu(comm), r, out);
+      continue;
+    }
     int j = 0;
     while (j < njobs && jobs[j].plan != &comm->plan) j++;
     if (j == njobs) {
@@ -124,14 +161,15 @@ static hc_result_t api_GroupEnd(void) {
   return r;
 }
 
-hc_result_t hc_coll_enqueue(struct hetcclComm *comm, const struct hc_coll_args *a, const char *fn) {
+hc_result_t hc_coll_enqueue(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t stream,
+                            const char *fn) {
   hc_result_t async = (hc_result_t)atomic_load(&comm->async_error);
   if (async != HC_OK)
     return HC_FAIL(async, "%s: the communicator failed earlier and must be destroyed: %s", fn,
                    comm->async_error_text);
   if (atomic_load(&comm->abort_flag)) return HC_FAIL(HC_ERR_USAGE, "%s: the communicator was aborted", fn);
   HC_TRY(api_GroupStart());
-  hc_result_t r = group_record(comm, a);
+  hc_result_t r = group_record(comm, a, stream);
   if (r != HC_OK) {
     group_depth--;
     return r;
@@ -163,9 +201,22 @@ static hc_result_t resolve_op(struct hetcclComm *comm, hetcclRedOp_t op, hetcclD
     return HC_FAIL(HC_ERR_ARG, "%s: op %d was made for datatype %s, not %s", fn, (int)op,
                    hc_dtype_name(pm->dtype), hc_dtype_name((enum hc_dtype)t));
   a->op = HC_PREMULSUM;
-  memcpy(a->premul_factor, pm->residence == hetcclScalarHostImmediate ? pm->factor : pm->factor_ptr,
-         hc_dtype_size(pm->dtype));
-  return HC_OK;
+  size_t es = hc_dtype_size(pm->dtype);
+  if (pm->residence == hetcclScalarHostImmediate) {
+    memcpy(a->premul_factor, pm->factor, es);
+    return HC_OK;
+  }
+  struct hc_ptr_info where;
+  HC_TRY(hc_dev_ptr_query(pm->factor_ptr, &where));
+  if (where.kind == HC_MEM_HOST) {
+    memcpy(a->premul_factor, pm->factor_ptr, es);
+    return HC_OK;
+  }
+  /* A device-resident factor is read when the call is made, not when it
+   * runs on the stream: enough for factors that stay put, as DDP's do. */
+  const struct hc_dev_ops *dev = hc_dev_get(where.kind);
+  HC_TRY(dev->copy(a->premul_factor, pm->factor_ptr, es, NULL));
+  return dev->stream_sync(NULL);
 }
 
 static hc_result_t check_rank(const struct hetcclComm *comm, int r, const char *what, const char *fn) {
@@ -189,17 +240,19 @@ static hc_result_t check_size(size_t count, hetcclDataType_t t, int factor, cons
 }
 
 /* Checks shared by every call; then records or runs it. */
-static hc_result_t submit(struct hetcclComm *comm, struct hc_coll_args *a, const char *fn) {
+static hc_result_t submit(struct hetcclComm *comm, struct hc_coll_args *a, hetcclStream_t stream,
+                          const char *fn) {
   HC_TRY(hc_comm_check(comm, fn));
   HC_TRY(check_dtype((hetcclDataType_t)a->dtype, fn));
   HC_TRY(check_size(a->count, (hetcclDataType_t)a->dtype, comm->nranks, fn));
-  return hc_coll_enqueue(comm, a, fn);
+  return hc_coll_enqueue(comm, a, stream, fn);
 }
 
 /* ---- collectives ---- */
 
 static hc_result_t api_AllReduce(const void *sendbuff, void *recvbuff, size_t count,
-                                 hetcclDataType_t datatype, hetcclRedOp_t op, hetcclComm_t comm) {
+                                 hetcclDataType_t datatype, hetcclRedOp_t op, hetcclComm_t comm,
+                               hetcclStream_t stream) {
   const char *fn = "AllReduce";
   struct hc_coll_args a = {.coll = HC_COLL_ALLREDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff,
                            .count = count, .dtype = (enum hc_dtype)datatype};
@@ -208,11 +261,12 @@ static hc_result_t api_AllReduce(const void *sendbuff, void *recvbuff, size_t co
   HC_TRY(resolve_op(comm, op, datatype, &a, fn));
   HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
   HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, fn);
+  return submit(comm, &a, stream, fn);
 }
 
 static hc_result_t api_Broadcast(const void *sendbuff, void *recvbuff, size_t count,
-                                 hetcclDataType_t datatype, int root, hetcclComm_t comm) {
+                                 hetcclDataType_t datatype, int root, hetcclComm_t comm,
+                               hetcclStream_t stream) {
   const char *fn = "Broadcast";
   struct hc_coll_args a = {.coll = HC_COLL_BROADCAST, .sendbuf = sendbuff, .recvbuf = recvbuff,
                            .count = count, .dtype = (enum hc_dtype)datatype, .root = root};
@@ -220,11 +274,12 @@ static hc_result_t api_Broadcast(const void *sendbuff, void *recvbuff, size_t co
   HC_TRY(check_rank(comm, root, "root", fn));
   if (comm->rank == root) HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
   HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, fn);
+  return submit(comm, &a, stream, fn);
 }
 
 static hc_result_t api_Reduce(const void *sendbuff, void *recvbuff, size_t count,
-                              hetcclDataType_t datatype, hetcclRedOp_t op, int root, hetcclComm_t comm) {
+                              hetcclDataType_t datatype, hetcclRedOp_t op, int root, hetcclComm_t comm,
+                               hetcclStream_t stream) {
   const char *fn = "Reduce";
   struct hc_coll_args a = {.coll = HC_COLL_REDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff,
                            .count = count, .dtype = (enum hc_dtype)datatype, .root = root};
@@ -234,21 +289,23 @@ static hc_result_t api_Reduce(const void *sendbuff, void *recvbuff, size_t count
   HC_TRY(check_rank(comm, root, "root", fn));
   HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
   if (comm->rank == root) HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, fn);
+  return submit(comm, &a, stream, fn);
 }
 
 static hc_result_t api_AllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
-                                 hetcclDataType_t datatype, hetcclComm_t comm) {
+                                 hetcclDataType_t datatype, hetcclComm_t comm,
+                               hetcclStream_t stream) {
   const char *fn = "AllGather";
   struct hc_coll_args a = {.coll = HC_COLL_ALLGATHER, .sendbuf = sendbuff, .recvbuf = recvbuff,
                            .count = sendcount, .dtype = (enum hc_dtype)datatype};
   HC_TRY(check_buf(sendbuff, sendcount, "sendbuff", fn));
   HC_TRY(check_buf(recvbuff, sendcount, "recvbuff", fn));
-  return submit(comm, &a, fn);
+  return submit(comm, &a, stream, fn);
 }
 
 static hc_result_t api_ReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
-                                     hetcclDataType_t datatype, hetcclRedOp_t op, hetcclComm_t comm) {
+                                     hetcclDataType_t datatype, hetcclRedOp_t op, hetcclComm_t comm,
+                               hetcclStream_t stream) {
   const char *fn = "ReduceScatter";
   struct hc_coll_args a = {.coll = HC_COLL_REDUCESCATTER, .sendbuf = sendbuff, .recvbuf = recvbuff,
                            .count = recvcount, .dtype = (enum hc_dtype)datatype};
@@ -257,22 +314,24 @@ static hc_result_t api_ReduceScatter(const void *sendbuff, void *recvbuff, size_
   HC_TRY(resolve_op(comm, op, datatype, &a, fn));
   HC_TRY(check_buf(sendbuff, recvcount, "sendbuff", fn));
   HC_TRY(check_buf(recvbuff, recvcount, "recvbuff", fn));
-  return submit(comm, &a, fn);
+  return submit(comm, &a, stream, fn);
 }
 
 static hc_result_t api_AlltoAll(const void *sendbuff, void *recvbuff, size_t count,
-                                hetcclDataType_t datatype, hetcclComm_t comm) {
+                                hetcclDataType_t datatype, hetcclComm_t comm,
+                               hetcclStream_t stream) {
   const char *fn = "AlltoAll";
   struct hc_coll_args a = {.coll = HC_COLL_ALLTOALL, .sendbuf = sendbuff, .recvbuf = recvbuff,
                            .count = count, .dtype = (enum hc_dtype)datatype};
   HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
   HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, fn);
+  return submit(comm, &a, stream, fn);
 }
 
 static hc_result_t api_AlltoAllv(const void *sendbuff, const size_t sendcounts[], const size_t sdispls[],
                                  void *recvbuff, const size_t recvcounts[], const size_t rdispls[],
-                                 hetcclDataType_t datatype, hetcclComm_t comm) {
+                                 hetcclDataType_t datatype, hetcclComm_t comm,
+                               hetcclStream_t stream) {
   const char *fn = "AlltoAllv";
   HC_TRY(hc_comm_check(comm, fn));
   HC_TRY(check_dtype(datatype, fn));
@@ -293,11 +352,12 @@ static hc_result_t api_AlltoAllv(const void *sendbuff, const size_t sendcounts[]
   struct hc_coll_args a = {.coll = HC_COLL_ALLTOALLV, .sendbuf = sendbuff, .recvbuf = recvbuff,
                            .dtype = (enum hc_dtype)datatype, .sendcounts = sendcounts,
                            .sdispls = sdispls, .recvcounts = recvcounts, .rdispls = rdispls};
-  return submit(comm, &a, fn);
+  return submit(comm, &a, stream, fn);
 }
 
 static hc_result_t api_Gather(const void *sendbuff, void *recvbuff, size_t count,
-                              hetcclDataType_t datatype, int root, hetcclComm_t comm) {
+                              hetcclDataType_t datatype, int root, hetcclComm_t comm,
+                               hetcclStream_t stream) {
   const char *fn = "Gather";
   struct hc_coll_args a = {.coll = HC_COLL_GATHER, .sendbuf = sendbuff, .recvbuf = recvbuff,
                            .count = count, .dtype = (enum hc_dtype)datatype, .root = root};
@@ -305,11 +365,12 @@ static hc_result_t api_Gather(const void *sendbuff, void *recvbuff, size_t count
   HC_TRY(check_rank(comm, root, "root", fn));
   HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
   if (comm->rank == root) HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, fn);
+  return submit(comm, &a, stream, fn);
 }
 
 static hc_result_t api_Scatter(const void *sendbuff, void *recvbuff, size_t count,
-                               hetcclDataType_t datatype, int root, hetcclComm_t comm) {
+                               hetcclDataType_t datatype, int root, hetcclComm_t comm,
+                               hetcclStream_t stream) {
   const char *fn = "Scatter";
   struct hc_coll_args a = {.coll = HC_COLL_SCATTER, .sendbuf = sendbuff, .recvbuf = recvbuff,
                            .count = count, .dtype = (enum hc_dtype)datatype, .root = root};
@@ -317,39 +378,45 @@ static hc_result_t api_Scatter(const void *sendbuff, void *recvbuff, size_t coun
   HC_TRY(check_rank(comm, root, "root", fn));
   if (comm->rank == root) HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
   HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, fn);
+  return submit(comm, &a, stream, fn);
 }
 
 static hc_result_t api_Send(const void *sendbuff, size_t count, hetcclDataType_t datatype, int peer,
-                            hetcclComm_t comm) {
+                            hetcclComm_t comm,
+                               hetcclStream_t stream) {
   const char *fn = "Send";
   struct hc_coll_args a = {.coll = HC_COLL_SEND, .sendbuf = sendbuff, .count = count,
                            .dtype = (enum hc_dtype)datatype, .root = peer};
   HC_TRY(hc_comm_check(comm, fn));
   HC_TRY(check_rank(comm, peer, "peer", fn));
   HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
-  return submit(comm, &a, fn);
+  return submit(comm, &a, stream, fn);
 }
 
 static hc_result_t api_Recv(void *recvbuff, size_t count, hetcclDataType_t datatype, int peer,
-                            hetcclComm_t comm) {
+                            hetcclComm_t comm,
+                               hetcclStream_t stream) {
   const char *fn = "Recv";
   struct hc_coll_args a = {.coll = HC_COLL_RECV, .recvbuf = recvbuff, .count = count,
                            .dtype = (enum hc_dtype)datatype, .root = peer};
   HC_TRY(hc_comm_check(comm, fn));
   HC_TRY(check_rank(comm, peer, "peer", fn));
   HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, fn);
+  return submit(comm, &a, stream, fn);
 }
 
-/* A one-byte MAX all-reduce: returns once every rank has entered. */
-static hc_result_t api_Barrier(hetcclComm_t comm) {
-  static _Thread_local uint8_t token;
+/* Blocks the calling thread until every rank has entered, over the
+ * bootstrap ring; it orders nothing on the stream. */
+static hc_result_t api_Barrier(hetcclComm_t comm, hetcclStream_t stream) {
+  (void)stream;
   HC_TRY(hc_comm_check(comm, "Barrier"));
   if (group_depth > 0) return HC_FAIL(HC_ERR_USAGE, "Barrier: not allowed inside a group");
-  struct hc_coll_args a = {.coll = HC_COLL_ALLREDUCE, .sendbuf = &token, .recvbuf = &token,
-                           .count = 1, .dtype = HC_UINT8, .op = HC_MAX};
-  return submit(comm, &a, "Barrier");
+  if (comm->boot == NULL)
+    return HC_FAIL(HC_ERR_USAGE, "Barrier: the communicator failed earlier and must be destroyed: %s",
+                   comm->async_error_text);
+  hc_result_t r = hc_bootstrap_barrier(comm->boot);
+  if (r != HC_OK) hc_comm_fail(comm, r);
+  return r;
 }
 
 /* ---- PreMulSum ---- */
@@ -393,73 +460,61 @@ HC_EXPORT hetcclResult_t hetcclGroupEnd(void) { return (hetcclResult_t)api_Group
 HC_EXPORT hetcclResult_t hetcclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                                          hetcclDataType_t datatype, hetcclRedOp_t op,
                                          hetcclComm_t comm, hetcclStream_t stream) {
-  (void)stream;
-  return (hetcclResult_t)api_AllReduce(sendbuff, recvbuff, count, datatype, op, comm);
+  return (hetcclResult_t)api_AllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                                          hetcclDataType_t datatype, int root, hetcclComm_t comm,
                                          hetcclStream_t stream) {
-  (void)stream;
-  return (hetcclResult_t)api_Broadcast(sendbuff, recvbuff, count, datatype, root, comm);
+  return (hetcclResult_t)api_Broadcast(sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclReduce(const void *sendbuff, void *recvbuff, size_t count,
                                       hetcclDataType_t datatype, hetcclRedOp_t op, int root,
                                       hetcclComm_t comm, hetcclStream_t stream) {
-  (void)stream;
-  return (hetcclResult_t)api_Reduce(sendbuff, recvbuff, count, datatype, op, root, comm);
+  return (hetcclResult_t)api_Reduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                                          hetcclDataType_t datatype, hetcclComm_t comm,
                                          hetcclStream_t stream) {
-  (void)stream;
-  return (hetcclResult_t)api_AllGather(sendbuff, recvbuff, sendcount, datatype, comm);
+  return (hetcclResult_t)api_AllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                                              hetcclDataType_t datatype, hetcclRedOp_t op,
                                              hetcclComm_t comm, hetcclStream_t stream) {
-  (void)stream;
-  return (hetcclResult_t)api_ReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm);
+  return (hetcclResult_t)api_ReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                                         hetcclDataType_t datatype, hetcclComm_t comm,
                                         hetcclStream_t stream) {
-  (void)stream;
-  return (hetcclResult_t)api_AlltoAll(sendbuff, recvbuff, count, datatype, comm);
+  return (hetcclResult_t)api_AlltoAll(sendbuff, recvbuff, count, datatype, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclAlltoAllv(const void *sendbuff, const size_t sendcounts[],
                                          const size_t sdispls[], void *recvbuff,
                                          const size_t recvcounts[], const size_t rdispls[],
                                          hetcclDataType_t datatype, hetcclComm_t comm,
                                          hetcclStream_t stream) {
-  (void)stream;
   return (hetcclResult_t)api_AlltoAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls,
-                                       datatype, comm);
+                                       datatype, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclGather(const void *sendbuff, void *recvbuff, size_t count,
                                       hetcclDataType_t datatype, int root, hetcclComm_t comm,
                                       hetcclStream_t stream) {
-  (void)stream;
-  return (hetcclResult_t)api_Gather(sendbuff, recvbuff, count, datatype, root, comm);
+  return (hetcclResult_t)api_Gather(sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclScatter(const void *sendbuff, void *recvbuff, size_t count,
                                        hetcclDataType_t datatype, int root, hetcclComm_t comm,
                                        hetcclStream_t stream) {
-  (void)stream;
-  return (hetcclResult_t)api_Scatter(sendbuff, recvbuff, count, datatype, root, comm);
+  return (hetcclResult_t)api_Scatter(sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclSend(const void *sendbuff, size_t count, hetcclDataType_t datatype,
                                     int peer, hetcclComm_t comm, hetcclStream_t stream) {
-  (void)stream;
-  return (hetcclResult_t)api_Send(sendbuff, count, datatype, peer, comm);
+  return (hetcclResult_t)api_Send(sendbuff, count, datatype, peer, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclRecv(void *recvbuff, size_t count, hetcclDataType_t datatype, int peer,
                                     hetcclComm_t comm, hetcclStream_t stream) {
-  (void)stream;
-  return (hetcclResult_t)api_Recv(recvbuff, count, datatype, peer, comm);
+  return (hetcclResult_t)api_Recv(recvbuff, count, datatype, peer, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclBarrier(hetcclComm_t comm, hetcclStream_t stream) {
-  (void)stream;
-  return (hetcclResult_t)api_Barrier(comm);
+  return (hetcclResult_t)api_Barrier(comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclRedOpCreatePreMulSum(hetcclRedOp_t *op, void *scalar,
                                                     hetcclDataType_t datatype,

@@ -10,6 +10,7 @@
 #include "../plan/plan.h"
 #include "../util/auth.h"
 #include "api_priv.h"
+#include "proxy.h"
 
 #define HC_PEER_INFO_MAGIC 0x68637069u
 
@@ -45,6 +46,7 @@ void hc_comm_fail(struct hetcclComm *comm, hc_result_t r) {
 
 void hc_comm_free(struct hetcclComm *comm) {
   if (comm == NULL) return;
+  hc_proxy_destroy(comm->proxy);
   hc_plan_reset(&comm->plan);
   hc_scratch_pool_destroy(comm->plan.pool);
   if (comm->socket_ctx) hc_net_socket.close(comm->socket_ctx);
@@ -188,13 +190,18 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
   enum hc_algo algo;
   HC_TRY_GOTO(hc_algo_parse(hc_param_str(HC_P_ALGO), &algo), r, fail);
   struct hc_scratch_pool *pool;
-  HC_TRY_GOTO(hc_scratch_pool_create(&pool), r, fail);
+  HC_TRY_GOTO(hc_scratch_pool_create(config->device_kind == HC_MEM_HOST ? NULL : hc_dev_get(config->device_kind),
+                                      &pool), r, fail);
   comm->plan.pool = pool;
   comm->plan_ctx = (struct hc_plan_ctx){
       .rank = rank, .nranks = nranks, .algo = algo,
       .chunk_bytes = (size_t)HC_MAX(hc_param_int(HC_P_CHUNK_BYTES), 64),
       .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
       .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1), .pool = pool};
+  if (config->device_kind != HC_MEM_HOST) {
+    HC_TRY_GOTO(hc_dev_get(config->device_kind)->set_device(config->device_id), r, fail);
+    HC_TRY_GOTO(hc_proxy_create(comm, &comm->proxy), r, fail);
+  }
   HC_INFO(HC_API, "comm %p rank %d of %d up: device %s:%d, group %s (%d groups), transport socket",
           (void *)comm, rank, nranks, mem_kind_name(config->device_kind), config->device_id,
           me->group_name, comm->ngroups);
@@ -306,7 +313,9 @@ out:
 
 static hc_result_t api_CommFinalize(hetcclComm_t comm) {
   HC_TRY(hc_comm_check(comm, "CommFinalize"));
-  /* Host calls complete before they return: nothing is left to flush. */
+  /* Host calls complete before they return; a GPU comm's proxy may still
+   * have plans to run. */
+  if (comm->proxy) HC_TRY(hc_proxy_drain_blocking(comm->proxy));
   comm->finalized = true;
   return HC_OK;
 }

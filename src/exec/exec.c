@@ -13,9 +13,18 @@
 
 enum { DIR_SEND = 0, DIR_RECV = 1 };
 
+/* Local steps of a GPU plan run on the job's stream; each is followed by an
+ * event, and they complete in stream order. */
+#define HC_EXEC_MAX_GPU_INFLIGHT 64
+
 struct job_state {
   struct hc_exec_job *job;
   const struct hc_dev_ops *dev;
+  bool async; /* local steps are enqueued on job->stream, not done inline */
+  hc_event_t events[HC_EXEC_MAX_GPU_INFLIGHT];
+  int nevents;                             /* created so far */
+  int gpu_step[HC_EXEC_MAX_GPU_INFLIGHT];  /* ring of steps in flight on the stream */
+  int gpu_head, gpu_count;
   int nsteps, ndone;
   int *pending_deps;       /* per step */
   int *succ_start, *succ;  /* CSR: steps that depend on step i */
@@ -36,6 +45,7 @@ static bool is_transfer(const struct hc_step *s) {
 }
 
 static void job_state_destroy(struct job_state *st) {
+  for (int i = 0; i < st->nevents; i++) st->dev->event_destroy(st->events[i]);
   free(st->pending_deps);
   free(st->succ_start);
   free(st->succ);
@@ -56,6 +66,7 @@ static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *s
   st->dev = hc_dev_get(p->mem);
   if (st->dev == NULL)
     return HC_FAIL(HC_ERR_USAGE, "exec: no device backend for memory kind %d", (int)p->mem);
+  st->async = p->mem != HC_MEM_HOST;
   int *qsize = calloc((size_t)nr * 2, sizeof(int));
   int *qid = calloc((size_t)nr * 2, sizeof(int));
   st->pending_deps = calloc((size_t)n + 1, sizeof(int));
@@ -140,22 +151,64 @@ static void step_done(struct job_state *st, int i) {
 
 static hc_result_t run_local(struct job_state *st, const struct hc_step *s) {
   const struct hc_dev_ops *dev = st->dev;
+  hc_stream_t stream = st->job->stream;
   switch (s->kind) {
-  case HC_STEP_COPY: return dev->copy(s->dst, s->src0, s->count, NULL);
+  case HC_STEP_NOP: return HC_OK;
+  case HC_STEP_COPY: return dev->copy(s->dst, s->src0, s->count, stream);
   case HC_STEP_REDUCE: {
     struct hc_reduce_args a = {.dst = s->dst, .src0 = s->src0, .src1 = s->src1, .count = s->count,
                                .dtype = s->dtype, .op = s->redop};
-    return dev->reduce(&a, NULL);
+    return dev->reduce(&a, stream);
   }
   case HC_STEP_SCALE: {
     struct hc_scale_args a = {.dst = s->dst, .src = s->src0, .count = s->count,
                               .dtype = s->dtype, .kind = s->redop};
     if (a.kind == HC_SCALE_MUL) memcpy(a.factor, s->src1, hc_dtype_size(a.dtype));
     else memcpy(&a.divisor, s->src1, sizeof(a.divisor));
-    return dev->scale(&a, NULL);
+    return dev->scale(&a, stream);
   }
   default: return HC_FAIL(HC_ERR_INTERNAL, "exec: step kind %d is not local", s->kind);
   }
+}
+
+/* Runs the local steps whose dependencies are done: inline for host plans,
+ * enqueued on the job's stream with an event each for GPU plans, where
+ * they are done once their event has fired. */
+static hc_result_t run_ready_local(struct job_state *st, bool *moved) {
+  const struct hc_plan *p = st->job->plan;
+  while (st->gpu_count > 0) {
+    int slot = st->gpu_head, done = 0;
+    HC_TRY(st->dev->event_query(st->events[slot], &done));
+    if (!done) break;
+    st->gpu_head = (st->gpu_head + 1) % HC_EXEC_MAX_GPU_INFLIGHT;
+    st->gpu_count--;
+    step_done(st, st->gpu_step[slot]);
+    *moved = true;
+  }
+  while (st->nready > 0) {
+    int i = st->ready[st->nready - 1];
+    const struct hc_step *s = &p->steps[i];
+    if (!st->async || s->kind == HC_STEP_NOP) {
+      st->nready--;
+      HC_TRY(run_local(st, s));
+      step_done(st, i);
+      *moved = true;
+      continue;
+    }
+    if (st->gpu_count == HC_EXEC_MAX_GPU_INFLIGHT) break;
+    int slot = (st->gpu_head + st->gpu_count) % HC_EXEC_MAX_GPU_INFLIGHT;
+    if (slot >= st->nevents) {
+      HC_TRY(st->dev->event_create(&st->events[st->nevents]));
+      st->nevents++;
+    }
+    st->nready--;
+    HC_TRY(run_local(st, s));
+    HC_TRY(st->dev->event_record(st->events[slot], st->job->stream));
+    st->gpu_step[slot] = i;
+    st->gpu_count++;
+    *moved = true;
+  }
+  return HC_OK;
 }
 
 /* Sends of a rank to itself meet its receives from itself in order, as a
@@ -173,7 +226,8 @@ static hc_result_t match_self(struct job_state *st, bool *moved) {
     if (send->count != recv->count)
       return HC_FAIL(HC_ERR_USAGE, "rank %d: mismatched counts: sends %zu bytes to itself, receives %zu",
                      me, send->count, recv->count);
-    HC_TRY(st->dev->copy(recv->dst, send->src0, send->count, NULL));
+    HC_TRY(st->dev->copy(recv->dst, send->src0, send->count, st->job->stream));
+    if (st->async) HC_TRY(st->dev->stream_sync(st->job->stream));
     st->q_tail[qs] = ++st->q_head[qs];
     st->q_tail[qr] = ++st->q_head[qr];
     step_done(st, si);
@@ -188,12 +242,7 @@ static hc_result_t match_self(struct job_state *st, bool *moved) {
 static hc_result_t job_progress(struct job_state *st, bool *moved) {
   const struct hc_plan *p = st->job->plan;
   struct hc_links *links = st->job->links;
-  while (st->nready > 0) {
-    int i = st->ready[--st->nready];
-    HC_TRY(run_local(st, &p->steps[i]));
-    step_done(st, i);
-    *moved = true;
-  }
+  HC_TRY(run_ready_local(st, moved));
   HC_TRY(match_self(st, moved));
   for (int q = 0; q < st->nqueues; q++) {
     if (st->q_peer[q] == links->rank) continue;
@@ -236,6 +285,12 @@ static int awaited_peer(const struct job_state *st) {
 
 /* Sleeps in the first transport that has work in flight. */
 static hc_result_t wait_for_progress(struct job_state *states, int njobs, int timeout_ms) {
+  /* Work on a GPU stream ends without waking any file descriptor. */
+  for (int j = 0; j < njobs; j++)
+    if (states[j].gpu_count > 0) {
+      sched_yield();
+      return HC_OK;
+    }
   for (int j = 0; j < njobs; j++) {
     struct job_state *st = &states[j];
     if (st->ndone == st->nsteps) continue;

@@ -13,21 +13,36 @@
 #define HC_POOL_KEEP 8
 struct hc_scratch_pool {
   pthread_mutex_t lock;
+  const struct hc_dev_ops *pinned;
   void *free_bufs[HC_POOL_KEEP];
   size_t free_bytes[HC_POOL_KEEP];
 };
 
-hc_result_t hc_scratch_pool_create(struct hc_scratch_pool **out) {
+static void *buf_alloc(const struct hc_scratch_pool *pool, size_t bytes) {
+  size_t rounded = HC_DIV_UP(bytes ? bytes : 1, 4096) * 4096;
+  if (pool->pinned == NULL) return aligned_alloc(4096, rounded);
+  void *p = NULL;
+  return pool->pinned->host_alloc(rounded, &p) == HC_OK ? p : NULL;
+}
+
+static void buf_free(const struct hc_scratch_pool *pool, void *p) {
+  if (p == NULL) return;
+  if (pool->pinned == NULL) free(p);
+  else pool->pinned->host_free(p);
+}
+
+hc_result_t hc_scratch_pool_create(const struct hc_dev_ops *pinned, struct hc_scratch_pool **out) {
   struct hc_scratch_pool *pool;
   HC_TRY(hc_calloc(&pool, 1, sizeof(*pool), "scratch pool"));
   pthread_mutex_init(&pool->lock, NULL);
+  pool->pinned = pinned;
   *out = pool;
   return HC_OK;
 }
 
 void hc_scratch_pool_destroy(struct hc_scratch_pool *pool) {
   if (pool == NULL) return;
-  for (int i = 0; i < HC_POOL_KEEP; i++) free(pool->free_bufs[i]);
+  for (int i = 0; i < HC_POOL_KEEP; i++) buf_free(pool, pool->free_bufs[i]);
   pthread_mutex_destroy(&pool->lock);
   free(pool);
 }
@@ -48,7 +63,7 @@ static void *pool_get(struct hc_scratch_pool *pool, size_t bytes, size_t *got) {
   pthread_mutex_unlock(&pool->lock);
   if (buf) return buf;
   *got = bytes;
-  return aligned_alloc(4096, HC_DIV_UP(bytes ? bytes : 1, 4096) * 4096);
+  return buf_alloc(pool, bytes);
 }
 
 /* Keeps the largest buffers: the next call of the same size reuses them. */
@@ -68,7 +83,7 @@ static void pool_put(struct hc_scratch_pool *pool, void *buf, size_t bytes) {
     evicted = buf;
   }
   pthread_mutex_unlock(&pool->lock);
-  free(evicted);
+  buf_free(pool, evicted);
 }
 
 /* ---- steps ---- */

@@ -49,7 +49,8 @@ struct hc_coll_args {
                       group overwrites the buffer: in-place send/recv) */
 };
 
-enum hc_step_kind { HC_STEP_SEND, HC_STEP_RECV, HC_STEP_REDUCE, HC_STEP_COPY, HC_STEP_SCALE };
+/* NOP does nothing: it joins several steps into one dependency. */
+enum hc_step_kind { HC_STEP_SEND, HC_STEP_RECV, HC_STEP_REDUCE, HC_STEP_COPY, HC_STEP_SCALE, HC_STEP_NOP };
 
 #define HC_STEP_MAX_DEPS 4
 struct hc_step {
@@ -81,7 +82,10 @@ struct hc_plan {
 /* Scratch buffers of a comm, kept between calls so the hot path does not
  * fault in fresh pages. Used by one thread at a time. */
 struct hc_scratch_pool;
-hc_result_t hc_scratch_pool_create(struct hc_scratch_pool **out);
+/* pinned: the GPU backend whose page-locked host memory the scratch must
+ * be (transports read it and the device's kernels read it in place), or
+ * NULL for ordinary memory. */
+hc_result_t hc_scratch_pool_create(const struct hc_dev_ops *pinned, struct hc_scratch_pool **out);
 void hc_scratch_pool_destroy(struct hc_scratch_pool *pool); /* takes NULL */
 
 /* What a plan may depend on besides the call. */
@@ -99,5 +103,12 @@ struct hc_plan_ctx {
 hc_result_t hc_plan_add(struct hc_plan *plan, const struct hc_plan_ctx *ctx,
                         const struct hc_coll_args *a);
 void hc_plan_reset(struct hc_plan *plan);
+
+/* For a plan on GPU memory whose transport cannot reach device memory:
+ * rewrites every transfer of device memory into transfers of pinned host
+ * slots (copy device -> slot, then send; receive, then copy slot ->
+ * device), in pieces of at most ctx->chunk_bytes, with separate slot rings
+ * for sends and receives. Scratch is already pinned and is sent as it is. */
+hc_result_t hc_plan_stage(struct hc_plan *plan, const struct hc_plan_ctx *ctx);
 
 #endif

@@ -1,0 +1,136 @@
+/*
+ * Staging: a plan on GPU memory, for transports that move host memory only.
+ * Each transfer of device memory becomes pieces; a piece of a send is a
+ * copy from the device into a pinned send slot and the send of that slot; a
+ * piece of a receive is the receive into a pinned receive slot and a copy
+ * to the device. Pieces of consecutive chunks overlap: while piece k is on
+ * the wire, the copy of piece k+1 runs, and the copy of piece k-1 back to
+ * the device. Sends and receives have their own slot rings, so a send never
+ * waits for a receive's slot (no cycle between two ranks that both stage).
+ *
+ * A pointer is host memory if it lies in one of the plan's scratch buffers
+ * (pinned for GPU plans); every other buffer of a GPU plan is the caller's
+ * device memory.
+ */
+#include <stdlib.h>
+
+#include "plan_priv.h"
+
+struct slot_ring {
+  char *base;
+  size_t bytes;
+  int count, next;
+  hc_ref_t *last_user;
+};
+
+static bool in_scratch(const struct hc_plan *p, const void *ptr) {
+  const char *c = ptr;
+  for (int i = 0; i < p->nscratch; i++)
+    if (c >= (const char *)p->scratch[i] && c < (const char *)p->scratch[i] + p->scratch_bytes[i]) return true;
+  return false;
+}
+
+/* Joins refs[0..n) into one reference with NOP steps of up to 4 deps. */
+static hc_ref_t join(struct hc_plan *p, hc_ref_t *refs, int n) {
+  while (n > 1) {
+    int m = 0;
+    for (int i = 0; i < n; i += HC_STEP_MAX_DEPS) {
+      struct hc_step s = {.kind = HC_STEP_NOP};
+      for (int d = 0; d < HC_STEP_MAX_DEPS && i + d < n; d++) s.deps[d] = refs[i + d];
+      refs[m++] = hc_plan_push(p, s);
+    }
+    n = m;
+  }
+  return n ? refs[0] : 0;
+}
+
+hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x) {
+  struct hc_step *old = p->steps;
+  const int nold = p->nsteps;
+  const size_t piece_max = x->chunk_bytes;
+  const int nslots = HC_MAX(x->scratch_slots, 2);
+  hc_ref_t *map = calloc((size_t)nold + 1, sizeof(hc_ref_t));
+  hc_ref_t *pieces = NULL;
+  struct slot_ring ring[2] = {{0}}; /* [0] sends, [1] receives */
+  size_t max_pieces = 1;
+  bool any = false;
+  for (int i = 0; i < nold; i++) {
+    const struct hc_step *s = &old[i];
+    bool dev = (s->kind == HC_STEP_SEND && !in_scratch(p, s->src0)) ||
+               (s->kind == HC_STEP_RECV && !in_scratch(p, s->dst));
+    if (dev && s->count > 0) {
+      any = true;
+      max_pieces = HC_MAX(max_pieces, HC_DIV_UP(s->count, piece_max));
+    }
+  }
+  if (!any) {
+    free(map);
+    return HC_OK;
+  }
+  pieces = calloc(max_pieces, sizeof(hc_ref_t));
+  for (int d = 0; d < 2; d++) {
+    ring[d] = (struct slot_ring){.bytes = piece_max, .count = nslots};
+    ring[d].base = hc_plan_scratch(p, piece_max * (size_t)nslots);
+    ring[d].last_user = calloc((size_t)nslots, sizeof(hc_ref_t));
+  }
+  hc_result_t r = HC_OK;
+  if (map == NULL || pieces == NULL || ring[0].base == NULL || ring[1].base == NULL ||
+      ring[0].last_user == NULL || ring[1].last_user == NULL) {
+    r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of memory staging %d steps", nold);
+    goto out;
+  }
+  /* Rebuild the step list from scratch, old steps read from `old`. */
+  p->steps = NULL;
+  p->nsteps = p->cap = 0;
+  for (int i = 0; i < nold; i++) {
+    struct hc_step s = old[i];
+    for (int d = 0; d < HC_STEP_MAX_DEPS; d++)
+      if (s.deps[d]) s.deps[d] = map[s.deps[d] - 1];
+    bool send = s.kind == HC_STEP_SEND, recv = s.kind == HC_STEP_RECV;
+    bool dev = (send && !in_scratch(p, s.src0)) || (recv && !in_scratch(p, s.dst));
+    if (!dev || s.count == 0) {
+      map[i] = hc_plan_push(p, s);
+      continue;
+    }
+    struct slot_ring *rg = &ring[recv];
+    const int npieces = (int)HC_DIV_UP(s.count, piece_max);
+    for (int k = 0; k < npieces; k++) {
+      size_t off = (size_t)k * piece_max, len = HC_MIN(piece_max, s.count - off);
+      int si = rg->next;
+      rg->next = (rg->next + 1) % rg->count;
+      char *slot = rg->base + (size_t)si * rg->bytes;
+      /* A piece waits for what the whole transfer waited for, and for the
+       * slot's previous user. */
+      struct hc_step first = s;
+      first.count = len;
+      for (int d = 0; d < HC_STEP_MAX_DEPS; d++)
+        if (first.deps[d] == 0) {
+          first.deps[d] = rg->last_user[si];
+          break;
+        }
+      if (send) {
+        first.kind = HC_STEP_COPY;
+        first.dst = slot;
+        first.src0 = (const char *)s.src0 + off;
+        hc_ref_t copied = hc_plan_push(p, first);
+        rg->last_user[si] = pieces[k] = hc_push_send(p, s.peer, slot, len, copied, 0);
+      } else {
+        first.dst = slot;
+        hc_ref_t got = hc_plan_push(p, first);
+        rg->last_user[si] = pieces[k] =
+            hc_plan_push(p, (struct hc_step){.kind = HC_STEP_COPY, .dst = (char *)s.dst + off,
+                                             .src0 = slot, .count = len, HC_DEPS(got)});
+      }
+    }
+    map[i] = join(p, pieces, npieces);
+  }
+  if (p->cap < 0) r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory staging %d steps", nold);
+  free(old);
+out:
+  if (r != HC_OK && p->steps == NULL) p->steps = old; /* failed before the rebuild */
+  free(map);
+  free(pieces);
+  free(ring[0].last_user);
+  free(ring[1].last_user);
+  return r;
+}
