@@ -1,0 +1,344 @@
+/*
+ * Collectives with GPU buffers, ranks as threads of one process, on the
+ * GPU machine's device 0 (several ranks may share it):
+ *   A: 2 GPU ranks in two groups (HETCCL_GROUP-style names per rank);
+ *   B: 1 GPU rank + 1 CPU rank;
+ *   C: 2 GPU ranks + 2 CPU ranks.
+ * Every collective x datatype x op, choosing cases so that each pair of
+ * (collective, datatype, op, count, in-place) is covered, compared bitwise
+ * with the results the test computes itself (testutil's generators), plus
+ * a 1 GiB all-reduce, and the stream-order test: the stream is held on a
+ * host flag, then writes the input, then runs the collective; the call must
+ * return while the stream is still held, and the result must include what
+ * the stream wrote after the hold.
+ * Exits 77 (skip) where no CUDA device is found.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "device/device.h"
+#include "testutil.h"
+
+static const struct hc_dev_ops *gpu;
+
+enum { K_ALLREDUCE, K_BROADCAST, K_REDUCE, K_ALLGATHER, K_REDUCESCATTER, K_ALLTOALL, K_GATHER, K_SCATTER,
+       K_SENDRECV, K_NCOLL };
+static const char *const kname[K_NCOLL] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
+                                           "AlltoAll", "Gather", "Scatter", "SendRecv"};
+static const enum hc_redop ops[] = {HC_SUM, HC_PROD, HC_MAX, HC_MIN, HC_AVG, HC_PREMULSUM};
+static const size_t counts[] = {0, 1, 7, 1023, (1u << 20) + 3};
+
+struct scenario {
+  const char *name;
+  int nranks;
+  bool gpu_rank[4];
+};
+static const struct scenario scenarios[] = {
+    {"A: 2 GPU ranks, two groups", 2, {true, true}},
+    {"B: 1 GPU + 1 CPU", 2, {true, false}},
+    {"C: 2 GPU + 2 CPU", 4, {true, false, true, false}},
+};
+
+struct mem {
+  bool on_gpu;
+  hc_stream_t stream;
+};
+
+static void *buf_new(const struct mem *m, size_t bytes) {
+  void *p = NULL;
+  if (m->on_gpu) {
+    if (gpu->mem_alloc(0, bytes ? bytes : 1, &p) != HC_OK) return NULL;
+  } else {
+    p = malloc(bytes ? bytes : 1);
+  }
+  return p;
+}
+static void buf_del(const struct mem *m, void *p) {
+  if (m->on_gpu) gpu->mem_free(0, p);
+  else free(p);
+}
+static void to_buf(const struct mem *m, void *dst, const void *src, size_t bytes) {
+  if (!bytes) return;
+  if (m->on_gpu) {
+    gpu->copy(dst, src, bytes, m->stream);
+    gpu->stream_sync(m->stream);
+  } else {
+    memcpy(dst, src, bytes);
+  }
+}
+static void from_buf(const struct mem *m, void *dst, const void *src, size_t bytes) {
+  if (m->on_gpu) gpu->stream_sync(m->stream);
+  if (!bytes) return;
+  if (m->on_gpu) {
+    gpu->copy(dst, src, bytes, m->stream);
+    gpu->stream_sync(m->stream);
+  } else {
+    memcpy(dst, src, bytes);
+  }
+}
+
+struct tcase {
+  int coll, dtype, op, count, inplace;
+};
+
+/* Every pair of dimension values appears in some case: a greedy cover. */
+static int build_cases(struct tcase *out, int max) {
+  const int dims[5] = {K_NCOLL, HC_DTYPE_COUNT, (int)HC_ARRAY_LEN(ops), (int)HC_ARRAY_LEN(counts), 2};
+  static bool seen[5][5][16][16];
+  int n = 0;
+  for (;;) {
+    int best_gain = 0;
+    struct tcase best = {0};
+    for (int a = 0; a < dims[0]; a++)
+      for (int b = 0; b < dims[1]; b++)
+        for (int c = 0; c < dims[2]; c++)
+          for (int d = 0; d < dims[3]; d++)
+            for (int e = 0; e < dims[4]; e++) {
+              int v[5] = {a, b, c, d, e}, gain = 0;
+              for (int i = 0; i < 5; i++)
+                for (int j = i + 1; j < 5; j++) gain += !seen[i][j][v[i]][v[j]];
+              if (gain > best_gain) best_gain = gain, best = (struct tcase){a, b, c, d, e};
+            }
+    if (best_gain == 0 || n == max) return n;
+    int v[5] = {best.coll, best.dtype, best.op, best.count, best.inplace};
+    for (int i = 0; i < 5; i++)
+      for (int j = i + 1; j < 5; j++) seen[i][j][v[i]][v[j]] = true;
+    out[n++] = best;
+  }
+}
+
+static struct tcase cases[256];
+static int ncases;
+static const struct scenario *cur;
+
+static bool reducing(int coll) { return coll == K_ALLREDUCE || coll == K_REDUCE || coll == K_REDUCESCATTER; }
+
+static void run_case(hetcclComm_t comm, const struct mem *m, int rank, int n, const struct tcase *c, int index) {
+  const enum hc_dtype t = (enum hc_dtype)c->dtype;
+  const size_t es = hc_dtype_size(t), count = counts[c->count];
+  const bool inplace = c->inplace;
+  const int root = index % n;
+  struct tu_red red = {t, reducing(c->coll) ? ops[c->op] : HC_SUM, n, (uint64_t)index * 7919 + 1};
+  tu_set_case("%s %s #%d %s %s count %zu %s root %d", cur->name, kname[c->coll], index, hc_dtype_name(t),
+              hc_redop_name(red.op), count, inplace ? "in-place" : "out-of-place", root);
+  /* Sizes of the send and receive buffers, in elements. */
+  size_t scount = count, rcount = count;
+  switch (c->coll) {
+  case K_ALLGATHER: rcount = count * (size_t)n; break;
+  case K_REDUCESCATTER: scount = count * (size_t)n; break;
+  case K_ALLTOALL: scount = rcount = count * (size_t)n; break;
+  case K_GATHER: rcount = count * (size_t)n; break;
+  case K_SCATTER: scount = count * (size_t)n; break;
+  default: break;
+  }
+  size_t full = HC_MAX(scount, rcount);
+  uint8_t *host_in = malloc(full * es + 1), *host_out = malloc(full * es + 1), *expect = malloc(full * es + 1);
+  void *dsend = buf_new(m, full * es), *drecv = buf_new(m, full * es);
+  if (!CHECK(host_in && host_out && expect && dsend && drecv, "out of memory")) goto out;
+  /* Inputs, laid where the in-place form expects them. */
+  void *sendp = dsend, *recvp = inplace ? dsend : drecv;
+  size_t in_off = 0; /* element offset of this rank's input inside the send buffer */
+  if (inplace && c->coll == K_ALLGATHER) in_off = (size_t)rank * count, sendp = (char *)dsend + in_off * es;
+  if (inplace && c->coll == K_REDUCESCATTER) recvp = (char *)dsend + (size_t)rank * count * es;
+  if (inplace && c->coll == K_GATHER) in_off = (size_t)root * count, sendp = (char *)dsend + in_off * es;
+  if (inplace && c->coll == K_SCATTER) recvp = (char *)dsend + (size_t)root * count * es;
+  memset(host_in, 0x5a, full * es);
+  if (reducing(c->coll)) tu_red_fill(&red, rank, 0, scount, host_in);
+  else tu_data_fill(t, red.seed, rank, 0, scount, host_in + in_off * es);
+  to_buf(m, dsend, host_in, full * es);
+  hetcclRedOp_t op = (hetcclRedOp_t)red.op;
+  uint8_t scalar[8];
+  if (red.op == HC_PREMULSUM) {
+    tu_red_scalar(&red, rank, scalar);
+    if (!CHECK_OK(hetcclRedOpCreatePreMulSum(&op, scalar, (hetcclDataType_t)t, hetcclScalarHostImmediate, comm)))
+      goto out;
+  }
+  hetcclDataType_t dt = (hetcclDataType_t)t;
+  hetcclResult_t r = hetcclSuccess;
+  switch (c->coll) {
+  case K_ALLREDUCE: r = hetcclAllReduce(sendp, recvp, count, dt, op, comm, m->stream); break;
+  case K_BROADCAST: r = hetcclBroadcast(sendp, recvp, count, dt, root, comm, m->stream); break;
+  case K_REDUCE: r = hetcclReduce(sendp, recvp, count, dt, op, root, comm, m->stream); break;
+  case K_ALLGATHER: r = hetcclAllGather(sendp, recvp, count, dt, comm, m->stream); break;
+  case K_REDUCESCATTER: r = hetcclReduceScatter(sendp, recvp, count, dt, op, comm, m->stream); break;
+  case K_ALLTOALL: r = hetcclAlltoAll(sendp, recvp, count, dt, comm, m->stream); break;
+  case K_GATHER: r = hetcclGather(sendp, recvp, count, dt, root, comm, m->stream); break;
+  case K_SCATTER: r = hetcclScatter(sendp, recvp, count, dt, root, comm, m->stream); break;
+  case K_SENDRECV:
+    hetcclGroupStart();
+    hetcclSend(sendp, count, dt, (rank + 1) % n, comm, m->stream);
+    hetcclRecv(recvp, count, dt, (rank + n - 1) % n, comm, m->stream);
+    r = hetcclGroupEnd();
+    break;
+  }
+  if (!CHECK_OK(r)) goto out;
+  if (red.op == HC_PREMULSUM) CHECK_OK(hetcclRedOpDestroy(op, comm));
+  /* Expected output, computed here. */
+  size_t out_count = rcount;
+  const void *got = host_out;
+  from_buf(m, host_out, recvp, 0);
+  switch (c->coll) {
+  case K_ALLREDUCE:
+  case K_REDUCE:
+    for (size_t i = 0; i < count; i++) tu_red_expect(&red, i, expect + i * es);
+    break;
+  case K_REDUCESCATTER:
+    for (size_t i = 0; i < count; i++) tu_red_expect(&red, (size_t)rank * count + i, expect + i * es);
+    break;
+  case K_BROADCAST: tu_data_fill(t, red.seed, root, 0, count, expect); break;
+  case K_ALLGATHER:
+  case K_GATHER:
+    for (int s = 0; s < n; s++) tu_data_fill(t, red.seed, s, 0, count, expect + (size_t)s * count * es);
+    break;
+  case K_ALLTOALL:
+    /* Rank s sent its block `rank` to us; its data is s's values at those indices. */
+    for (int s = 0; s < n; s++)
+      tu_data_fill(t, red.seed, s, (size_t)rank * count, count, expect + (size_t)s * count * es);
+    break;
+  case K_SCATTER: tu_data_fill(t, red.seed, root, (size_t)rank * count, count, expect); break;
+  case K_SENDRECV: tu_data_fill(t, red.seed, (rank + n - 1) % n, 0, count, expect); break;
+  }
+  if ((c->coll == K_REDUCE || c->coll == K_GATHER) && rank != root) out_count = 0;
+  if (c->coll == K_REDUCE || c->coll == K_ALLREDUCE || c->coll == K_BROADCAST || c->coll == K_SCATTER ||
+      c->coll == K_REDUCESCATTER || c->coll == K_SENDRECV)
+    out_count = HC_MIN(out_count, count);
+  from_buf(m, host_out, recvp, out_count * es);
+  tu_compare(t, got, expect, out_count, kname[c->coll]);
+out:
+  if (dsend) buf_del(m, dsend);
+  if (drecv) buf_del(m, drecv);
+  free(host_in);
+  free(host_out);
+  free(expect);
+}
+
+static hetcclComm_t make_comm(int rank, int n, hetcclUniqueId id, bool on_gpu) {
+  hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
+  char group[16];
+  snprintf(group, sizeof(group), "g%d", rank);
+  cfg.deviceKind = on_gpu ? hetcclDeviceCuda : hetcclDeviceHost;
+  cfg.deviceId = 0;
+  cfg.groupName = group; /* every rank its own group: all cross-group paths */
+  hetcclComm_t comm = NULL;
+  CHECK_OK(hetcclCommInitRankConfig(&comm, n, id, rank, &cfg));
+  return comm;
+}
+
+static int rank_scenario(int rank, int n, hetcclUniqueId id, void *arg) {
+  (void)arg;
+  struct mem m = {.on_gpu = cur->gpu_rank[rank]};
+  if (m.on_gpu) {
+    gpu->set_device(0);
+    if (!CHECK(gpu->stream_create(0, &m.stream) == HC_OK, "stream_create")) return 1;
+  }
+  hetcclComm_t comm = make_comm(rank, n, id, m.on_gpu);
+  if (comm == NULL) return 1;
+  double t0 = tu_seconds();
+  for (int i = 0; i < ncases; i++) run_case(comm, &m, rank, n, &cases[i], i);
+  if (rank == 0) printf("%s: %d cases in %.1f s\n", cur->name, ncases, tu_seconds() - t0);
+  CHECK_OK(hetcclCommDestroy(comm));
+  if (m.on_gpu) gpu->stream_destroy(m.stream);
+  return 0;
+}
+
+/* 1 GiB float all-reduce between two GPU ranks, with a time. */
+static int rank_big(int rank, int n, hetcclUniqueId id, void *arg) {
+  (void)arg;
+  gpu->set_device(0);
+  struct mem m = {.on_gpu = true};
+  gpu->stream_create(0, &m.stream);
+  hetcclComm_t comm = make_comm(rank, n, id, true);
+  const size_t count = (1ull << 30) / 4;
+  struct tu_red red = {HC_FLOAT32, HC_SUM, n, 99};
+  float *host = malloc(count * 4), *expect = malloc(count * 4);
+  void *d = buf_new(&m, count * 4);
+  if (!CHECK(comm && host && expect && d, "setup")) return 1;
+  tu_red_fill(&red, rank, 0, count, host);
+  to_buf(&m, d, host, count * 4);
+  tu_barrier();
+  double t0 = tu_seconds();
+  CHECK_OK(hetcclAllReduce(d, d, count, hetcclFloat, hetcclSum, comm, m.stream));
+  gpu->stream_sync(m.stream);
+  double dt = tu_seconds() - t0;
+  from_buf(&m, host, d, count * 4);
+  for (size_t i = 0; i < count; i++) tu_red_expect(&red, i, &expect[i]);
+  tu_compare(HC_FLOAT32, host, expect, count, "1 GiB AllReduce");
+  if (rank == 0) printf("1 GiB all-reduce, 2 GPU ranks in two groups: %.3f s, busbw %.2f GB/s\n", dt, 1.073741824 / dt);
+  buf_del(&m, d);
+  free(host);
+  free(expect);
+  CHECK_OK(hetcclCommDestroy(comm));
+  gpu->stream_destroy(m.stream);
+  return 0;
+}
+
+/* The stream holds on a host flag, then writes the input, then runs the
+ * all-reduce. The call must come back while the stream is held. */
+static int rank_stream_order(int rank, int n, hetcclUniqueId id, void *arg) {
+  (void)arg;
+  gpu->set_device(0);
+  struct mem m = {.on_gpu = true};
+  gpu->stream_create(0, &m.stream);
+  hetcclComm_t comm = make_comm(rank, n, id, true);
+  const size_t count = 1 << 20;
+  float *host = malloc(count * 4), *zeros = calloc(count, 4);
+  uint32_t *flag = NULL;
+  void *d = buf_new(&m, count * 4), *staged = buf_new(&m, count * 4);
+  if (!CHECK(comm && host && zeros && d && staged && gpu->host_alloc(64, (void **)&flag) == HC_OK, "setup")) return 1;
+  *flag = 0;
+  for (size_t i = 0; i < count; i++) host[i] = (float)(rank + 1) * (float)(i % 100);
+  to_buf(&m, staged, host, count * 4);
+  to_buf(&m, d, zeros, count * 4);
+  tu_barrier();
+  gpu->flag_wait(m.stream, flag, 1);                 /* the "long kernel": held until we say */
+  gpu->copy(d, staged, count * 4, m.stream);         /* then writes the input */
+  double t0 = tu_seconds();
+  CHECK_OK(hetcclAllReduce(d, d, count, hetcclFloat, hetcclSum, comm, m.stream));
+  double call_s = tu_seconds() - t0;
+  hc_event_t ev;
+  int done = 1;
+  gpu->event_create(&ev);
+  gpu->event_record(ev, m.stream);
+  gpu->event_query(ev, &done);
+  CHECK(!done, "the stream finished while it was still held");
+  CHECK(call_s < 0.5, "the call took %.3f s: it waited for the stream", call_s);
+  if (rank == 0) printf("stream order: the call returned in %.1f us while the stream was held\n", call_s * 1e6);
+  struct timespec hold = {0, 200 * 1000000};
+  nanosleep(&hold, NULL);
+  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+  from_buf(&m, host, d, count * 4);
+  size_t bad = 0;
+  for (size_t i = 0; i < count; i++) bad += host[i] != (float)(n * (n + 1) / 2) * (float)(i % 100);
+  CHECK(bad == 0, "%zu elements do not include what the stream wrote before the call", bad);
+  gpu->event_destroy(ev);
+  gpu->host_free(flag);
+  buf_del(&m, d);
+  buf_del(&m, staged);
+  free(host);
+  free(zeros);
+  CHECK_OK(hetcclCommDestroy(comm));
+  gpu->stream_destroy(m.stream);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  tu_init(argc, argv);
+  gpu = hc_dev_get(HC_MEM_CUDA);
+  if (gpu == NULL) {
+    printf("skip: no CUDA device here (HETCCL_DEBUG=INFO says why)\n");
+    return 77;
+  }
+  ncases = build_cases(cases, (int)HC_ARRAY_LEN(cases));
+  printf("%d cases cover every pair of collective, datatype, op, count and in-place\n", ncases);
+  for (size_t s = 0; s < HC_ARRAY_LEN(scenarios); s++) {
+    cur = &scenarios[s];
+    tu_run_ranks(cur->nranks, rank_scenario, NULL);
+  }
+  tu_set_case("stream order");
+  tu_run_ranks(2, rank_stream_order, NULL);
+  tu_set_case("1 GiB");
+  tu_run_ranks(2, rank_big, NULL);
+  return tu_finish("test_coll_gpu");
+}
