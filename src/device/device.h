@@ -97,6 +97,8 @@ struct hc_dev_ops {
   hc_result_t (*stream_sync)(hc_stream_t s); /* blocking; tests and teardown only */
   /* Whether the caller's stream is capturing a graph. */
   hc_result_t (*stream_capturing)(hc_stream_t s, bool *capturing);
+  /* The device current on the calling thread (cudaGetDevice's answer). */
+  hc_result_t (*current_device)(int *device);
 }; /* append only */
 
 #define HC_HAS_OP(ops, type, op) \
@@ -113,6 +115,7 @@ struct hc_dev_caps hc_dev_caps(enum hc_mem_kind kind);
 hc_result_t hc_dev_ptr_query(const void *p, struct hc_ptr_info *out);
 
 extern const struct hc_dev_ops hc_dev_cuda;
+extern const struct hc_dev_ops hc_dev_hip;
 
 /* Host kernels, exposed for tests and tools. Low-precision types (fp16,
  * bf16, fp8) are widened to float per element and rounded back to nearest

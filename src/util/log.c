@@ -63,6 +63,21 @@ static void log_init_once(void) {
 
 void hc_log_init(void) { pthread_once(&log_once, log_init_once); }
 
+void hc_log_reload(void) {
+  hc_log_init();
+  hc_params_reset();
+  if (hc_params_load() == HC_OK) {
+    /* Re-derive level and mask; the log file stays as it was. */
+    const char *level = hc_param_str(HC_P_DEBUG);
+    int l = HC_LOG_WARN;
+    if (strcasecmp(level, "NONE") == 0) l = HC_LOG_NONE;
+    else if (strcasecmp(level, "INFO") == 0) l = HC_LOG_INFO;
+    else if (strcasecmp(level, "TRACE") == 0) l = HC_LOG_TRACE;
+    atomic_store(&hc_log_level, l);
+    atomic_store(&hc_log_mask, parse_mask(hc_param_str(HC_P_DEBUG_SUBSYS)));
+  }
+}
+
 void hc_log_set_rank(int rank) { log_rank = rank; }
 
 static const char *sys_name(int sys) {

@@ -74,6 +74,8 @@ extern atomic_int hc_log_level;
 extern atomic_int hc_log_mask;
 /* Reads HETCCL_DEBUG / HETCCL_DEBUG_SUBSYS once; safe to call often. */
 void hc_log_init(void);
+/* Reads the logging variables again (ncclResetDebugInit). */
+void hc_log_reload(void);
 /* Rank shown in log lines of this thread (-1: none). */
 void hc_log_set_rank(int rank);
 void hc_log_emit(int level, int sys, const char *file, int line, const char *fmt, ...)

@@ -1,7 +1,24 @@
 add_test(NAME params_table COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/unit/check_params.sh
          ${PROJECT_SOURCE_DIR} $<TARGET_FILE:hetccl-info>)
 set_tests_properties(params_table PROPERTIES LABELS unit TIMEOUT 30)
-# Only the public API leaves the shared library.
+# Only the public API (hetccl*) and the NCCL ABI (nccl*, pnccl*) leave the library.
 add_test(NAME exported_symbols COMMAND sh -c
-  "nm -D --defined-only $<TARGET_FILE:hetccl> | awk '{print $3}' | grep -v '^hetccl' | grep -v '^_' && exit 1 || exit 0")
+  "nm -D --defined-only $<TARGET_FILE:hetccl> | awk '{print $3}' | grep -vE '^(hetccl|nccl|pnccl)' | grep -v '^_' && exit 1 || exit 0")
 set_tests_properties(exported_symbols PROPERTIES LABELS unit TIMEOUT 30)
+
+# The NCCL drop-in: symbols PyTorch imports and nccl.h's functions.
+add_test(NAME nccl_symbols COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/unit/check_nccl_symbols.sh
+         $<TARGET_FILE:hetccl_nccl> ${PROJECT_SOURCE_DIR}/../shared/reference)
+set_tests_properties(nccl_symbols PROPERTIES LABELS unit TIMEOUT 30 SKIP_RETURN_CODE 77)
+# Built against the real nccl.h where the CUDA toolkit provides one.
+find_path(NCCL_HEADER_DIR nccl.h PATHS /usr/local/cuda/include /usr/include NO_DEFAULT_PATH)
+find_path(CUDA_RUNTIME_HEADER_DIR cuda_runtime.h PATHS /usr/local/cuda/include /usr/include NO_DEFAULT_PATH)
+if(NCCL_HEADER_DIR AND CUDA_RUNTIME_HEADER_DIR)
+  add_executable(test_abi_nccl ${CMAKE_CURRENT_SOURCE_DIR}/unit/abi_nccl_test.c)
+  target_include_directories(test_abi_nccl PRIVATE ${NCCL_HEADER_DIR} ${CUDA_RUNTIME_HEADER_DIR})
+  target_link_libraries(test_abi_nccl PRIVATE hetccl_nccl Threads::Threads)
+  add_test(NAME abi_nccl COMMAND test_abi_nccl)
+  set_tests_properties(abi_nccl PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT "HETCCL_TIMEOUT=30")
+else()
+  message(STATUS "nccl.h not found: the NCCL ABI test is not built")
+endif()

@@ -1,0 +1,430 @@
+/*
+ * abi/: the NCCL 2.28 API and ABI over hetccl's native API. Every function
+ * of nccl.h 2.28.9 and the device-API host helpers that PyTorch imports is
+ * exported twice, as NCCL does: a strong pnccl<Name> and a weak
+ * nccl<Name> at the same address (the PMPI scheme: an interposer may define
+ * ncclX and call pncclX).
+ *
+ * The types below are nccl.h's, restated so that no vendor header is
+ * needed; the enum values are hetccl's own (include/hetccl.h equals nccl.h
+ * value for value), so results, datatypes and ops pass through unchanged.
+ * tests/unit/test_abi_nccl.c compiles against the real nccl.h and checks
+ * the layouts and values.
+ *
+ * Device selection: a comm made through this ABI is a GPU comm on the
+ * device current on the calling thread (as NCCL), when a GPU backend is
+ * loaded; on a host without one it is a host comm, so the ABI is testable
+ * anywhere.
+ *
+ * ncclGetVersion reports 2.28.9 (22809): PyTorch then offers the features
+ * hetccl implements (AVG 2.10, PreMulSum 2.11, last error 2.13, config and
+ * nonblocking flag 2.14/2.17, split 2.18, register and MemAlloc 2.19,
+ * scalable init 2.23, fp8 2.24, AlltoAll 2.28). Device API, symmetric
+ * windows, shrink, revoke and GroupSimulateEnd return ncclInvalidUsage with
+ * a message (docs/nccl-abi.md).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../api/api_priv.h"
+#include "../device/device.h"
+
+typedef hetcclResult_t ncclResult_t;
+typedef hetcclDataType_t ncclDataType_t;
+typedef hetcclRedOp_t ncclRedOp_t;
+typedef hetcclScalarResidence_t ncclScalarResidence_t;
+typedef struct hetcclComm *ncclComm_t;
+typedef struct ncclWindow_vidmem *ncclWindow_t;
+typedef void *cudaStream_t;
+typedef struct {
+  char internal[128];
+} ncclUniqueId;
+
+/* struct ncclConfig_v22800, 80 bytes on LP64. */
+typedef struct {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int blocking, cgaClusterSize, minCTAs, maxCTAs;
+  const char *netName;
+  int splitShare, trafficClass;
+  const char *commName;
+  int collnetEnable, CTAPolicy, shrinkShare, nvlsCTAs, nChannelsPerNetPeer, nvlinkCentricSched;
+} ncclConfig_t;
+_Static_assert(sizeof(ncclConfig_t) == 80, "ncclConfig_v22800 is 80 bytes");
+
+typedef struct {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  float estimatedTime;
+} ncclSimInfo_t;
+
+typedef struct {
+  int nRanks, rank, stride;
+} ncclTeam_t;
+
+#define NCCL_VERSION_REPORTED 22809
+
+/* Strong pnccl<name>, weak nccl<name> at the same address. */
+#define NCCL_API(ret, name, ...)                                                                  \
+  __attribute__((visibility("default"))) ret p##name(__VA_ARGS__);                                \
+  __attribute__((visibility("default"), weak, alias("p" #name))) ret name(__VA_ARGS__);         \
+  ret p##name(__VA_ARGS__)
+
+/* ---- device of the calling thread ---- */
+
+/* The kind and ordinal of the device current on this thread: a GPU when a
+ * GPU backend is loaded, else the host. */
+static void current_device(int *kind, int *id) {
+  const enum hc_mem_kind gpus[] = {HC_MEM_CUDA, HC_MEM_HIP};
+  for (size_t i = 0; i < HC_ARRAY_LEN(gpus); i++) {
+    const struct hc_dev_ops *d = hc_dev_get(gpus[i]);
+    if (d == NULL || !HC_HAS_OP(d, struct hc_dev_ops, current_device)) continue;
+    int dev = 0;
+    if (d->current_device(&dev) == HC_OK) {
+      *kind = gpus[i] == HC_MEM_CUDA ? hetcclDeviceCuda : hetcclDeviceHip;
+      *id = dev;
+      return;
+    }
+  }
+  *kind = hetcclDeviceHost;
+  *id = 0;
+}
+
+/* hetccl's config from an NCCL config (read only up to its size) and the
+ * current device. */
+static hc_result_t translate_config(const ncclConfig_t *in, hetcclConfig_t *out) {
+  *out = (hetcclConfig_t)HETCCL_CONFIG_INITIALIZER;
+  current_device(&out->deviceKind, &out->deviceId);
+  if (in == NULL) return HC_OK;
+  if (in->magic != HETCCL_CONFIG_MAGIC)
+    return HC_FAIL(HC_ERR_ARG, "ncclConfig_t was not initialised with NCCL_CONFIG_INITIALIZER (magic 0x%x)",
+                   in->magic);
+#define HAS(field) (offsetof(ncclConfig_t, field) + sizeof(in->field) <= in->size)
+  if (HAS(blocking)) out->blocking = in->blocking;
+  if (HAS(commName)) out->commName = in->commName;
+#undef HAS
+  return HC_OK;
+}
+
+#define R(x) ((ncclResult_t)(x))
+/* HC_TRY for functions that return ncclResult_t. */
+#define NC_TRY(call)                                                           \
+  do {                                                                         \
+    hc_result_t r_ = (hc_result_t)(call);                                      \
+    if (r_ != HC_OK) return R(r_);                                             \
+  } while (0)
+
+static ncclResult_t unsupported(const char *fn, const char *why) {
+  return R(HC_FAIL(HC_ERR_USAGE, "%s: not supported by hetccl: %s", fn, why));
+}
+
+/* ---- version, errors ---- */
+
+NCCL_API(ncclResult_t, ncclGetVersion, int *version) {
+  if (version == NULL) return R(HC_FAIL(HC_ERR_ARG, "ncclGetVersion: version is NULL"));
+  *version = NCCL_VERSION_REPORTED;
+  return hetcclSuccess;
+}
+
+NCCL_API(const char *, ncclGetErrorString, ncclResult_t result) { return hetcclGetErrorString(result); }
+
+NCCL_API(const char *, ncclGetLastError, ncclComm_t comm) { return hetcclGetLastError(comm); }
+
+NCCL_API(void, ncclResetDebugInit, void) { hc_log_reload(); }
+
+NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *uniqueId) {
+  return hetcclGetUniqueId((hetcclUniqueId *)uniqueId);
+}
+
+/* ---- communicators ---- */
+
+NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+         ncclConfig_t *config) {
+  hetcclConfig_t cfg;
+  hetcclUniqueId id;
+  NC_TRY(hc_params_load());
+  NC_TRY(translate_config(config, &cfg));
+  memcpy(&id, &commId, sizeof(id));
+  return hetcclCommInitRankConfig(comm, nranks, id, rank, &cfg);
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
+  return pncclCommInitRankConfig(comm, nranks, commId, rank, NULL);
+}
+
+/* Several ids spread NCCL's bootstrap load; hetccl's rendezvous needs one,
+ * and every rank passes the same list, so the first serves. */
+NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks, int myrank, int nId,
+         ncclUniqueId *commIds, ncclConfig_t *config) {
+  if (nId < 1 || commIds == NULL)
+    return R(HC_FAIL(HC_ERR_ARG, "ncclCommInitRankScalable: %d ids at %p", nId, (void *)commIds));
+  return pncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
+}
+
+struct init_all_rank {
+  ncclComm_t *comm;
+  int nranks, rank, device;
+  ncclUniqueId id;
+  ncclResult_t result;
+  char error[256];
+};
+
+static void *init_all_thread(void *arg) {
+  struct init_all_rank *a = arg;
+  hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
+  int kind, id;
+  current_device(&kind, &id);
+  cfg.deviceKind = kind;
+  cfg.deviceId = a->device;
+  hetcclUniqueId hid;
+  memcpy(&hid, &a->id, sizeof(hid));
+  a->result = hetcclCommInitRankConfig(a->comm, a->nranks, hid, a->rank, &cfg);
+  if (a->result != hetcclSuccess) snprintf(a->error, sizeof(a->error), "%s", hc_last_error());
+  return NULL;
+}
+
+/* One process, ndev ranks: each init runs on a thread of its own, since
+ * each waits for the others. */
+NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comm, int ndev, const int *devlist) {
+  hc_result_t r = HC_OK;
+  if (comm == NULL || ndev < 1) return R(HC_FAIL(HC_ERR_ARG, "ncclCommInitAll: comm %p, ndev %d", (void *)comm, ndev));
+  ncclUniqueId id;
+  NC_TRY(pncclGetUniqueId(&id));
+  struct init_all_rank *ranks;
+  pthread_t *threads;
+  NC_TRY(hc_calloc(&ranks, (size_t)ndev, sizeof(*ranks), "InitAll ranks"));
+  if ((r = hc_calloc(&threads, (size_t)ndev, sizeof(*threads), "InitAll threads")) != HC_OK) {
+    free(ranks);
+    return R(r);
+  }
+  int started = 0;
+  for (; started < ndev; started++) {
+    ranks[started] = (struct init_all_rank){.comm = &comm[started], .nranks = ndev, .rank = started,
+                                            .device = devlist ? devlist[started] : started, .id = id};
+    if (pthread_create(&threads[started], NULL, init_all_thread, &ranks[started]) != 0) {
+      r = HC_FAIL(HC_ERR_SYSTEM, "ncclCommInitAll: cannot start a thread: %s", strerror(errno));
+      break;
+    }
+  }
+  for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+  for (int i = 0; i < started && r == HC_OK; i++)
+    if (ranks[i].result != hetcclSuccess) {
+      hc_set_last_error(ranks[i].error);
+      r = (hc_result_t)ranks[i].result;
+    }
+  if (r != HC_OK)
+    for (int i = 0; i < started; i++)
+      if (ranks[i].result == hetcclSuccess) hetcclCommDestroy(comm[i]);
+  free(ranks);
+  free(threads);
+  return R(r);
+}
+
+NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+         ncclConfig_t *config) {
+  hetcclConfig_t cfg;
+  if (config == NULL) return hetcclCommSplit(comm, color, key, newcomm, NULL);
+  NC_TRY(translate_config(config, &cfg));
+  return hetcclCommSplit(comm, color, key, newcomm, &cfg);
+}
+
+NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+         ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags) {
+  (void)comm, (void)excludeRanksList, (void)excludeRanksCount, (void)config, (void)shrinkFlags;
+  if (newcomm) *newcomm = NULL;
+  return unsupported("ncclCommShrink", "a child without the excluded ranks needs a rendezvous they do not join");
+}
+
+NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
+  (void)comm, (void)revokeFlags;
+  return unsupported("ncclCommRevoke", "use ncclCommAbort");
+}
+
+NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) { return hetcclCommFinalize(comm); }
+NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) { return hetcclCommDestroy(comm); }
+NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) { return hetcclCommAbort(comm); }
+NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asyncError) {
+  return hetcclCommGetAsyncError(comm, asyncError);
+}
+NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int *count) { return hetcclCommCount(comm, count); }
+NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int *rank) {
+  return hetcclCommUserRank(comm, rank);
+}
+NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int *device) {
+  NC_TRY(hc_comm_check(comm, "ncclCommCuDevice"));
+  if (device == NULL) return R(HC_FAIL(HC_ERR_ARG, "ncclCommCuDevice: device is NULL"));
+  *device = comm->config.device_id;
+  return hetcclSuccess;
+}
+
+/* ---- memory and registration ---- */
+
+/* Device memory on the current device (host memory where there is no GPU). */
+NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size) {
+  int kind, dev;
+  if (ptr == NULL) return R(HC_FAIL(HC_ERR_ARG, "ncclMemAlloc: ptr is NULL"));
+  current_device(&kind, &dev);
+  if (kind == hetcclDeviceHost) return hetcclMemAlloc(ptr, size);
+  return R(hc_dev_get((enum hc_mem_kind)kind)->mem_alloc(dev, size, ptr));
+}
+
+NCCL_API(ncclResult_t, ncclMemFree, void *ptr) {
+  if (ptr == NULL) return hetcclSuccess;
+  struct hc_ptr_info info;
+  NC_TRY(hc_dev_ptr_query(ptr, &info));
+  if (info.kind == HC_MEM_HOST) return hetcclMemFree(ptr);
+  return R(hc_dev_get(info.kind)->mem_free(info.device, ptr));
+}
+
+/* Registration is a hint in NCCL (zero-copy when possible); hetccl moves
+ * any buffer without it, so a handle only records what was registered. */
+struct hc_registration {
+  ncclComm_t comm;
+  void *buff;
+  size_t size;
+};
+
+NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void *buff, size_t size, void **handle) {
+  NC_TRY(hc_comm_check(comm, "ncclCommRegister"));
+  if (handle == NULL) return R(HC_FAIL(HC_ERR_ARG, "ncclCommRegister: handle is NULL"));
+  struct hc_registration *reg;
+  NC_TRY(hc_calloc(&reg, 1, sizeof(*reg), "registration"));
+  *reg = (struct hc_registration){comm, buff, size};
+  *handle = reg;
+  return hetcclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void *handle) {
+  NC_TRY(hc_comm_check(comm, "ncclCommDeregister"));
+  struct hc_registration *reg = handle;
+  if (reg == NULL || reg->comm != comm)
+    return R(HC_FAIL(HC_ERR_ARG, "ncclCommDeregister: %p is not a registration of this comm", handle));
+  free(reg);
+  return hetcclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
+         int winFlags) {
+  (void)comm, (void)buff, (void)size, (void)winFlags;
+  if (win) *win = NULL;
+  return unsupported("ncclCommWindowRegister", "symmetric memory windows");
+}
+
+NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
+  (void)comm, (void)win;
+  return unsupported("ncclCommWindowDeregister", "symmetric memory windows");
+}
+
+/* ---- reductions ops ---- */
+
+NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+         ncclScalarResidence_t residence, ncclComm_t comm) {
+  return hetcclRedOpCreatePreMulSum(op, scalar, datatype, residence, comm);
+}
+NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) { return hetcclRedOpDestroy(op, comm); }
+
+/* ---- collectives ---- */
+
+NCCL_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return hetcclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
+}
+NCCL_API(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  return hetcclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+NCCL_API(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+         cudaStream_t stream) {
+  return hetcclBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+NCCL_API(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  return hetcclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream);
+}
+NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size_t sendcount,
+         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  return hetcclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
+}
+NCCL_API(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff, size_t recvcount,
+         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return hetcclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
+}
+NCCL_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  return hetcclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream);
+}
+NCCL_API(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  return hetcclGather(sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+NCCL_API(ncclResult_t, ncclScatter, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  return hetcclScatter(sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+NCCL_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+         ncclComm_t comm, cudaStream_t stream) {
+  return hetcclSend(sendbuff, count, datatype, peer, comm, stream);
+}
+NCCL_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+         cudaStream_t stream) {
+  return hetcclRecv(recvbuff, count, datatype, peer, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclGroupStart, void) { return hetcclGroupStart(); }
+NCCL_API(ncclResult_t, ncclGroupEnd, void) { return hetcclGroupEnd(); }
+NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t *simInfo) {
+  (void)simInfo;
+  return unsupported("ncclGroupSimulateEnd", "no cost model for hetccl's plans yet");
+}
+
+/* ---- device-API host helpers (nccl_device.h) ---- */
+
+NCCL_API(ncclResult_t, ncclDevCommCreate, ncclComm_t comm, const void *reqs, void *outDevComm) {
+  (void)comm, (void)reqs, (void)outDevComm;
+  return unsupported("ncclDevCommCreate", "the NCCL device API");
+}
+NCCL_API(ncclResult_t, ncclDevCommDestroy, ncclComm_t comm, const void *devComm) {
+  (void)comm, (void)devComm;
+  return unsupported("ncclDevCommDestroy", "the NCCL device API");
+}
+NCCL_API(ncclResult_t, ncclLsaBarrierCreateRequirement, ncclTeam_t team, int nBarriers, void *outHandle,
+         void *outReq) {
+  (void)team, (void)nBarriers, (void)outHandle, (void)outReq;
+  return unsupported("ncclLsaBarrierCreateRequirement", "the NCCL device API");
+}
+NCCL_API(ncclResult_t, ncclGinBarrierCreateRequirement, ncclComm_t comm, ncclTeam_t team, int nBarriers,
+         void *outHandle, void *outReq) {
+  (void)comm, (void)team, (void)nBarriers, (void)outHandle, (void)outReq;
+  return unsupported("ncclGinBarrierCreateRequirement", "the NCCL device API");
+}
+NCCL_API(ncclResult_t, ncclLLA2ACreateRequirement, int nBlocks, int nSlots, void *outHandle, void *outReq) {
+  (void)nBlocks, (void)nSlots, (void)outHandle, (void)outReq;
+  return unsupported("ncclLLA2ACreateRequirement", "the NCCL device API");
+}
+NCCL_API(int, ncclLLA2ACalcSlots, int maxElts, int maxEltSize) { return maxElts * ((maxEltSize + 7) / 8); }
+
+/* Teams: the world; load/store-accessible peers are only the rank itself
+ * (hetccl maps no peer memory into kernels); the rail is the world. */
+NCCL_API(ncclTeam_t, ncclTeamWorld, ncclComm_t comm) {
+  int n = 0, r = 0;
+  hetcclCommCount(comm, &n);
+  hetcclCommUserRank(comm, &r);
+  return (ncclTeam_t){n, r, 1};
+}
+NCCL_API(ncclTeam_t, ncclTeamLsa, ncclComm_t comm) {
+  (void)comm;
+  return (ncclTeam_t){1, 0, 1};
+}
+NCCL_API(ncclTeam_t, ncclTeamRail, ncclComm_t comm) { return pncclTeamWorld(comm); }
+NCCL_API(int, ncclTeamRankToWorld, ncclComm_t comm, ncclTeam_t team, int rank) {
+  int me = 0;
+  hetcclCommUserRank(comm, &me);
+  return me + (rank - team.rank) * team.stride;
+}
+NCCL_API(int, ncclTeamRankToLsa, ncclComm_t comm, ncclTeam_t team, int rank) {
+  (void)comm;
+  return rank == team.rank ? 0 : -1;
+}
