@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# PyTorch on hetccl, one command on the GPU machine, from the repo root:
+#   tests/torch/run.sh
+# Builds hetccl, then runs the same scripts with and without LD_PRELOAD:
+#  1. every nccl* symbol that the installed torch imports is exported;
+#  2. ops.py with 2 ranks on cuda:0 in different HETCCL_GROUPs (hetccl's own
+#     cross-group path; NCCL alone refuses two ranks on one GPU), and with
+#     world size 1;
+#  3. ddp.py: 2 ranks in different groups under hetccl against the
+#     single-process reference without hetccl; final-loss relative error.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-/tmp/hetccl-torch}
+mkdir -p "$out"
+build=$root/build-torch
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build "$build" -j "$(nproc)" >/dev/null || exit 1
+lib=$build/nccl/libhetccl.so
+run=$build/tools/hetccl-run
+py=${PYTHON:-python3}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+fail=0
+
+echo "== 1. symbols torch imports"
+torch_cuda=$($py -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cuda.so"))')
+missing=0
+for s in $(nm -D --undefined-only "$torch_cuda" | awk '{print $2}' | grep -E '^nccl' | sed 's/@.*//' | sort -u); do
+  nm -D --defined-only "$lib" | awk '{print $3}' | grep -qx "$s" || { echo "missing: $s"; missing=1; }
+done
+[ $missing = 0 ] && echo "every nccl* symbol libtorch_cuda.so imports is exported" || fail=1
+
+echo "== 2. torch.distributed ops, 2 ranks on cuda:0 in two groups, under hetccl"
+LD_PRELOAD=$lib $run -n 2 --timeout 300 --rank-env 0:HETCCL_GROUP=a --rank-env 1:HETCCL_GROUP=b \
+  $py "$root/tests/torch/ops.py" || fail=1
+echo "== 2b. world size 1, under hetccl"
+LD_PRELOAD=$lib $run -n 1 --timeout 300 $py "$root/tests/torch/ops.py" || fail=1
+echo "== 2c. world size 1, native NCCL (same script)"
+$run -n 1 --timeout 300 $py "$root/tests/torch/ops.py" || fail=1
+
+echo "== 3. DDP: reference (1 process, native NCCL) vs 2 ranks in two groups under hetccl"
+LOSS_FILE=$out/loss_ref.txt $run -n 1 --timeout 600 $py "$root/tests/torch/ddp.py" || fail=1
+LOSS_FILE=$out/loss_hetccl.txt LD_PRELOAD=$lib $run -n 2 --timeout 600 \
+  --rank-env 0:HETCCL_GROUP=a --rank-env 1:HETCCL_GROUP=b $py "$root/tests/torch/ddp.py" || fail=1
+$py - "$out/loss_ref.txt" "$out/loss_hetccl.txt" <<'PY' || fail=1
+import sys
+ref = [float(x) for x in open(sys.argv[1])]
+het = [float(x) for x in open(sys.argv[2])]
+rel = abs(het[-1] - ref[-1]) / abs(ref[-1])
+print("step  reference   hetccl(2 groups)")
+for i in list(range(0, len(ref), 20)) + [len(ref) - 1]:
+    print(f"{i:4d}  {ref[i]:.6f}  {het[i]:.6f}")
+print(f"final loss relative error {rel:.2e} (bound 1e-3)")
+sys.exit(0 if rel <= 1e-3 else 1)
+PY
+
+echo "== 4. the real NCCL stays private: LD_DEBUG=bindings"
+LD_DEBUG=bindings LD_DEBUG_OUTPUT=$out/bindings LD_PRELOAD=$lib $run -n 1 --timeout 300 \
+  $py "$root/tests/torch/ops.py" >/dev/null 2>&1
+cat $out/bindings.* 2>/dev/null | grep -E "binding file .*(libtorch_cuda|libnccl).* to .*: normal symbol \`ncclAllReduce'" | head -5
+rm -f $out/bindings.*
+[ $fail = 0 ] && echo "tests/torch: PASS" || echo "tests/torch: FAIL"
+exit $fail
