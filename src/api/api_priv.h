@@ -28,6 +28,7 @@ struct hc_peer_info {
   int32_t device_kind; /* enum hc_mem_kind */
   int32_t device_id;
   int32_t group;       /* filled after the exchange: index of the group */
+  int32_t vendor_ok;   /* the vendor library of device_kind loaded here */
   char group_name[HC_GROUP_NAME_BYTES];
   struct hc_net_handle socket_handle;
 };
@@ -68,6 +69,8 @@ struct hetcclComm {
   char async_error_text[512];
   bool finalized;
   struct hc_proxy *proxy;         /* GPU comms: runs their plans off the caller's thread */
+  const struct hc_vendor *vendor; /* pass-through comms: every call goes to the vendor's comm */
+  void *vendor_comm;
   uint64_t magic_tail;
 };
 

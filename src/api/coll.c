@@ -9,6 +9,7 @@
 
 #include "../plan/plan.h"
 #include "api_priv.h"
+#include "../vendor/vendor.h"
 #include "proxy.h"
 
 /* ---- the calling thread's group ---- */
@@ -80,6 +81,69 @@ static void mark_staged_sends(void) {
   }
 }
 
+static hc_result_t vendor_check(const struct hetcclComm *comm, int vr, const char *what) {
+  if (vr == 0) return HC_OK;
+  return HC_FAIL((hc_result_t)vr, "%s %s: %s: %s", comm->vendor->name, what, comm->vendor->get_error_string(vr),
+                 comm->vendor->get_last_error(comm->vendor_comm));
+}
+
+/* One call on a pass-through comm, as the vendor's own calls; the ones
+ * NCCL lacks (all-to-all(v), gather, scatter) as grouped send/recv. */
+static hc_result_t vendor_call(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t st) {
+  const struct hc_vendor *v = comm->vendor;
+  void *vc = comm->vendor_comm;
+  const int n = comm->nranks, me = comm->rank, t = (int)a->dtype;
+  const size_t es = hc_dtype_size(a->dtype);
+  int op = (int)a->op, vr = 0;
+  if (a->op == HC_PREMULSUM) {
+    uint8_t factor[8];
+    memcpy(factor, a->premul_factor, sizeof(factor));
+    HC_TRY(vendor_check(comm, v->red_op_create_pre_mul_sum(&op, factor, t, hetcclScalarHostImmediate, vc),
+                        "RedOpCreatePreMulSum"));
+  }
+  switch (a->coll) {
+  case HC_COLL_ALLREDUCE: vr = v->all_reduce(a->sendbuf, a->recvbuf, a->count, t, op, vc, st); break;
+  case HC_COLL_BROADCAST: vr = v->broadcast(a->sendbuf, a->recvbuf, a->count, t, a->root, vc, st); break;
+  case HC_COLL_REDUCE: vr = v->reduce(a->sendbuf, a->recvbuf, a->count, t, op, a->root, vc, st); break;
+  case HC_COLL_ALLGATHER: vr = v->all_gather(a->sendbuf, a->recvbuf, a->count, t, vc, st); break;
+  case HC_COLL_REDUCESCATTER: vr = v->reduce_scatter(a->sendbuf, a->recvbuf, a->count, t, op, vc, st); break;
+  case HC_COLL_SEND: vr = v->send(a->sendbuf, a->count, t, a->root, vc, st); break;
+  case HC_COLL_RECV: vr = v->recv(a->recvbuf, a->count, t, a->root, vc, st); break;
+  case HC_COLL_ALLTOALL:
+  case HC_COLL_ALLTOALLV:
+    for (int p = 0; p < n && vr == 0; p++) {
+      bool eq = a->coll == HC_COLL_ALLTOALL;
+      size_t sc = eq ? a->count : a->sendcounts[p], sd = eq ? a->count * (size_t)p : a->sdispls[p];
+      size_t rc = eq ? a->count : a->recvcounts[p], rd = eq ? a->count * (size_t)p : a->rdispls[p];
+      vr = v->send((const char *)a->sendbuf + sd * es, sc, t, p, vc, st);
+      if (vr == 0) vr = v->recv((char *)a->recvbuf + rd * es, rc, t, p, vc, st);
+    }
+    break;
+  case HC_COLL_GATHER:
+    vr = v->send(a->sendbuf, a->count, t, a->root, vc, st);
+    for (int p = 0; p < n && vr == 0 && me == a->root; p++)
+      vr = v->recv((char *)a->recvbuf + (size_t)p * a->count * es, a->count, t, p, vc, st);
+    break;
+  case HC_COLL_SCATTER:
+    for (int p = 0; p < n && vr == 0 && me == a->root; p++)
+      vr = v->send((const char *)a->sendbuf + (size_t)p * a->count * es, a->count, t, p, vc, st);
+    if (vr == 0) vr = v->recv(a->recvbuf, a->count, t, a->root, vc, st);
+    break;
+  default: break;
+  }
+  if (a->op == HC_PREMULSUM) v->red_op_destroy(op, vc);
+  return vendor_check(comm, vr, hc_coll_name(a->coll));
+}
+
+/* A pass-through comm's calls of this group, in one vendor group. */
+static hc_result_t group_submit_vendor(struct hetcclComm *comm) {
+  hc_result_t r = vendor_check(comm, comm->vendor->group_start(), "GroupStart");
+  for (int i = 0; i < group_ncalls && r == HC_OK; i++)
+    if (group_calls[i].comm == comm) r = vendor_call(comm, &group_calls[i].args, group_calls[i].stream);
+  hc_result_t end = vendor_check(comm, comm->vendor->group_end(), "GroupEnd");
+  return r != HC_OK ? r : end;
+}
+
 /* A GPU comm's calls of this group become one plan that its proxy thread
  * runs; the caller's streams wait for it. */
 static hc_result_t group_submit_gpu(struct hetcclComm *comm) {
@@ -119,10 +183,10 @@ static hc_result_t group_run(void) {
   HC_TRY_GOTO(hc_calloc(&jobs, (size_t)group_ncalls, sizeof(*jobs), "group jobs"), r, out);
   for (int i = 0; i < group_ncalls; i++) {
     struct hetcclComm *comm = group_calls[i].comm;
-    if (comm->proxy) {
+    if (comm->proxy || comm->vendor_comm) {
       bool first = true;
       for (int k = 0; k < i && first; k++) first = group_calls[k].comm != comm;
-      if (first) HC_TRY_GOTO(group_submit_gpu(comm), r, out);
+      if (first) HC_TRY_GOTO(comm->vendor_comm ? group_submit_vendor(comm) : group_submit_gpu(comm), r, out);
       continue;
     }
     int j = 0;

@@ -9,6 +9,7 @@
 
 #include "../plan/plan.h"
 #include "../util/auth.h"
+#include "../vendor/vendor.h"
 #include "api_priv.h"
 #include "proxy.h"
 
@@ -47,6 +48,8 @@ void hc_comm_fail(struct hetcclComm *comm, hc_result_t r) {
 void hc_comm_free(struct hetcclComm *comm) {
   if (comm == NULL) return;
   hc_proxy_destroy(comm->proxy);
+  if (comm->vendor_comm)
+    (atomic_load(&comm->abort_flag) ? comm->vendor->comm_abort : comm->vendor->comm_destroy)(comm->vendor_comm);
   hc_plan_reset(&comm->plan);
   hc_scratch_pool_destroy(comm->plan.pool);
   if (comm->socket_ctx) hc_net_socket.close(comm->socket_ctx);
@@ -133,6 +136,45 @@ static const char *mem_kind_name(enum hc_mem_kind k) {
   return (unsigned)k < HC_ARRAY_LEN(names) ? names[k] : "?";
 }
 
+/* A comm that is one group of distinct GPUs of one vendor, whose library
+ * every rank loaded, is the vendor's comm: every rank decides it from the
+ * same table. */
+static bool vendor_passthrough(const struct hetcclComm *comm) {
+  const struct hc_peer_info *p = comm->peers;
+  if (comm->ngroups != 1) return false;
+  for (int i = 0; i < comm->nranks; i++) {
+    if (!p[i].vendor_ok || p[i].device_kind != p[0].device_kind) return false;
+    for (int j = 0; j < i; j++)
+      if (p[j].host_hash == p[i].host_hash && p[j].device_id == p[i].device_id) return false;
+  }
+  return true;
+}
+
+/* The vendor's comm: its unique id travels through hetccl's bootstrap. */
+static hc_result_t vendor_init(struct hetcclComm *comm) {
+  hc_result_t r = HC_OK;
+  const struct hc_vendor *v = hc_vendor_get(comm->config.device_kind);
+  hc_vendor_id *ids;
+  HC_TRY(hc_calloc(&ids, (size_t)comm->nranks, sizeof(*ids), "vendor ids"));
+  int vr = comm->rank == 0 ? v->get_unique_id(&ids[0]) : 0;
+  if (vr != 0) {
+    r = HC_FAIL(HC_ERR_DEVICE, "%s: GetUniqueId: %s", v->name, v->get_error_string(vr));
+    goto out;
+  }
+  HC_TRY_GOTO(hc_bootstrap_allgather(comm->boot, ids, sizeof(*ids)), r, out);
+  vr = v->comm_init_rank(&comm->vendor_comm, comm->nranks, ids[0], comm->rank);
+  if (vr != 0) {
+    r = HC_FAIL(HC_ERR_DEVICE, "%s: CommInitRank: %s: %s", v->name, v->get_error_string(vr), v->get_last_error(NULL));
+    comm->vendor_comm = NULL;
+    goto out;
+  }
+  comm->vendor = v;
+  HC_INFO(HC_VENDOR, "rank %d: pass-through to %s %d (%s)", comm->rank, v->name, v->version, v->path);
+out:
+  free(ids);
+  return r;
+}
+
 static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t id[HC_UNIQUE_ID_BYTES],
                              int rank, const struct hc_config *config) {
   hc_result_t r;
@@ -163,6 +205,8 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
                               .device_id = config->device_id, .socket_handle = handle};
   snprintf(me->group_name, sizeof(me->group_name), "%s",
            config->group_name[0] ? config->group_name : mem_kind_name(config->device_kind));
+  me->vendor_ok = config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_VENDOR) &&
+                  hc_vendor_get(config->device_kind) != NULL;
   HC_TRY_GOTO(hc_bootstrap_allgather(comm->boot, comm->peers, sizeof(*comm->peers)), r, fail);
   for (int i = 0; i < nranks; i++)
     if (comm->peers[i].magic != HC_PEER_INFO_MAGIC || comm->peers[i].rank != i) {
@@ -200,7 +244,8 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
       .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1), .pool = pool};
   if (config->device_kind != HC_MEM_HOST) {
     HC_TRY_GOTO(hc_dev_get(config->device_kind)->set_device(config->device_id), r, fail);
-    HC_TRY_GOTO(hc_proxy_create(comm, &comm->proxy), r, fail);
+    if (vendor_passthrough(comm)) HC_TRY_GOTO(vendor_init(comm), r, fail);
+    else HC_TRY_GOTO(hc_proxy_create(comm, &comm->proxy), r, fail);
   }
   HC_INFO(HC_API, "comm %p rank %d of %d up: device %s:%d, group %s (%d groups), transport socket",
           (void *)comm, rank, nranks, mem_kind_name(config->device_kind), config->device_id,
@@ -361,6 +406,11 @@ static hc_result_t api_CommGetAsyncError(hetcclComm_t comm, hetcclResult_t *asyn
   HC_TRY(hc_comm_check(comm, "CommGetAsyncError"));
   if (asyncError == NULL) return HC_FAIL(HC_ERR_ARG, "CommGetAsyncError: asyncError is NULL");
   *asyncError = (hetcclResult_t)atomic_load(&comm->async_error);
+  if (*asyncError == hetcclSuccess && comm->vendor_comm) {
+    int vendor_error = 0;
+    comm->vendor->comm_get_async_error(comm->vendor_comm, &vendor_error);
+    *asyncError = (hetcclResult_t)vendor_error;
+  }
   return HC_OK;
 }
 

@@ -1,0 +1,55 @@
+/*
+ * vendor/: the vendor's own collective library (NCCL for CUDA, RCCL for
+ * HIP) opened at run time, privately, so that a homogeneous group runs at
+ * native speed. One adapter for both: RCCL exports NCCL's functions.
+ *
+ * Loading: HETCCL_NCCL_LIBRARY (or HETCCL_RCCL_LIBRARY), then the library
+ * next to an already loaded PyTorch (torch/lib/../../nvidia/nccl/lib for
+ * CUDA wheels, torch/lib for ROCm wheels), then the system's. hetccl itself
+ * (which answers to libnccl.so.2 under LD_PRELOAD) is never taken. The
+ * library is opened with RTLD_LOCAL | RTLD_DEEPBIND: its names stay out of
+ * the global scope and its own calls bind inside it, never to hetccl's
+ * exports.
+ */
+#ifndef HC_VENDOR_H_
+#define HC_VENDOR_H_
+
+#include "../device/device.h"
+
+/* ncclUniqueId: passed by value, as nccl.h does. */
+typedef struct {
+  char internal[128];
+} hc_vendor_id;
+
+/* The vendor's functions, with nccl.h's signatures in hetccl's types
+ * (values and layouts are the same). */
+struct hc_vendor {
+  const char *name; /* "nccl", "rccl" */
+  char path[512];
+  int version;
+  int (*get_version)(int *version);
+  int (*get_unique_id)(hc_vendor_id *id);
+  int (*comm_init_rank)(void **comm, int nranks, hc_vendor_id id, int rank);
+  int (*comm_destroy)(void *comm);
+  int (*comm_abort)(void *comm);
+  int (*comm_get_async_error)(void *comm, int *err);
+  const char *(*get_error_string)(int result);
+  const char *(*get_last_error)(void *comm);
+  int (*all_reduce)(const void *s, void *r, size_t count, int dtype, int op, void *comm, void *stream);
+  int (*broadcast)(const void *s, void *r, size_t count, int dtype, int root, void *comm, void *stream);
+  int (*reduce)(const void *s, void *r, size_t count, int dtype, int op, int root, void *comm, void *stream);
+  int (*all_gather)(const void *s, void *r, size_t count, int dtype, void *comm, void *stream);
+  int (*reduce_scatter)(const void *s, void *r, size_t count, int dtype, int op, void *comm, void *stream);
+  int (*send)(const void *s, size_t count, int dtype, int peer, void *comm, void *stream);
+  int (*recv)(void *r, size_t count, int dtype, int peer, void *comm, void *stream);
+  int (*group_start)(void);
+  int (*group_end)(void);
+  int (*red_op_create_pre_mul_sum)(int *op, void *scalar, int dtype, int residence, void *comm);
+  int (*red_op_destroy)(int op, void *comm);
+};
+
+/* The vendor library for a GPU kind, loaded once per process; NULL (and an
+ * INFO line) when none is found. */
+const struct hc_vendor *hc_vendor_get(enum hc_mem_kind kind);
+
+#endif
