@@ -1,0 +1,135 @@
+/*
+ * GPU staging bound and cross-group all-reduce, on one GPU machine:
+ *  1. pinned device->host and host->device copy rates (1 GiB, the device
+ *     backend's own copies on one stream);
+ *  2. all-reduce busbw, float sum, 1 KiB .. 1 GiB, ranks as threads:
+ *     A. two GPU ranks on device 0 in different groups;
+ *     B. one GPU rank and one CPU rank;
+ *     with efficiency = busbw / bound. The bound: hetccl's 2-rank ring moves,
+ *     per rank, B bytes device->host (its half twice) and B bytes
+ *     host->device (the half it receives in the all-gather, and the half its
+ *     reduce kernel reads from pinned memory) for an all-reduce of B bytes.
+ *     In A both ranks share one device's link, so time >= 2B / min(D2H, H2D)
+ *     and busbw (= algbw for 2 ranks) <= min(D2H, H2D) / 2; in B only one
+ *     rank copies: busbw <= min(D2H, H2D).
+ * Exits 77 where there is no CUDA device.
+ *   gpu_bench [max_bytes]      default 1 GiB
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "device/device.h"
+#include "hetccl.h"
+
+static const struct hc_dev_ops *gpu;
+static hetcclUniqueId id;
+static size_t max_bytes = 1ull << 30;
+static bool gpu_rank[2];
+static double times[64];
+static int ntimes;
+static pthread_barrier_t bar;
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static double copy_rate(bool to_host) {
+  size_t n = 1ull << 30;
+  void *d = NULL, *h = NULL;
+  hc_stream_t s;
+  gpu->set_device(0);
+  gpu->stream_create(0, &s);
+  if (gpu->mem_alloc(0, n, &d) != HC_OK || gpu->host_alloc(n, &h) != HC_OK) return 0;
+  memset(h, 1, n);
+  gpu->copy(to_host ? h : d, to_host ? d : h, n, s);
+  gpu->stream_sync(s);
+  double t0 = now();
+  for (int i = 0; i < 5; i++) gpu->copy(to_host ? h : d, to_host ? d : h, n, s);
+  gpu->stream_sync(s);
+  double rate = 5.0 * (double)n / (now() - t0) / 1e9;
+  gpu->mem_free(0, d);
+  gpu->host_free(h);
+  gpu->stream_destroy(s);
+  return rate;
+}
+
+static void *rank_main(void *arg) {
+  int rank = (int)(long)arg;
+  hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
+  char group[8];
+  snprintf(group, sizeof(group), "g%d", rank);
+  cfg.groupName = group;
+  cfg.deviceKind = gpu_rank[rank] ? hetcclDeviceCuda : hetcclDeviceHost;
+  hetcclComm_t comm;
+  hc_stream_t s = NULL;
+  if (gpu_rank[rank]) {
+    gpu->set_device(0);
+    gpu->stream_create(0, &s);
+  }
+  if (hetcclCommInitRankConfig(&comm, 2, id, rank, &cfg) != hetcclSuccess) {
+    fprintf(stderr, "rank %d: init failed: %s\n", rank, hetcclGetLastError(NULL));
+    exit(1);
+  }
+  void *buf[2];
+  for (int b = 0; b < 2; b++) {
+    if (gpu_rank[rank]) gpu->mem_alloc(0, max_bytes, &buf[b]);
+    else buf[b] = calloc(1, max_bytes);
+  }
+  ntimes = 0;
+  for (size_t bytes = 1024; bytes <= max_bytes; bytes *= 4) {
+    int iters = bytes <= (1 << 20) ? 50 : bytes <= (64 << 20) ? 10 : 3;
+    size_t count = bytes / 4;
+    hetcclAllReduce(buf[0], buf[1], count, hetcclFloat, hetcclSum, comm, s); /* warm-up */
+    if (s) gpu->stream_sync(s);
+    pthread_barrier_wait(&bar);
+    double t0 = now();
+    for (int i = 0; i < iters; i++) hetcclAllReduce(buf[0], buf[1], count, hetcclFloat, hetcclSum, comm, s);
+    if (s) gpu->stream_sync(s);
+    double t = (now() - t0) / iters;
+    pthread_barrier_wait(&bar);
+    if (rank == 0) times[ntimes++] = t;
+  }
+  for (int b = 0; b < 2; b++) {
+    if (gpu_rank[rank]) gpu->mem_free(0, buf[b]);
+    else free(buf[b]);
+  }
+  hetcclCommDestroy(comm);
+  if (s) gpu->stream_destroy(s);
+  return NULL;
+}
+
+static void run(const char *title, bool g0, bool g1, double bound) {
+  gpu_rank[0] = g0;
+  gpu_rank[1] = g1;
+  hetcclGetUniqueId(&id);
+  pthread_t t[2];
+  for (long r = 0; r < 2; r++) pthread_create(&t[r], NULL, rank_main, (void *)r);
+  for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+  printf("\n%s (bound %.1f GB/s)\n%12s %10s %10s %8s\n", title, bound, "bytes", "time(us)", "busbw", "eff");
+  int i = 0;
+  for (size_t bytes = 1024; bytes <= max_bytes; bytes *= 4, i++) {
+    double busbw = (double)bytes / times[i] / 1e9;
+    printf("%12zu %10.1f %10.2f %7.0f%%\n", bytes, times[i] * 1e6, busbw, 100.0 * busbw / bound);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1) max_bytes = strtoull(argv[1], NULL, 0);
+  gpu = hc_dev_get(HC_MEM_CUDA);
+  if (gpu == NULL) {
+    printf("skip: no CUDA device\n");
+    return 77;
+  }
+  pthread_barrier_init(&bar, NULL, 2);
+  double d2h = copy_rate(true), h2d = copy_rate(false);
+  double link = d2h < h2d ? d2h : h2d;
+  printf("pinned copies, 1 GiB: device->host %.1f GB/s, host->device %.1f GB/s\n", d2h, h2d);
+  run("A: all-reduce, 2 GPU ranks on device 0, two groups", true, true, link / 2);
+  run("B: all-reduce, 1 GPU rank + 1 CPU rank", true, false, link);
+  return 0;
+}
