@@ -146,6 +146,10 @@ hc_result_t hc_ring_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
   return HC_OK;
 }
 
+/* Partial sums live in two block-sized buffers used by alternate steps:
+ * the partial received at step s is forwarded at step s+1, and its buffer
+ * is next written at step s+2, after that send (a smaller ring of slots
+ * would be overwritten before the send that forwards it is even posted). */
 hc_result_t hc_ring_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x,
                                   const struct hc_coll_args *a, struct hc_alg_io io) {
   const int n = x->nranks, r = x->rank;
@@ -158,48 +162,62 @@ hc_result_t hc_ring_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x
   }
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   const size_t nch = hc_nchunks(count, es, x->chunk_bytes);
-  struct slots sl;
-  HC_TRY(slots_create(p, x, HC_DIV_UP(count, nch) * es, &sl));
-  /* The slot that holds the partial sum of chunk c of the block reduced at
-   * the previous step, which this step forwards. */
-  int *partial_slot = calloc(nch, sizeof(int));
-  hc_ref_t *partial_ref = calloc(nch, sizeof(hc_ref_t));
-  if (partial_slot == NULL || partial_ref == NULL) {
-    free(partial_slot);
-    free(partial_ref);
-    free(sl.last_user);
-    return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %zu chunk records", nch);
+  char *partial[2] = {NULL, NULL};
+  if (n > 2) {
+    partial[0] = hc_plan_scratch(p, 2 * count * es);
+    if (partial[0] == NULL) return HC_OK; /* the plan reports it */
+    partial[1] = partial[0] + count * es;
+  }
+  /* Per chunk: the reduce that made the partial being forwarded, and the
+   * last step that read each partial buffer. */
+  hc_ref_t *made = calloc(nch, sizeof(hc_ref_t)), *read[2];
+  read[0] = calloc(nch, sizeof(hc_ref_t));
+  read[1] = calloc(nch, sizeof(hc_ref_t));
+  hc_result_t res = HC_OK;
+  if (made == NULL || read[0] == NULL || read[1] == NULL) {
+    res = HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %zu chunk records", nch);
+    goto out;
+  }
+  /* The last step receives straight into the output and reduces there,
+   * unless the output is this rank's input block (in place). */
+  char *last_land = io.out;
+  if ((const char *)io.out == (const char *)io.in + (size_t)r * count * es) {
+    last_land = hc_plan_scratch(p, count * es);
+    if (last_land == NULL) goto out;
   }
   size_t coff, clen;
   for (int s = 0; s < n - 1; s++) {
-    const int sb = ring_mod(r - 1 - s, n), rb = ring_mod(r - 2 - s, n);
+    const int sb = ((r - 1 - s) % n + n) % n, rb = ((r - 2 - s) % n + n) % n;
     const bool last = s == n - 2; /* rb == r: the reduction lands in out */
+    char *recv_into = last ? NULL : partial[s % 2];
     for (size_t c = 0; c < nch; c++) {
       hc_chunk(count, nch, c, &coff, &clen);
       if (clen == 0) continue;
       if (s == 0) {
         hc_push_send(p, next, HC_PTR(io.in, (size_t)sb * count + coff, es), clen * es, io.in_dep, 0);
       } else {
-        int si = partial_slot[c];
-        sl.last_user[si] = hc_push_send(p, next, sl.base + (size_t)si * sl.slot_bytes, clen * es,
-                                        partial_ref[c], 0);
+        int b = (s - 1) % 2;
+        read[b][c] = hc_push_send(p, next, HC_PTR(partial[b], coff, es), clen * es, made[c], 0);
       }
-      void *slot;
-      hc_ref_t slot_free;
-      int si = slot_take(&sl, &slot, &slot_free);
-      hc_ref_t got = hc_push_recv(p, prev, slot, clen * es, slot_free, 0);
-      void *dst = last ? HC_PTR(io.out, coff, es) : slot;
-      hc_ref_t red = hc_push_reduce(p, dst, slot, HC_PTR(io.in, (size_t)rb * count + coff, es), clen,
-                                    a->dtype, op, got, io.in_dep, 0);
-      sl.last_user[si] = red;
-      partial_slot[c] = si;
-      partial_ref[c] = last ? hc_push_avg(p, a, dst, clen, n, red) : red;
+      const void *mine = HC_PTR(io.in, (size_t)rb * count + coff, es);
+      if (last) {
+        void *dst = HC_PTR(io.out, coff, es), *land = HC_PTR(last_land, coff, es);
+        hc_ref_t got = hc_push_recv(p, prev, land, clen * es, 0, 0);
+        hc_ref_t red = hc_push_reduce(p, dst, land, mine, clen, a->dtype, op, got, io.in_dep, 0);
+        hc_push_avg(p, a, dst, clen, n, red);
+      } else {
+        int b = s % 2;
+        void *land = HC_PTR(recv_into, coff, es);
+        hc_ref_t got = hc_push_recv(p, prev, land, clen * es, read[b][c], 0);
+        made[c] = hc_push_reduce(p, land, land, mine, clen, a->dtype, op, got, io.in_dep, 0);
+      }
     }
   }
-  free(partial_slot);
-  free(partial_ref);
-  free(sl.last_user);
-  return HC_OK;
+out:
+  free(made);
+  free(read[0]);
+  free(read[1]);
+  return res;
 }
 
 hc_result_t hc_ring_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
