@@ -235,6 +235,17 @@ hetcclResult_t hetcclRecv(void *recvbuff, size_t count, hetcclDataType_t datatyp
                           int peer, hetcclComm_t comm, hetcclStream_t stream);
 hetcclResult_t hetcclBarrier(hetcclComm_t comm, hetcclStream_t stream);
 
+/* Registered host memory: the counterpart of ncclMemAlloc. *ptr receives
+ * size bytes of page-aligned host memory that peers on the same host read
+ * directly (a single copy, no system call per message) when it is the send
+ * buffer of a collective or hetcclSend. Any thread; no communicator needed.
+ * Free it with hetcclMemFree only (never free()); hetcclMemFree(NULL) does
+ * nothing. hetcclInvalidArgument for a NULL ptr, a size of 0 or a pointer
+ * hetcclMemAlloc did not return; hetcclSystemError when the memory cannot be
+ * had. Each buffer holds one file descriptor until it is freed. */
+hetcclResult_t hetcclMemAlloc(void **ptr, size_t size);
+hetcclResult_t hetcclMemFree(void *ptr);
+
 #ifdef __cplusplus
 }
 #endif

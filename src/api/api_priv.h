@@ -31,6 +31,8 @@ struct hc_peer_info {
   int32_t vendor_ok;   /* the vendor library of device_kind loaded here */
   char group_name[HC_GROUP_NAME_BYTES];
   struct hc_net_handle socket_handle;
+  struct hc_net_handle shm_handle; /* valid when has_shm */
+  int32_t has_shm;
 };
 
 struct hc_premul_op {
@@ -59,6 +61,7 @@ struct hetcclComm {
   int ngroups;
   struct hc_links links;
   void *socket_ctx;
+  void *shm_ctx;
   struct hc_plan_ctx plan_ctx;
   struct hc_plan plan;            /* reused call after call */
   struct hc_premul_op premul[HC_MAX_PREMUL_OPS];

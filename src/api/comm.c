@@ -39,7 +39,8 @@ void hc_comm_fail(struct hetcclComm *comm, hc_result_t r) {
    * fail at once, and so on round the job: a dead rank becomes an error
    * on every survivor without each one waiting for its deadline. */
   if (comm->socket_ctx) hc_net_socket.close(comm->socket_ctx);
-  comm->socket_ctx = NULL;
+  if (comm->shm_ctx) hc_net_shm.close(comm->shm_ctx);
+  comm->socket_ctx = comm->shm_ctx = NULL;
   for (int i = 0; i < comm->nranks && comm->links.peer; i++) comm->links.peer[i] = (struct hc_link){0};
   hc_bootstrap_destroy(comm->boot);
   comm->boot = NULL;
@@ -53,6 +54,7 @@ void hc_comm_free(struct hetcclComm *comm) {
   hc_plan_reset(&comm->plan);
   hc_scratch_pool_destroy(comm->plan.pool);
   if (comm->socket_ctx) hc_net_socket.close(comm->socket_ctx);
+  if (comm->shm_ctx) hc_net_shm.close(comm->shm_ctx);
   hc_bootstrap_destroy(comm->boot);
   free(comm->links.peer);
   free(comm->peers);
@@ -106,9 +108,15 @@ static uint64_t host_hash(void) {
     n += fread(text + n, 1, 64, f);
     fclose(f);
   }
-  struct stat st;
-  if (stat("/proc/self/ns/net", &st) == 0)
-    n += (size_t)snprintf(text + n, sizeof(text) - n, ":%llu", (unsigned long long)st.st_ino);
+  /* Shared memory also needs the same pid namespace (CMA, /proc/<pid>)
+   * and the same /dev/shm. */
+  const char *const ids[] = {"/proc/self/ns/net", "/proc/self/ns/pid", "/dev/shm"};
+  for (size_t i = 0; i < HC_ARRAY_LEN(ids); i++) {
+    struct stat st;
+    if (stat(ids[i], &st) == 0)
+      n += (size_t)snprintf(text + n, sizeof(text) - n, ":%llu.%llu", (unsigned long long)st.st_dev,
+                            (unsigned long long)st.st_ino);
+  }
   uint8_t digest[32];
   hc_sha256(text, n, digest);
   uint64_t h;
@@ -197,12 +205,20 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
   struct hc_net_caps caps;
   struct hc_net_handle handle;
   HC_TRY_GOTO(hc_net_socket.open(&net_args, &caps, &handle, &comm->socket_ctx), r, fail);
+  struct hc_net_handle shm_handle = {0};
+  bool has_shm = false;
+  if (nranks > 1 && !hc_param_int(HC_P_SHM_DISABLE)) {
+    struct hc_net_caps shm_caps;
+    has_shm = hc_net_shm.open(&net_args, &shm_caps, &shm_handle, &comm->shm_ctx) == HC_OK;
+    if (!has_shm) HC_INFO(HC_NET, "shm: not available here (%s); local peers use sockets", hc_last_error());
+  }
 
   HC_TRY_GOTO(hc_calloc(&comm->peers, (size_t)nranks, sizeof(*comm->peers), "peer table"), r, fail);
   struct hc_peer_info *me = &comm->peers[rank];
   *me = (struct hc_peer_info){.magic = HC_PEER_INFO_MAGIC, .rank = rank, .host_hash = host_hash(),
                               .pid = (int32_t)getpid(), .device_kind = config->device_kind,
-                              .device_id = config->device_id, .socket_handle = handle};
+                              .device_id = config->device_id, .socket_handle = handle,
+                              .shm_handle = shm_handle, .has_shm = has_shm};
   snprintf(me->group_name, sizeof(me->group_name), "%s",
            config->group_name[0] ? config->group_name : mem_kind_name(config->device_kind));
   me->vendor_ok = config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_VENDOR) &&
@@ -225,10 +241,19 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
   for (int i = 0; i < nranks; i++) local_ranks += comm->peers[i].host_hash == me->host_hash;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   comm->links.spin_ns = local_ranks <= cores ? (uint64_t)hc_param_int(HC_P_SPIN_US) * 1000 : 0;
+  /* Same host (and both ends have shared memory): shm; else sockets. Both
+   * ends decide from the same two records. */
+  int nshm = 0;
   for (int i = 0; i < nranks; i++) {
     if (i == rank) continue;
-    comm->links.peer[i] = (struct hc_link){.net = &hc_net_socket, .ctx = comm->socket_ctx,
-                                           .handle = comm->peers[i].socket_handle};
+    const struct hc_peer_info *p = &comm->peers[i];
+    if (p->host_hash == me->host_hash && p->has_shm && me->has_shm) {
+      comm->links.peer[i] = (struct hc_link){.net = &hc_net_shm, .ctx = comm->shm_ctx, .handle = p->shm_handle};
+      nshm++;
+    } else {
+      comm->links.peer[i] = (struct hc_link){.net = &hc_net_socket, .ctx = comm->socket_ctx,
+                                             .handle = p->socket_handle};
+    }
   }
 
   enum hc_algo algo;
@@ -247,9 +272,9 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
     if (vendor_passthrough(comm)) HC_TRY_GOTO(vendor_init(comm), r, fail);
     else HC_TRY_GOTO(hc_proxy_create(comm, &comm->proxy), r, fail);
   }
-  HC_INFO(HC_API, "comm %p rank %d of %d up: device %s:%d, group %s (%d groups), transport socket",
+  HC_INFO(HC_API, "comm %p rank %d of %d up: device %s:%d, group %s (%d groups), %d peers over shm, %d over sockets",
           (void *)comm, rank, nranks, mem_kind_name(config->device_kind), config->device_id,
-          me->group_name, comm->ngroups);
+          me->group_name, comm->ngroups, nshm, nranks - 1 - nshm);
   *out = comm;
   return HC_OK;
 fail:

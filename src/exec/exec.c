@@ -283,7 +283,8 @@ static int awaited_peer(const struct job_state *st) {
   return -1;
 }
 
-/* Sleeps in the first transport that has work in flight. */
+/* Sleeps in the transport that has work in flight; when several have, each
+ * is only polled briefly, since none of their sleeps wakes for the others. */
 static hc_result_t wait_for_progress(struct job_state *states, int njobs, int timeout_ms) {
   /* Work on a GPU stream ends without waking any file descriptor. */
   for (int j = 0; j < njobs; j++)
@@ -291,15 +292,28 @@ static hc_result_t wait_for_progress(struct job_state *states, int njobs, int ti
       sched_yield();
       return HC_OK;
     }
-  for (int j = 0; j < njobs; j++) {
+  const struct hc_link *busy[4];
+  int nbusy = 0;
+  bool many = false;
+  for (int j = 0; j < njobs && !many; j++) {
     struct job_state *st = &states[j];
-    if (st->ndone == st->nsteps) continue;
-    int peer = awaited_peer(st);
-    if (peer < 0) continue;
-    struct hc_link *l = &st->job->links->peer[peer];
-    if (l->net) return l->net->wait_blocking(l->ctx, timeout_ms);
+    for (int q = 0; q < st->nqueues && !many; q++) {
+      if (st->q_tail[q] == st->q_end[q] || st->q_peer[q] == st->job->links->rank) continue;
+      const struct hc_link *l = &st->job->links->peer[st->q_peer[q]];
+      if (l->net == NULL) continue;
+      int k = 0;
+      while (k < nbusy && !(busy[k]->net == l->net && busy[k]->ctx == l->ctx)) k++;
+      if (k < nbusy) continue;
+      if (nbusy == (int)HC_ARRAY_LEN(busy)) many = true;
+      else busy[nbusy++] = l;
+    }
   }
-  sched_yield();
+  if (nbusy == 0) {
+    sched_yield();
+    return HC_OK;
+  }
+  if (nbusy == 1 && !many) return busy[0]->net->wait_blocking(busy[0]->ctx, timeout_ms);
+  for (int k = 0; k < nbusy; k++) HC_TRY(busy[k]->net->wait_blocking(busy[k]->ctx, k == 0 ? 1 : 0));
   return HC_OK;
 }
 

@@ -1,6 +1,6 @@
 /*
  * net: transports that move bytes between buffers of two ranks. They know
- * bytes, not collectives. socket (TCP) today; shm and ib later.
+ * bytes, not collectives. socket (TCP) and shm (same host) today; ib later.
  *
  * Matching: messages between one pair of ranks on one transport are matched
  * in the order they are posted, sends against receives, like NCCL's p2p. A
@@ -59,5 +59,15 @@ struct hc_net_ops {
 }; /* append only */
 
 extern const struct hc_net_ops hc_net_socket;
+/* Ranks of one host (same pid namespace and /dev/shm); see net/shm.c. */
+extern const struct hc_net_ops hc_net_shm;
+
+/* Registered host memory (hetcclMemAlloc / hetcclMemFree; net/shm_mem.c):
+ * page-aligned host memory that shm peers on this host read directly when
+ * it is the buffer of an isend. Any thread. alloc: HC_ERR_ARG for a NULL ptr
+ * or size 0, HC_ERR_SYSTEM when the memory cannot be had; free: NULL is a
+ * no-op, a pointer alloc did not return is HC_ERR_ARG. */
+hc_result_t hc_net_shm_mem_alloc(void **ptr, size_t size);
+hc_result_t hc_net_shm_mem_free(void *ptr);
 
 #endif

@@ -10,7 +10,8 @@
  *            rank, unlinked as soon as the higher rank has mapped it.
  *   side     one process's half of the segment header: side 0 is the
  *            creator's, side 1 the opener's. A side is written by its owner
- *            only, except its doorbell, which the other process bumps.
+ *            only, except its doorbell and waiting flag (the other process
+ *            rings the one and clears the other).
  *   channel  one direction; chan[s] carries what side s sends. It holds a
  *            ring of descriptors and a ring of slots.
  *   desc     one message: its length and how its bytes travel (kind); a
@@ -62,14 +63,15 @@ _Static_assert(sizeof(struct hc_shm_handle) <= HC_NET_HANDLE_BYTES, "shm handle 
 enum { HC_SHM_SIDE_NONE = 0, HC_SHM_SIDE_READY = 1, HC_SHM_SIDE_OK = 2 };
 
 struct hc_shm_side {
-  /* The owner sleeps on this word (shared futex); the peer bumps it after
-   * anything it publishes to the owner. */
+  /* The owner sleeps on this word (shared futex); the peer bumps it, and
+   * wakes the owner, after it publishes something while waiting is set. */
   _Alignas(HC_SHM_LINE) atomic_uint doorbell;
-  /* Set by the owner while it is about to sleep: then the peer wakes it. */
+  /* Set by the owner from just before its last look until it is awake;
+   * the peer clears it when it rings, so that it rings once per sleep. */
   _Alignas(HC_SHM_LINE) atomic_uint waiting;
   /* Set once by the owner when it closes or fails the connection. */
   _Alignas(HC_SHM_LINE) atomic_uint closed;
-  atomic_uint state; /* HC_SHM_SIDE_*; release-stored after the fields below */
+  atomic_uint state; /* HC_SHM_SIDE_*; stored after the fields below */
   int32_t pid;
   int32_t seg_fd;      /* the owner's fd of the segment, for the peer's fd probe */
   uint32_t can_cma;    /* the owner can process_vm_readv the peer's memory */
@@ -98,6 +100,8 @@ struct hc_shm_seg_hdr {
   struct hc_shm_side side[2];
   struct hc_shm_chan chan[2];
 };
+
+_Static_assert(sizeof(struct hc_shm_seg_hdr) <= HC_SHM_PAGE, "segment header must fit its page");
 
 /* How a message's bytes travel. */
 enum hc_shm_kind { HC_SHM_INLINE = 0, HC_SHM_SLOTS = 1, HC_SHM_CMA = 2, HC_SHM_REG = 3, HC_SHM_NKINDS };
@@ -179,9 +183,10 @@ struct hc_shm_conn {
    * say there is nothing (more) to do. */
   uint64_t tx_head, tx_tail, tx_slot_head, tx_slot_tail;
   uint64_t rx_head, rx_tail, rx_slot_head, rx_slot_tail;
-  unsigned db_seen; /* me->doorbell when the last progress pass began */
   bool more;        /* progress stopped on its budget, not for want of the peer */
   int n_complete;   /* requests complete but not yet freed by test() */
+  int n_incomplete; /* requests posted and not complete */
+  int n_unacked;    /* pulled sends posted and not acked */
   hc_result_t failed;
   char err[320];
   struct hc_shm_queue sendq, recvq;
@@ -199,7 +204,8 @@ struct hc_shm_ctx {
   struct hc_shm_handle handle;
   /* Settings, read at open. The creator's layout wins for a pair. */
   uint32_t inline_bytes, nslots;
-  size_t slot_bytes, cma_min, nt_min, pull_budget;
+  size_t slot_bytes, cma_min, nt_min;
+  size_t pass_bytes; /* payload bytes one pass copies per direction */
   bool cma;
   uint64_t probe_value; /* peers read it through CMA to prove they can */
   struct hc_shm_conn **conns; /* [nranks], made on first use */
@@ -213,8 +219,9 @@ static inline bool hc_shm_aborted(const struct hc_shm_ctx *ctx) {
 hc_result_t hc_net_shm_isend(void *conn, const void *buf, size_t n, void **req);
 hc_result_t hc_net_shm_irecv(void *conn, void *buf, size_t n, void **req);
 hc_result_t hc_net_shm_test(void *req, int *done);
-/* One pass over both directions of c. */
-hc_result_t hc_net_shm_conn_progress(struct hc_shm_conn *c);
+/* One pass over both directions of c; *moved (may be NULL): it moved
+ * bytes, completed requests or stopped on its budget. */
+hc_result_t hc_net_shm_conn_progress(struct hc_shm_conn *c, bool *moved);
 /* Something of c waits on the peer (a request not complete). */
 bool hc_net_shm_conn_busy(const struct hc_shm_conn *c);
 /* Frees every request still queued on c and unmaps the registered
@@ -228,7 +235,8 @@ hc_result_t hc_net_shm_conn_fail(struct hc_shm_conn *c, hc_result_t r);
 /* HC_OK, or c's sticky failure with its text made this thread's last error
  * again (without a second WARN line). */
 hc_result_t hc_net_shm_conn_check(const struct hc_shm_conn *c);
-/* Bumps the peer's doorbell and wakes it if it sleeps. */
+/* After a seq_cst store the peer may wait for: wakes the peer if it
+ * sleeps or is about to. */
 void hc_net_shm_notify(struct hc_shm_conn *c);
 /* HC_ERR_REMOTE (sticky) when the peer process has exited; rate-limited
  * unless force. */

@@ -1,0 +1,4 @@
+# net/shm between two forked processes (and two threads): every path, errors,
+# a killed peer, /dev/shm cleanup; prints throughput and latency.
+add_test(NAME net_shm COMMAND test_net_shm)
+set_tests_properties(net_shm PROPERTIES LABELS unit TIMEOUT 120)
