@@ -162,7 +162,7 @@ static hc_result_t group_submit_gpu(struct hetcclComm *comm) {
     if (k == nstreams) streams[nstreams++] = group_calls[i].stream;
     HC_TRY_GOTO(hc_plan_add(plan, &comm->plan_ctx, &group_calls[i].args), r, fail);
   }
-  HC_TRY_GOTO(hc_plan_stage(plan, &comm->plan_ctx), r, fail);
+  HC_TRY_GOTO(hc_plan_stage(plan, &comm->plan_ctx, true), r, fail);
   HC_TRY_GOTO(hc_proxy_submit(comm->proxy, plan, streams, nstreams), r, fail);
   free(streams);
   return HC_OK;
@@ -197,6 +197,12 @@ static hc_result_t group_run(void) {
       atomic_fetch_add(&comm->active_calls, 1);
     }
     HC_TRY_GOTO(hc_plan_add(&comm->plan, &comm->plan_ctx, &group_calls[i].args), r, out);
+  }
+  for (int j = 0; j < njobs; j++) {
+    struct hetcclComm *comm = NULL;
+    for (int i = 0; i < group_ncalls && comm == NULL; i++)
+      if (&group_calls[i].comm->plan == jobs[j].plan) comm = group_calls[i].comm;
+    HC_TRY_GOTO(hc_plan_stage(jobs[j].plan, &comm->plan_ctx, false), r, out);
   }
   r = hc_exec_run_blocking(jobs, njobs, hc_deadline_ns());
 out:

@@ -8,7 +8,7 @@ static const struct hc_dev_ops *loaded[HC_MEM_KIND_COUNT];
 static struct hc_dev_caps caps[HC_MEM_KIND_COUNT];
 
 static void load_all(void) {
-  const struct hc_dev_ops *candidates[] = {&hc_dev_host, &hc_dev_cuda};
+  const struct hc_dev_ops *candidates[] = {&hc_dev_host, &hc_dev_cuda, &hc_dev_hip};
   for (size_t i = 0; i < HC_ARRAY_LEN(candidates); i++) {
     const struct hc_dev_ops *d = candidates[i];
     if (d->abi != HC_DEV_ABI || d->size < offsetof(struct hc_dev_ops, scale) + sizeof(d->scale)) {

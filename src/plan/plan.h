@@ -104,11 +104,13 @@ hc_result_t hc_plan_add(struct hc_plan *plan, const struct hc_plan_ctx *ctx,
                         const struct hc_coll_args *a);
 void hc_plan_reset(struct hc_plan *plan);
 
-/* For a plan on GPU memory whose transport cannot reach device memory:
- * rewrites every transfer of device memory into transfers of pinned host
- * slots (copy device -> slot, then send; receive, then copy slot ->
- * device), in pieces of at most ctx->chunk_bytes, with separate slot rings
- * for sends and receives. Scratch is already pinned and is sent as it is. */
-hc_result_t hc_plan_stage(struct hc_plan *plan, const struct hc_plan_ctx *ctx);
+/* Last pass over every plan. Cuts each transfer into pieces of at most
+ * ctx->chunk_bytes (every rank cuts the same way, whatever its memory).
+ * With device_memory (a GPU plan whose transports cannot reach device
+ * memory), also rewrites every transfer of device memory into transfers of
+ * pinned host slots (copy device -> slot, then send; receive, then copy
+ * slot -> device), with separate slot rings for sends and receives; scratch
+ * is pinned already and is sent as it is. */
+hc_result_t hc_plan_stage(struct hc_plan *plan, const struct hc_plan_ctx *ctx, bool device_memory);
 
 #endif

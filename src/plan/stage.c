@@ -11,6 +11,11 @@
  * A pointer is host memory if it lies in one of the plan's scratch buffers
  * (pinned for GPU plans); every other buffer of a GPU plan is the caller's
  * device memory.
+ *
+ * Every plan, host or GPU, also cuts transfers of host memory into the same
+ * pieces (sent or received in place), so that a message is cut the same way
+ * on both ranks whatever each one's memory: a GPU rank that stages and a
+ * CPU rank that does not must still match piece for piece.
  */
 #include <stdlib.h>
 
@@ -44,7 +49,7 @@ static hc_ref_t join(struct hc_plan *p, hc_ref_t *refs, int n) {
   return n ? refs[0] : 0;
 }
 
-hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x) {
+hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool device_memory) {
   struct hc_step *old = p->steps;
   const int nold = p->nsteps;
   const size_t piece_max = x->chunk_bytes;
@@ -56,9 +61,9 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x) {
   bool any = false;
   for (int i = 0; i < nold; i++) {
     const struct hc_step *s = &old[i];
-    bool dev = (s->kind == HC_STEP_SEND && !in_scratch(p, s->src0)) ||
-               (s->kind == HC_STEP_RECV && !in_scratch(p, s->dst));
-    if (dev && s->count > 0) {
+    if (s->kind != HC_STEP_SEND && s->kind != HC_STEP_RECV) continue;
+    bool dev = device_memory && !in_scratch(p, s->kind == HC_STEP_SEND ? s->src0 : s->dst);
+    if ((dev && s->count > 0) || s->count > piece_max) {
       any = true;
       max_pieces = HC_MAX(max_pieces, HC_DIV_UP(s->count, piece_max));
     }
@@ -68,14 +73,15 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x) {
     return HC_OK;
   }
   pieces = calloc(max_pieces, sizeof(hc_ref_t));
-  for (int d = 0; d < 2; d++) {
+  for (int d = 0; d < 2 && device_memory; d++) {
     ring[d] = (struct slot_ring){.bytes = piece_max, .count = nslots};
     ring[d].base = hc_plan_scratch(p, piece_max * (size_t)nslots);
     ring[d].last_user = calloc((size_t)nslots, sizeof(hc_ref_t));
   }
   hc_result_t r = HC_OK;
-  if (map == NULL || pieces == NULL || ring[0].base == NULL || ring[1].base == NULL ||
-      ring[0].last_user == NULL || ring[1].last_user == NULL) {
+  if (map == NULL || pieces == NULL ||
+      (device_memory && (ring[0].base == NULL || ring[1].base == NULL || ring[0].last_user == NULL ||
+                         ring[1].last_user == NULL))) {
     r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of memory staging %d steps", nold);
     goto out;
   }
@@ -87,13 +93,26 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x) {
     for (int d = 0; d < HC_STEP_MAX_DEPS; d++)
       if (s.deps[d]) s.deps[d] = map[s.deps[d] - 1];
     bool send = s.kind == HC_STEP_SEND, recv = s.kind == HC_STEP_RECV;
-    bool dev = (send && !in_scratch(p, s.src0)) || (recv && !in_scratch(p, s.dst));
-    if (!dev || s.count == 0) {
+    bool dev = device_memory && (send || recv) && !in_scratch(p, send ? s.src0 : s.dst);
+    if ((!send && !recv) || s.count == 0 || (!dev && s.count <= piece_max)) {
       map[i] = hc_plan_push(p, s);
       continue;
     }
-    struct slot_ring *rg = &ring[recv];
     const int npieces = (int)HC_DIV_UP(s.count, piece_max);
+    if (!dev) {
+      /* Host memory: pieces in place, no copies. */
+      for (int k = 0; k < npieces; k++) {
+        size_t off = (size_t)k * piece_max, len = HC_MIN(piece_max, s.count - off);
+        struct hc_step piece = s;
+        piece.count = len;
+        if (send) piece.src0 = (const char *)s.src0 + off;
+        else piece.dst = (char *)s.dst + off;
+        pieces[k] = hc_plan_push(p, piece);
+      }
+      map[i] = join(p, pieces, npieces);
+      continue;
+    }
+    struct slot_ring *rg = &ring[recv];
     for (int k = 0; k < npieces; k++) {
       size_t off = (size_t)k * piece_max, len = HC_MIN(piece_max, s.count - off);
       int si = rg->next;

@@ -1,0 +1,290 @@
+/*
+ * device/gpu_kernels: the source of the GPU reduction kernels, compiled at
+ * run time by NVRTC or hipRTC for the device at hand (gpu_reduce.c), and by
+ * the host C compiler in a unit test that runs every kernel thread by thread
+ * against hc_host_reduce / hc_host_scale.
+ *
+ * The arithmetic is host_reduce.c's, line for line, so the results are the
+ * same bits: integers wrap (SUM and PROD in the unsigned type), fp16 / bf16 /
+ * fp8 widen to float and round back to nearest even with bit manipulation
+ * only (no cuda_fp16.h, nothing vendor-specific), fp8 saturates to its
+ * largest finite value, NaN stays NaN, float MAX/MIN return the non-NaN
+ * operand as fmaxf/fminf. The compile options (gpu_priv.h: rtc_options) keep
+ * IEEE arithmetic: no FMA contraction, denormals kept, IEEE division.
+ *
+ * Only NaN *payloads* of float/double SUM and PROD may differ from the host:
+ * an arithmetic NaN is the GPU's canonical NaN, the host's is the first
+ * operand's. Every other bit is the host's.
+ *
+ * Source rules: the common subset of C11 and the C++ of NVRTC and hipRTC
+ * (no headers, no templates, no hex float literals, unions for bit casts),
+ * one logical line per macro (the C string below concatenates the pieces of
+ * one macro without newlines).
+ *
+ * Kernels (extern "C", so unmangled):
+ *   hc_reduce_<t>_<op>(void *dst, const void *src0, const void *src1, u64 n)
+ *   hc_scale_<t>_<mul|div>(void *dst, const void *src, u64 n,
+ *                          u64 u, double fd, float ff)
+ * with <t> one of i8 u8 i32 u32 i64 u64 f16 f32 f64 bf16 e4m3 e5m2 and
+ * <op> sum prod max min. Scale arguments, prepared on the host
+ * (gpu_reduce.c) as host_reduce.c computes them: u is the integer factor
+ * (zero-extended bits) or integer divisor, ff / fd the float factor or
+ * divisor.
+ *
+ * Work split: a grid-stride loop over 16-byte packs (16 / sizeof(T)
+ * elements per thread and step) when the three pointers share their offset
+ * modulo 16, after a scalar head up to the first 16-byte boundary; a scalar
+ * grid-stride loop otherwise, and for the tail.
+ */
+#include <stdio.h>
+
+#include "gpu_priv.h"
+
+const char hc_gpu_kernel_source[] =
+    "/* hetccl reduction kernels (src/device/gpu_kernels.c) */\n"
+    "#if defined(__CUDACC_RTC__) || defined(__HIPCC_RTC__) || defined(__CUDACC__) || defined(__HIP__)\n"
+    "#define HC_DEV static __device__ inline\n"
+    "#define HC_KERNEL extern \"C\" __global__ void\n"
+    "#define HC_TID ((hc_u64)blockIdx.x * blockDim.x + threadIdx.x)\n"
+    "#define HC_NTHREADS ((hc_u64)gridDim.x * blockDim.x)\n"
+    "#else\n"
+    "/* Host emulation (tests): the caller runs each thread in turn. */\n"
+    "#define HC_DEV static inline\n"
+    "#define HC_KERNEL void\n"
+    "unsigned long long hc_emu_tid, hc_emu_nthreads;\n"
+    "#define HC_TID hc_emu_tid\n"
+    "#define HC_NTHREADS hc_emu_nthreads\n"
+    "#endif\n"
+    "typedef unsigned char hc_u8;\n"
+    "typedef signed char hc_i8;\n"
+    "typedef unsigned short hc_u16;\n"
+    "typedef unsigned int hc_u32;\n"
+    "typedef int hc_i32;\n"
+    "typedef unsigned long long hc_u64;\n"
+    "typedef long long hc_i64;\n"
+    "typedef struct __attribute__((aligned(16))) { hc_u32 w[4]; } hc_pack;\n"
+    "\n"
+    "/* ---- bit casts and rounding (host_reduce.c) ---- */\n"
+    "HC_DEV hc_u32 hc_f2u(float f) { union { float f; hc_u32 u; } c; c.f = f; return c.u; }\n"
+    "HC_DEV float hc_u2f(hc_u32 u) { union { float f; hc_u32 u; } c; c.u = u; return c.f; }\n"
+    "HC_DEV hc_u32 hc_sel(hc_u32 c, hc_u32 x, hc_u32 y) { hc_u32 m = 0u - c; return (x & m) | (y & ~m); }\n"
+    "HC_DEV hc_u32 hc_narrow_mag(hc_u32 a, hc_u32 m_bits, hc_u32 bias) {\n"
+    "  hc_u32 drop = 23u - m_bits;\n"
+    "  hc_u32 r = a - ((127u - bias) << 23);\n"
+    "  hc_u32 normal = (r + (1u << (drop - 1)) - 1u + ((r >> drop) & 1u)) >> drop;\n"
+    "  float magic = hc_u2f((151u - bias - m_bits) << 23);\n"
+    "  hc_u32 sub = hc_f2u(hc_u2f(a) + magic) - hc_f2u(magic);\n"
+    "  return hc_sel(a < ((128u - bias) << 23), sub, normal);\n"
+    "}\n"
+    "/* fp16: 1.5.10, bias 15 */\n"
+    "HC_DEV float hc_h2f(hc_u16 h) {\n"
+    "  hc_u32 sign = (hc_u32)(h & 0x8000u) << 16;\n"
+    "  hc_u32 e = (h >> 10) & 0x1fu, m = h & 0x3ffu;\n"
+    "  hc_u32 normal = ((e + 112u) << 23) | (m << 13);\n"
+    "  hc_u32 special = 0x7f800000u | (m << 13);\n"
+    "  hc_u32 sub = hc_f2u((float)(hc_i32)m * hc_u2f(103u << 23)); /* m * 2^-24 */\n"
+    "  return hc_u2f(sign | hc_sel(e == 0, sub, hc_sel(e == 31, special, normal)));\n"
+    "}\n"
+    "HC_DEV hc_u16 hc_f2h(float f) {\n"
+    "  hc_u32 u = hc_f2u(f), a = u & 0x7fffffffu;\n"
+    "  hc_u32 mag = hc_narrow_mag(a, 10, 15);\n"
+    "  mag = hc_sel(mag > 0x7c00u, 0x7c00u, mag);\n"
+    "  mag = hc_sel(a > 0x7f800000u, 0x7e00u, mag);\n"
+    "  return (hc_u16)(((u >> 16) & 0x8000u) | mag);\n"
+    "}\n"
+    "/* bf16: the top half of a float */\n"
+    "HC_DEV float hc_bf2f(hc_u16 b) { return hc_u2f((hc_u32)b << 16); }\n"
+    "HC_DEV hc_u16 hc_f2bf(float f) {\n"
+    "  hc_u32 u = hc_f2u(f);\n"
+    "  hc_u32 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;\n"
+    "  hc_u32 nan = (u >> 16) | 0x40u;\n"
+    "  return (hc_u16)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);\n"
+    "}\n"
+    "/* fp8 e4m3 (OCP e4m3fn): 1.4.3, bias 7, no inf, S.1111.111 is NaN */\n"
+    "HC_DEV float hc_e4m3_2f(hc_u8 v) {\n"
+    "  hc_u32 sign = (hc_u32)(v & 0x80u) << 24;\n"
+    "  hc_u32 e = (v >> 3) & 0xfu, m = v & 7u;\n"
+    "  hc_u32 normal = ((e + 120u) << 23) | (m << 20);\n"
+    "  hc_u32 sub = hc_f2u((float)(hc_i32)m * hc_u2f(118u << 23)); /* m * 2^-9 */\n"
+    "  return hc_u2f(sign | hc_sel((v & 0x7fu) == 0x7fu, 0x7fc00000u, hc_sel(e == 0, sub, normal)));\n"
+    "}\n"
+    "HC_DEV hc_u8 hc_f2e4m3(float f) {\n"
+    "  hc_u32 u = hc_f2u(f), a = u & 0x7fffffffu;\n"
+    "  hc_u32 mag = hc_narrow_mag(a, 3, 7);\n"
+    "  mag = hc_sel(mag > 0x7eu, 0x7eu, mag);\n"
+    "  mag = hc_sel(a > 0x7f800000u, 0x7fu, mag);\n"
+    "  return (hc_u8)(((u >> 24) & 0x80u) | mag);\n"
+    "}\n"
+    "/* fp8 e5m2: 1.5.2, bias 15, the top byte of an fp16 */\n"
+    "HC_DEV float hc_e5m2_2f(hc_u8 v) { return hc_h2f((hc_u16)(v << 8)); }\n"
+    "HC_DEV hc_u8 hc_f2e5m2(float f) {\n"
+    "  hc_u32 u = hc_f2u(f), a = u & 0x7fffffffu;\n"
+    "  hc_u32 mag = hc_narrow_mag(a, 2, 15);\n"
+    "  mag = hc_sel(mag > 0x7bu, 0x7bu, mag);\n"
+    "  mag = hc_sel(a > 0x7f800000u, 0x7fu, mag);\n"
+    "  return (hc_u8)(((u >> 24) & 0x80u) | mag);\n"
+    "}\n"
+    "/* fmaxf / fminf as the host computes them: a NaN operand yields the other. */\n"
+    "HC_DEV float hc_fmaxf(float x, float y) { return (x > y || y != y) ? x : y; }\n"
+    "HC_DEV float hc_fminf(float x, float y) { return (x < y || y != y) ? x : y; }\n"
+    "HC_DEV double hc_fmaxd(double x, double y) { return (x > y || y != y) ? x : y; }\n"
+    "HC_DEV double hc_fmind(double x, double y) { return (x < y || y != y) ? x : y; }\n"
+    "\n"
+    "/* Elements before the first 16-byte boundary when all pointers share their\n"
+    " * offset modulo 16 (and it is a multiple of the element size); else n. */\n"
+    "HC_DEV hc_u64 hc_head(const void *d, const void *a, const void *b, hc_u64 size, hc_u64 n) {\n"
+    "  hc_u64 o = (hc_u64)d & 15u, h;\n"
+    "  if (((hc_u64)a & 15u) != o || ((hc_u64)b & 15u) != o || o % size != 0) return n;\n"
+    "  h = ((16u - o) & 15u) / size;\n"
+    "  return h < n ? h : n;\n"
+    "}\n"
+    "\n"
+    "#define HC_ID(x) (x)\n"
+    "#define HC_SUM(x, y) ((x) + (y))\n"
+    "#define HC_PROD(x, y) ((x) * (y))\n"
+    "#define HC_IMAX(x, y) ((x) > (y) ? (x) : (y))\n"
+    "#define HC_IMIN(x, y) ((x) < (y) ? (x) : (y))\n"
+    "\n"
+    "/* T: storage type; CT: compute type; LOAD: T -> CT; STORE: CT -> T. */\n"
+    "#define HC_REDUCE(NAME, T, CT, LOAD, OP, STORE) "
+    "HC_KERNEL NAME(void *dst_, const void *src0_, const void *src1_, hc_u64 n) { "
+    "  T *dst = (T *)dst_; "
+    "  const T *a = (const T *)src0_, *b = (const T *)src1_; "
+    "  hc_u64 tid = HC_TID, nt = HC_NTHREADS, i, v; "
+    "  hc_u64 head = hc_head(dst_, src0_, src1_, sizeof(T), n); "
+    "  hc_u64 vn = (n - head) / (16 / sizeof(T)); "
+    "  const hc_pack *ap = (const hc_pack *)(a + head), *bp = (const hc_pack *)(b + head); "
+    "  hc_pack *dp = (hc_pack *)(dst + head); "
+    "  for (i = tid; i < head; i += nt) { "
+    "    CT x = LOAD(a[i]), y = LOAD(b[i]); "
+    "    dst[i] = (T)STORE(OP(x, y)); "
+    "  } "
+    "  for (v = tid; v < vn; v += nt) { "
+    "    union { hc_pack p; T e[16 / sizeof(T)]; } x, y; "
+    "    int k; "
+    "    x.p = ap[v]; "
+    "    y.p = bp[v]; "
+    "    for (k = 0; k < (int)(16 / sizeof(T)); k++) { "
+    "      CT xe = LOAD(x.e[k]), ye = LOAD(y.e[k]); "
+    "      x.e[k] = (T)STORE(OP(xe, ye)); "
+    "    } "
+    "    dp[v] = x.p; "
+    "  } "
+    "  for (i = head + vn * (16 / sizeof(T)) + tid; i < n; i += nt) { "
+    "    CT x = LOAD(a[i]), y = LOAD(b[i]); "
+    "    dst[i] = (T)STORE(OP(x, y)); "
+    "  } "
+    "}\n"
+    "/* Integers: SUM and PROD in the unsigned type (wrap), MAX and MIN signed. */\n"
+    "#define HC_REDUCE_INT(tag, ST, UT) "
+    "HC_REDUCE(hc_reduce_##tag##_sum, UT, UT, HC_ID, HC_SUM, HC_ID) "
+    "HC_REDUCE(hc_reduce_##tag##_prod, UT, UT, HC_ID, HC_PROD, HC_ID) "
+    "HC_REDUCE(hc_reduce_##tag##_max, ST, ST, HC_ID, HC_IMAX, HC_ID) "
+    "HC_REDUCE(hc_reduce_##tag##_min, ST, ST, HC_ID, HC_IMIN, HC_ID)\n"
+    "#define HC_REDUCE_FLOAT(tag, T, CT, LOAD, STORE, FMAX, FMIN) "
+    "HC_REDUCE(hc_reduce_##tag##_sum, T, CT, LOAD, HC_SUM, STORE) "
+    "HC_REDUCE(hc_reduce_##tag##_prod, T, CT, LOAD, HC_PROD, STORE) "
+    "HC_REDUCE(hc_reduce_##tag##_max, T, CT, LOAD, FMAX, STORE) "
+    "HC_REDUCE(hc_reduce_##tag##_min, T, CT, LOAD, FMIN, STORE)\n"
+    "HC_REDUCE_INT(i8, hc_i8, hc_u8)\n"
+    "HC_REDUCE_INT(u8, hc_u8, hc_u8)\n"
+    "HC_REDUCE_INT(i32, hc_i32, hc_u32)\n"
+    "HC_REDUCE_INT(u32, hc_u32, hc_u32)\n"
+    "HC_REDUCE_INT(i64, hc_i64, hc_u64)\n"
+    "HC_REDUCE_INT(u64, hc_u64, hc_u64)\n"
+    "HC_REDUCE_FLOAT(f16, hc_u16, float, hc_h2f, hc_f2h, hc_fmaxf, hc_fminf)\n"
+    "HC_REDUCE_FLOAT(f32, float, float, HC_ID, HC_ID, hc_fmaxf, hc_fminf)\n"
+    "HC_REDUCE_FLOAT(f64, double, double, HC_ID, HC_ID, hc_fmaxd, hc_fmind)\n"
+    "HC_REDUCE_FLOAT(bf16, hc_u16, float, hc_bf2f, hc_f2bf, hc_fmaxf, hc_fminf)\n"
+    "HC_REDUCE_FLOAT(e4m3, hc_u8, float, hc_e4m3_2f, hc_f2e4m3, hc_fmaxf, hc_fminf)\n"
+    "HC_REDUCE_FLOAT(e5m2, hc_u8, float, hc_e5m2_2f, hc_f2e5m2, hc_fmaxf, hc_fminf)\n"
+    "\n"
+    "/* dst[i] = EXPR(src[i]); EXPR sees the arguments u, fd and ff. */\n"
+    "#define HC_SCALE(NAME, T, EXPR) "
+    "HC_KERNEL NAME(void *dst_, const void *src_, hc_u64 n, hc_u64 u, double fd, float ff) { "
+    "  T *dst = (T *)dst_; "
+    "  const T *a = (const T *)src_; "
+    "  hc_u64 tid = HC_TID, nt = HC_NTHREADS, i, v; "
+    "  hc_u64 head = hc_head(dst_, src_, src_, sizeof(T), n); "
+    "  hc_u64 vn = (n - head) / (16 / sizeof(T)); "
+    "  const hc_pack *ap = (const hc_pack *)(a + head); "
+    "  hc_pack *dp = (hc_pack *)(dst + head); "
+    "  (void)u; (void)fd; (void)ff; "
+    "  for (i = tid; i < head; i += nt) dst[i] = EXPR(a[i]); "
+    "  for (v = tid; v < vn; v += nt) { "
+    "    union { hc_pack p; T e[16 / sizeof(T)]; } x; "
+    "    int k; "
+    "    x.p = ap[v]; "
+    "    for (k = 0; k < (int)(16 / sizeof(T)); k++) x.e[k] = EXPR(x.e[k]); "
+    "    dp[v] = x.p; "
+    "  } "
+    "  for (i = head + vn * (16 / sizeof(T)) + tid; i < n; i += nt) dst[i] = EXPR(a[i]); "
+    "}\n"
+    "/* Multiply: integers wrap in the unsigned type of their width (u8 in u32). */\n"
+    "#define HC_MUL_U8(x) ((hc_u8)((hc_u32)(x) * (hc_u32)u))\n"
+    "#define HC_MUL_U32(x) ((hc_u32)((x) * (hc_u32)u))\n"
+    "#define HC_MUL_U64(x) ((x) * u)\n"
+    "#define HC_MUL_F16(x) hc_f2h(hc_h2f(x) * ff)\n"
+    "#define HC_MUL_F32(x) ((x) * ff)\n"
+    "#define HC_MUL_F64(x) ((x) * fd)\n"
+    "#define HC_MUL_BF16(x) hc_f2bf(hc_bf2f(x) * ff)\n"
+    "#define HC_MUL_E4M3(x) hc_f2e4m3(hc_e4m3_2f(x) * ff)\n"
+    "#define HC_MUL_E5M2(x) hc_f2e5m2(hc_e5m2_2f(x) * ff)\n"
+    "/* Divide: integer quotients truncate; narrow signed types divide in int64\n"
+    " * by u, which the host clamped to INT64_MAX; int64 by a divisor of 2^63 or\n"
+    " * more is 0 except INT64_MIN / 2^63 = -1. Floats divide by ff / fd. */\n"
+    "#define HC_I64_MIN (-0x7fffffffffffffffll - 1)\n"
+    "#define HC_DIV_S(T, x) ((T)((hc_i64)(x) / (hc_i64)u))\n"
+    "#define HC_DIV_I8(x) HC_DIV_S(hc_i8, x)\n"
+    "#define HC_DIV_I32(x) HC_DIV_S(hc_i32, x)\n"
+    "#define HC_DIV_U8(x) ((hc_u8)((hc_u64)(x) / u))\n"
+    "#define HC_DIV_U32(x) ((hc_u32)((hc_u64)(x) / u))\n"
+    "#define HC_DIV_I64(x) (u > 0x7fffffffffffffffull "
+    "? ((x) == HC_I64_MIN && u == 0x8000000000000000ull ? (hc_i64)-1 : (hc_i64)0) "
+    ": (x) / (hc_i64)u)\n"
+    "#define HC_DIV_U64(x) ((x) / u)\n"
+    "#define HC_DIV_F16(x) hc_f2h(hc_h2f(x) / ff)\n"
+    "#define HC_DIV_F32(x) ((x) / ff)\n"
+    "#define HC_DIV_F64(x) ((x) / fd)\n"
+    "#define HC_DIV_BF16(x) hc_f2bf(hc_bf2f(x) / ff)\n"
+    "#define HC_DIV_E4M3(x) hc_f2e4m3(hc_e4m3_2f(x) / ff)\n"
+    "#define HC_DIV_E5M2(x) hc_f2e5m2(hc_e5m2_2f(x) / ff)\n"
+    "HC_SCALE(hc_scale_i8_mul, hc_u8, HC_MUL_U8)\n"
+    "HC_SCALE(hc_scale_u8_mul, hc_u8, HC_MUL_U8)\n"
+    "HC_SCALE(hc_scale_i32_mul, hc_u32, HC_MUL_U32)\n"
+    "HC_SCALE(hc_scale_u32_mul, hc_u32, HC_MUL_U32)\n"
+    "HC_SCALE(hc_scale_i64_mul, hc_u64, HC_MUL_U64)\n"
+    "HC_SCALE(hc_scale_u64_mul, hc_u64, HC_MUL_U64)\n"
+    "HC_SCALE(hc_scale_f16_mul, hc_u16, HC_MUL_F16)\n"
+    "HC_SCALE(hc_scale_f32_mul, float, HC_MUL_F32)\n"
+    "HC_SCALE(hc_scale_f64_mul, double, HC_MUL_F64)\n"
+    "HC_SCALE(hc_scale_bf16_mul, hc_u16, HC_MUL_BF16)\n"
+    "HC_SCALE(hc_scale_e4m3_mul, hc_u8, HC_MUL_E4M3)\n"
+    "HC_SCALE(hc_scale_e5m2_mul, hc_u8, HC_MUL_E5M2)\n"
+    "HC_SCALE(hc_scale_i8_div, hc_i8, HC_DIV_I8)\n"
+    "HC_SCALE(hc_scale_u8_div, hc_u8, HC_DIV_U8)\n"
+    "HC_SCALE(hc_scale_i32_div, hc_i32, HC_DIV_I32)\n"
+    "HC_SCALE(hc_scale_u32_div, hc_u32, HC_DIV_U32)\n"
+    "HC_SCALE(hc_scale_i64_div, hc_i64, HC_DIV_I64)\n"
+    "HC_SCALE(hc_scale_u64_div, hc_u64, HC_DIV_U64)\n"
+    "HC_SCALE(hc_scale_f16_div, hc_u16, HC_DIV_F16)\n"
+    "HC_SCALE(hc_scale_f32_div, float, HC_DIV_F32)\n"
+    "HC_SCALE(hc_scale_f64_div, double, HC_DIV_F64)\n"
+    "HC_SCALE(hc_scale_bf16_div, hc_u16, HC_DIV_BF16)\n"
+    "HC_SCALE(hc_scale_e4m3_div, hc_u8, HC_DIV_E4M3)\n"
+    "HC_SCALE(hc_scale_e5m2_div, hc_u8, HC_DIV_E5M2)\n";
+
+static const char *const dtype_tags[HC_DTYPE_COUNT] = {
+    [HC_INT8] = "i8",      [HC_UINT8] = "u8",       [HC_INT32] = "i32",      [HC_UINT32] = "u32",
+    [HC_INT64] = "i64",    [HC_UINT64] = "u64",     [HC_FLOAT16] = "f16",    [HC_FLOAT32] = "f32",
+    [HC_FLOAT64] = "f64",  [HC_BFLOAT16] = "bf16",  [HC_FP8_E4M3] = "e4m3",  [HC_FP8_E5M2] = "e5m2",
+};
+
+void hc_gpu_kernel_name(char *buf, size_t n, bool scale, enum hc_dtype t, int op) {
+  static const char *const reduce_ops[] = {"sum", "prod", "max", "min"};
+  static const char *const scale_ops[] = {"mul", "div"};
+  const char *tag = (unsigned)t < HC_DTYPE_COUNT ? dtype_tags[t] : "?";
+  const char *o = scale ? ((unsigned)op < 2 ? scale_ops[op] : "?")
+                        : ((unsigned)op < 4 ? reduce_ops[op] : "?");
+  snprintf(buf, n, "hc_%s_%s_%s", scale ? "scale" : "reduce", tag, o);
+}

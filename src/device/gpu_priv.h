@@ -1,0 +1,325 @@
+/*
+ * device/gpu_priv: the one implementation behind the cuda and hip backends.
+ *
+ * A vendor file (cuda.c, hip.c) owns only its library: it dlopens it,
+ * resolves the entry points and fills a `struct hc_gpu_vendor` of
+ * functions with hetccl's own uniform signatures, each a thin wrapper over
+ * one vendor call that returns the vendor's result code (0 is success).
+ * gpu.c and gpu_reduce.c implement every hc_dev_ops entry over that table:
+ * device scoping, errors and their messages, stream flags and their
+ * host-function fallback, the runtime-compiled reduction kernels and their
+ * host fallback. So every GPU test on an NVIDIA machine exercises the logic
+ * an AMD machine runs, and what stays unrun there is only the table.
+ *
+ * Devices and contexts. A "token" names a vendor context: a CUcontext (the
+ * device's primary context) for CUDA, device + 1 for HIP. Every op that needs
+ * a device makes it current for the call only and then restores what the
+ * calling thread had (PyTorch's current device is left alone):
+ *   - ops with a device argument use that device;
+ *   - ops with a stream use the stream's device;
+ *   - the others (host_alloc, host_register, event_create, ...) use the
+ *     calling thread's current device, else the device of the last
+ *     set_device() in the process, else device 0.
+ *
+ * Only device/ includes this header; tests include it for white-box hooks.
+ */
+#ifndef HC_GPU_PRIV_H_
+#define HC_GPU_PRIV_H_
+
+#include <pthread.h>
+
+#include "device.h"
+
+#define HC_GPU_MAX_DEVICES 64
+
+/* Device attributes the generic code asks for; a vendor that cannot answer
+ * returns non-zero and the generic code uses a default. */
+enum hc_gpu_attr { HC_GPU_ATTR_SM_COUNT, HC_GPU_ATTR_CC_MAJOR, HC_GPU_ATTR_CC_MINOR };
+
+/* What a pointer is, as the vendor reports it. */
+enum hc_gpu_ptr_type { HC_GPU_PTR_UNKNOWN, HC_GPU_PTR_HOST_PINNED, HC_GPU_PTR_DEVICE };
+
+/* Every entry returns the vendor's result code, 0 on success, unless noted.
+ * Entries marked optional may be NULL (an old driver); the generic code then
+ * takes the documented fallback. None of them logs. */
+struct hc_gpu_vendor {
+  const char *name;     /* "cuda", "hip": backend name and log prefix */
+  const char *rtc_name; /* "NVRTC", "hipRTC" */
+  enum hc_mem_kind kind;
+  /* Result codes the generic code tells apart. */
+  int err_not_ready;       /* event query: work still pending */
+  int err_invalid_value;   /* pointer query of memory the driver never saw */
+  int err_invalid_context; /* no current context; -1 if the vendor has none */
+  int err_not_supported;   /* stream memory operation refused */
+  /* Options every runtime compile gets, NULL-terminated: IEEE arithmetic,
+   * no contraction into FMA, denormals kept (the host kernels' rules). */
+  const char *const *rtc_options;
+
+  /* dlopen the driver library, resolve every symbol, initialise the driver
+   * and count devices. HC_ERR_DEVICE with the last-error text set (never a
+   * WARN) when the library, a symbol or a device is missing. Called by
+   * load (and by tests, to read why it failed). */
+  hc_result_t (*open)(int *ndev);
+  /* The vendor's text for a result code; never NULL. */
+  const char *(*err_str)(int e);
+  int (*device_attr)(int dev, enum hc_gpu_attr a, int *value);
+  /* Whether stream wait/write value can run on the GPU (entry points found). */
+  bool (*has_mem_ops)(void);
+
+  /* ---- contexts ---- */
+  int (*device_token)(int dev, void **tok); /* retains the primary context */
+  int (*ctx_get)(void **tok);               /* NULL when none is current */
+  int (*ctx_set)(void *tok);                /* NULL unbinds (CUDA) */
+  int (*ctx_device)(int *dev);              /* device of the current context */
+  int (*stream_token)(void *stream, void **tok); /* NULL stream: current */
+
+  /* ---- memory ---- */
+  int (*mem_alloc)(void **p, size_t n);
+  int (*mem_free)(void *p);
+  int (*host_alloc)(void **p, size_t n); /* portable, mapped */
+  int (*host_free)(void *p);
+  int (*host_register)(void *p, size_t n); /* portable, mapped */
+  int (*host_unregister)(void *p);
+  /* Classifies p; a pointer the driver does not know gives either
+   * HC_GPU_PTR_UNKNOWN or err_invalid_value (the driver's choice). */
+  int (*ptr_attrs)(const void *p, enum hc_gpu_ptr_type *type, int *device);
+
+  /* ---- streams and events ---- */
+  int (*copy_async)(void *dst, const void *src, size_t n, void *stream);
+  int (*stream_create)(void **s); /* non-blocking */
+  int (*stream_destroy)(void *s);
+  int (*stream_sync)(void *s);
+  int (*stream_capturing)(void *s, bool *capturing);
+  int (*event_create)(void **e); /* timing disabled */
+  int (*event_destroy)(void *e);
+  int (*event_record)(void *e, void *s);
+  int (*event_query)(void *e); /* 0 done, err_not_ready pending */
+  int (*stream_wait_event)(void *s, void *e);
+  /* Stream waits until (int32_t)(*flag - v) >= 0 / writes v after prior
+   * work. flag is host memory from host_alloc. Optional (has_mem_ops). */
+  int (*wait_value32)(void *s, volatile uint32_t *flag, uint32_t v);
+  int (*write_value32)(void *s, volatile uint32_t *flag, uint32_t v);
+  /* fn(arg) on a driver thread once prior work is done; fn makes no calls
+   * into the vendor library. */
+  int (*launch_host_func)(void *s, void (*fn)(void *), void *arg);
+
+  /* ---- modules ---- */
+  int (*module_load)(const void *image, void **mod);
+  int (*module_unload)(void *mod);
+  int (*module_function)(void *mod, const char *name, void **fn);
+  int (*launch)(void *fn, unsigned grid, unsigned block, void *stream, void **params);
+
+  /* ---- runtime compiler (hetccl's names, the vendor's rtc codes) ---- */
+  /* Loads the compiler library. HC_ERR_DEVICE with the last-error text set
+   * when it is absent (normal: reductions then run on the host). */
+  hc_result_t (*rtc_open)(void);
+  /* Target of compile attempt `attempt` for dev (0, 1, ...): the options
+   * naming the architecture and whether the output is a binary the loader
+   * takes as is. Non-zero when there is no such attempt. */
+  int (*rtc_target)(int dev, int attempt, char *opt, size_t n, bool *binary);
+  int (*rtc_create)(void **prog, const char *src, const char *name);
+  int (*rtc_compile)(void *prog, int nopts, const char *const *opts);
+  int (*rtc_log_size)(void *prog, size_t *n);
+  int (*rtc_log)(void *prog, char *log);
+  int (*rtc_code_size)(void *prog, bool binary, size_t *n);
+  int (*rtc_code)(void *prog, bool binary, char *code);
+  int (*rtc_destroy)(void **prog);
+  const char *(*rtc_err_str)(int e);
+};
+
+/* The kernels, one per dtype x op; see gpu_kernels.c. */
+extern const char hc_gpu_kernel_source[];
+/* Name of a kernel: "hc_reduce_f32_sum", "hc_scale_bf16_div". */
+void hc_gpu_kernel_name(char *buf, size_t n, bool scale, enum hc_dtype t, int op);
+
+/* Per-device reduction state: compiled once, lazily, under the gpu lock. */
+enum hc_gpu_rstate { HC_GPU_R_UNTRIED = 0, HC_GPU_R_KERNELS, HC_GPU_R_HOST };
+struct hc_gpu_dev {
+  atomic_int rstate;   /* enum hc_gpu_rstate; set once, read without the lock */
+  void *mod_tok;       /* context the module lives in */
+  void *module;
+  void *fn_reduce[HC_DTYPE_COUNT][HC_AVG];
+  void *fn_scale[HC_DTYPE_COUNT][2];
+  int sm_count;
+};
+
+/* A backend's process-wide state: a vendor table plus what load() found. */
+struct hc_gpu {
+  const struct hc_gpu_vendor *v;
+  pthread_mutex_t lock; /* module builds, staging buffers */
+  int ndev;
+  atomic_bool mem_ops;  /* flag ops on the GPU; else host functions */
+  bool rtc;             /* the runtime compiler loaded */
+  atomic_int default_dev; /* last set_device() */
+  /* Tests: force the fallbacks so one GPU run covers both paths. */
+  atomic_bool force_host_flags, force_host_reduce;
+  struct hc_gpu_dev dev[HC_GPU_MAX_DEVICES];
+  /* Last compiled image, reused for devices of the same target. */
+  char image_target[64];
+  void *image;
+  size_t image_size;
+  char *rtc_log; /* log of the last compile (kept for tests) */
+  /* Pinned staging for the host fallback of reduce and scale. */
+  void *stage;
+  size_t stage_bytes;
+};
+
+/* The generic ops (gpu.c, gpu_reduce.c): hc_dev_ops entries plus the state. */
+hc_result_t hc_gpu_load(struct hc_gpu *g, struct hc_dev_caps *caps);
+hc_result_t hc_gpu_mem_alloc(struct hc_gpu *g, int device, size_t n, void **p);
+hc_result_t hc_gpu_mem_free(struct hc_gpu *g, int device, void *p);
+hc_result_t hc_gpu_copy(struct hc_gpu *g, void *dst, const void *src, size_t n, hc_stream_t s);
+hc_result_t hc_gpu_reduce(struct hc_gpu *g, const struct hc_reduce_args *a, hc_stream_t s);
+hc_result_t hc_gpu_scale(struct hc_gpu *g, const struct hc_scale_args *a, hc_stream_t s);
+hc_result_t hc_gpu_ptr_query(struct hc_gpu *g, const void *p, struct hc_ptr_info *out);
+hc_result_t hc_gpu_set_device(struct hc_gpu *g, int device);
+hc_result_t hc_gpu_host_alloc(struct hc_gpu *g, size_t n, void **p);
+hc_result_t hc_gpu_host_free(struct hc_gpu *g, void *p);
+hc_result_t hc_gpu_host_register(struct hc_gpu *g, void *p, size_t n);
+hc_result_t hc_gpu_host_unregister(struct hc_gpu *g, void *p);
+hc_result_t hc_gpu_stream_create(struct hc_gpu *g, int device, hc_stream_t *s);
+hc_result_t hc_gpu_stream_destroy(struct hc_gpu *g, hc_stream_t s);
+hc_result_t hc_gpu_event_create(struct hc_gpu *g, hc_event_t *e);
+hc_result_t hc_gpu_event_destroy(struct hc_gpu *g, hc_event_t e);
+hc_result_t hc_gpu_event_record(struct hc_gpu *g, hc_event_t e, hc_stream_t s);
+hc_result_t hc_gpu_event_query(struct hc_gpu *g, hc_event_t e, int *done);
+hc_result_t hc_gpu_stream_wait_event(struct hc_gpu *g, hc_stream_t s, hc_event_t e);
+hc_result_t hc_gpu_flag_wait(struct hc_gpu *g, hc_stream_t s, volatile uint32_t *flag, uint32_t v);
+hc_result_t hc_gpu_flag_write(struct hc_gpu *g, hc_stream_t s, volatile uint32_t *flag, uint32_t v);
+hc_result_t hc_gpu_stream_sync(struct hc_gpu *g, hc_stream_t s);
+hc_result_t hc_gpu_stream_capturing(struct hc_gpu *g, hc_stream_t s, bool *capturing);
+hc_result_t hc_gpu_current_device(struct hc_gpu *g, int *device);
+
+/* ---- shared between gpu.c and gpu_reduce.c ---- */
+
+/* The calling thread's context before a scope switched it. */
+struct hc_gpu_scope {
+  void *saved;
+  bool switched;
+};
+/* Makes dev current (dev < 0: keep the current context, else the default
+ * device). hc_gpu_scope_exit restores what was current. */
+hc_result_t hc_gpu_scope_device(struct hc_gpu *g, int dev, struct hc_gpu_scope *sc);
+/* Makes the stream's context current. */
+hc_result_t hc_gpu_scope_stream(struct hc_gpu *g, hc_stream_t s, struct hc_gpu_scope *sc);
+void hc_gpu_scope_exit(struct hc_gpu *g, struct hc_gpu_scope *sc);
+/* HC_FAIL(HC_ERR_DEVICE) with "<vendor>: <what>: <vendor text> (<code>)". */
+hc_result_t hc_gpu_fail(struct hc_gpu *g, int e, const char *what);
+/* Loads the runtime compiler once; sets g->rtc. */
+void hc_gpu_rtc_init(struct hc_gpu *g);
+
+/* A vendor symbol: resolved into table + offset; a missing optional one
+ * stays NULL. */
+struct hc_gpu_sym {
+  const char *name;
+  size_t offset;
+  bool optional;
+};
+/* Resolves every entry from handle into table (a struct of function
+ * pointers). Returns the name of the first missing required symbol, or NULL
+ * when all are there. */
+const char *hc_gpu_resolve(void *handle, const struct hc_gpu_sym *syms, size_t n, void *table);
+
+/* ---- white-box hooks for tests (not used by the library) ---- */
+struct hc_gpu *hc_gpu_state(enum hc_mem_kind kind); /* NULL unless loaded */
+/* "kernels", "host" or "untried" for device dev. */
+const char *hc_gpu_reduce_path(struct hc_gpu *g, int dev);
+/* Compiles the kernel source for one target without any device (NVRTC only
+ * needs its library). On success *image (malloc'd, free() it) holds
+ * *image_size bytes; *log gets the compiler log (free() it) either way. */
+hc_result_t hc_gpu_rtc_compile(const struct hc_gpu_vendor *v, const char *target_opt, bool binary,
+                               void **image, size_t *image_size, char **log);
+extern const struct hc_gpu_vendor hc_gpu_vendor_cuda;
+extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
+
+/*
+ * The hc_dev_ops table of a vendor: one trampoline per op that passes the
+ * backend's state to the generic op. A vendor file ends with
+ *   static struct hc_gpu cuda_gpu = HC_GPU_STATE_INIT(&hc_gpu_vendor_cuda);
+ *   HC_GPU_BACKEND(cuda_gpu, hc_dev_cuda, "cuda", HC_MEM_CUDA)
+ */
+#define HC_GPU_STATE_INIT(vendor) {.v = (vendor), .lock = PTHREAD_MUTEX_INITIALIZER}
+
+#define HC_GPU_BACKEND(st, sym, backend_name, mem_kind)                                    \
+  static hc_result_t st##_load(struct hc_dev_caps *c) { return hc_gpu_load(&st, c); }     \
+  static hc_result_t st##_mem_alloc(int d, size_t n, void **p) {                           \
+    return hc_gpu_mem_alloc(&st, d, n, p);                                                 \
+  }                                                                                        \
+  static hc_result_t st##_mem_free(int d, void *p) { return hc_gpu_mem_free(&st, d, p); } \
+  static hc_result_t st##_copy(void *d, const void *s, size_t n, hc_stream_t q) {          \
+    return hc_gpu_copy(&st, d, s, n, q);                                                   \
+  }                                                                                        \
+  static hc_result_t st##_reduce(const struct hc_reduce_args *a, hc_stream_t q) {          \
+    return hc_gpu_reduce(&st, a, q);                                                       \
+  }                                                                                        \
+  static hc_result_t st##_scale(const struct hc_scale_args *a, hc_stream_t q) {            \
+    return hc_gpu_scale(&st, a, q);                                                        \
+  }                                                                                        \
+  static hc_result_t st##_ptr_query(const void *p, struct hc_ptr_info *o) {                \
+    return hc_gpu_ptr_query(&st, p, o);                                                    \
+  }                                                                                        \
+  static hc_result_t st##_set_device(int d) { return hc_gpu_set_device(&st, d); }          \
+  static hc_result_t st##_host_alloc(size_t n, void **p) { return hc_gpu_host_alloc(&st, n, p); } \
+  static hc_result_t st##_host_free(void *p) { return hc_gpu_host_free(&st, p); }          \
+  static hc_result_t st##_host_register(void *p, size_t n) {                               \
+    return hc_gpu_host_register(&st, p, n);                                                \
+  }                                                                                        \
+  static hc_result_t st##_host_unregister(void *p) { return hc_gpu_host_unregister(&st, p); } \
+  static hc_result_t st##_stream_create(int d, hc_stream_t *q) {                           \
+    return hc_gpu_stream_create(&st, d, q);                                                \
+  }                                                                                        \
+  static hc_result_t st##_stream_destroy(hc_stream_t q) { return hc_gpu_stream_destroy(&st, q); } \
+  static hc_result_t st##_event_create(hc_event_t *e) { return hc_gpu_event_create(&st, e); } \
+  static hc_result_t st##_event_destroy(hc_event_t e) { return hc_gpu_event_destroy(&st, e); } \
+  static hc_result_t st##_event_record(hc_event_t e, hc_stream_t q) {                      \
+    return hc_gpu_event_record(&st, e, q);                                                 \
+  }                                                                                        \
+  static hc_result_t st##_event_query(hc_event_t e, int *done) {                           \
+    return hc_gpu_event_query(&st, e, done);                                               \
+  }                                                                                        \
+  static hc_result_t st##_stream_wait_event(hc_stream_t q, hc_event_t e) {                 \
+    return hc_gpu_stream_wait_event(&st, q, e);                                            \
+  }                                                                                        \
+  static hc_result_t st##_flag_wait(hc_stream_t q, volatile uint32_t *f, uint32_t v) {     \
+    return hc_gpu_flag_wait(&st, q, f, v);                                                 \
+  }                                                                                        \
+  static hc_result_t st##_flag_write(hc_stream_t q, volatile uint32_t *f, uint32_t v) {    \
+    return hc_gpu_flag_write(&st, q, f, v);                                                \
+  }                                                                                        \
+  static hc_result_t st##_stream_sync(hc_stream_t q) { return hc_gpu_stream_sync(&st, q); } \
+  static hc_result_t st##_stream_capturing(hc_stream_t q, bool *c) {                       \
+    return hc_gpu_stream_capturing(&st, q, c);                                             \
+  }                                                                                        \
+  static hc_result_t st##_current_device(int *d) { return hc_gpu_current_device(&st, d); } \
+  const struct hc_dev_ops sym = {                                                          \
+      .size = sizeof(struct hc_dev_ops),                                                   \
+      .abi = HC_DEV_ABI,                                                                   \
+      .name = backend_name,                                                                \
+      .kind = mem_kind,                                                                    \
+      .load = st##_load,                                                                   \
+      .mem_alloc = st##_mem_alloc,                                                         \
+      .mem_free = st##_mem_free,                                                           \
+      .copy = st##_copy,                                                                   \
+      .reduce = st##_reduce,                                                               \
+      .scale = st##_scale,                                                                 \
+      .ptr_query = st##_ptr_query,                                                         \
+      .set_device = st##_set_device,                                                       \
+      .host_alloc = st##_host_alloc,                                                       \
+      .host_free = st##_host_free,                                                         \
+      .host_register = st##_host_register,                                                 \
+      .host_unregister = st##_host_unregister,                                             \
+      .stream_create = st##_stream_create,                                                 \
+      .stream_destroy = st##_stream_destroy,                                               \
+      .event_create = st##_event_create,                                                   \
+      .event_destroy = st##_event_destroy,                                                 \
+      .event_record = st##_event_record,                                                   \
+      .event_query = st##_event_query,                                                     \
+      .stream_wait_event = st##_stream_wait_event,                                         \
+      .flag_wait = st##_flag_wait,                                                         \
+      .flag_write = st##_flag_write,                                                       \
+      .stream_sync = st##_stream_sync,                                                     \
+      .stream_capturing = st##_stream_capturing,                                           \
+      .current_device = st##_current_device,                                               \
+  };
+
+#endif

@@ -1,0 +1,409 @@
+/*
+ * device/gpu_reduce: reduce and scale on a GPU stream, for cuda and hip
+ * alike (gpu_priv.h).
+ *
+ * Kernels: gpu_kernels.c's source, compiled by the vendor's runtime compiler
+ * the first time a device reduces (once per process and device, under the
+ * gpu lock; an image is reused by later devices of the same target), loaded
+ * into that device's primary context, one function per dtype x op.
+ *
+ * Host fallback, when the compiler is missing or the kernels cannot be
+ * built for a device: copy the operands into pinned staging on the stream,
+ * synchronise, hc_host_reduce / hc_host_scale, copy back and synchronise,
+ * chunk by chunk. Correct and slow, and it blocks the caller: the compiler
+ * missing is an INFO line at load, a build failure a WARN with the log.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gpu_priv.h"
+
+#define BLOCK_THREADS 256
+#define STAGE_BYTES (8u << 20) /* two halves of 4 MiB */
+
+void hc_gpu_rtc_init(struct hc_gpu *g) {
+  g->rtc = g->v->rtc_open() == HC_OK;
+  if (!g->rtc)
+    HC_INFO(HC_DEV, "%s: %s not available (%s): reductions on %s memory run on the host, slowly",
+            g->v->name, g->v->rtc_name, hc_last_error(), g->v->name);
+}
+
+/* ---- building the kernels ---- */
+
+static hc_result_t rtc_build(const struct hc_gpu_vendor *v, const char *target_opt, bool binary,
+                             void **image, size_t *image_size, char **log) {
+  const char *opts[16];
+  int nopts = 0;
+  void *prog = NULL;
+  hc_result_t r = HC_OK;
+  size_t n = 0;
+  *image = NULL;
+  *image_size = 0;
+  *log = NULL;
+  if (target_opt[0]) opts[nopts++] = target_opt;
+  for (const char *const *o = v->rtc_options; o && *o && nopts < (int)HC_ARRAY_LEN(opts); o++)
+    opts[nopts++] = *o;
+  int e = v->rtc_create(&prog, hc_gpu_kernel_source, "hetccl_reduce.cu");
+  if (e != 0)
+    return HC_FAIL(HC_ERR_DEVICE, "%s: %s: create program: %s", v->name, v->rtc_name, v->rtc_err_str(e));
+  int ce = v->rtc_compile(prog, nopts, opts);
+  if (v->rtc_log_size(prog, &n) == 0 && n > 1) {
+    *log = malloc(n + 1);
+    if (*log != NULL && v->rtc_log(prog, *log) == 0)
+      (*log)[n] = 0;
+    else {
+      free(*log);
+      *log = NULL;
+    }
+  }
+  if (ce != 0) {
+    /* Not a WARN yet: the next target may compile (build_kernels). */
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s: %s: compiling the reduction kernels for %s: %s", v->name,
+             v->rtc_name, target_opt[0] ? target_opt : "the current device", v->rtc_err_str(ce));
+    hc_set_last_error(msg);
+    r = HC_ERR_DEVICE;
+    goto out;
+  }
+  e = v->rtc_code_size(prog, binary, &n);
+  if (e != 0 || n == 0) {
+    r = HC_FAIL(HC_ERR_DEVICE, "%s: %s: size of the compiled %s: %s", v->name, v->rtc_name,
+                binary ? "binary" : "PTX", e ? v->rtc_err_str(e) : "empty");
+    goto out;
+  }
+  *image = malloc(n);
+  if (*image == NULL) {
+    r = HC_FAIL(HC_ERR_SYSTEM, "%s: out of host memory for a %zu-byte kernel image", v->name, n);
+    goto out;
+  }
+  e = v->rtc_code(prog, binary, *image);
+  if (e != 0) {
+    free(*image);
+    *image = NULL;
+    r = HC_FAIL(HC_ERR_DEVICE, "%s: %s: reading the compiled code: %s", v->name, v->rtc_name,
+                v->rtc_err_str(e));
+    goto out;
+  }
+  *image_size = n;
+out:
+  v->rtc_destroy(&prog);
+  return r;
+}
+
+hc_result_t hc_gpu_rtc_compile(const struct hc_gpu_vendor *v, const char *target_opt, bool binary,
+                               void **image, size_t *image_size, char **log) {
+  *image = NULL;
+  *image_size = 0;
+  *log = NULL;
+  HC_TRY(v->rtc_open());
+  return rtc_build(v, target_opt, binary, image, image_size, log);
+}
+
+/* Resolves every kernel of a loaded module; unloads it on failure. */
+static hc_result_t module_functions(struct hc_gpu *g, struct hc_gpu_dev *d, void *mod) {
+  char name[64];
+  for (int t = 0; t < HC_DTYPE_COUNT; t++) {
+    for (int op = 0; op < HC_AVG + 2; op++) {
+      bool scale = op >= HC_AVG;
+      void **slot = scale ? &d->fn_scale[t][op - HC_AVG] : &d->fn_reduce[t][op];
+      hc_gpu_kernel_name(name, sizeof(name), scale, (enum hc_dtype)t, scale ? op - HC_AVG : op);
+      int e = g->v->module_function(mod, name, slot);
+      if (e != 0) {
+        g->v->module_unload(mod);
+        return HC_FAIL(HC_ERR_DEVICE, "%s: kernel %s missing from the module: %s (%d)", g->v->name,
+                       name, g->v->err_str(e), e);
+      }
+    }
+  }
+  return HC_OK;
+}
+
+/* Compiles (or reuses) an image for each target the vendor proposes, until
+ * one loads into the current context. Called with the gpu lock held. */
+static hc_result_t build_kernels(struct hc_gpu *g, int dev, struct hc_gpu_dev *d) {
+  const struct hc_gpu_vendor *v = g->v;
+  char opt[48], key[64];
+  bool binary = false;
+  hc_result_t r = HC_ERR_DEVICE;
+  hc_set_last_error("no compile target");
+  for (int attempt = 0; v->rtc_target(dev, attempt, opt, sizeof(opt), &binary) == 0; attempt++) {
+    snprintf(key, sizeof(key), "%s %s", opt, binary ? "bin" : "ptx");
+    if (g->image == NULL || strcmp(g->image_target, key) != 0) {
+      void *image = NULL;
+      size_t size = 0;
+      char *log = NULL;
+      uint64_t t0 = hc_now_ns();
+      r = rtc_build(v, opt, binary, &image, &size, &log);
+      free(g->rtc_log);
+      g->rtc_log = log;
+      if (r != HC_OK) {
+        HC_INFO(HC_DEV, "%s: device %d: %s; next target", v->name, dev, hc_last_error());
+        continue;
+      }
+      HC_INFO(HC_DEV, "%s: device %d: %s compiled the reduction kernels (%s, %zu bytes) in %.0f ms",
+              v->name, dev, v->rtc_name, key, size, (double)(hc_now_ns() - t0) / 1e6);
+      free(g->image);
+      g->image = image;
+      g->image_size = size;
+      snprintf(g->image_target, sizeof(g->image_target), "%s", key);
+    }
+    void *mod = NULL;
+    int e = v->module_load(g->image, &mod);
+    if (e != 0) {
+      r = HC_ERR_DEVICE;
+      HC_INFO(HC_DEV, "%s: device %d: loading the %s kernel image failed: %s (%d); next target",
+              v->name, dev, key, v->err_str(e), e);
+      char msg[256];
+      snprintf(msg, sizeof(msg), "%s: loading the %s kernel image: %s (%d)", v->name, key,
+               v->err_str(e), e);
+      hc_set_last_error(msg);
+      continue;
+    }
+    r = module_functions(g, d, mod);
+    if (r != HC_OK) continue;
+    d->module = mod;
+    return HC_OK;
+  }
+  return r;
+}
+
+/* The compiler's log, one WARN line per line (a log line holds 1 KiB). */
+static void warn_rtc_log(struct hc_gpu *g) {
+  const char *p = g->rtc_log;
+  if (p == NULL || !p[0]) return;
+  HC_WARN(HC_DEV, "%s: %s log of the last attempt:", g->v->name, g->v->rtc_name);
+  for (int lines = 0; *p && lines < 80; lines++) {
+    size_t len = strcspn(p, "\n");
+    HC_WARN(HC_DEV, "  %.*s", (int)HC_MIN(len, 900), p);
+    p += len + (p[len] == '\n');
+  }
+}
+
+/* The device's kernels, built on first use; HC_GPU_R_HOST when they cannot
+ * be. Called inside the stream's scope. */
+static enum hc_gpu_rstate device_kernels(struct hc_gpu *g, int dev, void *tok) {
+  struct hc_gpu_dev *d = &g->dev[dev];
+  int st = atomic_load_explicit(&d->rstate, memory_order_acquire);
+  if (st != HC_GPU_R_UNTRIED) return (enum hc_gpu_rstate)st;
+  pthread_mutex_lock(&g->lock);
+  st = atomic_load_explicit(&d->rstate, memory_order_relaxed);
+  if (st == HC_GPU_R_UNTRIED) {
+    st = HC_GPU_R_HOST;
+    if (g->rtc) {
+      if (build_kernels(g, dev, d) == HC_OK) {
+        d->mod_tok = tok;
+        st = HC_GPU_R_KERNELS;
+      } else {
+        HC_WARN(HC_DEV, "%s: device %d: no reduction kernels (%s); reductions run on the host",
+                g->v->name, dev, hc_last_error());
+        warn_rtc_log(g);
+      }
+    }
+    atomic_store_explicit(&d->rstate, st, memory_order_release);
+  }
+  pthread_mutex_unlock(&g->lock);
+  return (enum hc_gpu_rstate)st;
+}
+
+const char *hc_gpu_reduce_path(struct hc_gpu *g, int dev) {
+  if (g == NULL || dev < 0 || dev >= g->ndev) return "none";
+  switch (atomic_load(&g->dev[dev].rstate)) {
+  case HC_GPU_R_KERNELS: return "kernels";
+  case HC_GPU_R_HOST: return "host";
+  default: return "untried";
+  }
+}
+
+/* ---- launching ---- */
+
+static hc_result_t launch(struct hc_gpu *g, struct hc_gpu_dev *d, void *fn, size_t count,
+                          size_t elem, hc_stream_t s, void **params, const char *what) {
+  size_t packs = HC_DIV_UP(count, 16 / elem);
+  size_t blocks = HC_DIV_UP(packs, BLOCK_THREADS);
+  size_t max_blocks = d->sm_count > 0 ? (size_t)d->sm_count * 16 : 1024;
+  blocks = HC_MAX(HC_MIN(blocks, max_blocks), 1);
+  int e = g->v->launch(fn, (unsigned)blocks, BLOCK_THREADS, s, params);
+  if (e != 0)
+    return HC_FAIL(HC_ERR_DEVICE, "%s: launching the %s kernel (%zu elements, %zu blocks): %s (%d)",
+                   g->v->name, what, count, blocks, g->v->err_str(e), e);
+  return HC_OK;
+}
+
+/* Where the stream's work runs: device index and its context token. */
+static hc_result_t stream_device(struct hc_gpu *g, int *dev, void **tok) {
+  int e = g->v->ctx_device(dev);
+  if (e != 0) return hc_gpu_fail(g, e, "device of the stream");
+  e = g->v->ctx_get(tok);
+  if (e != 0) return hc_gpu_fail(g, e, "context of the stream");
+  if (*dev < 0 || *dev >= g->ndev)
+    return HC_FAIL(HC_ERR_DEVICE, "%s: stream on device %d, beyond the %d devices found", g->v->name,
+                   *dev, g->ndev);
+  return HC_OK;
+}
+
+/* Chooses kernels or the host for this call; *d is set for kernels. */
+static bool use_kernels(struct hc_gpu *g, int dev, void *tok, struct hc_gpu_dev **d) {
+  *d = &g->dev[dev];
+  if (atomic_load(&g->force_host_reduce)) return false;
+  if (device_kernels(g, dev, tok) != HC_GPU_R_KERNELS) return false;
+  if ((*d)->mod_tok != tok) {
+    /* A stream of a context other than the device's primary one. */
+    HC_WARN_ONCE(HC_DEV, "%s: device %d: stream outside the primary context; reductions on "
+                 "its streams run on the host", g->v->name, dev);
+    return false;
+  }
+  return true;
+}
+
+/* ---- host fallback ---- */
+
+static hc_result_t stage_get(struct hc_gpu *g) {
+  if (g->stage != NULL) return HC_OK;
+  int e = g->v->host_alloc(&g->stage, STAGE_BYTES);
+  if (e != 0) {
+    g->stage = NULL;
+    return HC_FAIL(HC_ERR_DEVICE, "%s: allocating %u bytes of pinned staging for host reductions: %s (%d)",
+                   g->v->name, STAGE_BYTES, g->v->err_str(e), e);
+  }
+  return HC_OK;
+}
+
+/* One staging copy on the stream; with sync, waits for the stream. */
+static hc_result_t stage_copy(struct hc_gpu *g, void *dst, const void *src, size_t n, hc_stream_t s,
+                              bool sync) {
+  int e = g->v->copy_async(dst, src, n, s);
+  if (e == 0 && sync) e = g->v->stream_sync(s);
+  if (e != 0)
+    return HC_FAIL(HC_ERR_DEVICE, "%s: staging copy of %zu bytes for a host reduction: %s (%d)",
+                   g->v->name, n, g->v->err_str(e), e);
+  return HC_OK;
+}
+
+/* a or sa is NULL: one of reduce / scale. Inside the stream's scope. */
+static hc_result_t host_fallback(struct hc_gpu *g, const struct hc_reduce_args *a,
+                                 const struct hc_scale_args *sa, hc_stream_t s) {
+  size_t elem = hc_dtype_size(a ? a->dtype : sa->dtype);
+  size_t count = a ? a->count : sa->count;
+  size_t chunk = STAGE_BYTES / 2 / elem;
+  hc_result_t r = HC_OK;
+  pthread_mutex_lock(&g->lock);
+  HC_TRY_GOTO(stage_get(g), r, out);
+  uint8_t *h0 = g->stage, *h1 = h0 + STAGE_BYTES / 2;
+  for (size_t off = 0; off < count; off += chunk) {
+    size_t n = HC_MIN(chunk, count - off), bytes = n * elem, boff = off * elem;
+    if (a) {
+      HC_TRY_GOTO(stage_copy(g, h0, (const uint8_t *)a->src0 + boff, bytes, s, false), r, out);
+      HC_TRY_GOTO(stage_copy(g, h1, (const uint8_t *)a->src1 + boff, bytes, s, true), r, out);
+      struct hc_reduce_args ha = *a;
+      ha.dst = h0;
+      ha.src0 = h0;
+      ha.src1 = h1;
+      ha.count = n;
+      hc_host_reduce(&ha);
+      HC_TRY_GOTO(stage_copy(g, (uint8_t *)a->dst + boff, h0, bytes, s, true), r, out);
+    } else {
+      HC_TRY_GOTO(stage_copy(g, h0, (const uint8_t *)sa->src + boff, bytes, s, true), r, out);
+      struct hc_scale_args hs = *sa;
+      hs.dst = h0;
+      hs.src = h0;
+      hs.count = n;
+      hc_host_scale(&hs);
+      HC_TRY_GOTO(stage_copy(g, (uint8_t *)sa->dst + boff, h0, bytes, s, true), r, out);
+    }
+  }
+out:
+  pthread_mutex_unlock(&g->lock);
+  return r;
+}
+
+/* ---- the ops ---- */
+
+hc_result_t hc_gpu_reduce(struct hc_gpu *g, const struct hc_reduce_args *a, hc_stream_t s) {
+  if ((unsigned)a->dtype >= HC_DTYPE_COUNT || (unsigned)a->op >= HC_AVG)
+    return HC_FAIL(HC_ERR_ARG, "%s: reduce: unsupported dtype %d / op %d", g->v->name,
+                   (int)a->dtype, (int)a->op);
+  if (a->count == 0) return HC_OK;
+  struct hc_gpu_scope sc;
+  struct hc_gpu_dev *d;
+  int dev;
+  void *tok;
+  hc_result_t r;
+  HC_TRY(hc_gpu_scope_stream(g, s, &sc));
+  HC_TRY_GOTO(stream_device(g, &dev, &tok), r, out);
+  if (use_kernels(g, dev, tok, &d)) {
+    void *dst = a->dst;
+    const void *src0 = a->src0, *src1 = a->src1;
+    uint64_t n = a->count;
+    void *params[] = {&dst, &src0, &src1, &n};
+    r = launch(g, d, d->fn_reduce[a->dtype][a->op], a->count, hc_dtype_size(a->dtype), s, params,
+               "reduce");
+  } else {
+    r = host_fallback(g, a, NULL, s);
+  }
+out:
+  hc_gpu_scope_exit(g, &sc);
+  return r;
+}
+
+/* The kernel arguments of a scale, computed as host_reduce.c's scale_mul /
+ * scale_div compute theirs. */
+static void scale_params(const struct hc_scale_args *a, uint64_t *u, double *fd, float *ff) {
+  uint16_t h;
+  *u = 0;
+  *fd = 0;
+  *ff = 0;
+  if (a->kind == HC_SCALE_MUL) {
+    switch (a->dtype) {
+    case HC_FLOAT16: memcpy(&h, a->factor, 2); *ff = hc_half_to_float(h); break;
+    case HC_BFLOAT16: memcpy(&h, a->factor, 2); *ff = hc_bf16_to_float(h); break;
+    case HC_FP8_E4M3: *ff = hc_fp8e4m3_to_float(a->factor[0]); break;
+    case HC_FP8_E5M2: *ff = hc_fp8e5m2_to_float(a->factor[0]); break;
+    case HC_FLOAT32: memcpy(ff, a->factor, 4); break;
+    case HC_FLOAT64: memcpy(fd, a->factor, 8); break;
+    default: memcpy(u, a->factor, hc_dtype_size(a->dtype)); break; /* little-endian */
+    }
+    return;
+  }
+  uint64_t d = a->divisor, di = d == 0 ? 1 : d;
+  switch (a->dtype) {
+  case HC_INT8:
+  case HC_INT32: *u = di > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : di; break;
+  case HC_FLOAT64: *fd = (double)d; break;
+  default:
+    if (hc_dtype_is_float(a->dtype))
+      *ff = (float)d;
+    else
+      *u = di;
+    break;
+  }
+}
+
+hc_result_t hc_gpu_scale(struct hc_gpu *g, const struct hc_scale_args *a, hc_stream_t s) {
+  if ((unsigned)a->dtype >= HC_DTYPE_COUNT || (a->kind != HC_SCALE_MUL && a->kind != HC_SCALE_DIV))
+    return HC_FAIL(HC_ERR_ARG, "%s: scale: unsupported dtype %d / kind %d", g->v->name,
+                   (int)a->dtype, (int)a->kind);
+  if (a->count == 0) return HC_OK;
+  struct hc_gpu_scope sc;
+  struct hc_gpu_dev *d;
+  int dev;
+  void *tok;
+  hc_result_t r;
+  HC_TRY(hc_gpu_scope_stream(g, s, &sc));
+  HC_TRY_GOTO(stream_device(g, &dev, &tok), r, out);
+  if (use_kernels(g, dev, tok, &d)) {
+    void *dst = a->dst;
+    const void *src = a->src;
+    uint64_t n = a->count, u;
+    double fd;
+    float ff;
+    scale_params(a, &u, &fd, &ff);
+    void *params[] = {&dst, &src, &n, &u, &fd, &ff};
+    r = launch(g, d, d->fn_scale[a->dtype][a->kind == HC_SCALE_DIV], a->count,
+               hc_dtype_size(a->dtype), s, params, "scale");
+  } else {
+    r = host_fallback(g, NULL, a, s);
+  }
+out:
+  hc_gpu_scope_exit(g, &sc);
+  return r;
+}

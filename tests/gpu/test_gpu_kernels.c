@@ -1,0 +1,350 @@
+/*
+ * The GPU reduction kernels' source (device/gpu_kernels.c), checked without
+ * a GPU:
+ *  1. emulation: the very source string NVRTC / hipRTC get is compiled by
+ *     the host C compiler (its non-GPU branch runs each kernel one thread at
+ *     a time), and every kernel runs with several thread counts, counts and
+ *     pointer alignments (vector body, scalar head and tail, misaligned
+ *     operands) against hc_host_reduce / hc_host_scale, bit for bit;
+ *  2. NVRTC, when its library is on this machine: the source compiles for
+ *     sm_80, sm_90, sm_100 (cubin) and compute_90 (PTX), and the PTX holds no
+ *     fused multiply-add and no max/min instruction (either would change
+ *     bits against the host);
+ *  3. hipRTC, when its library is on this machine: the source compiles for
+ *     gfx90a (reported, not required: it needs the whole ROCm toolchain).
+ * Run: test_gpu_kernels [C compiler]   (default: cc). No GPU needed.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "device/gpu_priv.h"
+#include "gpu_test_common.h"
+
+static int failures;
+
+#define FAIL(...)                                                              \
+  do {                                                                         \
+    if (failures++ < 30) {                                                     \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                     \
+      fprintf(stderr, __VA_ARGS__);                                            \
+      fputc('\n', stderr);                                                     \
+    }                                                                          \
+  } while (0)
+
+typedef void (*reduce_kernel)(void *, const void *, const void *, unsigned long long);
+typedef void (*scale_kernel)(void *, const void *, unsigned long long, unsigned long long, double,
+                             float);
+
+static unsigned long long *emu_tid, *emu_nthreads;
+
+static void *load_emulation(const char *cc, char *dir) {
+  char path[600], cmd[2048];
+  snprintf(path, sizeof(path), "%s/kernels.c", dir);
+  FILE *f = fopen(path, "w");
+  if (f == NULL || fputs(hc_gpu_kernel_source, f) < 0 || fclose(f) != 0) {
+    FAIL("cannot write %s", path);
+    return NULL;
+  }
+  /* ISO C (no GNU contraction), like the GPU compile options. */
+  snprintf(cmd, sizeof(cmd),
+           "%s -std=c11 -O2 -ffp-contract=off -fno-fast-math -fPIC -shared -Wall -Wno-unused "
+           "-o %s/kernels.so %s 2>&1",
+           cc, dir, path);
+  FILE *p = popen(cmd, "r");
+  char line[1024];
+  int lines = 0;
+  while (p && fgets(line, sizeof(line), p))
+    if (lines++ < 40) fputs(line, stderr);
+  int rc = p ? pclose(p) : -1;
+  if (rc != 0) {
+    FAIL("the kernel source does not compile as C: %s", cmd);
+    return NULL;
+  }
+  if (lines) printf("note: the host compiler printed %d lines (above)\n", lines);
+  snprintf(path, sizeof(path), "%s/kernels.so", dir);
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    FAIL("dlopen %s: %s", path, dlerror());
+    return NULL;
+  }
+  emu_tid = dlsym(h, "hc_emu_tid");
+  emu_nthreads = dlsym(h, "hc_emu_nthreads");
+  if (emu_tid == NULL || emu_nthreads == NULL) {
+    FAIL("emulation globals missing");
+    dlclose(h);
+    return NULL;
+  }
+  return h;
+}
+
+static void *kernel(void *h, bool scale, enum hc_dtype t, int op) {
+  char name[64];
+  hc_gpu_kernel_name(name, sizeof(name), scale, t, op);
+  void *f = dlsym(h, name);
+  if (f == NULL) FAIL("kernel %s missing", name);
+  return f;
+}
+
+/* Buffers with room to shift each operand by 0..15 bytes. */
+#define MAXN 4099
+static _Alignas(64) uint8_t in0[MAXN * 8 + 64], in1[MAXN * 8 + 64], out[MAXN * 8 + 64],
+    want[MAXN * 8 + 64];
+
+static const size_t counts[] = {0, 1, 7, 17, 1023, MAXN};
+static const unsigned threads[] = {1, 5, 64, 256};
+/* Byte offsets of (dst, src0, src1): aligned, shared misalignment, mixed. */
+static const size_t offsets[][3] = {{0, 0, 0}, {8, 8, 8}, {2, 2, 2}, {1, 1, 1}, {0, 4, 8}, {3, 0, 1}};
+
+static void run_reduce(reduce_kernel k, unsigned nt, void *d, const void *a, const void *b,
+                       size_t n) {
+  *emu_nthreads = nt;
+  for (unsigned t = 0; t < nt; t++) {
+    *emu_tid = t;
+    k(d, a, b, n);
+  }
+}
+
+static void run_scale(scale_kernel k, unsigned nt, void *d, const void *a, size_t n, uint64_t u,
+                      double fd, float ff) {
+  *emu_nthreads = nt;
+  for (unsigned t = 0; t < nt; t++) {
+    *emu_tid = t;
+    k(d, a, n, u, fd, ff);
+  }
+}
+
+/* The host side of gpu_reduce.c's scale_params, from the public args. */
+static void scale_args(const struct hc_scale_args *a, uint64_t *u, double *fd, float *ff);
+
+static long emulate(void *h) {
+  long cases = 0;
+  for (int t = 0; t < HC_DTYPE_COUNT; t++) {
+    size_t sz = hc_dtype_size((enum hc_dtype)t);
+    for (int op = 0; op < HC_AVG; op++) {
+      reduce_kernel k = (reduce_kernel)(uintptr_t)kernel(h, false, (enum hc_dtype)t, op);
+      if (k == NULL) continue;
+      int bad = 0;
+      for (size_t ci = 0; ci < HC_ARRAY_LEN(counts); ci++) {
+        size_t n = counts[ci];
+        for (size_t oi = 0; oi < HC_ARRAY_LEN(offsets); oi++) {
+          /* Offsets that split an element are not a thing for real arrays. */
+          if (offsets[oi][0] % sz || offsets[oi][1] % sz || offsets[oi][2] % sz) continue;
+          uint8_t *d = out + offsets[oi][0], *a = in0 + offsets[oi][1], *b = in1 + offsets[oi][2];
+          for (size_t ti = 0; ti < HC_ARRAY_LEN(threads) && !bad; ti++) {
+            uint64_t seed = ci * 131 + oi * 7 + ti;
+            gt_fill((enum hc_dtype)t, seed, 0, a, n);
+            gt_fill((enum hc_dtype)t, seed, 1, b, n);
+            struct hc_reduce_args ra = {.dst = want, .src0 = a, .src1 = b, .count = n,
+                                        .dtype = (enum hc_dtype)t, .op = (enum hc_redop)op};
+            hc_host_reduce(&ra);
+            memset(d, 0xa5, n * sz + 16);
+            run_reduce(k, threads[ti], d, a, b, n);
+            cases++;
+            size_t i = gt_first_mismatch((enum hc_dtype)t, op <= HC_PROD, d, want, n);
+            if (i < n) {
+              char x[24], y[24], g[24], w[24];
+              gt_hex((enum hc_dtype)t, a + i * sz, x, sizeof(x));
+              gt_hex((enum hc_dtype)t, b + i * sz, y, sizeof(y));
+              gt_hex((enum hc_dtype)t, d + i * sz, g, sizeof(g));
+              gt_hex((enum hc_dtype)t, (uint8_t *)want + i * sz, w, sizeof(w));
+              FAIL("emulated %s %s: count %zu offsets %zu/%zu/%zu threads %u: element %zu: %s op "
+                   "%s = %s, host %s", hc_dtype_name((enum hc_dtype)t), hc_redop_name((enum hc_redop)op),
+                   n, offsets[oi][0], offsets[oi][1], offsets[oi][2], threads[ti], i, x, y, g, w);
+              bad = 1;
+            } else if (d[n * sz] != 0xa5) {
+              FAIL("emulated %s %s: count %zu wrote past the end", hc_dtype_name((enum hc_dtype)t),
+                   hc_redop_name((enum hc_redop)op), n);
+              bad = 1;
+            }
+          }
+        }
+      }
+      /* In place: dst == src0. */
+      size_t n = 1023;
+      gt_fill((enum hc_dtype)t, 99, 0, in0, n);
+      gt_fill((enum hc_dtype)t, 99, 1, in1, n);
+      struct hc_reduce_args ra = {.dst = want, .src0 = in0, .src1 = in1, .count = n,
+                                  .dtype = (enum hc_dtype)t, .op = (enum hc_redop)op};
+      hc_host_reduce(&ra);
+      run_reduce(k, 64, in0, in0, in1, n);
+      cases++;
+      if (gt_first_mismatch((enum hc_dtype)t, op <= HC_PROD, in0, want, n) < n)
+        FAIL("emulated %s %s in place differs", hc_dtype_name((enum hc_dtype)t),
+             hc_redop_name((enum hc_redop)op));
+    }
+    for (int kind = 0; kind < 2; kind++) {
+      scale_kernel k = (scale_kernel)(uintptr_t)kernel(h, true, (enum hc_dtype)t, kind);
+      if (k == NULL) continue;
+      int nk = kind == HC_SCALE_MUL ? GT_NFACTORS : GT_NDIVISORS, bad = 0;
+      for (int f = 0; f < nk && !bad; f++) {
+        for (size_t ci = 0; ci < HC_ARRAY_LEN(counts) && !bad; ci++) {
+          size_t n = counts[ci];
+          for (size_t oi = 0; oi < HC_ARRAY_LEN(offsets) && !bad; oi++) {
+            if (offsets[oi][0] % sz || offsets[oi][1] % sz) continue;
+            uint8_t *d = out + offsets[oi][0], *a = in0 + offsets[oi][1];
+            struct hc_scale_args sa = {.dst = want, .src = a, .count = n, .dtype = (enum hc_dtype)t,
+                                       .kind = (enum hc_scale_kind)kind,
+                                       .divisor = gt_divisor(f)};
+            gt_factor((enum hc_dtype)t, f, sa.factor);
+            gt_fill((enum hc_dtype)t, ci + 1000 * (uint64_t)f, 0, a, n);
+            hc_host_scale(&sa);
+            uint64_t u;
+            double fd;
+            float ff;
+            scale_args(&sa, &u, &fd, &ff);
+            memset(d, 0xa5, n * sz + 16);
+            run_scale(k, threads[(ci + oi) % HC_ARRAY_LEN(threads)], d, a, n, u, fd, ff);
+            cases++;
+            size_t i = gt_first_mismatch((enum hc_dtype)t, true, d, want, n);
+            if (i < n) {
+              char x[24], g[24], w[24];
+              gt_hex((enum hc_dtype)t, a + i * sz, x, sizeof(x));
+              gt_hex((enum hc_dtype)t, d + i * sz, g, sizeof(g));
+              gt_hex((enum hc_dtype)t, (uint8_t *)want + i * sz, w, sizeof(w));
+              FAIL("emulated scale %s %s (factor #%d, divisor %llu): count %zu element %zu: %s -> "
+                   "%s, host %s", hc_dtype_name((enum hc_dtype)t), kind ? "div" : "mul", f,
+                   (unsigned long long)sa.divisor, n, i, x, g, w);
+              bad = 1;
+            }
+          }
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+/* Mirrors gpu_reduce.c (static there); a disagreement shows as a failure. */
+static void scale_args(const struct hc_scale_args *a, uint64_t *u, double *fd, float *ff) {
+  uint16_t h;
+  *u = 0;
+  *fd = 0;
+  *ff = 0;
+  if (a->kind == HC_SCALE_MUL) {
+    switch (a->dtype) {
+    case HC_FLOAT16: memcpy(&h, a->factor, 2); *ff = hc_half_to_float(h); break;
+    case HC_BFLOAT16: memcpy(&h, a->factor, 2); *ff = hc_bf16_to_float(h); break;
+    case HC_FP8_E4M3: *ff = hc_fp8e4m3_to_float(a->factor[0]); break;
+    case HC_FP8_E5M2: *ff = hc_fp8e5m2_to_float(a->factor[0]); break;
+    case HC_FLOAT32: memcpy(ff, a->factor, 4); break;
+    case HC_FLOAT64: memcpy(fd, a->factor, 8); break;
+    default: memcpy(u, a->factor, hc_dtype_size(a->dtype)); break;
+    }
+    return;
+  }
+  uint64_t d = a->divisor, di = d == 0 ? 1 : d;
+  if (a->dtype == HC_INT8 || a->dtype == HC_INT32) *u = di > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : di;
+  else if (a->dtype == HC_FLOAT64) *fd = (double)d;
+  else if (hc_dtype_is_float(a->dtype)) *ff = (float)d;
+  else *u = di;
+}
+
+struct target {
+  const char *opt;
+  bool required; /* else only reported: an older or newer compiler may lack it */
+};
+
+static void rtc_checks(const struct hc_gpu_vendor *v, const struct target *targets, size_t ntargets) {
+  if (v->rtc_open() != HC_OK) {
+    printf("SKIP %s: not on this machine (%s)\n", v->rtc_name, hc_last_error());
+    return;
+  }
+  {
+    /* A target the compiler rejects: a clean failure, no image. */
+    void *image = NULL;
+    size_t size = 0;
+    char *log = NULL;
+    hc_result_t r = hc_gpu_rtc_compile(v, strstr(targets[0].opt, "offload") ? "--offload-arch=gfx1"
+                                                                              : "--gpu-architecture=sm_1",
+                                       true, &image, &size, &log);
+    if (r == HC_OK || image != NULL || size != 0)
+      FAIL("%s accepted a bogus target", v->rtc_name);
+    else
+      printf("PASS %s rejects a bogus target cleanly: %s\n", v->rtc_name, hc_last_error());
+    free(image);
+    free(log);
+  }
+  for (size_t i = 0; i < ntargets; i++) {
+    void *image = NULL;
+    size_t size = 0;
+    char *log = NULL;
+    const char *opt = targets[i].opt;
+    bool ptx = strstr(opt, "compute_") != NULL;
+    uint64_t t0 = hc_now_ns();
+    hc_result_t r = hc_gpu_rtc_compile(v, opt, !ptx, &image, &size, &log);
+    double ms = (double)(hc_now_ns() - t0) / 1e6;
+    if (r != HC_OK) {
+      if (targets[i].required) FAIL("%s %s: %s", v->rtc_name, opt, hc_last_error());
+      else printf("NOTE %s %s failed (not required): %s\n", v->rtc_name, opt, hc_last_error());
+    } else {
+      printf("PASS %s %s: %zu bytes in %.0f ms%s\n", v->rtc_name, opt, size, ms,
+             log && log[0] ? " (with a log, below)" : "");
+      if (log && log[0]) printf("%s\n", log);
+      if (ptx) {
+        /* The PTX text is NUL-terminated. */
+        const char *p = image;
+        if (strstr(p, "fma.rn.f32") || strstr(p, "fma.rn.f64"))
+          FAIL("%s %s: the PTX fuses multiply-adds", v->rtc_name, opt);
+        if (strstr(p, "max.f32") || strstr(p, "min.f32") || strstr(p, "max.f64") ||
+            strstr(p, "min.f64") || strstr(p, "max.NaN"))
+          FAIL("%s %s: the PTX turned the NaN-aware select into max/min", v->rtc_name, opt);
+        size_t kernels = 0;
+        for (const char *q = p; (q = strstr(q, ".entry ")) != NULL; q++) kernels++;
+        /* Every name the backend resolves, unmangled (extern "C"). */
+        for (int t = 0; t < HC_DTYPE_COUNT; t++) {
+          for (int op = 0; op < HC_AVG + 2; op++) {
+            char name[64], entry[80];
+            bool scale = op >= HC_AVG;
+            hc_gpu_kernel_name(name, sizeof(name), scale, (enum hc_dtype)t, scale ? op - HC_AVG : op);
+            snprintf(entry, sizeof(entry), ".entry %s(", name);
+            if (strstr(p, entry) == NULL) FAIL("%s %s: no kernel %s in the PTX", v->rtc_name, opt, name);
+          }
+        }
+        if (kernels != HC_DTYPE_COUNT * (HC_AVG + 2))
+          FAIL("%s %s: %zu kernels in the PTX, expected %d", v->rtc_name, opt, kernels,
+               HC_DTYPE_COUNT * (HC_AVG + 2));
+      }
+    }
+    free(image);
+    free(log);
+  }
+}
+
+int main(int argc, char **argv) {
+  const char *cc = argc > 1 ? argv[1] : "cc";
+  hc_log_init();
+  char dir[] = "/tmp/hetccl-kernels-XXXXXX";
+  if (mkdtemp(dir) == NULL) {
+    perror("mkdtemp");
+    return 1;
+  }
+  void *h = load_emulation(cc, dir);
+  if (h != NULL) {
+    long cases = emulate(h);
+    printf("%s emulation: %ld cases of every dtype x op (reduce, scale) on the host compiler\n",
+           failures ? "FAIL" : "PASS", cases);
+    dlclose(h);
+  }
+  char path[600];
+  snprintf(path, sizeof(path), "%s/kernels.so", dir);
+  unlink(path);
+  snprintf(path, sizeof(path), "%s/kernels.c", dir);
+  unlink(path);
+  rmdir(dir);
+
+  /* CUDA 13 dropped sm_70; sm_100 needs CUDA 12.8. */
+  static const struct target nv[] = {
+      {"--gpu-architecture=sm_90", true},
+      {"--gpu-architecture=compute_90", true},
+      {"--gpu-architecture=sm_80", true},
+      {"--gpu-architecture=sm_100", false},
+  };
+  rtc_checks(&hc_gpu_vendor_cuda, nv, HC_ARRAY_LEN(nv));
+  static const struct target amd[] = {{"--offload-arch=gfx90a", false}};
+  rtc_checks(&hc_gpu_vendor_hip, amd, HC_ARRAY_LEN(amd));
+
+  printf("%s: %d failures\n", failures ? "FAILED" : "OK", failures);
+  return failures ? 1 : 0;
+}
