@@ -1,0 +1,15 @@
+# Real processes, started by hetccl-run.
+set(run $<TARGET_FILE:hetccl-run>)
+set(perf $<TARGET_FILE:hetccl-perf>)
+foreach(n 3 4)
+  foreach(coll all_reduce all_gather reduce_scatter broadcast reduce alltoall gather scatter sendrecv)
+    add_test(NAME mp_${coll}_n${n} COMMAND ${run} -n ${n} --timeout 240 ${perf} ${coll} -b 8 -e 32M -f 4 -n 3 -w 1 -c 1)
+    set_tests_properties(mp_${coll}_n${n} PROPERTIES LABELS mp TIMEOUT 300
+      PASS_REGULAR_EXPRESSION "Out of bounds values : 0 OK" FAIL_REGULAR_EXPRESSION "FAILED")
+  endforeach()
+endforeach()
+# hetccl-run stops every rank when one fails and exits with that code.
+add_test(NAME mp_run_failure COMMAND sh -c "${run} -n 3 -- sh -c 'if [ $RANK = 1 ]; then exit 7; fi; sleep 30'; test $? = 7")
+set_tests_properties(mp_run_failure PROPERTIES LABELS mp TIMEOUT 60)
+add_test(NAME mp_two_hosts COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mp/test_two_hosts.sh ${perf})
+set_tests_properties(mp_two_hosts PROPERTIES LABELS mp TIMEOUT 300 SKIP_RETURN_CODE 77)
