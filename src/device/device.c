@@ -17,6 +17,7 @@ static void load_all(void) {
     }
     if (d->load(&caps[d->kind]) != HC_OK) {
       HC_INFO(HC_DEV, "device backend %s: not available (%s)", d->name, hc_last_error());
+      hc_set_last_error(""); /* an absent backend is not this thread's error */
       caps[d->kind] = (struct hc_dev_caps){0};
       continue;
     }
