@@ -23,6 +23,8 @@
  *   root reply status u32 (hc_result_t) | next's address | message [256]    284 B
  *   ring hello magic "HCRG" | rank u32 | nranks u32                          12 B
  *   gather hdr magic "HCAG" | sequence u32 | slot size u64                   16 B
+ * Every record read goes through its pure parser (bootstrap_wire.h) before
+ * a field is used; tests/fuzz/ feeds those parsers hostile bytes.
  */
 #include <poll.h>
 #include <pthread.h>
@@ -33,6 +35,7 @@
 #include "../util/auth.h"
 #include "../util/sock.h"
 #include "bootstrap.h"
+#include "bootstrap_wire.h"
 
 #define ID_MAGIC 0x48434944u    /* "HCID" */
 #define ID_VERSION 1
@@ -40,18 +43,15 @@
 #define RING_MAGIC 0x48435247u  /* "HCRG" */
 #define GATHER_MAGIC 0x48434147u /* "HCAG" */
 
-#define ADDR_BYTES 24
+#define ADDR_BYTES HC_BOOTSTRAP_ADDR_BYTES
 #define ID_OFF_ADDR 8
 #define ID_OFF_SECRET (ID_OFF_ADDR + ADDR_BYTES)
-#define HELLO_BYTES (12 + ADDR_BYTES)
-#define MSG_BYTES 256
-#define REPLY_BYTES (4 + ADDR_BYTES + MSG_BYTES)
-#define RING_HELLO_BYTES 12
-#define GATHER_HDR_BYTES 16
-
-/* Upper bound on nranks, so a rank hello cannot make the root allocate
- * without limit. */
-#define MAX_RANKS (1 << 20)
+#define HELLO_BYTES HC_BOOTSTRAP_HELLO_BYTES
+#define MSG_BYTES HC_BOOTSTRAP_MSG_BYTES
+#define REPLY_BYTES HC_BOOTSTRAP_REPLY_BYTES
+#define RING_HELLO_BYTES HC_BOOTSTRAP_RING_HELLO_BYTES
+#define GATHER_HDR_BYTES HC_BOOTSTRAP_GATHER_HDR_BYTES
+#define MAX_RANKS HC_BOOTSTRAP_MAX_RANKS
 /* How long one connection may take to authenticate and say hello: a stranger
  * that connects and stays silent holds up the root (or a ring listener) no
  * longer than this, while a real rank does both within milliseconds. */
@@ -117,15 +117,87 @@ static void id_encode(uint8_t id[HC_UNIQUE_ID_BYTES], const union hc_sockaddr *r
   memcpy(id + ID_OFF_SECRET, secret, 16);
 }
 
-static hc_result_t id_decode(const uint8_t id[HC_UNIQUE_ID_BYTES], union hc_sockaddr *root, uint8_t secret[16]) {
+/* ---- parsers of bootstrap_wire.h ---- */
+
+hc_result_t hc_bootstrap_id_parse(const uint8_t *id, size_t n, struct hc_bootstrap_id *out) {
+  memset(out, 0, sizeof(*out));
+  if (n != HC_UNIQUE_ID_BYTES)
+    return HC_FAIL(HC_ERR_ARG, "unique id: %zu bytes, expected %d", n, HC_UNIQUE_ID_BYTES);
   if (get32(id) != ID_MAGIC)
-    return HC_FAIL(HC_ERR_ARG, "unique id: not a hetccl id (magic 0x%08x; was it made by hetcclGetUniqueId?)", get32(id));
+    return HC_FAIL(HC_ERR_ARG, "unique id: not a hetccl id (magic 0x%08x; was it made by hetcclGetUniqueId?)",
+                   get32(id));
   if (get16(id + 4) != ID_VERSION)
     return HC_FAIL(HC_ERR_ARG, "unique id: version %u, this library reads version %u", get16(id + 4), ID_VERSION);
-  union hc_sockaddr a;
-  if (!get_addr(id + ID_OFF_ADDR, &a)) return HC_FAIL(HC_ERR_ARG, "unique id: no valid root address");
-  if (root) *root = a;
-  if (secret) memcpy(secret, id + ID_OFF_SECRET, 16);
+  if (!get_addr(id + ID_OFF_ADDR, &out->root)) {
+    memset(out, 0, sizeof(*out));
+    return HC_FAIL(HC_ERR_ARG, "unique id: no valid root address");
+  }
+  memcpy(out->secret, id + ID_OFF_SECRET, 16);
+  return HC_OK;
+}
+
+bool hc_bootstrap_hello_parse(const uint8_t *buf, size_t n, struct hc_bootstrap_hello *out) {
+  memset(out, 0, sizeof(*out));
+  if (n != HELLO_BYTES) return false;
+  out->magic = get32(buf);
+  out->rank = get32(buf + 4);
+  out->nranks = get32(buf + 8);
+  memcpy(out->ring_bytes, buf + 12, ADDR_BYTES);
+  out->ring_ok = get_addr(buf + 12, &out->ring);
+  return out->magic == HELLO_MAGIC;
+}
+
+bool hc_bootstrap_hello_check(const struct hc_bootstrap_hello *h, int root_nranks, const char *who, char *msg,
+                              size_t msg_len) {
+  uint32_t rank = h->rank, nranks = h->nranks;
+  if (nranks < 1 || nranks > MAX_RANKS)
+    snprintf(msg, msg_len, "rank %u at %s says nranks = %u (must be 1..%d)", rank, who, nranks, MAX_RANKS);
+  else if (rank >= nranks)
+    snprintf(msg, msg_len, "rank %u at %s is out of range for nranks = %u", rank, who, nranks);
+  else if (root_nranks != 0 && (int)nranks != root_nranks)
+    snprintf(msg, msg_len, "rank %u at %s says nranks = %u, but earlier ranks said %d", rank, who, nranks,
+             root_nranks);
+  else if (nranks > 1 && !h->ring_ok)
+    snprintf(msg, msg_len, "rank %u at %s sent no valid ring address", rank, who);
+  else
+    return true;
+  return false;
+}
+
+bool hc_bootstrap_reply_parse(const uint8_t *buf, size_t n, struct hc_bootstrap_reply *out) {
+  memset(out, 0, sizeof(*out));
+  if (n != REPLY_BYTES) return false;
+  out->status = get32(buf);
+  out->code = out->status <= HC_ERR_REMOTE ? (hc_result_t)out->status : HC_ERR_REMOTE;
+  out->next_ok = get_addr(buf + 4, &out->next);
+  memcpy(out->msg, buf + 4 + ADDR_BYTES, MSG_BYTES - 1);
+  out->msg[MSG_BYTES - 1] = 0;
+  return true;
+}
+
+bool hc_bootstrap_ring_hello_parse(const uint8_t *buf, size_t n, struct hc_bootstrap_ring_hello *out) {
+  memset(out, 0, sizeof(*out));
+  if (n != RING_HELLO_BYTES) return false;
+  out->magic = get32(buf);
+  out->rank = get32(buf + 4);
+  out->nranks = get32(buf + 8);
+  return out->magic == RING_MAGIC;
+}
+
+bool hc_bootstrap_gather_hdr_parse(const uint8_t *buf, size_t n, struct hc_bootstrap_gather_hdr *out) {
+  memset(out, 0, sizeof(*out));
+  if (n != GATHER_HDR_BYTES) return false;
+  out->magic = get32(buf);
+  out->seq = get32(buf + 4);
+  out->size = (uint64_t)get32(buf + 8) << 32 | get32(buf + 12);
+  return out->magic == GATHER_MAGIC;
+}
+
+static hc_result_t id_decode(const uint8_t id[HC_UNIQUE_ID_BYTES], union hc_sockaddr *root, uint8_t secret[16]) {
+  struct hc_bootstrap_id parsed;
+  HC_TRY(hc_bootstrap_id_parse(id, HC_UNIQUE_ID_BYTES, &parsed));
+  if (root) *root = parsed.root;
+  if (secret) memcpy(secret, parsed.secret, 16);
   return HC_OK;
 }
 
@@ -202,6 +274,7 @@ static bool root_take(struct root *rt, int fd) {
   if (getpeername(fd, &pa.sa, &plen) == 0) hc_sock_str(&pa, who, sizeof(who));
   uint64_t window = handshake_deadline(rt->deadline_ns);
   uint8_t hello[HELLO_BYTES];
+  struct hc_bootstrap_hello h;
   /* A failed proof or a short hello is a stranger or a dying rank: the auth
    * and socket helpers already logged it with the peer's address. */
   if (hc_auth_server_blocking(fd, rt->secret, HC_AUTH_BOOT_ROOT, window, NULL) != HC_OK ||
@@ -209,13 +282,12 @@ static bool root_take(struct root *rt, int fd) {
     close(fd);
     return false;
   }
-  if (get32(hello) != HELLO_MAGIC) {
-    HC_WARN(HC_BOOT, "bootstrap root %s: %s sent 0x%08x instead of a rank hello; dropped", rt->where, who,
-            get32(hello));
+  if (!hc_bootstrap_hello_parse(hello, sizeof(hello), &h)) {
+    HC_WARN(HC_BOOT, "bootstrap root %s: %s sent 0x%08x instead of a rank hello; dropped", rt->where, who, h.magic);
     close(fd);
     return false;
   }
-  uint32_t rank = get32(hello + 4), nranks = get32(hello + 8);
+  uint32_t rank = h.rank, nranks = h.nranks;
   char msg[MSG_BYTES];
   msg[0] = 0;
   if (rt->failed != HC_OK) {
@@ -224,17 +296,7 @@ static bool root_take(struct root *rt, int fd) {
     rt->answered++;
     return rt->answered >= rt->nranks;
   }
-  union hc_sockaddr ring;
-  if (nranks < 1 || nranks > MAX_RANKS) {
-    snprintf(msg, sizeof(msg), "rank %u at %s says nranks = %u (must be 1..%d)", rank, who, nranks, MAX_RANKS);
-  } else if (rank >= nranks) {
-    snprintf(msg, sizeof(msg), "rank %u at %s is out of range for nranks = %u", rank, who, nranks);
-  } else if (rt->nranks != 0 && (int)nranks != rt->nranks) {
-    snprintf(msg, sizeof(msg), "rank %u at %s says nranks = %u, but earlier ranks said %d", rank, who, nranks,
-             rt->nranks);
-  } else if (nranks > 1 && !get_addr(hello + 12, &ring)) {
-    snprintf(msg, sizeof(msg), "rank %u at %s sent no valid ring address", rank, who);
-  } else if (rt->nranks == 0) {
+  if (hc_bootstrap_hello_check(&h, rt->nranks, who, msg, sizeof(msg)) && rt->nranks == 0) {
     rt->fds = malloc(nranks * sizeof(*rt->fds));
     rt->addrs = calloc(nranks, sizeof(*rt->addrs));
     if (rt->fds == NULL || rt->addrs == NULL) {
@@ -261,7 +323,7 @@ static bool root_take(struct root *rt, int fd) {
     return rt->answered >= rt->nranks;
   }
   rt->fds[rank] = fd;
-  memcpy(rt->addrs[rank], hello + 12, ADDR_BYTES);
+  memcpy(rt->addrs[rank], h.ring_bytes, ADDR_BYTES);
   rt->arrived++;
   HC_TRACE(HC_BOOT, "bootstrap root %s: rank %u of %u from %s (%d arrived)", rt->where, rank, nranks, who,
            rt->arrived);
@@ -496,15 +558,15 @@ static hc_result_t join_root(struct hc_bootstrap *b, const union hc_sockaddr *ro
                 b->nranks, where, cause);
     goto out;
   }
-  uint32_t status = get32(reply);
-  reply[REPLY_BYTES - 1] = 0;
-  if (status != HC_OK) {
-    hc_result_t code = status <= HC_ERR_REMOTE ? (hc_result_t)status : HC_ERR_REMOTE;
-    r = HC_FAIL(code, "bootstrap rank %d of %d: the root %s ended the rendezvous: %s", b->rank, b->nranks, where,
-                (const char *)reply + 4 + ADDR_BYTES);
+  struct hc_bootstrap_reply rep;
+  hc_bootstrap_reply_parse(reply, sizeof(reply), &rep); /* sizeof(reply) is its length: always parses */
+  if (rep.status != HC_OK) {
+    r = HC_FAIL(rep.code, "bootstrap rank %d of %d: the root %s ended the rendezvous: %s", b->rank, b->nranks, where,
+                rep.msg);
     goto out;
   }
-  if (b->nranks > 1 && !get_addr(reply + 4, next)) {
+  *next = rep.next;
+  if (b->nranks > 1 && !rep.next_ok) {
     r = HC_FAIL(HC_ERR_REMOTE, "bootstrap rank %d: the root %s sent no valid address for rank %d", b->rank, where,
                 (b->rank + 1) % b->nranks);
     goto out;
@@ -543,17 +605,19 @@ static hc_result_t accept_prev(struct hc_bootstrap *b, int listen_fd, const uint
     hc_sock_str(&pa, b->prev_name, sizeof(b->prev_name));
     uint64_t window = handshake_deadline(deadline_ns);
     uint8_t hello[RING_HELLO_BYTES];
+    struct hc_bootstrap_ring_hello h;
     if (hc_auth_server_blocking(fd, secret, HC_AUTH_BOOT_RING, window, b->abort_flag) != HC_OK ||
         hc_sock_recv_blocking(fd, hello, sizeof(hello), window, b->abort_flag) != HC_OK) {
       close(fd);
       continue;
     }
-    if (get32(hello) == RING_MAGIC && get32(hello + 4) == (uint32_t)prev && get32(hello + 8) == (uint32_t)b->nranks) {
+    if (hc_bootstrap_ring_hello_parse(hello, sizeof(hello), &h) && h.rank == (uint32_t)prev &&
+        h.nranks == (uint32_t)b->nranks) {
       b->prev_fd = fd;
       return HC_OK;
     }
     HC_WARN(HC_BOOT, "bootstrap rank %d: %s claims to be rank %u of %u, expected rank %d of %d; dropped", b->rank,
-            b->prev_name, get32(hello + 4), get32(hello + 8), prev, b->nranks);
+            b->prev_name, h.rank, h.nranks, prev, b->nranks);
     close(fd);
   }
 }
@@ -676,12 +740,12 @@ static hc_result_t allgather_steps(struct hc_bootstrap *b, uint8_t *buf, size_t 
   put32(mine + 8, (uint32_t)((uint64_t)size >> 32));
   put32(mine + 12, (uint32_t)size);
   HC_TRY(ring_exchange(b, mine, theirs, sizeof(mine), deadline_ns));
-  uint64_t their_size = (uint64_t)get32(theirs + 8) << 32 | get32(theirs + 12);
-  if (get32(theirs) != GATHER_MAGIC || get32(theirs + 4) != b->seq || their_size != size) {
+  struct hc_bootstrap_gather_hdr h;
+  if (!hc_bootstrap_gather_hdr_parse(theirs, sizeof(theirs), &h) || h.seq != b->seq || h.size != (uint64_t)size) {
     return HC_FAIL(HC_ERR_USAGE,
                    "bootstrap rank %d: out of step with rank %d: it is in all-gather #%u of %llu-byte slots, this "
                    "rank in #%u of %zu-byte slots",
-                   b->rank, prev, get32(theirs + 4), (unsigned long long)their_size, b->seq, size);
+                   b->rank, prev, h.seq, (unsigned long long)h.size, b->seq, size);
   }
   /* Step s: pass on the slot received in step s-1 (our own in step 0). */
   for (int s = 0; s < n - 1; s++) {

@@ -27,12 +27,12 @@
 #include <unistd.h>
 
 #include "socket_priv.h"
+#include "socket_wire.h"
 
 /* A handshake is a few round trips between two live processes; much longer
  * means the peer is stuck or not hetccl, and the accepting side must get
  * back to its other peers. */
 #define HC_SOCK_HANDSHAKE_NS (5ull * 1000000000ull)
-#define HC_SOCK_HELLO_BYTES 24
 /* The client's first record in auth.h's handshake: {magic u32, purpose u32,
  * nonce[16]}. An accepted fd waits (SO_RCVLOWAT) until that much is there,
  * so that a client that sends a few bytes and stalls never holds the
@@ -49,12 +49,7 @@ static bool aborted(const struct hc_sock_ctx *ctx) {
   return ctx->abort_flag != NULL && atomic_load_explicit(ctx->abort_flag, memory_order_acquire);
 }
 
-struct hello {
-  uint32_t magic, rank, stream, nstreams;
-  uint64_t chunk;
-};
-
-static void hello_encode(const struct hello *h, uint8_t out[HC_SOCK_HELLO_BYTES]) {
+static void hello_encode(const struct hc_sock_hello *h, uint8_t out[HC_SOCK_HELLO_BYTES]) {
   hc_sock_put_le32(out, h->magic);
   hc_sock_put_le32(out + 4, h->rank);
   hc_sock_put_le32(out + 8, h->stream);
@@ -62,19 +57,23 @@ static void hello_encode(const struct hello *h, uint8_t out[HC_SOCK_HELLO_BYTES]
   hc_sock_put_le64(out + 16, h->chunk);
 }
 
-static void hello_decode(const uint8_t in[HC_SOCK_HELLO_BYTES], struct hello *h) {
-  h->magic = hc_sock_get_le32(in);
-  h->rank = hc_sock_get_le32(in + 4);
-  h->stream = hc_sock_get_le32(in + 8);
-  h->nstreams = hc_sock_get_le32(in + 12);
-  h->chunk = hc_sock_get_le64(in + 16);
+bool hc_net_socket_hello_parse(const uint8_t *buf, size_t n, struct hc_sock_hello *h) {
+  memset(h, 0, sizeof(*h));
+  if (n != HC_SOCK_HELLO_BYTES) return false;
+  h->magic = hc_sock_get_le32(buf);
+  h->rank = hc_sock_get_le32(buf + 4);
+  h->stream = hc_sock_get_le32(buf + 8);
+  h->nstreams = hc_sock_get_le32(buf + 12);
+  h->chunk = hc_sock_get_le64(buf + 16);
+  return h->magic == HC_SOCK_MAGIC && h->nstreams != 0 && h->nstreams <= HC_SOCK_MAX_STREAMS &&
+         h->stream < h->nstreams;
 }
 
-static bool hello_config_matches(const struct hc_sock_ctx *ctx, const struct hello *h) {
+static bool hello_config_matches(const struct hc_sock_ctx *ctx, const struct hc_sock_hello *h) {
   return h->nstreams == (uint32_t)ctx->nstreams && h->chunk == (uint64_t)ctx->chunk;
 }
 
-static hc_result_t hello_config_fail(const struct hc_sock_ctx *ctx, const struct hello *h) {
+static hc_result_t hello_config_fail(const struct hc_sock_ctx *ctx, const struct hc_sock_hello *h) {
   return HC_FAIL(HC_ERR_USAGE,
                  "socket: rank %u has HETCCL_SOCKET_NSTREAMS=%u HETCCL_SOCKET_CHUNK=%llu, rank %d has %d and "
                  "%zu: set them alike on every rank",
@@ -149,7 +148,7 @@ static void conn_destroy(struct hc_sock_conn *c) {
 static hc_result_t serve_one_blocking(struct hc_sock_ctx *ctx, int fd) {
   uint64_t deadline = hc_now_ns() + HC_SOCK_HANDSHAKE_NS;
   uint8_t buf[HC_SOCK_HELLO_BYTES];
-  struct hello h;
+  struct hc_sock_hello h;
   char why[256];
   if (hc_auth_server_blocking(fd, ctx->secret, HC_AUTH_NET_SOCKET, deadline, ctx->abort_flag) != HC_OK ||
       hc_sock_recv_blocking(fd, buf, sizeof(buf), deadline, ctx->abort_flag) != HC_OK) {
@@ -158,17 +157,15 @@ static hc_result_t serve_one_blocking(struct hc_sock_ctx *ctx, int fd) {
     close(fd);
     return HC_OK;
   }
-  hello_decode(buf, &h);
   /* Only lower ranks connect to us (see the file comment). */
-  if (h.magic != HC_SOCK_MAGIC || h.rank >= (uint32_t)ctx->rank || h.nstreams == 0 ||
-      h.nstreams > HC_SOCK_MAX_STREAMS || h.stream >= h.nstreams) {
+  if (!hc_net_socket_hello_parse(buf, sizeof(buf), &h) || h.rank >= (uint32_t)ctx->rank) {
     HC_WARN(HC_NET, "socket: rank %d dropped a connection that claims rank %u stream %u of %u (magic 0x%x)",
             ctx->rank, h.rank, h.stream, h.nstreams, h.magic);
     close(fd);
     return HC_OK;
   }
   int peer = (int)h.rank;
-  struct hello mine = {HC_SOCK_MAGIC, (uint32_t)ctx->rank, h.stream, (uint32_t)ctx->nstreams, ctx->chunk};
+  struct hc_sock_hello mine = {HC_SOCK_MAGIC, (uint32_t)ctx->rank, h.stream, (uint32_t)ctx->nstreams, ctx->chunk};
   hello_encode(&mine, buf);
   /* Answer even a peer configured differently, so it fails with the same
    * message instead of a bare EOF. */
@@ -277,15 +274,21 @@ static hc_result_t accept_progress_blocking(struct hc_sock_ctx *ctx) {
 
 /* ---- connecting side ---- */
 
+bool hc_net_socket_handle_parse(const uint8_t *buf, size_t n, struct hc_sock_handle *h) {
+  memset(h, 0, sizeof(*h));
+  if (n < sizeof(*h)) return false;
+  memcpy(h, buf, sizeof(*h));
+  int f = h->addr.sa.sa_family;
+  return h->magic == HC_SOCK_MAGIC && (f == AF_INET || f == AF_INET6);
+}
+
 static hc_result_t parse_handle(const struct hc_sock_ctx *ctx, int peer, const struct hc_net_handle *handle,
                                 union hc_sockaddr *addr) {
   struct hc_sock_handle h;
   if (handle == NULL) return HC_FAIL(HC_ERR_ARG, "socket: rank %d: no handle for rank %d", ctx->rank, peer);
-  memcpy(&h, handle->bytes, sizeof(h));
-  int f = h.addr.sa.sa_family;
-  if (h.magic != HC_SOCK_MAGIC || (f != AF_INET && f != AF_INET6))
+  if (!hc_net_socket_handle_parse(handle->bytes, sizeof(handle->bytes), &h))
     return HC_FAIL(HC_ERR_ARG, "socket: the handle of rank %d is not a socket handle (magic 0x%x, family %d)", peer,
-                   h.magic, f);
+                   h.magic, h.addr.sa.sa_family);
   *addr = h.addr;
   return HC_OK;
 }
@@ -325,14 +328,17 @@ static hc_result_t client_handshake_blocking(struct hc_sock_conn *c, struct hc_s
   struct hc_sock_ctx *ctx = c->ctx;
   uint64_t deadline = HC_MIN(c->deadline_ns, hc_now_ns() + HC_SOCK_HANDSHAKE_NS);
   uint8_t buf[HC_SOCK_HELLO_BYTES];
-  struct hello h = {HC_SOCK_MAGIC, (uint32_t)ctx->rank, (uint32_t)st->index, (uint32_t)ctx->nstreams, ctx->chunk};
+  struct hc_sock_hello h = {HC_SOCK_MAGIC, (uint32_t)ctx->rank, (uint32_t)st->index, (uint32_t)ctx->nstreams,
+                            ctx->chunk};
   hc_result_t r;
   hello_encode(&h, buf);
   if ((r = hc_auth_client_blocking(st->fd, ctx->secret, HC_AUTH_NET_SOCKET, deadline, ctx->abort_flag)) != HC_OK ||
       (r = hc_sock_send_blocking(st->fd, buf, sizeof(buf), deadline, ctx->abort_flag)) != HC_OK ||
       (r = hc_sock_recv_blocking(st->fd, buf, sizeof(buf), deadline, ctx->abort_flag)) != HC_OK)
     return handshake_fail(c, st->index, r);
-  hello_decode(buf, &h);
+  /* The fields are checked here one by one: a listener that says another
+   * nstreams is a configuration mismatch below, not a stranger. */
+  (void)hc_net_socket_hello_parse(buf, sizeof(buf), &h);
   if (h.magic != HC_SOCK_MAGIC || h.rank != (uint32_t)c->peer || h.stream != (uint32_t)st->index)
     return HC_FAIL(HC_ERR_REMOTE, "socket: the listener of rank %d answered as rank %u stream %u (magic 0x%x)",
                    c->peer, h.rank, h.stream, h.magic);

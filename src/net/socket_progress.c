@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 
 #include "socket_priv.h"
+#include "socket_wire.h"
 
 /* One syscall moves at most this much: far above any socket buffer, and far
  * below what would overflow ssize_t. */
@@ -51,6 +52,13 @@ static void cursor_finish(struct hc_sock_conn *c, const struct hc_sock_stream *s
   cur->req = q->next;
   cur->stripe = (size_t)st->index;
   cur->off = 0;
+}
+
+bool hc_net_socket_hdr_parse(const uint8_t *buf, size_t n, size_t posted, uint64_t *len) {
+  *len = 0;
+  if (n != HC_SOCK_HDR_BYTES) return false;
+  *len = hc_sock_get_le64(buf);
+  return *len == (uint64_t)posted;
 }
 
 static hc_result_t io_fail(const struct hc_sock_conn *c, const struct hc_sock_stream *st, bool sending, int e) {
@@ -102,8 +110,8 @@ static hc_result_t stream_progress(struct hc_sock_conn *c, struct hc_sock_stream
     size_t h = HC_MIN((size_t)k, hdr_left);
     q->hdr_off += h;
     if (!sending && h > 0 && q->hdr_off == HC_SOCK_HDR_BYTES) {
-      uint64_t len = hc_sock_get_le64(q->hdr);
-      if (len != (uint64_t)q->n)
+      uint64_t len;
+      if (!hc_net_socket_hdr_parse(q->hdr, sizeof(q->hdr), q->n, &len))
         return HC_FAIL(HC_ERR_USAGE, "socket: mismatched counts: expected %zu bytes from rank %d, got %llu", q->n,
                        c->peer, (unsigned long long)len);
       q->len_known = true;

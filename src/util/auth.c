@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 
 #include "auth.h"
+#include "auth_wire.h"
 #include "sock.h"
 
 /* ---- SHA-256 ---- */
@@ -135,9 +136,18 @@ void hc_hmac_sha256(const uint8_t *key, size_t key_len, const void *data, size_t
 /* ---- handshake ---- */
 
 #define AUTH_MAGIC 0x48434131u /* "HCA1" */
-#define NONCE_BYTES 16
-#define MAC_BYTES 32
-#define HELLO_BYTES (8 + NONCE_BYTES)
+#define NONCE_BYTES HC_AUTH_NONCE_BYTES
+#define MAC_BYTES HC_AUTH_MAC_BYTES
+#define HELLO_BYTES HC_AUTH_HELLO_BYTES
+
+bool hc_auth_hello_parse(const uint8_t *buf, size_t n, struct hc_auth_hello *out) {
+  memset(out, 0, sizeof(*out));
+  if (n != HELLO_BYTES) return false;
+  out->magic = load_be32(buf);
+  out->purpose = load_be32(buf + 4);
+  memcpy(out->nonce, buf + 8, NONCE_BYTES);
+  return out->magic == AUTH_MAGIC;
+}
 
 static void proof(const uint8_t secret[HC_SECRET_BYTES], const char label[3], uint32_t purpose,
                   const uint8_t cn[NONCE_BYTES], const uint8_t sn[NONCE_BYTES], uint8_t out[MAC_BYTES]) {
@@ -203,23 +213,23 @@ hc_result_t hc_auth_server_blocking(int fd, const uint8_t secret[HC_SECRET_BYTES
                                     uint64_t deadline_ns, const atomic_bool *abort_flag) {
   char who[80];
   uint8_t hello[HELLO_BYTES], reply[NONCE_BYTES + MAC_BYTES], got[MAC_BYTES], want[MAC_BYTES];
+  struct hc_auth_hello h;
   hc_result_t r;
   peer_name(fd, who, sizeof(who));
   r = hc_sock_recv_blocking(fd, hello, sizeof(hello), deadline_ns, abort_flag);
   if (r != HC_OK) return io_failed(r, "client", who);
-  uint32_t magic = load_be32(hello), their_purpose = load_be32(hello + 4);
-  if (magic != AUTH_MAGIC)
-    return HC_FAIL(HC_ERR_REMOTE, "authentication failed: client %s sent 0x%08x, not a hetccl hello", who, magic);
-  if (their_purpose != (uint32_t)purpose) {
+  if (!hc_auth_hello_parse(hello, sizeof(hello), &h))
+    return HC_FAIL(HC_ERR_REMOTE, "authentication failed: client %s sent 0x%08x, not a hetccl hello", who, h.magic);
+  if (h.purpose != (uint32_t)purpose) {
     return HC_FAIL(HC_ERR_REMOTE, "authentication failed: client %s asked for connection purpose %u, expected %u",
-                   who, their_purpose, (unsigned)purpose);
+                   who, h.purpose, (unsigned)purpose);
   }
   HC_TRY(hc_random_bytes(reply, NONCE_BYTES));
-  proof(secret, "srv", (uint32_t)purpose, hello + 8, reply, reply + NONCE_BYTES);
+  proof(secret, "srv", (uint32_t)purpose, h.nonce, reply, reply + NONCE_BYTES);
   if ((r = hc_sock_send_blocking(fd, reply, sizeof(reply), deadline_ns, abort_flag)) != HC_OK ||
       (r = hc_sock_recv_blocking(fd, got, sizeof(got), deadline_ns, abort_flag)) != HC_OK)
     return io_failed(r, "client", who);
-  proof(secret, "cli", (uint32_t)purpose, hello + 8, reply, want);
+  proof(secret, "cli", (uint32_t)purpose, h.nonce, reply, want);
   if (!mac_equal(want, got)) {
     return HC_FAIL(HC_ERR_REMOTE, "authentication failed: client %s did not prove the job secret", who);
   }
