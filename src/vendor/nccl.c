@@ -32,6 +32,15 @@
   X(red_op_create_pre_mul_sum, "RedOpCreatePreMulSum")                         \
   X(red_op_destroy, "RedOpDestroy")
 
+/* RTLD_DEEPBIND binds the vendor library's own calls inside it; the
+ * sanitizer runtimes refuse it (their interceptors must see every call), so
+ * sanitizer builds open the library without it. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HC_VENDOR_DLOPEN_FLAGS (RTLD_NOW | RTLD_LOCAL)
+#else
+#define HC_VENDOR_DLOPEN_FLAGS (RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND)
+#endif
+
 static struct hc_vendor vendors[2];
 static bool vendor_ok[2];
 static pthread_once_t once[2] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
@@ -58,7 +67,7 @@ static bool is_hetccl(void *handle) { return dlsym(handle, "hetcclGetVersion") !
 static bool try_open(struct hc_vendor *v, const char *path, void **out) {
   struct stat st;
   if (path[0] == '/' && stat(path, &st) != 0) return false;
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+  void *h = dlopen(path, HC_VENDOR_DLOPEN_FLAGS);
   if (h == NULL) {
     HC_INFO(HC_VENDOR, "%s: %s", path, dlerror());
     return false;
