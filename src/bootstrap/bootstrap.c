@@ -332,16 +332,23 @@ static bool root_take(struct root *rt, int fd) {
   return true;
 }
 
-/* A waiting rank sends nothing more: readable means it left (or broke the
- * protocol). Its slot frees up, so a restarted rank can take it. */
+/* A waiting rank sends nothing more: readable means it left (died, or broke
+ * the protocol). The rendezvous then fails for every rank, at once, rather
+ * than leave them waiting for HETCCL_TIMEOUT for a rank that may never
+ * come back. */
 static void root_drop_leavers(struct root *rt, const struct pollfd *p, const int *rank_of, int np) {
   for (int i = 1; i < np; i++) {
-    if (p[i].revents == 0) continue;
+    if (p[i].revents == 0 || rt->fds[rank_of[i]] < 0) continue;
     int r = rank_of[i];
-    HC_WARN(HC_BOOT, "bootstrap root %s: rank %d left before all %d ranks arrived", rt->where, r, rt->nranks);
     close(rt->fds[r]);
     rt->fds[r] = -1;
     rt->arrived--;
+    rt->answered++;
+    if (rt->failed == HC_OK) {
+      char msg[MSG_BYTES];
+      snprintf(msg, sizeof(msg), "rank %d left (died?) before all %d ranks arrived", r, rt->nranks);
+      root_fail_all(rt, HC_ERR_REMOTE, msg);
+    }
   }
 }
 
@@ -401,6 +408,7 @@ static void *root_main(void *arg) {
     uint64_t left_ms = (rt->deadline_ns - hc_now_ns()) / 1000000 + 1;
     if (poll(p, (nfds_t)np, (int)HC_MIN(left_ms, 100)) <= 0) continue;
     root_drop_leavers(rt, p, rank_of, np);
+    if (rt->nranks > 0 && rt->answered >= rt->nranks) break;
     if (!(p[0].revents & POLLIN)) continue;
     int fd = accept4(rt->listen_fd, NULL, NULL, SOCK_CLOEXEC);
     if (fd < 0) {

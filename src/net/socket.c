@@ -11,16 +11,22 @@
  * chunk} so that a peer configured differently is an HC_ERR_USAGE naming
  * both settings instead of silently misplaced stripes.
  *
- * Blocking: connect() and wait_blocking() run the authentication handshake
- * (util/auth.h, blocking by design) of a stream, bounded by
- * HC_SOCK_HANDSHAKE_NS, and say _blocking in the names of what runs it. To
- * keep that wait a few round trips long, neither side starts it before the
- * other is inside it too: the accepting side sends one "go" byte when its
- * thread accepts (it is then in connect() or wait_blocking()), and the
- * connecting side starts its handshake only once that byte is there; the
- * accepting side in turn starts only once the whole client hello has
- * arrived (SO_RCVLOWAT). A rank that reaches connect() late thus delays its
- * peers by that much, bounded by HETCCL_TIMEOUT, and never fails them.
+ * Setup never waits for the peer: each stream (and each accepted
+ * connection) is a small state machine that connect() and wait_blocking()
+ * move as far as the bytes at hand allow, with an out-buffer for the
+ * records this side owes and an in-buffer that gathers the one record it
+ * awaits (struct hc_sock_hs). Connecting side: nonblocking connect ->
+ * read the "go" byte -> send the auth hello -> read the reply (48 B) and
+ * verify it -> send the proof and the conn hello -> read the peer's conn
+ * hello -> up. Accepting side: accept, send "go" -> read the auth hello ->
+ * send the reply -> read the proof and verify it -> read the conn hello ->
+ * send this side's -> up. So one thread can bring up the connections of
+ * several communicators in any order without a wait cycle between ranks:
+ * a rank that reaches connect() late delays its peers by that much,
+ * bounded by HETCCL_TIMEOUT (from the first connect() for that peer), and
+ * never fails them. An accepted connection that has not finished its setup
+ * within HETCCL_TIMEOUT of its accept, or that fails to prove membership,
+ * is dropped with a WARN; the job goes on.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,15 +35,6 @@
 #include "socket_priv.h"
 #include "socket_wire.h"
 
-/* A handshake is a few round trips between two live processes; much longer
- * means the peer is stuck or not hetccl, and the accepting side must get
- * back to its other peers. */
-#define HC_SOCK_HANDSHAKE_NS (5ull * 1000000000ull)
-/* The client's first record in auth.h's handshake: {magic u32, purpose u32,
- * nonce[16]}. An accepted fd waits (SO_RCVLOWAT) until that much is there,
- * so that a client that sends a few bytes and stalls never holds the
- * accepting rank inside a blocking handshake. */
-#define HC_SOCK_AUTH_HELLO_BYTES 24
 /* The accepting side's first byte: "this rank is serving its listener". */
 #define HC_SOCK_GO 0x47
 /* wait_blocking() sleeps in slices this long so that abort is seen. */
@@ -95,6 +92,19 @@ static hc_result_t pfds_reserve(struct hc_sock_ctx *ctx, int n) {
   return HC_OK;
 }
 
+static hc_result_t hs_new(const struct hc_sock_ctx *ctx, struct hc_sock_hs **out) {
+  *out = calloc(1, sizeof(**out));
+  if (*out == NULL) return HC_FAIL(HC_ERR_SYSTEM, "socket: rank %d: out of host memory for a connection setup", ctx->rank);
+  return HC_OK;
+}
+
+static void hs_free(struct hc_sock_hs **hs) {
+  if (*hs == NULL) return;
+  memset(*hs, 0, sizeof(**hs)); /* the secret's copy */
+  free(*hs);
+  *hs = NULL;
+}
+
 /* ---- connection state ---- */
 
 hc_result_t hc_net_socket_conn_fail(struct hc_sock_conn *c, hc_result_t r) {
@@ -135,140 +145,261 @@ static hc_result_t conn_get(struct hc_sock_ctx *ctx, int peer, struct hc_sock_co
 static void conn_destroy(struct hc_sock_conn *c) {
   if (c == NULL) return;
   hc_net_socket_conn_free_reqs(c);
-  for (int s = 0; s < c->ctx->nstreams; s++) close_fd(&c->streams[s].fd);
+  for (int s = 0; s < c->ctx->nstreams; s++) {
+    close_fd(&c->streams[s].fd);
+    hs_free(&c->streams[s].hs);
+  }
   free(c);
+}
+
+/* ---- setup records, both sides ---- */
+
+/* Every record one side queues during a setup, in total: "go", the auth
+ * reply and a conn hello (accepting), or the auth hello, the proof and a
+ * conn hello (connecting). The out-buffer never needs to wrap. */
+_Static_assert(1 + HC_AUTH_REPLY_BYTES + HC_SOCK_HELLO_BYTES <= HC_SOCK_HS_BUF, "setup buffer too small");
+_Static_assert(HC_AUTH_HELLO_BYTES + HC_AUTH_PROOF_BYTES + HC_SOCK_HELLO_BYTES <= HC_SOCK_HS_BUF,
+               "setup buffer too small");
+
+/* Queues n bytes behind what is still unsent (see the assertions above). */
+static void hs_put(struct hc_sock_hs *hs, const void *p, size_t n) {
+  memcpy(hs->out + hs->out_len, p, n);
+  hs->out_len += n;
+}
+
+/* The next record awaited from the peer is n bytes long. */
+static void hs_expect(struct hc_sock_hs *hs, size_t n) {
+  hs->in_len = 0;
+  hs->in_want = n;
+}
+
+static short hs_events(const struct hc_sock_hs *hs) {
+  return (short)((hs->in_len < hs->in_want ? POLLIN : 0) | (hs->out_off < hs->out_len ? POLLOUT : 0));
+}
+
+/* Sends what the kernel takes of the out-buffer and reads what it holds of
+ * the record awaited, never past it (the peer's data may follow). 1: that
+ * record is complete; 0: not yet; -1: the connection failed, *err is the
+ * errno, 0 for an orderly close. Never waits. */
+static int hs_io(int fd, struct hc_sock_hs *hs, int *err) {
+  while (hs->out_off < hs->out_len) {
+    ssize_t w = send(fd, hs->out + hs->out_off, hs->out_len - hs->out_off, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (w > 0) {
+      hs->out_off += (size_t)w;
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    *err = w < 0 ? errno : EPIPE;
+    return -1;
+  }
+  while (hs->in_len < hs->in_want) {
+    ssize_t k = recv(fd, hs->in + hs->in_len, hs->in_want - hs->in_len, MSG_DONTWAIT);
+    if (k > 0) {
+      hs->in_len += (size_t)k;
+      continue;
+    }
+    if (k == 0) {
+      *err = 0;
+      return -1;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    *err = errno;
+    return -1;
+  }
+  return 1;
+}
+
+/* What hs_io's failure was, for a message naming who. */
+static const char *hs_io_text(const struct hc_sock_hs *hs, int err, const char *who, char *buf, size_t len) {
+  if (err == 0)
+    snprintf(buf, len, "receive from %s: connection closed by the peer (%zu bytes short)", who,
+             hs->in_want - hs->in_len);
+  else snprintf(buf, len, "%s: connection lost (%s)", who, strerror(err));
+  return buf;
+}
+
+static hc_result_t hs_io_result(int err) {
+  return err == 0 || err == EPIPE || err == ECONNRESET || err == ENOTCONN || err == ETIMEDOUT ||
+                 err == EHOSTUNREACH || err == ENETUNREACH
+             ? HC_ERR_REMOTE
+             : HC_ERR_SYSTEM;
 }
 
 /* ---- accepting side ---- */
 
-/* Handshake of one accepted fd whose first bytes have arrived. Anything
- * that fails to prove membership or talks nonsense is dropped with a WARN
- * and does not fail the ctx: a port scanner must not take a job down. Only
- * out-of-memory is an error. */
-static hc_result_t serve_one_blocking(struct hc_sock_ctx *ctx, int fd) {
-  uint64_t deadline = hc_now_ns() + HC_SOCK_HANDSHAKE_NS;
-  uint8_t buf[HC_SOCK_HELLO_BYTES];
+/* Removes pending entry i (swapped with the last) and closes its fd. */
+static void pending_drop(struct hc_sock_ctx *ctx, int i) {
+  struct hc_sock_pending *p = &ctx->pending[i];
+  close_fd(&p->fd);
+  hs_free(&p->hs);
+  ctx->pending[i] = ctx->pending[--ctx->n_pending];
+}
+
+/* Pending entry i sent its own hello: it becomes stream h.stream of the
+ * conn of the rank it proved to be. */
+static hc_result_t pending_attach(struct hc_sock_ctx *ctx, int i) {
+  struct hc_sock_pending p = ctx->pending[i];
   struct hc_sock_hello h;
-  char why[256];
-  if (hc_auth_server_blocking(fd, ctx->secret, HC_AUTH_NET_SOCKET, deadline, ctx->abort_flag) != HC_OK ||
-      hc_sock_recv_blocking(fd, buf, sizeof(buf), deadline, ctx->abort_flag) != HC_OK) {
-    snprintf(why, sizeof(why), "%s", hc_last_error());
-    HC_WARN(HC_NET, "socket: rank %d dropped an incoming connection: %s", ctx->rank, why);
-    close(fd);
-    return HC_OK;
-  }
-  /* Only lower ranks connect to us (see the file comment). */
-  if (!hc_net_socket_hello_parse(buf, sizeof(buf), &h) || h.rank >= (uint32_t)ctx->rank) {
-    HC_WARN(HC_NET, "socket: rank %d dropped a connection that claims rank %u stream %u of %u (magic 0x%x)",
-            ctx->rank, h.rank, h.stream, h.nstreams, h.magic);
-    close(fd);
-    return HC_OK;
-  }
+  ctx->pending[i] = ctx->pending[--ctx->n_pending];
+  (void)hc_net_socket_hello_parse(p.hs->in, HC_SOCK_HELLO_BYTES, &h); /* checked in PEND_HELLO */
+  hs_free(&p.hs);
   int peer = (int)h.rank;
-  struct hc_sock_hello mine = {HC_SOCK_MAGIC, (uint32_t)ctx->rank, h.stream, (uint32_t)ctx->nstreams, ctx->chunk};
-  hello_encode(&mine, buf);
-  /* Answer even a peer configured differently, so it fails with the same
-   * message instead of a bare EOF. */
-  if (hc_sock_send_blocking(fd, buf, sizeof(buf), deadline, ctx->abort_flag) != HC_OK) {
-    snprintf(why, sizeof(why), "%s", hc_last_error());
-    HC_WARN(HC_NET, "socket: rank %d dropped stream %u of rank %d: %s", ctx->rank, h.stream, peer, why);
-    close(fd);
-    return HC_OK;
-  }
   struct hc_sock_conn *c;
   hc_result_t r = conn_get(ctx, peer, &c);
   if (r != HC_OK) {
-    close(fd);
+    close(p.fd);
     return r;
   }
   if (c->failed != HC_OK) {
-    close(fd);
+    close(p.fd);
     return HC_OK;
   }
   if (!hello_config_matches(ctx, &h)) {
-    close(fd);
+    close(p.fd);
     hc_net_socket_conn_fail(c, hello_config_fail(ctx, &h));
     return HC_OK;
   }
   struct hc_sock_stream *st = &c->streams[h.stream];
   if (st->state == HC_SOCK_UP) {
     HC_WARN(HC_NET, "socket: rank %d dropped a second stream %u from rank %d", ctx->rank, h.stream, peer);
-    close(fd);
+    close(p.fd);
     return HC_OK;
   }
-  /* Back to the default: receives of data must wake up for a single byte. */
-  int one = 1;
-  if (setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(one)) != 0) {
-    close(fd);
-    return hc_net_socket_conn_fail(c, HC_FAIL(HC_ERR_SYSTEM, "socket: SO_RCVLOWAT on stream %u from rank %d: %s",
-                                              h.stream, peer, strerror(errno)));
-  }
-  st->fd = fd;
+  st->fd = p.fd;
   st->state = HC_SOCK_UP;
   c->n_up++;
   HC_TRACE(HC_NET, "socket: %d accepted stream %u of rank %d", ctx->rank, h.stream, peer);
   return HC_OK;
 }
 
-/* Accepts whatever the listener holds, without waiting, and runs the
- * handshake of those pending connections whose client has started it. */
-static hc_result_t accept_progress_blocking(struct hc_sock_ctx *ctx) {
+/* Moves the setup of pending entry i as far as the bytes at hand allow.
+ * Anything that fails to prove membership, talks nonsense or stalls past
+ * its expiry is dropped with a WARN and does not fail the ctx: a port
+ * scanner must not take a job down. Only out-of-memory is an error. The
+ * entry may be gone on return. */
+static hc_result_t serve_step(struct hc_sock_ctx *ctx, int i, uint64_t now) {
+  struct hc_sock_pending *p = &ctx->pending[i];
+  struct hc_sock_hs *hs = p->hs;
+  char why[320];
   for (;;) {
-    int fd = accept4(ctx->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int err = 0, k = hs_io(p->fd, hs, &err);
+    if (k < 0) {
+      hs_io_text(hs, err, p->who, why, sizeof(why));
+      if (p->state == HC_SOCK_PEND_ANSWER)
+        HC_WARN(HC_NET, "socket: rank %d dropped stream %u of rank %u: %s", ctx->rank,
+                hc_sock_get_le32(hs->in + 8), hc_sock_get_le32(hs->in + 4), why);
+      else
+        HC_WARN(HC_NET, "socket: rank %d dropped an incoming connection: %s%s%s%s", ctx->rank,
+                p->state == HC_SOCK_PEND_HELLO ? "" : "authentication failed: client ",
+                p->state == HC_SOCK_PEND_HELLO ? "" : p->who, p->state == HC_SOCK_PEND_HELLO ? "" : ": ", why);
+      pending_drop(ctx, i);
+      return HC_OK;
+    }
+    if (k == 0 || hs->out_off < hs->out_len) {
+      if (now >= p->expire_ns) {
+        HC_WARN(HC_NET,
+                "socket: rank %d dropped an incoming connection from %s that did not complete its handshake "
+                "within HETCCL_TIMEOUT",
+                ctx->rank, p->who);
+        pending_drop(ctx, i);
+      }
+      return HC_OK;
+    }
+    switch (p->state) {
+    case HC_SOCK_PEND_AUTH: {
+      uint8_t reply[HC_AUTH_REPLY_BYTES];
+      if (hc_auth_server_on_hello(&hs->auth, ctx->secret, HC_AUTH_NET_SOCKET, hs->in, reply, p->who) != HC_OK)
+        goto refused;
+      hs_put(hs, reply, sizeof(reply));
+      hs_expect(hs, HC_AUTH_PROOF_BYTES);
+      p->state = HC_SOCK_PEND_PROOF;
+      break;
+    }
+    case HC_SOCK_PEND_PROOF:
+      if (hc_auth_server_on_proof(&hs->auth, hs->in, p->who) != HC_OK) goto refused;
+      hs_expect(hs, HC_SOCK_HELLO_BYTES);
+      p->state = HC_SOCK_PEND_HELLO;
+      break;
+    case HC_SOCK_PEND_HELLO: {
+      struct hc_sock_hello h;
+      uint8_t buf[HC_SOCK_HELLO_BYTES];
+      /* Only lower ranks connect to us (see the file comment). */
+      if (!hc_net_socket_hello_parse(hs->in, HC_SOCK_HELLO_BYTES, &h) || h.rank >= (uint32_t)ctx->rank) {
+        HC_WARN(HC_NET, "socket: rank %d dropped a connection that claims rank %u stream %u of %u (magic 0x%x)",
+                ctx->rank, h.rank, h.stream, h.nstreams, h.magic);
+        pending_drop(ctx, i);
+        return HC_OK;
+      }
+      /* Answer even a peer configured differently, so it fails with the
+       * same message instead of a bare EOF; the peer's hello stays in
+       * hs->in for pending_attach. */
+      struct hc_sock_hello mine = {HC_SOCK_MAGIC, (uint32_t)ctx->rank, h.stream, (uint32_t)ctx->nstreams,
+                                   ctx->chunk};
+      hello_encode(&mine, buf);
+      hs_put(hs, buf, sizeof(buf));
+      p->state = HC_SOCK_PEND_ANSWER;
+      break;
+    }
+    case HC_SOCK_PEND_ANSWER:
+      return pending_attach(ctx, i);
+    }
+  }
+refused:
+  snprintf(why, sizeof(why), "%s", hc_last_error());
+  HC_WARN(HC_NET, "socket: rank %d dropped an incoming connection: %s", ctx->rank, why);
+  pending_drop(ctx, i);
+  return HC_OK;
+}
+
+/* Accepts whatever the listener holds and moves every pending setup as far
+ * as the bytes at hand allow. Never waits. */
+static hc_result_t accept_progress(struct hc_sock_ctx *ctx) {
+  for (;;) {
+    union hc_sockaddr a;
+    socklen_t alen = sizeof(a);
+    memset(&a, 0, sizeof(a));
+    int fd = accept4(ctx->listen_fd, &a.sa, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
       return HC_FAIL(HC_ERR_SYSTEM, "socket: rank %d: accept: %s", ctx->rank, strerror(errno));
     }
-    int lowat = HC_SOCK_AUTH_HELLO_BYTES;
     if (hc_sock_tune(fd) != HC_OK) {
       close(fd); /* hc_sock_tune wrote the WARN */
       continue;
     }
-    if (setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat)) != 0)
-      HC_TRACE(HC_NET, "socket: SO_RCVLOWAT: %s; a slow client may hold up the handshake", strerror(errno));
-    /* A fresh socket's buffer is empty: this one byte cannot block. */
-    uint8_t go = HC_SOCK_GO;
-    if (send(fd, &go, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
-      HC_TRACE(HC_NET, "socket: an incoming connection closed before it was accepted: %s", strerror(errno));
-      close(fd);
-      continue;
-    }
     if (ctx->n_pending == ctx->cap_pending) {
       int cap = HC_MAX(8, 2 * ctx->cap_pending);
-      struct hc_sock_pending *p = realloc(ctx->pending, (size_t)cap * sizeof(*p));
-      if (p == NULL) {
+      struct hc_sock_pending *np = realloc(ctx->pending, (size_t)cap * sizeof(*np));
+      if (np == NULL) {
         close(fd);
         return HC_FAIL(HC_ERR_SYSTEM, "socket: rank %d: out of host memory for incoming connections", ctx->rank);
       }
-      ctx->pending = p;
+      ctx->pending = np;
       ctx->cap_pending = cap;
     }
-    ctx->pending[ctx->n_pending++] = (struct hc_sock_pending){fd, hc_deadline_ns()};
-  }
-  if (ctx->n_pending == 0) return HC_OK;
-  HC_TRY(pfds_reserve(ctx, ctx->n_pending));
-  for (int i = 0; i < ctx->n_pending; i++) ctx->pfds[i] = (struct pollfd){.fd = ctx->pending[i].fd, .events = POLLIN};
-  int ready = poll(ctx->pfds, (nfds_t)ctx->n_pending, 0);
-  if (ready < 0 && errno != EINTR)
-    return HC_FAIL(HC_ERR_SYSTEM, "socket: rank %d: poll: %s", ctx->rank, strerror(errno));
-  uint64_t now = hc_now_ns();
-  /* Backwards, so that removing entry i (swap with the last) keeps the
-   * pfds[] entries still to visit aligned with pending[]. */
-  for (int i = ctx->n_pending - 1; i >= 0; i--) {
-    int fd = ctx->pending[i].fd;
-    bool go = ready > 0 && ctx->pfds[i].revents != 0;
-    bool expired = !go && now >= ctx->pending[i].expire_ns;
-    if (!go && !expired) continue;
-    ctx->pending[i] = ctx->pending[--ctx->n_pending];
-    if (expired) {
-      HC_WARN(HC_NET, "socket: rank %d dropped an incoming connection that did not start a handshake within HETCCL_TIMEOUT",
-              ctx->rank);
+    struct hc_sock_pending *p = &ctx->pending[ctx->n_pending];
+    memset(p, 0, sizeof(*p));
+    hc_result_t r = hs_new(ctx, &p->hs);
+    if (r != HC_OK) {
       close(fd);
-      continue;
+      return r;
     }
-    HC_TRY(serve_one_blocking(ctx, fd));
+    p->fd = fd;
+    p->state = HC_SOCK_PEND_AUTH;
+    p->expire_ns = hc_deadline_ns();
+    hc_sock_str(&a, p->who, sizeof(p->who));
+    uint8_t go = HC_SOCK_GO;
+    hs_put(p->hs, &go, 1);
+    hs_expect(p->hs, HC_AUTH_HELLO_BYTES);
+    ctx->n_pending++;
   }
+  uint64_t now = hc_now_ns();
+  /* Backwards: serve_step may remove entry i (swapping in the last one,
+   * already visited). */
+  for (int i = ctx->n_pending - 1; i >= 0; i--) HC_TRY(serve_step(ctx, i, now));
   return HC_OK;
 }
 
@@ -293,8 +424,10 @@ static hc_result_t parse_handle(const struct hc_sock_ctx *ctx, int peer, const s
   return HC_OK;
 }
 
-static hc_result_t client_start(struct hc_sock_conn *c, struct hc_sock_stream *st, const union hc_sockaddr *addr) {
+static hc_result_t client_start(struct hc_sock_conn *c, struct hc_sock_stream *st) {
   char who[80];
+  const union hc_sockaddr *addr = &c->addr;
+  if (st->hs == NULL) HC_TRY(hs_new(c->ctx, &st->hs));
   int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return HC_FAIL(HC_ERR_SYSTEM, "socket: connecting to rank %d: socket(): %s", c->peer, strerror(errno));
   hc_result_t r = hc_sock_tune(fd);
@@ -324,62 +457,95 @@ static hc_result_t handshake_fail(struct hc_sock_conn *c, int s, hc_result_t r) 
                  why);
 }
 
-static hc_result_t client_handshake_blocking(struct hc_sock_conn *c, struct hc_sock_stream *st) {
+/* Moves the setup of one connecting stream as far as the bytes at hand
+ * allow. Never waits. */
+static hc_result_t client_step(struct hc_sock_conn *c, struct hc_sock_stream *st) {
   struct hc_sock_ctx *ctx = c->ctx;
-  uint64_t deadline = HC_MIN(c->deadline_ns, hc_now_ns() + HC_SOCK_HANDSHAKE_NS);
-  uint8_t buf[HC_SOCK_HELLO_BYTES];
-  struct hc_sock_hello h = {HC_SOCK_MAGIC, (uint32_t)ctx->rank, (uint32_t)st->index, (uint32_t)ctx->nstreams,
-                            ctx->chunk};
+  struct hc_sock_hs *hs = st->hs;
+  char who[80], why[256];
   hc_result_t r;
-  hello_encode(&h, buf);
-  if ((r = hc_auth_client_blocking(st->fd, ctx->secret, HC_AUTH_NET_SOCKET, deadline, ctx->abort_flag)) != HC_OK ||
-      (r = hc_sock_send_blocking(st->fd, buf, sizeof(buf), deadline, ctx->abort_flag)) != HC_OK ||
-      (r = hc_sock_recv_blocking(st->fd, buf, sizeof(buf), deadline, ctx->abort_flag)) != HC_OK)
-    return handshake_fail(c, st->index, r);
-  /* The fields are checked here one by one: a listener that says another
-   * nstreams is a configuration mismatch below, not a stranger. */
-  (void)hc_net_socket_hello_parse(buf, sizeof(buf), &h);
-  if (h.magic != HC_SOCK_MAGIC || h.rank != (uint32_t)c->peer || h.stream != (uint32_t)st->index)
-    return HC_FAIL(HC_ERR_REMOTE, "socket: the listener of rank %d answered as rank %u stream %u (magic 0x%x)",
-                   c->peer, h.rank, h.stream, h.magic);
-  if (!hello_config_matches(ctx, &h)) return hello_config_fail(ctx, &h);
-  st->state = HC_SOCK_UP;
-  c->n_up++;
-  return HC_OK;
+  hc_sock_str(&c->addr, who, sizeof(who));
+  if (st->state == HC_SOCK_CONNECTING) {
+    struct pollfd pf = {.fd = st->fd, .events = POLLOUT};
+    if (poll(&pf, 1, 0) <= 0) return HC_OK; /* not yet, or EINTR: next call */
+    int e = 0;
+    socklen_t elen = sizeof(e);
+    if (getsockopt(st->fd, SOL_SOCKET, SO_ERROR, &e, &elen) != 0) e = errno;
+    if (e != 0)
+      return HC_FAIL(e == ECONNREFUSED || e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH ? HC_ERR_REMOTE
+                                                                                                 : HC_ERR_SYSTEM,
+                     "socket: cannot connect to rank %d at %s: %s", c->peer, who, strerror(e));
+    st->state = HC_SOCK_WAIT_GO;
+    hs_expect(hs, 1);
+  }
+  for (;;) {
+    int err = 0, k = hs_io(st->fd, hs, &err);
+    if (k < 0 && st->state == HC_SOCK_WAIT_GO)
+      return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d at %s %s%s while rank %d was connecting", c->peer, who,
+                     err != 0 ? "failed: " : "closed the connection", err != 0 ? strerror(err) : "", ctx->rank);
+    if (k < 0)
+      return HC_FAIL(hs_io_result(err), "socket: handshake of rank %d with rank %d (stream %d) failed: %s%s%s%s",
+                     ctx->rank, c->peer, st->index, st->state == HC_SOCK_AUTH ? "authentication failed: server " : "",
+                     st->state == HC_SOCK_AUTH ? who : "", st->state == HC_SOCK_AUTH ? ": " : "",
+                     hs_io_text(hs, err, who, why, sizeof(why)));
+    if (k == 0) return HC_OK;
+    switch (st->state) {
+    case HC_SOCK_WAIT_GO: {
+      uint8_t hello[HC_AUTH_HELLO_BYTES];
+      if (hs->in[0] != HC_SOCK_GO)
+        return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d at %s is not a hetccl socket listener while rank %d was connecting",
+                       c->peer, who, ctx->rank);
+      HC_TRY(hc_auth_client_start(&hs->auth, ctx->secret, HC_AUTH_NET_SOCKET, hello));
+      hs_put(hs, hello, sizeof(hello));
+      hs_expect(hs, HC_AUTH_REPLY_BYTES);
+      st->state = HC_SOCK_AUTH;
+      break;
+    }
+    case HC_SOCK_AUTH: {
+      uint8_t proof[HC_AUTH_PROOF_BYTES], buf[HC_SOCK_HELLO_BYTES];
+      if ((r = hc_auth_client_on_reply(&hs->auth, hs->in, proof, who)) != HC_OK)
+        return handshake_fail(c, st->index, r);
+      struct hc_sock_hello h = {HC_SOCK_MAGIC, (uint32_t)ctx->rank, (uint32_t)st->index, (uint32_t)ctx->nstreams,
+                                ctx->chunk};
+      hello_encode(&h, buf);
+      hs_put(hs, proof, sizeof(proof));
+      hs_put(hs, buf, sizeof(buf));
+      hs_expect(hs, HC_SOCK_HELLO_BYTES);
+      st->state = HC_SOCK_HELLO;
+      break;
+    }
+    case HC_SOCK_HELLO: {
+      struct hc_sock_hello h;
+      if (hs->out_off < hs->out_len) return HC_OK; /* ours first, then data may flow */
+      /* The fields are checked here one by one: a listener that says
+       * another nstreams is a configuration mismatch below, not a
+       * stranger. */
+      (void)hc_net_socket_hello_parse(hs->in, HC_SOCK_HELLO_BYTES, &h);
+      if (h.magic != HC_SOCK_MAGIC || h.rank != (uint32_t)c->peer || h.stream != (uint32_t)st->index)
+        return HC_FAIL(HC_ERR_REMOTE, "socket: the listener of rank %d answered as rank %u stream %u (magic 0x%x)",
+                       c->peer, h.rank, h.stream, h.magic);
+      if (!hello_config_matches(ctx, &h)) return hello_config_fail(ctx, &h);
+      hs_free(&st->hs);
+      st->state = HC_SOCK_UP;
+      c->n_up++;
+      return HC_OK;
+    }
+    default:
+      return HC_OK;
+    }
+  }
 }
 
-/* Starts every stream not started yet, and runs the handshake of those
- * whose peer has accepted. */
-static hc_result_t client_progress_blocking(struct hc_sock_conn *c, const struct hc_net_handle *handle) {
-  union hc_sockaddr addr;
-  char who[80];
-  HC_TRY(parse_handle(c->ctx, c->peer, handle, &addr));
+/* Starts every stream not started yet, and moves the setup of the others. */
+static hc_result_t client_progress(struct hc_sock_conn *c, const struct hc_net_handle *handle) {
+  if (!c->have_addr) {
+    HC_TRY(parse_handle(c->ctx, c->peer, handle, &c->addr));
+    c->have_addr = true;
+  }
   for (int s = 0; s < c->ctx->nstreams; s++) {
     struct hc_sock_stream *st = &c->streams[s];
-    if (st->state == HC_SOCK_IDLE) HC_TRY(client_start(c, st, &addr));
-    if (st->state == HC_SOCK_CONNECTING) {
-      struct pollfd p = {.fd = st->fd, .events = POLLOUT};
-      if (poll(&p, 1, 0) <= 0) continue; /* not yet, or EINTR: next call */
-      int e = 0;
-      socklen_t elen = sizeof(e);
-      if (getsockopt(st->fd, SOL_SOCKET, SO_ERROR, &e, &elen) != 0) e = errno;
-      if (e != 0)
-        return HC_FAIL(e == ECONNREFUSED || e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH ? HC_ERR_REMOTE
-                                                                                                   : HC_ERR_SYSTEM,
-                       "socket: cannot connect to rank %d at %s: %s", c->peer, hc_sock_str(&addr, who, sizeof(who)),
-                       strerror(e));
-      st->state = HC_SOCK_WAIT_GO;
-    }
-    if (st->state != HC_SOCK_WAIT_GO) continue;
-    uint8_t go = 0;
-    ssize_t k = recv(st->fd, &go, 1, MSG_DONTWAIT);
-    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-    if (k != 1 || go != HC_SOCK_GO)
-      return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d at %s %s%s while rank %d was connecting", c->peer,
-                     hc_sock_str(&addr, who, sizeof(who)),
-                     k < 0 ? "failed: " : k == 0 ? "closed the connection" : "is not a hetccl socket listener",
-                     k < 0 ? strerror(errno) : "", c->ctx->rank);
-    HC_TRY(client_handshake_blocking(c, st));
+    if (st->state == HC_SOCK_IDLE) HC_TRY(client_start(c, st));
+    if (st->state != HC_SOCK_UP) HC_TRY(client_step(c, st));
   }
   return HC_OK;
 }
@@ -451,9 +617,9 @@ static hc_result_t sock_connect(void *vctx, int peer, const struct hc_net_handle
   if (c->deadline_ns == 0) c->deadline_ns = hc_deadline_ns();
   /* Serve the listener whichever peer is wanted: a lower rank may be waiting
    * on us while our caller loops over other peers. */
-  HC_TRY(accept_progress_blocking(ctx));
+  HC_TRY(accept_progress(ctx));
   HC_TRY(hc_net_socket_conn_check(c));
-  if (peer > ctx->rank && (r = client_progress_blocking(c, peer_handle)) != HC_OK)
+  if (peer > ctx->rank && (r = client_progress(c, peer_handle)) != HC_OK)
     return hc_net_socket_conn_fail(c, r);
   if (c->n_up == ctx->nstreams) return conn_ready(c, out);
   if (hc_now_ns() >= c->deadline_ns)
@@ -464,15 +630,24 @@ static hc_result_t sock_connect(void *vctx, int peer, const struct hc_net_handle
   return HC_OK;
 }
 
+/* Whether stream st is a connecting one in the middle of its setup. */
+static bool client_setting_up(const struct hc_sock_stream *st) {
+  return st->state != HC_SOCK_IDLE && st->state != HC_SOCK_UP;
+}
+
 /* Fills ctx->pfds with what could make progress; returns the count, or -1
- * when something can progress right now without waiting. */
+ * when something can progress right now without waiting. The listener and
+ * the pending setups come first, in pending[] order. */
 static int collect_pollfds(struct hc_sock_ctx *ctx, hc_result_t *r) {
   int n = 0, cap = 1 + ctx->n_pending;
   for (int p = 0; p < ctx->nranks; p++)
     if (ctx->conns[p]) cap += ctx->nstreams;
   if ((*r = pfds_reserve(ctx, cap)) != HC_OK) return 0;
   ctx->pfds[n++] = (struct pollfd){.fd = ctx->listen_fd, .events = POLLIN};
-  for (int i = 0; i < ctx->n_pending; i++) ctx->pfds[n++] = (struct pollfd){.fd = ctx->pending[i].fd, .events = POLLIN};
+  for (int i = 0; i < ctx->n_pending; i++) {
+    short ev = hs_events(ctx->pending[i].hs);
+    ctx->pfds[n++] = (struct pollfd){.fd = ctx->pending[i].fd, .events = ev ? ev : POLLIN};
+  }
   for (int p = 0; p < ctx->nranks; p++) {
     struct hc_sock_conn *c = ctx->conns[p];
     if (c == NULL) continue;
@@ -482,15 +657,32 @@ static int collect_pollfds(struct hc_sock_ctx *ctx, hc_result_t *r) {
     if (busy && (c->failed != HC_OK || c->n_complete > 0)) return -1;
     if (c->failed != HC_OK) continue;
     for (int s = 0; s < ctx->nstreams; s++) {
-      enum hc_sock_stream_state state = c->streams[s].state;
-      short ev = state == HC_SOCK_CONNECTING ? POLLOUT
-                 : state == HC_SOCK_WAIT_GO  ? POLLIN
-                 : state == HC_SOCK_UP       ? hc_net_socket_stream_events(c, s)
-                                             : 0;
-      if (ev) ctx->pfds[n++] = (struct pollfd){.fd = c->streams[s].fd, .events = ev};
+      const struct hc_sock_stream *st = &c->streams[s];
+      short ev = st->state == HC_SOCK_CONNECTING ? POLLOUT
+                 : st->state == HC_SOCK_UP       ? hc_net_socket_stream_events(c, s)
+                 : client_setting_up(st)         ? hs_events(st->hs)
+                                                 : 0;
+      if (ev) ctx->pfds[n++] = (struct pollfd){.fd = st->fd, .events = ev};
     }
   }
   return n;
+}
+
+/* Moves every connecting stream's setup that poll() may have woken; a
+ * failure becomes its conn's sticky one, which the next connect() reports. */
+static void client_progress_all(struct hc_sock_ctx *ctx) {
+  for (int p = ctx->rank + 1; p < ctx->nranks; p++) {
+    struct hc_sock_conn *c = ctx->conns[p];
+    if (c == NULL || c->failed != HC_OK || !c->have_addr) continue;
+    for (int s = 0; s < ctx->nstreams; s++) {
+      if (!client_setting_up(&c->streams[s])) continue;
+      hc_result_t r = client_step(c, &c->streams[s]);
+      if (r != HC_OK) {
+        hc_net_socket_conn_fail(c, r);
+        break;
+      }
+    }
+  }
 }
 
 static hc_result_t sock_wait_blocking(void *vctx, int timeout_ms) {
@@ -504,18 +696,23 @@ static hc_result_t sock_wait_blocking(void *vctx, int timeout_ms) {
     if (n < 0) return HC_OK;
     uint64_t now = hc_now_ns();
     if (now >= end) return HC_OK;
+    int npend = ctx->n_pending;
     int slice = (int)HC_MIN((end - now + 999999) / 1000000, (uint64_t)HC_SOCK_SLICE_MS);
     int ready = poll(ctx->pfds, (nfds_t)n, slice);
     if (ready < 0 && errno != EINTR)
       return HC_FAIL(HC_ERR_SYSTEM, "socket: rank %d: poll: %s", ctx->rank, strerror(errno));
-    /* Entries 0 .. n_pending are the listener and the connections not yet
-     * authenticated: serve them here, or a stray one would keep poll()
-     * ready and the caller spinning. A quiet slice also serves them, to
-     * drop those that expired. */
+    /* Entries 0 .. npend are the listener and the setups of incoming
+     * connections: move them here, or a stray one would keep poll() ready
+     * and the caller spinning. A quiet slice also serves them, to drop
+     * those that expired. Connecting streams move here too, so that a
+     * peer's setup never waits for this rank's next connect(). */
     bool incoming = ready == 0;
-    for (int i = 0; i <= ctx->n_pending && ready > 0; i++) incoming = incoming || ctx->pfds[i].revents != 0;
-    if (incoming) HC_TRY(accept_progress_blocking(ctx));
-    if (ready > 0) return HC_OK;
+    for (int i = 0; i <= npend && ready > 0; i++) incoming = incoming || ctx->pfds[i].revents != 0;
+    if (incoming) HC_TRY(accept_progress(ctx));
+    if (ready > 0) {
+      client_progress_all(ctx);
+      return HC_OK;
+    }
   }
 }
 
@@ -524,7 +721,10 @@ static hc_result_t sock_close(void *vctx) {
   if (ctx == NULL) return HC_OK;
   if (ctx->conns)
     for (int p = 0; p < ctx->nranks; p++) conn_destroy(ctx->conns[p]);
-  for (int i = 0; i < ctx->n_pending; i++) close(ctx->pending[i].fd);
+  for (int i = 0; i < ctx->n_pending; i++) {
+    close(ctx->pending[i].fd);
+    hs_free(&ctx->pending[i].hs);
+  }
   close_fd(&ctx->listen_fd);
   free(ctx->conns);
   free(ctx->pending);

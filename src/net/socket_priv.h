@@ -45,11 +45,27 @@ struct hc_sock_handle {
 };
 _Static_assert(sizeof(struct hc_sock_handle) <= HC_NET_HANDLE_BYTES, "socket handle too big");
 
+/* A stream's setup, nonblocking on both sides (socket.c's file comment):
+ * each state waits for one whole record from the peer while the records
+ * this side owes drain from its out-buffer. */
 enum hc_sock_stream_state {
   HC_SOCK_IDLE,       /* no fd yet */
   HC_SOCK_CONNECTING, /* lower rank: nonblocking connect() issued */
-  HC_SOCK_WAIT_GO,    /* lower rank: TCP is up, the peer has not accepted yet */
+  HC_SOCK_WAIT_GO,    /* lower rank: TCP is up, reading the peer's "go" byte */
+  HC_SOCK_AUTH,       /* lower rank: auth hello sent, reading the server's reply */
+  HC_SOCK_HELLO,      /* lower rank: proof and conn hello sent, reading the peer's hello */
   HC_SOCK_UP          /* authenticated and hello checked */
+};
+
+/* The records of one connection's setup in flight: what was read of the
+ * record awaited (in_len of in_want bytes: never more, since the peer's
+ * data may follow) and what is still to be sent. */
+#define HC_SOCK_HS_BUF 128
+struct hc_sock_hs {
+  struct hc_auth_state auth;
+  size_t in_len, in_want;
+  size_t out_off, out_len;
+  uint8_t in[HC_SOCK_HS_BUF], out[HC_SOCK_HS_BUF];
 };
 
 struct hc_sock_req;
@@ -66,6 +82,7 @@ struct hc_sock_stream {
   int index;
   enum hc_sock_stream_state state;
   struct hc_sock_cursor send, recv;
+  struct hc_sock_hs *hs; /* while the lower rank sets the stream up */
 };
 
 struct hc_sock_queue {
@@ -78,6 +95,8 @@ struct hc_sock_conn {
   int n_up;             /* streams in HC_SOCK_UP */
   bool announced;       /* the "up" INFO line was written */
   uint64_t deadline_ns; /* set by the first connect() for this peer */
+  bool have_addr;       /* addr: the peer's listener, from its handle */
+  union hc_sockaddr addr;
   int n_complete;       /* requests complete but not yet freed by test() */
   hc_result_t failed;   /* sticky: every later call returns it */
   char err[320];        /* the message of the failure */
@@ -98,10 +117,22 @@ struct hc_sock_req {
   uint8_t hdr[HC_SOCK_HDR_BYTES];
 };
 
-/* An accepted connection that has not proved membership yet. */
+/* Where an accepted connection is in its setup. */
+enum hc_sock_pending_state {
+  HC_SOCK_PEND_AUTH,   /* "go" sent, reading the client's auth hello */
+  HC_SOCK_PEND_PROOF,  /* reply sent, reading the client's proof */
+  HC_SOCK_PEND_HELLO,  /* authenticated, reading the conn hello */
+  HC_SOCK_PEND_ANSWER  /* sending this side's hello (the peer's stays in hs->in);
+                        * then it becomes a stream */
+};
+
+/* An accepted connection that is not a stream yet. */
 struct hc_sock_pending {
   int fd;
+  enum hc_sock_pending_state state;
   uint64_t expire_ns;
+  char who[80];
+  struct hc_sock_hs *hs;
 };
 
 struct hc_sock_ctx {

@@ -184,26 +184,78 @@ static hc_result_t io_failed(hc_result_t r, const char *side, const char *who) {
   return r;
 }
 
-hc_result_t hc_auth_client_blocking(int fd, const uint8_t secret[HC_SECRET_BYTES], enum hc_auth_purpose purpose,
-                                    uint64_t deadline_ns, const atomic_bool *abort_flag) {
-  char who[80];
-  uint8_t hello[HELLO_BYTES], reply[NONCE_BYTES + MAC_BYTES], want[MAC_BYTES], mine[MAC_BYTES];
-  hc_result_t r;
-  peer_name(fd, who, sizeof(who));
-  store_be32(hello, AUTH_MAGIC);
-  store_be32(hello + 4, (uint32_t)purpose);
-  HC_TRY(hc_random_bytes(hello + 8, NONCE_BYTES));
-  if ((r = hc_sock_send_blocking(fd, hello, sizeof(hello), deadline_ns, abort_flag)) != HC_OK ||
-      (r = hc_sock_recv_blocking(fd, reply, sizeof(reply), deadline_ns, abort_flag)) != HC_OK)
-    return io_failed(r, "server", who);
-  proof(secret, "srv", (uint32_t)purpose, hello + 8, reply, want);
-  if (!mac_equal(want, reply + NONCE_BYTES)) {
+/* ---- the steps (auth.h): no I/O ---- */
+
+hc_result_t hc_auth_client_start(struct hc_auth_state *st, const uint8_t secret[HC_SECRET_BYTES],
+                                 enum hc_auth_purpose purpose, uint8_t out_hello[HELLO_BYTES]) {
+  memset(st, 0, sizeof(*st));
+  memcpy(st->secret, secret, HC_SECRET_BYTES);
+  st->purpose = (uint32_t)purpose;
+  HC_TRY(hc_random_bytes(st->cn, NONCE_BYTES));
+  store_be32(out_hello, AUTH_MAGIC);
+  store_be32(out_hello + 4, st->purpose);
+  memcpy(out_hello + 8, st->cn, NONCE_BYTES);
+  return HC_OK;
+}
+
+hc_result_t hc_auth_client_on_reply(struct hc_auth_state *st, const uint8_t in_reply[HC_AUTH_REPLY_BYTES],
+                                    uint8_t out_proof[HC_AUTH_PROOF_BYTES], const char *who) {
+  uint8_t want[MAC_BYTES];
+  memcpy(st->sn, in_reply, NONCE_BYTES);
+  proof(st->secret, "srv", st->purpose, st->cn, st->sn, want);
+  if (!mac_equal(want, in_reply + NONCE_BYTES)) {
     return HC_FAIL(HC_ERR_REMOTE,
                    "authentication failed: server %s did not prove the job secret (a different job's id, or "
                    "not a hetccl peer)",
                    who);
   }
-  proof(secret, "cli", (uint32_t)purpose, hello + 8, reply, mine);
+  proof(st->secret, "cli", st->purpose, st->cn, st->sn, out_proof);
+  return HC_OK;
+}
+
+hc_result_t hc_auth_server_on_hello(struct hc_auth_state *st, const uint8_t secret[HC_SECRET_BYTES],
+                                    enum hc_auth_purpose purpose, const uint8_t in_hello[HELLO_BYTES],
+                                    uint8_t out_reply[HC_AUTH_REPLY_BYTES], const char *who) {
+  struct hc_auth_hello h;
+  memset(st, 0, sizeof(*st));
+  memcpy(st->secret, secret, HC_SECRET_BYTES);
+  st->purpose = (uint32_t)purpose;
+  if (!hc_auth_hello_parse(in_hello, HELLO_BYTES, &h))
+    return HC_FAIL(HC_ERR_REMOTE, "authentication failed: client %s sent 0x%08x, not a hetccl hello", who, h.magic);
+  if (h.purpose != (uint32_t)purpose) {
+    return HC_FAIL(HC_ERR_REMOTE, "authentication failed: client %s asked for connection purpose %u, expected %u",
+                   who, h.purpose, (unsigned)purpose);
+  }
+  memcpy(st->cn, h.nonce, NONCE_BYTES);
+  HC_TRY(hc_random_bytes(st->sn, NONCE_BYTES));
+  memcpy(out_reply, st->sn, NONCE_BYTES);
+  proof(st->secret, "srv", st->purpose, st->cn, st->sn, out_reply + NONCE_BYTES);
+  return HC_OK;
+}
+
+hc_result_t hc_auth_server_on_proof(const struct hc_auth_state *st, const uint8_t in_proof[HC_AUTH_PROOF_BYTES],
+                                    const char *who) {
+  uint8_t want[MAC_BYTES];
+  proof(st->secret, "cli", st->purpose, st->cn, st->sn, want);
+  if (!mac_equal(want, in_proof))
+    return HC_FAIL(HC_ERR_REMOTE, "authentication failed: client %s did not prove the job secret", who);
+  return HC_OK;
+}
+
+/* ---- the blocking wrappers: the steps over hc_sock_*_blocking ---- */
+
+hc_result_t hc_auth_client_blocking(int fd, const uint8_t secret[HC_SECRET_BYTES], enum hc_auth_purpose purpose,
+                                    uint64_t deadline_ns, const atomic_bool *abort_flag) {
+  char who[80];
+  uint8_t hello[HELLO_BYTES], reply[HC_AUTH_REPLY_BYTES], mine[HC_AUTH_PROOF_BYTES];
+  struct hc_auth_state st;
+  hc_result_t r;
+  peer_name(fd, who, sizeof(who));
+  HC_TRY(hc_auth_client_start(&st, secret, purpose, hello));
+  if ((r = hc_sock_send_blocking(fd, hello, sizeof(hello), deadline_ns, abort_flag)) != HC_OK ||
+      (r = hc_sock_recv_blocking(fd, reply, sizeof(reply), deadline_ns, abort_flag)) != HC_OK)
+    return io_failed(r, "server", who);
+  HC_TRY(hc_auth_client_on_reply(&st, reply, mine, who));
   r = hc_sock_send_blocking(fd, mine, sizeof(mine), deadline_ns, abort_flag);
   if (r != HC_OK) return io_failed(r, "server", who);
   return HC_OK;
@@ -212,26 +264,15 @@ hc_result_t hc_auth_client_blocking(int fd, const uint8_t secret[HC_SECRET_BYTES
 hc_result_t hc_auth_server_blocking(int fd, const uint8_t secret[HC_SECRET_BYTES], enum hc_auth_purpose purpose,
                                     uint64_t deadline_ns, const atomic_bool *abort_flag) {
   char who[80];
-  uint8_t hello[HELLO_BYTES], reply[NONCE_BYTES + MAC_BYTES], got[MAC_BYTES], want[MAC_BYTES];
-  struct hc_auth_hello h;
+  uint8_t hello[HELLO_BYTES], reply[HC_AUTH_REPLY_BYTES], got[HC_AUTH_PROOF_BYTES];
+  struct hc_auth_state st;
   hc_result_t r;
   peer_name(fd, who, sizeof(who));
   r = hc_sock_recv_blocking(fd, hello, sizeof(hello), deadline_ns, abort_flag);
   if (r != HC_OK) return io_failed(r, "client", who);
-  if (!hc_auth_hello_parse(hello, sizeof(hello), &h))
-    return HC_FAIL(HC_ERR_REMOTE, "authentication failed: client %s sent 0x%08x, not a hetccl hello", who, h.magic);
-  if (h.purpose != (uint32_t)purpose) {
-    return HC_FAIL(HC_ERR_REMOTE, "authentication failed: client %s asked for connection purpose %u, expected %u",
-                   who, h.purpose, (unsigned)purpose);
-  }
-  HC_TRY(hc_random_bytes(reply, NONCE_BYTES));
-  proof(secret, "srv", (uint32_t)purpose, h.nonce, reply, reply + NONCE_BYTES);
+  HC_TRY(hc_auth_server_on_hello(&st, secret, purpose, hello, reply, who));
   if ((r = hc_sock_send_blocking(fd, reply, sizeof(reply), deadline_ns, abort_flag)) != HC_OK ||
       (r = hc_sock_recv_blocking(fd, got, sizeof(got), deadline_ns, abort_flag)) != HC_OK)
     return io_failed(r, "client", who);
-  proof(secret, "cli", (uint32_t)purpose, h.nonce, reply, want);
-  if (!mac_equal(want, got)) {
-    return HC_FAIL(HC_ERR_REMOTE, "authentication failed: client %s did not prove the job secret", who);
-  }
-  return HC_OK;
+  return hc_auth_server_on_proof(&st, got, who);
 }

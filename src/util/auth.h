@@ -20,9 +20,41 @@
 /* Connection purposes: a proof for one never passes for another. */
 enum hc_auth_purpose { HC_AUTH_BOOT_ROOT = 1, HC_AUTH_BOOT_RING = 2, HC_AUTH_NET_SOCKET = 3 };
 
-/* Blocking, bounded by deadline_ns. A wrong proof or garbage is
- * HC_ERR_REMOTE ("authentication failed" with the reason); the caller drops
- * the connection and, on the accepting side, goes on. */
+#define HC_AUTH_NONCE_BYTES 16
+#define HC_AUTH_MAC_BYTES 32
+/* The three records, in order: client hello, server reply, client proof. */
+#define HC_AUTH_HELLO_BYTES (8 + HC_AUTH_NONCE_BYTES)
+#define HC_AUTH_REPLY_BYTES (HC_AUTH_NONCE_BYTES + HC_AUTH_MAC_BYTES)
+#define HC_AUTH_PROOF_BYTES HC_AUTH_MAC_BYTES
+
+/* One side's handshake between steps. */
+struct hc_auth_state {
+  uint8_t secret[HC_SECRET_BYTES];
+  uint32_t purpose;
+  uint8_t cn[HC_AUTH_NONCE_BYTES], sn[HC_AUTH_NONCE_BYTES]; /* client, server nonce */
+};
+
+/* The handshake as pure steps: bytes in, bytes out, no I/O, so that a
+ * nonblocking caller (net/socket.c) moves the records itself and never
+ * waits for the peer. Each step takes one whole record; who names the peer
+ * in the messages. A wrong proof or garbage is HC_ERR_REMOTE
+ * ("authentication failed" with the reason); the caller then sends nothing
+ * more and drops the connection.
+ *   client: start -> send hello, read reply -> on_reply -> send proof
+ *   server: read hello -> on_hello -> send reply, read proof -> on_proof */
+hc_result_t hc_auth_client_start(struct hc_auth_state *st, const uint8_t secret[HC_SECRET_BYTES],
+                                 enum hc_auth_purpose purpose, uint8_t out_hello[HC_AUTH_HELLO_BYTES]);
+hc_result_t hc_auth_client_on_reply(struct hc_auth_state *st, const uint8_t in_reply[HC_AUTH_REPLY_BYTES],
+                                    uint8_t out_proof[HC_AUTH_PROOF_BYTES], const char *who);
+hc_result_t hc_auth_server_on_hello(struct hc_auth_state *st, const uint8_t secret[HC_SECRET_BYTES],
+                                    enum hc_auth_purpose purpose, const uint8_t in_hello[HC_AUTH_HELLO_BYTES],
+                                    uint8_t out_reply[HC_AUTH_REPLY_BYTES], const char *who);
+hc_result_t hc_auth_server_on_proof(const struct hc_auth_state *st, const uint8_t in_proof[HC_AUTH_PROOF_BYTES],
+                                    const char *who);
+
+/* The same steps over a blocking fd, bounded by deadline_ns (the
+ * bootstrap's use). Errors as above; the caller drops the connection and,
+ * on the accepting side, goes on. */
 hc_result_t hc_auth_client_blocking(int fd, const uint8_t secret[HC_SECRET_BYTES],
                                     enum hc_auth_purpose purpose, uint64_t deadline_ns,
                                     const atomic_bool *abort_flag);

@@ -11,9 +11,8 @@
 
 #include "auth.h"
 
-#define HC_AUTH_NONCE_BYTES 16
-#define HC_AUTH_MAC_BYTES 32
-#define HC_AUTH_HELLO_BYTES (8 + HC_AUTH_NONCE_BYTES)
+/* HC_AUTH_NONCE_BYTES, HC_AUTH_MAC_BYTES and HC_AUTH_HELLO_BYTES are in
+ * auth.h, for the step functions' callers. */
 
 /* client -> server: magic u32 "HCA1" | purpose u32 | client nonce [16],
  * big-endian. */

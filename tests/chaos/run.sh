@@ -28,6 +28,11 @@ for ((t = 1; t <= tries; t++)); do
     disown $!
   done
   victim=$((RANDOM % n))
+  # Half the kills land anywhere (init included), half once the collectives
+  # run (rank 0 has printed its table header), at a random moment after.
+  if ((t % 2 == 0)); then
+    for ((w = 0; w < 200; w++)); do grep -q '(B)' "$tmp/out.0" 2>/dev/null && break; sleep 0.05; done
+  fi
   sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
   kill -9 "${pids[victim]}" 2>/dev/null
   killed_at=$(date +%s%N)

@@ -470,6 +470,32 @@ static void test_handshake(void) {
   close(fds[1]);
 }
 
+/* The step functions alone, in memory: what net/socket.c runs without
+ * blocking. A pair with one secret passes both ways; a wrong secret or a
+ * flipped byte fails on the side that checks it. */
+static void test_handshake_steps(void) {
+  struct hc_auth_state cli, srv;
+  uint8_t hello[HC_AUTH_HELLO_BYTES], reply[HC_AUTH_REPLY_BYTES], proof[HC_AUTH_PROOF_BYTES];
+  CHECK(hc_auth_client_start(&cli, secret_a, HC_AUTH_NET_SOCKET, hello) == HC_OK, "steps: client start");
+  CHECK(hc_auth_server_on_hello(&srv, secret_a, HC_AUTH_NET_SOCKET, hello, reply, "c") == HC_OK, "steps: hello");
+  CHECK(hc_auth_client_on_reply(&cli, reply, proof, "s") == HC_OK, "steps: reply");
+  CHECK(hc_auth_server_on_proof(&srv, proof, "c") == HC_OK, "steps: proof");
+  proof[5] ^= 1;
+  CHECK(hc_auth_server_on_proof(&srv, proof, "c") == HC_ERR_REMOTE && strstr(hc_last_error(), "did not prove"),
+        "steps: flipped proof");
+  CHECK(hc_auth_client_start(&cli, secret_a, HC_AUTH_NET_SOCKET, hello) == HC_OK, "steps: client start 2");
+  CHECK(hc_auth_server_on_hello(&srv, secret_b, HC_AUTH_NET_SOCKET, hello, reply, "c") == HC_OK, "steps: hello 2");
+  CHECK(hc_auth_client_on_reply(&cli, reply, proof, "s") == HC_ERR_REMOTE && strstr(hc_last_error(), "did not prove"),
+        "steps: wrong server secret");
+  CHECK(hc_auth_server_on_hello(&srv, secret_a, HC_AUTH_BOOT_RING, hello, reply, "c") == HC_ERR_REMOTE &&
+            strstr(hc_last_error(), "purpose"),
+        "steps: wrong purpose");
+  hello[0] ^= 0xff;
+  CHECK(hc_auth_server_on_hello(&srv, secret_a, HC_AUTH_NET_SOCKET, hello, reply, "c") == HC_ERR_REMOTE &&
+            strstr(hc_last_error(), "not a hetccl hello"),
+        "steps: bad magic");
+}
+
 int main(void) {
   /* Failures are expected in this test; keep their WARN lines out of the
    * output unless asked for. */
@@ -483,6 +509,7 @@ int main(void) {
   test_io();
   test_connect();
   test_handshake();
+  test_handshake_steps();
   if (failures) {
     fprintf(stderr, "test_util_sock_auth: %d failures\n", failures);
     return 1;
