@@ -361,10 +361,11 @@ static void site_add(struct site_dirs *sd, const char *dir, size_t len) {
 }
 
 static void site_glob(struct site_dirs *sd, const char *prefix, const char *pattern) {
-  char pat[512];
+  char pat[1024];
   glob_t gl;
   if (prefix == NULL || !prefix[0]) return;
-  snprintf(pat, sizeof(pat), "%s%s", prefix, pattern);
+  int len = snprintf(pat, sizeof(pat), "%.512s%.256s", prefix, pattern);
+  if (len < 0 || (size_t)len >= sizeof(pat)) return;
   if (glob(pat, GLOB_NOSORT, NULL, &gl) == 0)
     for (size_t i = 0; i < gl.gl_pathc; i++) site_add(sd, gl.gl_pathv[i], strlen(gl.gl_pathv[i]));
   globfree(&gl);
