@@ -12,7 +12,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-/tmp/hetccl-torch}
 mkdir -p "$out"
-build=$root/build-torch
+build=${BUILD_DIR:-$root/build-torch}
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build "$build" -j "$(nproc)" >/dev/null || exit 1
 lib=$build/nccl/libhetccl.so
 run=$build/tools/hetccl-run
