@@ -104,8 +104,16 @@ hc_result_t hc_proxy_create(struct hetcclComm *comm, struct hc_proxy **out) {
   pthread_cond_init(&px->idle, NULL);
   HC_TRY_GOTO(px->dev->set_device(px->device), r, fail);
   HC_TRY_GOTO(px->dev->stream_create(px->device, &px->stream), r, fail);
-  HC_TRY_GOTO(px->dev->host_alloc((HC_PROXY_RING + 1) * sizeof(uint32_t), (void **)&px->flags), r, fail);
-  memset(px->flags, 0, (HC_PROXY_RING + 1) * sizeof(uint32_t));
+  HC_TRY_GOTO(px->dev->host_alloc((HC_PROXY_RING + 1 + 16) * sizeof(uint32_t), (void **)&px->flags), r, fail);
+  memset(px->flags, 0, (HC_PROXY_RING + 1 + 16) * sizeof(uint32_t));
+  /* Compile and load the reduction kernels now, while no stream waits for
+   * this proxy: loading a module can wait for every stream of the context,
+   * and once calls are in flight the caller's stream waits for the proxy. */
+  float *probe = (float *)&px->flags[HC_PROXY_RING + 1];
+  struct hc_reduce_args warm = {.dst = probe, .src0 = probe, .src1 = probe, .count = 1, .dtype = HC_FLOAT32,
+                                .op = HC_SUM};
+  HC_TRY_GOTO(px->dev->reduce(&warm, px->stream), r, fail);
+  HC_TRY_GOTO(px->dev->stream_sync(px->stream), r, fail);
   if (pthread_create(&px->thread, NULL, proxy_main, px) != 0) {
     r = HC_FAIL(HC_ERR_SYSTEM, "proxy: cannot start its thread: %s", strerror(errno));
     goto fail;

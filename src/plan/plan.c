@@ -10,12 +10,18 @@
 
 /* ---- scratch pool ---- */
 
+/* A host pool keeps its HC_POOL_KEEP largest free buffers and frees the
+ * rest. A pinned pool frees nothing before it is destroyed: freeing pinned
+ * memory (cuMemFreeHost) waits for every stream of the context, and the
+ * proxy thread, which returns a plan's buffers, runs while the caller's
+ * stream waits for it: a deadlock. Its buffers are reused by size. */
 #define HC_POOL_KEEP 8
 struct hc_scratch_pool {
   pthread_mutex_t lock;
   const struct hc_dev_ops *pinned;
-  void *free_bufs[HC_POOL_KEEP];
-  size_t free_bytes[HC_POOL_KEEP];
+  void **free_bufs;
+  size_t *free_bytes;
+  int cap;
 };
 
 static void *buf_alloc(const struct hc_scratch_pool *pool, size_t bytes) {
@@ -34,6 +40,15 @@ static void buf_free(const struct hc_scratch_pool *pool, void *p) {
 hc_result_t hc_scratch_pool_create(const struct hc_dev_ops *pinned, struct hc_scratch_pool **out) {
   struct hc_scratch_pool *pool;
   HC_TRY(hc_calloc(&pool, 1, sizeof(*pool), "scratch pool"));
+  pool->cap = HC_POOL_KEEP;
+  pool->free_bufs = calloc((size_t)pool->cap, sizeof(void *));
+  pool->free_bytes = calloc((size_t)pool->cap, sizeof(size_t));
+  if (pool->free_bufs == NULL || pool->free_bytes == NULL) {
+    free(pool->free_bufs);
+    free(pool->free_bytes);
+    free(pool);
+    return HC_FAIL(HC_ERR_SYSTEM, "out of host memory for a scratch pool");
+  }
   pthread_mutex_init(&pool->lock, NULL);
   pool->pinned = pinned;
   *out = pool;
@@ -42,7 +57,9 @@ hc_result_t hc_scratch_pool_create(const struct hc_dev_ops *pinned, struct hc_sc
 
 void hc_scratch_pool_destroy(struct hc_scratch_pool *pool) {
   if (pool == NULL) return;
-  for (int i = 0; i < HC_POOL_KEEP; i++) buf_free(pool, pool->free_bufs[i]);
+  for (int i = 0; i < pool->cap; i++) buf_free(pool, pool->free_bufs[i]);
+  free(pool->free_bufs);
+  free(pool->free_bytes);
   pthread_mutex_destroy(&pool->lock);
   free(pool);
 }
@@ -50,7 +67,7 @@ void hc_scratch_pool_destroy(struct hc_scratch_pool *pool) {
 static void *pool_get(struct hc_scratch_pool *pool, size_t bytes, size_t *got) {
   int best = -1;
   pthread_mutex_lock(&pool->lock);
-  for (int i = 0; i < HC_POOL_KEEP; i++)
+  for (int i = 0; i < pool->cap; i++)
     if (pool->free_bufs[i] && pool->free_bytes[i] >= bytes &&
         (best < 0 || pool->free_bytes[i] < pool->free_bytes[best]))
       best = i;
@@ -70,9 +87,27 @@ static void *pool_get(struct hc_scratch_pool *pool, size_t bytes, size_t *got) {
 static void pool_put(struct hc_scratch_pool *pool, void *buf, size_t bytes) {
   pthread_mutex_lock(&pool->lock);
   int victim = 0;
-  for (int i = 0; i < HC_POOL_KEEP; i++) {
+  for (int i = 0; i < pool->cap; i++) {
     if (pool->free_bufs[i] == NULL) { victim = i; break; }
     if (pool->free_bytes[i] < pool->free_bytes[victim]) victim = i;
+  }
+  if (pool->free_bufs[victim] != NULL && pool->pinned != NULL) {
+    /* Full, and pinned memory is never freed here: grow. */
+    int cap = pool->cap * 2;
+    void **bufs = realloc(pool->free_bufs, (size_t)cap * sizeof(void *));
+    if (bufs) pool->free_bufs = bufs;
+    size_t *sizes = realloc(pool->free_bytes, (size_t)cap * sizeof(size_t));
+    if (sizes) pool->free_bytes = sizes;
+    if (bufs && sizes) {
+      memset(pool->free_bufs + pool->cap, 0, (size_t)(cap - pool->cap) * sizeof(void *));
+      memset(pool->free_bytes + pool->cap, 0, (size_t)(cap - pool->cap) * sizeof(size_t));
+      victim = pool->cap;
+      pool->cap = cap;
+    } else {
+      HC_WARN_ONCE(HC_PLAN, "scratch pool: out of host memory for its index; a pinned buffer is leaked");
+      pthread_mutex_unlock(&pool->lock);
+      return;
+    }
   }
   void *evicted = NULL;
   if (pool->free_bufs[victim] == NULL || pool->free_bytes[victim] < bytes) {
