@@ -41,23 +41,41 @@ static const struct scenario scenarios[] = {
     {"C: 2 GPU + 2 CPU", 4, {true, false, true, false}},
 };
 
+/* Device buffers are allocated once per run and reused: freeing device
+ * memory waits for every stream of the context, and with several ranks in
+ * one process another rank's stream may be waiting for this rank's next
+ * call. */
 struct mem {
   bool on_gpu;
   hc_stream_t stream;
+  void *spare[2];
+  size_t spare_bytes;
+  int next_spare;
 };
 
-static void *buf_new(const struct mem *m, size_t bytes) {
+static void *buf_new(struct mem *m, size_t bytes) {
   void *p = NULL;
   if (m->on_gpu) {
-    if (gpu->mem_alloc(0, bytes ? bytes : 1, &p) != HC_OK) return NULL;
+    if (bytes > m->spare_bytes) return NULL;
+    p = m->spare[m->next_spare];
+    m->next_spare ^= 1;
   } else {
     p = malloc(bytes ? bytes : 1);
   }
   return p;
 }
-static void buf_del(const struct mem *m, void *p) {
-  if (m->on_gpu) gpu->mem_free(0, p);
-  else free(p);
+static void buf_del(struct mem *m, void *p) {
+  if (!m->on_gpu) free(p);
+}
+static bool spares_alloc(struct mem *m, size_t bytes) {
+  m->spare_bytes = bytes;
+  return !m->on_gpu || (gpu->mem_alloc(0, bytes, &m->spare[0]) == HC_OK && gpu->mem_alloc(0, bytes, &m->spare[1]) == HC_OK);
+}
+static void spares_free(struct mem *m) {
+  tu_barrier(); /* every rank: no rank has a call in flight any more */
+  if (!m->on_gpu) return;
+  gpu->mem_free(0, m->spare[0]);
+  gpu->mem_free(0, m->spare[1]);
 }
 static void to_buf(const struct mem *m, void *dst, const void *src, size_t bytes) {
   if (!bytes) return;
@@ -115,7 +133,7 @@ static const struct scenario *cur;
 
 static bool reducing(int coll) { return coll == K_ALLREDUCE || coll == K_REDUCE || coll == K_REDUCESCATTER; }
 
-static void run_case(hetcclComm_t comm, const struct mem *m, int rank, int n, const struct tcase *c, int index) {
+static void run_case(hetcclComm_t comm, struct mem *m, int rank, int n, const struct tcase *c, int index) {
   const enum hc_dtype t = (enum hc_dtype)c->dtype;
   const size_t es = hc_dtype_size(t), count = counts[c->count];
   const bool inplace = c->inplace;
@@ -235,9 +253,12 @@ static int rank_scenario(int rank, int n, hetcclUniqueId id, void *arg) {
   }
   hetcclComm_t comm = make_comm(rank, n, id, m.on_gpu);
   if (comm == NULL) return 1;
+  /* The largest case: all-to-all of the largest count on n ranks. */
+  if (!CHECK(spares_alloc(&m, counts[HC_ARRAY_LEN(counts) - 1] * 8 * (size_t)n), "device memory")) return 1;
   double t0 = tu_seconds();
   for (int i = 0; i < ncases; i++) run_case(comm, &m, rank, n, &cases[i], i);
   if (rank == 0) printf("%s: %d cases in %.1f s\n", cur->name, ncases, tu_seconds() - t0);
+  spares_free(&m);
   CHECK_OK(hetcclCommDestroy(comm));
   if (m.on_gpu) gpu->stream_destroy(m.stream);
   return 0;
@@ -253,7 +274,7 @@ static int rank_big(int rank, int n, hetcclUniqueId id, void *arg) {
   const size_t count = (1ull << 30) / 4;
   struct tu_red red = {HC_FLOAT32, HC_SUM, n, 99};
   float *host = malloc(count * 4), *expect = malloc(count * 4);
-  void *d = buf_new(&m, count * 4);
+  void *d = spares_alloc(&m, count * 4) ? buf_new(&m, count * 4) : NULL;
   if (!CHECK(comm && host && expect && d, "setup")) return 1;
   tu_red_fill(&red, rank, 0, count, host);
   to_buf(&m, d, host, count * 4);
@@ -266,9 +287,9 @@ static int rank_big(int rank, int n, hetcclUniqueId id, void *arg) {
   for (size_t i = 0; i < count; i++) tu_red_expect(&red, i, &expect[i]);
   tu_compare(HC_FLOAT32, host, expect, count, "1 GiB AllReduce");
   if (rank == 0) printf("1 GiB all-reduce, 2 GPU ranks in two groups: %.3f s, busbw %.2f GB/s\n", dt, 1.073741824 / dt);
-  buf_del(&m, d);
   free(host);
   free(expect);
+  spares_free(&m);
   CHECK_OK(hetcclCommDestroy(comm));
   gpu->stream_destroy(m.stream);
   return 0;
@@ -285,7 +306,8 @@ static int rank_stream_order(int rank, int n, hetcclUniqueId id, void *arg) {
   const size_t count = 1 << 20;
   float *host = malloc(count * 4), *zeros = calloc(count, 4);
   uint32_t *flag = NULL;
-  void *d = buf_new(&m, count * 4), *staged = buf_new(&m, count * 4);
+  bool have = spares_alloc(&m, count * 4);
+  void *d = have ? buf_new(&m, count * 4) : NULL, *staged = have ? buf_new(&m, count * 4) : NULL;
   if (!CHECK(comm && host && zeros && d && staged && gpu->host_alloc(64, (void **)&flag) == HC_OK, "setup")) return 1;
   *flag = 0;
   for (size_t i = 0; i < count; i++) host[i] = (float)(rank + 1) * (float)(i % 100);
@@ -314,8 +336,7 @@ static int rank_stream_order(int rank, int n, hetcclUniqueId id, void *arg) {
   CHECK(bad == 0, "%zu elements do not include what the stream wrote before the call", bad);
   gpu->event_destroy(ev);
   gpu->host_free(flag);
-  buf_del(&m, d);
-  buf_del(&m, staged);
+  spares_free(&m);
   free(host);
   free(zeros);
   CHECK_OK(hetcclCommDestroy(comm));
