@@ -307,9 +307,11 @@ EXPORT CUresult cuGetErrorString(CUresult e, const char **s) {
   return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuInit(unsigned flags) {
+/* Once per process, as the real driver: a later cuInit (NVRTC calls it
+ * from another thread) must not rewrite what other threads read. */
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static void init_state(void) {
   const char *v;
-  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if ((v = getenv("FAKE_CUDA_DEVICES")) != NULL) ndev = atoi(v);
   if (ndev > MAXDEV) ndev = MAXDEV;
   if ((v = getenv("FAKE_CUDA_MEMOPS")) != NULL) memops = atoi(v) != 0;
@@ -317,6 +319,11 @@ EXPORT CUresult cuInit(unsigned flags) {
   if ((v = getenv("FAKE_CUDA_REJECT_CUBIN")) != NULL) reject_cubin = atoi(v) != 0;
   for (int i = 0; i < MAXDEV; i++) ctxs[i].dev = i;
   inited = true;
+}
+
+EXPORT CUresult cuInit(unsigned flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  pthread_once(&init_once, init_state);
   return ndev > 0 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
 }
 
