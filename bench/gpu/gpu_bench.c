@@ -58,6 +58,74 @@ static double copy_rate(bool to_host) {
   return rate;
 }
 
+/* Median of n samples (sorts them). */
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof(*v), cmp_double);
+  return v[n / 2];
+}
+
+/* The primitives a small GPU collective is made of, each timed alone:
+ * the host releases a stream waiting on a pinned flag and sees the
+ * stream's answer flag; a 4-byte device->host copy seen done by an event. */
+static void primitive_latency(void) {
+  enum { N = 200 };
+  double t[N];
+  hc_stream_t s;
+  gpu->set_device(0);
+  gpu->stream_create(0, &s);
+  uint32_t *flags = NULL;
+  void *d = NULL;
+  hc_event_t ev;
+  if (gpu->host_alloc(64, (void **)&flags) != HC_OK || gpu->mem_alloc(0, 64, &d) != HC_OK) return;
+  gpu->event_create(&ev);
+  flags[0] = flags[1] = 0;
+  for (uint32_t i = 1; i <= N; i++) {
+    gpu->flag_wait(s, &flags[0], i);
+    gpu->flag_write(s, &flags[1], i);
+    double t0 = now();
+    __atomic_store_n(&flags[0], i, __ATOMIC_RELEASE);
+    while (__atomic_load_n(&flags[1], __ATOMIC_ACQUIRE) != i) {
+    }
+    t[i - 1] = now() - t0;
+  }
+  printf("stream flag round trip (host -> stream wait -> stream write -> host): median %.1f us\n",
+         median(t, N) * 1e6);
+  for (int i = 0; i < N; i++) {
+    double t0 = now();
+    int done = 0;
+    gpu->copy(&flags[8], d, 4, s);
+    gpu->event_record(ev, s);
+    while (!done) gpu->event_query(ev, &done);
+    t[i] = now() - t0;
+  }
+  printf("4-byte device->host copy, enqueued until its event is seen: median %.1f us\n", median(t, N) * 1e6);
+  gpu->event_destroy(ev);
+  gpu->stream_sync(s);
+  gpu->mem_free(0, d);
+  gpu->host_free(flags);
+  gpu->stream_destroy(s);
+}
+
+/* One synchronous all-reduce at a time (call, then wait for the stream). */
+static double sync_latency(hetcclComm_t comm, void *buf, size_t count, hc_stream_t s) {
+  enum { N = 100 };
+  double t[N];
+  for (int i = 0; i < N; i++) {
+    pthread_barrier_wait(&bar);
+    double t0 = now();
+    hetcclAllReduce(buf, buf, count, hetcclFloat, hetcclSum, comm, s);
+    if (s) gpu->stream_sync(s);
+    t[i] = now() - t0;
+  }
+  return median(t, N);
+}
+
+static double sync_us;
+
 static void *rank_main(void *arg) {
   int rank = (int)(long)arg;
   hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
@@ -80,6 +148,8 @@ static void *rank_main(void *arg) {
     if (gpu_rank[rank]) gpu->mem_alloc(0, max_bytes, &buf[b]);
     else buf[b] = calloc(1, max_bytes);
   }
+  double lat = sync_latency(comm, buf[0], 1, s);
+  if (rank == 0) sync_us = lat * 1e6;
   ntimes = 0;
   for (size_t bytes = 1024; bytes <= max_bytes; bytes *= 4) {
     int iters = bytes <= (1 << 20) ? 50 : bytes <= (64 << 20) ? 10 : 3;
@@ -110,7 +180,7 @@ static void run(const char *title, bool g0, bool g1, double bound) {
   pthread_t t[2];
   for (long r = 0; r < 2; r++) pthread_create(&t[r], NULL, rank_main, (void *)r);
   for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
-  printf("\n%s (bound %.1f GB/s)\n%12s %10s %10s %8s\n", title, bound, "bytes", "time(us)", "busbw", "eff");
+  printf("\n%s (bound %.1f GB/s)\n4-byte all-reduce, one at a time, call to stream done: median %.1f us\n%12s %10s %10s %8s\n", title, bound, sync_us, "bytes", "time(us)", "busbw", "eff");
   int i = 0;
   for (size_t bytes = 1024; bytes <= max_bytes; bytes *= 4, i++) {
     double busbw = (double)bytes / times[i] / 1e9;
@@ -126,6 +196,7 @@ int main(int argc, char **argv) {
     return 77;
   }
   pthread_barrier_init(&bar, NULL, 2);
+  primitive_latency();
   double d2h = copy_rate(true), h2d = copy_rate(false);
   double link = d2h < h2d ? d2h : h2d;
   printf("pinned copies, 1 GiB: device->host %.1f GB/s, host->device %.1f GB/s\n", d2h, h2d);

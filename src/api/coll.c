@@ -144,31 +144,25 @@ static hc_result_t group_submit_vendor(struct hetcclComm *comm) {
   return r != HC_OK ? r : end;
 }
 
-/* A GPU comm's calls of this group become one plan that its proxy thread
- * runs; the caller's streams wait for it. */
+/* A GPU comm's calls of this group become one job of its proxy thread;
+ * the caller's streams wait for it. */
 static hc_result_t group_submit_gpu(struct hetcclComm *comm) {
   hc_result_t r = HC_OK;
-  struct hc_plan *plan = NULL;
+  struct hc_coll_args *calls = NULL;
   hc_stream_t *streams = NULL;
-  int nstreams = 0;
-  HC_TRY_GOTO(hc_calloc(&plan, 1, sizeof(*plan), "plan"), r, fail);
-  HC_TRY_GOTO(hc_calloc(&streams, (size_t)group_ncalls, sizeof(*streams), "streams"), r, fail);
-  plan->pool = comm->plan.pool;
-  plan->mem = comm->config.device_kind;
+  int ncalls = 0, nstreams = 0;
+  HC_TRY_GOTO(hc_calloc(&calls, (size_t)group_ncalls, sizeof(*calls), "group calls"), r, out);
+  HC_TRY_GOTO(hc_calloc(&streams, (size_t)group_ncalls, sizeof(*streams), "streams"), r, out);
   for (int i = 0; i < group_ncalls; i++) {
     if (group_calls[i].comm != comm) continue;
     int k = 0;
     while (k < nstreams && streams[k] != group_calls[i].stream) k++;
     if (k == nstreams) streams[nstreams++] = group_calls[i].stream;
-    HC_TRY_GOTO(hc_plan_add(plan, &comm->plan_ctx, &group_calls[i].args), r, fail);
+    calls[ncalls++] = group_calls[i].args;
   }
-  HC_TRY_GOTO(hc_plan_stage(plan, &comm->plan_ctx, true), r, fail);
-  HC_TRY_GOTO(hc_proxy_submit(comm->proxy, plan, streams, nstreams), r, fail);
-  free(streams);
-  return HC_OK;
-fail:
-  if (plan) hc_plan_reset(plan);
-  free(plan);
+  r = hc_proxy_submit(comm->proxy, calls, ncalls, streams, nstreams);
+out:
+  free(calls);
   free(streams);
   return r;
 }

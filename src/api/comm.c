@@ -53,6 +53,7 @@ void hc_comm_free(struct hetcclComm *comm) {
     (atomic_load(&comm->abort_flag) ? comm->vendor->comm_abort : comm->vendor->comm_destroy)(comm->vendor_comm);
   hc_plan_reset(&comm->plan);
   hc_scratch_pool_destroy(comm->plan.pool);
+  hc_scratch_pool_destroy(comm->plan.dev_pool);
   if (comm->socket_ctx) hc_net_socket.close(comm->socket_ctx);
   if (comm->shm_ctx) hc_net_shm.close(comm->shm_ctx);
   hc_bootstrap_destroy(comm->boot);
@@ -259,9 +260,10 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
   enum hc_algo algo;
   HC_TRY_GOTO(hc_algo_parse(hc_param_str(HC_P_ALGO), &algo), r, fail);
   struct hc_scratch_pool *pool;
-  HC_TRY_GOTO(hc_scratch_pool_create(config->device_kind == HC_MEM_HOST ? NULL : hc_dev_get(config->device_kind),
-                                      &pool), r, fail);
+  const struct hc_dev_ops *gpu = config->device_kind == HC_MEM_HOST ? NULL : hc_dev_get(config->device_kind);
+  HC_TRY_GOTO(hc_scratch_pool_create(gpu ? HC_POOL_PINNED : HC_POOL_HOST, gpu, config->device_id, &pool), r, fail);
   comm->plan.pool = pool;
+  if (gpu) HC_TRY_GOTO(hc_scratch_pool_create(HC_POOL_DEVICE, gpu, config->device_id, &comm->plan.dev_pool), r, fail);
   comm->plan_ctx = (struct hc_plan_ctx){
       .rank = rank, .nranks = nranks, .algo = algo,
       .chunk_bytes = (size_t)HC_MAX(hc_param_int(HC_P_CHUNK_BYTES), 64),

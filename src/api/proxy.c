@@ -9,11 +9,49 @@
 
 #define HC_PROXY_RING 1024 /* ready flags: calls that may be in flight at once */
 
+/* The calls of one group on this comm. The plan is built when the job
+ * runs, so the plans of calls in flight never hold scratch at once. */
 struct proxy_job {
-  struct hc_plan *plan;
+  struct hc_coll_args *calls;
+  int ncalls;
+  size_t *v_arrays; /* alltoallv: copies of the count arrays */
   uint32_t seq;
   struct proxy_job *next;
 };
+
+static void job_free(struct proxy_job *job) {
+  free(job->calls);
+  free(job->v_arrays);
+  free(job);
+}
+
+/* Copies calls (and their alltoallv arrays, which the caller may reuse). */
+static hc_result_t job_new(const struct hc_coll_args *calls, int ncalls, int nranks, struct proxy_job **out) {
+  struct proxy_job *job;
+  *out = NULL;
+  HC_TRY(hc_calloc(&job, 1, sizeof(*job), "proxy job"));
+  int nv = 0;
+  for (int i = 0; i < ncalls; i++) nv += calls[i].coll == HC_COLL_ALLTOALLV;
+  job->calls = malloc((size_t)ncalls * sizeof(*calls));
+  job->v_arrays = nv ? malloc((size_t)nv * 4 * (size_t)nranks * sizeof(size_t)) : NULL;
+  if (job->calls == NULL || (nv && job->v_arrays == NULL)) {
+    job_free(job);
+    return HC_FAIL(HC_ERR_SYSTEM, "proxy: out of host memory for a job of %d calls", ncalls);
+  }
+  memcpy(job->calls, calls, (size_t)ncalls * sizeof(*calls));
+  job->ncalls = ncalls;
+  size_t *v = job->v_arrays, n = (size_t)nranks;
+  for (int i = 0; i < ncalls; i++) {
+    struct hc_coll_args *a = &job->calls[i];
+    if (a->coll != HC_COLL_ALLTOALLV) continue;
+    const size_t *src[4] = {a->sendcounts, a->sdispls, a->recvcounts, a->rdispls};
+    for (int k = 0; k < 4; k++) memcpy(v + (size_t)k * n, src[k], n * sizeof(size_t));
+    a->sendcounts = v, a->sdispls = v + n, a->recvcounts = v + 2 * n, a->rdispls = v + 3 * n;
+    v += 4 * n;
+  }
+  *out = job;
+  return HC_OK;
+}
 
 struct hc_proxy {
   struct hetcclComm *comm;
@@ -28,6 +66,7 @@ struct hc_proxy {
   pthread_cond_t wake, idle;
   struct proxy_job *head, *tail;
   bool busy, stop;
+  struct hc_plan plan; /* the running job's; its scratch pools are the comm's */
 };
 
 static volatile uint32_t *ready_flag(struct hc_proxy *px, uint32_t seq) { return &px->flags[seq % HC_PROXY_RING]; }
@@ -53,6 +92,24 @@ static void release_stream(struct hc_proxy *px, uint32_t seq) {
   atomic_store_explicit((_Atomic uint32_t *)done_flag(px), seq, memory_order_release);
 }
 
+/* Builds the job's plan and runs it on the proxy's stream. */
+static hc_result_t run_job(struct hc_proxy *px, const struct proxy_job *job) {
+  struct hetcclComm *comm = px->comm;
+  struct hc_plan *plan = &px->plan;
+  hc_result_t r = HC_OK;
+  plan->mem = comm->config.device_kind;
+  for (int i = 0; i < job->ncalls && r == HC_OK; i++) r = hc_plan_add(plan, &comm->plan_ctx, &job->calls[i]);
+  if (r == HC_OK) r = hc_plan_stage(plan, &comm->plan_ctx, true);
+  if (r == HC_OK) r = wait_ready(px, job->seq);
+  if (r == HC_OK) {
+    struct hc_exec_job ej = {.links = &comm->links, .plan = plan, .stream = px->stream};
+    r = hc_exec_run_blocking(&ej, 1, hc_deadline_ns());
+    if (r == HC_OK) r = px->dev->stream_sync(px->stream);
+  }
+  hc_plan_reset(plan);
+  return r;
+}
+
 static void *proxy_main(void *arg) {
   struct hc_proxy *px = arg;
   hc_log_set_rank(px->comm->rank);
@@ -68,20 +125,12 @@ static void *proxy_main(void *arg) {
     px->busy = true;
     pthread_mutex_unlock(&px->lock);
 
-    hc_result_t r = atomic_load(&px->comm->async_error) != HC_OK ? HC_ERR_REMOTE : HC_OK;
-    if (r == HC_OK) r = wait_ready(px, job->seq);
-    if (r == HC_OK) {
-      struct hc_exec_job ej = {.links = &px->comm->links, .plan = job->plan, .stream = px->stream};
-      r = hc_exec_run_blocking(&ej, 1, hc_deadline_ns());
-      if (r == HC_OK) r = px->dev->stream_sync(px->stream);
-    }
+    hc_result_t r = atomic_load(&px->comm->async_error) != HC_OK ? HC_ERR_REMOTE : run_job(px, job);
     if (r != HC_OK) hc_comm_set_async_error(px->comm, r);
     /* Released even after a failure, or the GPU would wait forever; the
      * failure is the comm's async error, which callers poll. */
     release_stream(px, job->seq);
-    hc_plan_reset(job->plan);
-    free(job->plan);
-    free(job);
+    job_free(job);
 
     pthread_mutex_lock(&px->lock);
     px->busy = false;
@@ -97,6 +146,7 @@ hc_result_t hc_proxy_create(struct hetcclComm *comm, struct hc_proxy **out) {
   *out = NULL;
   HC_TRY(hc_calloc(&px, 1, sizeof(*px), "proxy"));
   px->comm = comm;
+  px->plan = (struct hc_plan){.pool = comm->plan.pool, .dev_pool = comm->plan.dev_pool};
   px->dev = hc_dev_get(comm->config.device_kind);
   px->device = comm->config.device_id;
   pthread_mutex_init(&px->lock, NULL);
@@ -126,7 +176,8 @@ fail:
   return r;
 }
 
-hc_result_t hc_proxy_submit(struct hc_proxy *px, struct hc_plan *plan, hc_stream_t *streams, int nstreams) {
+hc_result_t hc_proxy_submit(struct hc_proxy *px, const struct hc_coll_args *calls, int ncalls,
+                            hc_stream_t *streams, int nstreams) {
   const struct hc_dev_ops *dev = px->dev;
   for (int i = 0; i < nstreams; i++) {
     bool capturing = false;
@@ -136,7 +187,7 @@ hc_result_t hc_proxy_submit(struct hc_proxy *px, struct hc_plan *plan, hc_stream
                      "run them outside the capture", px->comm->rank);
   }
   struct proxy_job *job;
-  HC_TRY(hc_calloc(&job, 1, sizeof(*job), "proxy job"));
+  HC_TRY(job_new(calls, ncalls, px->comm->nranks, &job));
   uint32_t seq = ++px->next_seq;
   /* A ready slot is reused after HC_PROXY_RING calls: the proxy must have
    * passed it. */
@@ -156,7 +207,6 @@ hc_result_t hc_proxy_submit(struct hc_proxy *px, struct hc_plan *plan, hc_stream
     for (int i = 1; i < nstreams; i++) HC_TRY_GOTO(dev->stream_wait_event(streams[i], ev), r, fail);
   }
   if (ev) dev->event_destroy(ev);
-  job->plan = plan;
   job->seq = seq;
   pthread_mutex_lock(&px->lock);
   if (px->tail) px->tail->next = job;
@@ -167,7 +217,7 @@ hc_result_t hc_proxy_submit(struct hc_proxy *px, struct hc_plan *plan, hc_stream
   return HC_OK;
 fail:
   if (ev) dev->event_destroy(ev);
-  free(job);
+  job_free(job);
   return r;
 }
 
@@ -200,9 +250,7 @@ void hc_proxy_destroy(struct hc_proxy *px) {
   for (struct proxy_job *job = px->head, *next; job; job = next) {
     next = job->next;
     release_stream(px, job->seq);
-    hc_plan_reset(job->plan);
-    free(job->plan);
-    free(job);
+    job_free(job);
   }
   if (px->stream) {
     px->dev->stream_sync(px->stream);

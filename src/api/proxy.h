@@ -18,10 +18,12 @@ struct hc_proxy;
 struct hetcclComm;
 
 hc_result_t hc_proxy_create(struct hetcclComm *comm, struct hc_proxy **out);
-/* Takes ownership of plan (heap-allocated). streams[0] carries the flags;
- * the other streams of the group are joined to it with events. Fails with
+/* Queues the calls of one group (copied) as one job; the proxy builds its
+ * plan when the job comes up. streams[0] carries the flags; the other
+ * streams of the group are joined to it with events. Fails with
  * HC_ERR_USAGE when a stream is capturing a CUDA graph. */
-hc_result_t hc_proxy_submit(struct hc_proxy *px, struct hc_plan *plan, hc_stream_t *streams, int nstreams);
+hc_result_t hc_proxy_submit(struct hc_proxy *px, const struct hc_coll_args *calls, int ncalls,
+                            hc_stream_t *streams, int nstreams);
 /* Waits (bounded by HETCCL_TIMEOUT) until every submitted plan has run. */
 hc_result_t hc_proxy_drain_blocking(struct hc_proxy *px);
 /* Stops the thread (pending plans fail and release their streams); takes NULL. */

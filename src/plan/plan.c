@@ -11,14 +11,17 @@
 /* ---- scratch pool ---- */
 
 /* A host pool keeps its HC_POOL_KEEP largest free buffers and frees the
- * rest. A pinned pool frees nothing before it is destroyed: freeing pinned
- * memory (cuMemFreeHost) waits for every stream of the context, and the
- * proxy thread, which returns a plan's buffers, runs while the caller's
- * stream waits for it: a deadlock. Its buffers are reused by size. */
+ * rest. A pinned or device pool frees nothing before it is destroyed:
+ * freeing such memory (cuMemFreeHost, cuMemFree) waits for every stream of
+ * the context, and the proxy thread, which returns a plan's buffers, runs
+ * while the caller's stream waits for it: a deadlock. Its buffers are
+ * reused by size. */
 #define HC_POOL_KEEP 8
 struct hc_scratch_pool {
   pthread_mutex_t lock;
-  const struct hc_dev_ops *pinned;
+  enum hc_pool_kind kind;
+  const struct hc_dev_ops *dev;
+  int device;
   void **free_bufs;
   size_t *free_bytes;
   int cap;
@@ -26,18 +29,26 @@ struct hc_scratch_pool {
 
 static void *buf_alloc(const struct hc_scratch_pool *pool, size_t bytes) {
   size_t rounded = HC_DIV_UP(bytes ? bytes : 1, 4096) * 4096;
-  if (pool->pinned == NULL) return aligned_alloc(4096, rounded);
   void *p = NULL;
-  return pool->pinned->host_alloc(rounded, &p) == HC_OK ? p : NULL;
+  switch (pool->kind) {
+  case HC_POOL_HOST: return aligned_alloc(4096, rounded);
+  case HC_POOL_PINNED: return pool->dev->host_alloc(rounded, &p) == HC_OK ? p : NULL;
+  case HC_POOL_DEVICE: return pool->dev->mem_alloc(pool->device, rounded, &p) == HC_OK ? p : NULL;
+  }
+  return NULL;
 }
 
 static void buf_free(const struct hc_scratch_pool *pool, void *p) {
   if (p == NULL) return;
-  if (pool->pinned == NULL) free(p);
-  else pool->pinned->host_free(p);
+  switch (pool->kind) {
+  case HC_POOL_HOST: free(p); break;
+  case HC_POOL_PINNED: pool->dev->host_free(p); break;
+  case HC_POOL_DEVICE: pool->dev->mem_free(pool->device, p); break;
+  }
 }
 
-hc_result_t hc_scratch_pool_create(const struct hc_dev_ops *pinned, struct hc_scratch_pool **out) {
+hc_result_t hc_scratch_pool_create(enum hc_pool_kind kind, const struct hc_dev_ops *dev, int device,
+                                   struct hc_scratch_pool **out) {
   struct hc_scratch_pool *pool;
   HC_TRY(hc_calloc(&pool, 1, sizeof(*pool), "scratch pool"));
   pool->cap = HC_POOL_KEEP;
@@ -50,7 +61,9 @@ hc_result_t hc_scratch_pool_create(const struct hc_dev_ops *pinned, struct hc_sc
     return HC_FAIL(HC_ERR_SYSTEM, "out of host memory for a scratch pool");
   }
   pthread_mutex_init(&pool->lock, NULL);
-  pool->pinned = pinned;
+  pool->kind = kind;
+  pool->dev = dev;
+  pool->device = device;
   *out = pool;
   return HC_OK;
 }
@@ -91,8 +104,8 @@ static void pool_put(struct hc_scratch_pool *pool, void *buf, size_t bytes) {
     if (pool->free_bufs[i] == NULL) { victim = i; break; }
     if (pool->free_bytes[i] < pool->free_bytes[victim]) victim = i;
   }
-  if (pool->free_bufs[victim] != NULL && pool->pinned != NULL) {
-    /* Full, and pinned memory is never freed here: grow. */
+  if (pool->free_bufs[victim] != NULL && pool->kind != HC_POOL_HOST) {
+    /* Full, and pinned or device memory is never freed here: grow. */
     int cap = pool->cap * 2;
     void **bufs = realloc(pool->free_bufs, (size_t)cap * sizeof(void *));
     if (bufs) pool->free_bufs = bufs;
@@ -141,31 +154,40 @@ hc_ref_t hc_plan_push(struct hc_plan *p, struct hc_step s) {
   return p->nsteps;
 }
 
-void *hc_plan_scratch(struct hc_plan *p, size_t bytes) {
+static void *take_scratch(struct hc_plan *p, struct hc_scratch_pool *pool, size_t bytes) {
   if (plan_failed(p)) return NULL;
-  void **bufs = realloc(p->scratch, (size_t)(p->nscratch + 1) * sizeof(*bufs));
-  if (bufs) p->scratch = bufs;
-  size_t *sizes = realloc(p->scratch_bytes, (size_t)(p->nscratch + 1) * sizeof(*sizes));
-  if (sizes) p->scratch_bytes = sizes;
+  struct hc_scratch *list = realloc(p->scratch, (size_t)(p->nscratch + 1) * sizeof(*list));
+  if (list) p->scratch = list;
   size_t got = 0;
-  void *buf = bufs && sizes ? pool_get(p->pool, bytes, &got) : NULL;
+  void *buf = list ? pool_get(pool, bytes, &got) : NULL;
   if (buf == NULL) {
     p->cap = -1;
     return NULL;
   }
-  p->scratch[p->nscratch] = buf;
-  p->scratch_bytes[p->nscratch] = got;
-  p->nscratch++;
+  p->scratch[p->nscratch++] = (struct hc_scratch){.buf = buf, .bytes = got, .pool = pool};
   return buf;
 }
 
+void *hc_plan_scratch(struct hc_plan *p, size_t bytes) {
+  return take_scratch(p, p->dev_pool ? p->dev_pool : p->pool, bytes);
+}
+
+void *hc_plan_host_scratch(struct hc_plan *p, size_t bytes) { return take_scratch(p, p->pool, bytes); }
+
+bool hc_plan_in_host_scratch(const struct hc_plan *p, const void *ptr) {
+  const char *c = ptr;
+  for (int i = 0; i < p->nscratch; i++) {
+    const struct hc_scratch *s = &p->scratch[i];
+    if (s->pool == p->pool && c >= (const char *)s->buf && c < (const char *)s->buf + s->bytes) return true;
+  }
+  return false;
+}
+
 void hc_plan_reset(struct hc_plan *p) {
-  for (int i = 0; i < p->nscratch; i++) pool_put(p->pool, p->scratch[i], p->scratch_bytes[i]);
+  for (int i = 0; i < p->nscratch; i++) pool_put(p->scratch[i].pool, p->scratch[i].buf, p->scratch[i].bytes);
   free(p->scratch);
-  free(p->scratch_bytes);
   free(p->steps);
-  struct hc_scratch_pool *pool = p->pool;
-  *p = (struct hc_plan){.pool = pool};
+  *p = (struct hc_plan){.pool = p->pool, .dev_pool = p->dev_pool};
 }
 
 /* ---- names ---- */
@@ -197,7 +219,7 @@ hc_ref_t hc_push_avg(struct hc_plan *p, const struct hc_coll_args *a, void *out,
                      int nranks, hc_ref_t dep) {
   if (a->op != HC_AVG || count == 0) return dep;
   enum hc_dtype t = a->dtype;
-  uint64_t *divisor = hc_plan_scratch(p, sizeof(uint64_t));
+  uint64_t *divisor = hc_plan_host_scratch(p, sizeof(uint64_t));
   if (divisor == NULL) return 0;
   *divisor = (uint64_t)nranks;
   struct hc_step s = {.kind = HC_STEP_SCALE, .redop = HC_SCALE_DIV, .dtype = (uint8_t)t,
@@ -212,7 +234,7 @@ static hc_ref_t push_premul(struct hc_plan *p, const struct hc_coll_args *a, siz
                             const void **in) {
   size_t esize = hc_dtype_size(a->dtype);
   void *scaled = hc_plan_scratch(p, count * esize);
-  void *factor = hc_plan_scratch(p, sizeof(a->premul_factor));
+  void *factor = hc_plan_host_scratch(p, sizeof(a->premul_factor));
   if (scaled == NULL || factor == NULL) return 0;
   memcpy(factor, a->premul_factor, sizeof(a->premul_factor));
   struct hc_step s = {.kind = HC_STEP_SCALE, .redop = HC_SCALE_MUL, .dtype = (uint8_t)a->dtype,

@@ -68,12 +68,21 @@ struct hc_step {
   int32_t deps[HC_STEP_MAX_DEPS];
 };
 
+/* A buffer a plan took from a pool, and the pool it goes back to. */
+struct hc_scratch {
+  void *buf;
+  size_t bytes;
+  struct hc_scratch_pool *pool;
+};
+
 struct hc_plan {
   struct hc_step *steps;
   int nsteps, cap;
-  struct hc_scratch_pool *pool; /* where scratch comes from and goes back */
-  void **scratch;          /* buffers taken from pool, one per call that needed one */
-  size_t *scratch_bytes;
+  /* Where scratch comes from and goes back: host memory (pinned for GPU
+   * plans) for what the host reads or transports move, and for GPU plans
+   * device memory (dev_pool) for the data the algorithms reduce. */
+  struct hc_scratch_pool *pool, *dev_pool;
+  struct hc_scratch *scratch;
   int nscratch;
   enum hc_algo algo;       /* what ran, for logs and benchmarks */
   enum hc_mem_kind mem;    /* where the buffers live */
@@ -82,10 +91,11 @@ struct hc_plan {
 /* Scratch buffers of a comm, kept between calls so the hot path does not
  * fault in fresh pages. Used by one thread at a time. */
 struct hc_scratch_pool;
-/* pinned: the GPU backend whose page-locked host memory the scratch must
- * be (transports read it and the device's kernels read it in place), or
- * NULL for ordinary memory. */
-hc_result_t hc_scratch_pool_create(const struct hc_dev_ops *pinned, struct hc_scratch_pool **out);
+enum hc_pool_kind { HC_POOL_HOST, HC_POOL_PINNED, HC_POOL_DEVICE };
+/* dev: the GPU backend of PINNED (page-locked host memory that its copies
+ * reach at full speed) and DEVICE (memory of its device `device`). */
+hc_result_t hc_scratch_pool_create(enum hc_pool_kind kind, const struct hc_dev_ops *dev, int device,
+                                   struct hc_scratch_pool **out);
 void hc_scratch_pool_destroy(struct hc_scratch_pool *pool); /* takes NULL */
 
 /* What a plan may depend on besides the call. */
@@ -109,8 +119,8 @@ void hc_plan_reset(struct hc_plan *plan);
  * With device_memory (a GPU plan whose transports cannot reach device
  * memory), also rewrites every transfer of device memory into transfers of
  * pinned host slots (copy device -> slot, then send; receive, then copy
- * slot -> device), with separate slot rings for sends and receives; scratch
- * is pinned already and is sent as it is. */
+ * slot -> device), with separate slot rings for sends and receives; host
+ * scratch is pinned already and is sent as it is. */
 hc_result_t hc_plan_stage(struct hc_plan *plan, const struct hc_plan_ctx *ctx, bool device_memory);
 
 #endif

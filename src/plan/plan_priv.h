@@ -45,8 +45,12 @@ static inline hc_ref_t hc_push_scale(struct hc_plan *p, void *dst, const void *s
                                           .count = count, HC_DEPS(d0, d1)});
 }
 
-/* Scratch of at least bytes from the comm's pool, owned by the plan. */
+/* Scratch of at least bytes, owned by the plan: for data (device memory
+ * in a GPU plan), and for what the host reads (scalars of SCALE steps,
+ * staging slots; pinned memory in a GPU plan). */
 void *hc_plan_scratch(struct hc_plan *p, size_t bytes);
+void *hc_plan_host_scratch(struct hc_plan *p, size_t bytes);
+bool hc_plan_in_host_scratch(const struct hc_plan *p, const void *ptr);
 
 /* Block b of a buffer of count elements split over n: first element, length. */
 static inline void hc_block(size_t count, int n, int b, size_t *off, size_t *len) {

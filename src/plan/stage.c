@@ -8,9 +8,9 @@
  * the device. Sends and receives have their own slot rings, so a send never
  * waits for a receive's slot (no cycle between two ranks that both stage).
  *
- * A pointer is host memory if it lies in one of the plan's scratch buffers
- * (pinned for GPU plans); every other buffer of a GPU plan is the caller's
- * device memory.
+ * A pointer is host memory if it lies in one of the plan's host scratch
+ * buffers (pinned for GPU plans); every other buffer of a GPU plan is
+ * device memory, the caller's or the plan's data scratch.
  *
  * Every plan, host or GPU, also cuts transfers of host memory into the same
  * pieces (sent or received in place), so that a message is cut the same way
@@ -27,13 +27,6 @@ struct slot_ring {
   int count, next;
   hc_ref_t *last_user;
 };
-
-static bool in_scratch(const struct hc_plan *p, const void *ptr) {
-  const char *c = ptr;
-  for (int i = 0; i < p->nscratch; i++)
-    if (c >= (const char *)p->scratch[i] && c < (const char *)p->scratch[i] + p->scratch_bytes[i]) return true;
-  return false;
-}
 
 /* Joins refs[0..n) into one reference with NOP steps of up to 4 deps. */
 static hc_ref_t join(struct hc_plan *p, hc_ref_t *refs, int n) {
@@ -62,7 +55,7 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
   for (int i = 0; i < nold; i++) {
     const struct hc_step *s = &old[i];
     if (s->kind != HC_STEP_SEND && s->kind != HC_STEP_RECV) continue;
-    bool dev = device_memory && !in_scratch(p, s->kind == HC_STEP_SEND ? s->src0 : s->dst);
+    bool dev = device_memory && !hc_plan_in_host_scratch(p, s->kind == HC_STEP_SEND ? s->src0 : s->dst);
     if ((dev && s->count > 0) || s->count > piece_max) {
       any = true;
       max_pieces = HC_MAX(max_pieces, HC_DIV_UP(s->count, piece_max));
@@ -75,7 +68,7 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
   pieces = calloc(max_pieces, sizeof(hc_ref_t));
   for (int d = 0; d < 2 && device_memory; d++) {
     ring[d] = (struct slot_ring){.bytes = piece_max, .count = nslots};
-    ring[d].base = hc_plan_scratch(p, piece_max * (size_t)nslots);
+    ring[d].base = hc_plan_host_scratch(p, piece_max * (size_t)nslots);
     ring[d].last_user = calloc((size_t)nslots, sizeof(hc_ref_t));
   }
   hc_result_t r = HC_OK;
@@ -93,7 +86,7 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
     for (int d = 0; d < HC_STEP_MAX_DEPS; d++)
       if (s.deps[d]) s.deps[d] = map[s.deps[d] - 1];
     bool send = s.kind == HC_STEP_SEND, recv = s.kind == HC_STEP_RECV;
-    bool dev = device_memory && (send || recv) && !in_scratch(p, send ? s.src0 : s.dst);
+    bool dev = device_memory && (send || recv) && !hc_plan_in_host_scratch(p, send ? s.src0 : s.dst);
     if ((!send && !recv) || s.count == 0 || (!dev && s.count <= piece_max)) {
       map[i] = hc_plan_push(p, s);
       continue;

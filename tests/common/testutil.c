@@ -35,6 +35,8 @@
 
 #include "device/device.h"
 
+static bool verbose_cases; /* TU_VERBOSE: print each case as it starts */
+
 extern char **environ;
 
 /* ---- checks ---- */
@@ -58,6 +60,7 @@ void tu_init(int argc, char **argv) {
     if (n < 0 || (size_t)n >= sizeof(repro_env) - at) break;
     at += (size_t)n;
   }
+  verbose_cases = getenv("TU_VERBOSE") != NULL;
   tu_seconds();
 }
 
@@ -66,6 +69,8 @@ void tu_set_case(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(tl_case, sizeof(tl_case), fmt, ap);
   va_end(ap);
+  /* TU_VERBOSE=1: each case as it starts, so a hang names its case. */
+  if (verbose_cases) fprintf(stderr, "case: %s\n", tl_case);
 }
 
 void tu_set_repro(const char *fmt, ...) {
