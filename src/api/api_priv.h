@@ -33,6 +33,7 @@ struct hc_peer_info {
   struct hc_net_handle socket_handle;
   struct hc_net_handle shm_handle; /* valid when has_shm */
   int32_t has_shm;
+  int32_t shm_window;  /* asked shm for windows: a pair with such a rank has them */
 };
 
 struct hc_premul_op {
@@ -63,6 +64,8 @@ struct hetcclComm {
   void *socket_ctx;
   void *shm_ctx;
   struct hc_plan_ctx plan_ctx;
+  struct hc_plan_window *windows; /* nranks, or NULL: plan_ctx.windows */
+  bool windows_registered;        /* with this rank's GPU driver */
   struct hc_plan plan;            /* reused call after call */
   struct hc_premul_op premul[HC_MAX_PREMUL_OPS];
   atomic_bool abort_flag;

@@ -46,9 +46,71 @@ void hc_comm_fail(struct hetcclComm *comm, hc_result_t r) {
   comm->boot = NULL;
 }
 
+static size_t gpu_chunk_bytes(void) {
+  return (size_t)HC_MAX(HC_DIV_UP(hc_param_int(HC_P_GPU_CHUNK_BYTES), 4096) * 4096, 4096);
+}
+
+/* Registers (or unregisters) every window with this rank's GPU driver, so
+ * that its copies reach them at full speed. */
+static hc_result_t windows_register(struct hetcclComm *comm, bool on) {
+  const struct hc_dev_ops *gpu = hc_dev_get(comm->config.device_kind);
+  hc_result_t r = HC_OK;
+  for (int i = 0; i < comm->nranks && comm->windows; i++) {
+    const struct hc_net_window *w = &comm->windows[i].w;
+    if (w->bytes == 0) continue;
+    void *regions[2] = {w->tx, w->rx};
+    for (int k = 0; k < 2; k++) {
+      hc_result_t e = on ? gpu->host_register(regions[k], w->bytes) : gpu->host_unregister(regions[k]);
+      if (e != HC_OK && r == HC_OK) r = e;
+    }
+  }
+  return r;
+}
+
+/* Pairs of one host where either rank asked for windows connect now, at
+ * init, and take the windows of their segment; staging then moves their
+ * transfers through them (plan.h, hc_plan_window). */
+static hc_result_t windows_open(struct hetcclComm *comm) {
+  const struct hc_peer_info *me = &comm->peers[comm->rank];
+  int npairs = 0;
+  for (int i = 0; i < comm->nranks; i++)
+    npairs += comm->links.peer[i].net == &hc_net_shm && (me->shm_window || comm->peers[i].shm_window);
+  if (npairs == 0) return HC_OK;
+  HC_TRY(hc_calloc(&comm->windows, (size_t)comm->nranks, sizeof(*comm->windows), "windows"));
+  uint64_t deadline = hc_deadline_ns();
+  size_t slot_bytes = 0;
+  for (int i = 0; i < comm->nranks; i++) {
+    struct hc_link *l = &comm->links.peer[i];
+    if (l->net != &hc_net_shm || !(me->shm_window || comm->peers[i].shm_window)) continue;
+    while (l->conn == NULL) {
+      HC_TRY(l->net->connect(l->ctx, i, &l->handle, &l->conn));
+      if (l->conn != NULL) break;
+      if (hc_now_ns() > deadline)
+        return HC_FAIL(HC_ERR_REMOTE, "rank %d: shm connection to rank %d not up within HETCCL_TIMEOUT",
+                       comm->rank, i);
+      HC_TRY(l->net->wait_blocking(l->ctx, 1));
+    }
+    struct hc_plan_window *w = &comm->windows[i];
+    l->net->window(l->conn, &w->w);
+    if (w->w.bytes < HC_WINDOW_SLOTS * 4096)
+      return HC_FAIL(HC_ERR_INTERNAL, "rank %d: the shm segment shared with rank %d has no window", comm->rank, i);
+    w->slot_bytes = slot_bytes = w->w.bytes / HC_WINDOW_SLOTS;
+  }
+  if (comm->config.device_kind != HC_MEM_HOST) {
+    HC_TRY(windows_register(comm, true));
+    comm->windows_registered = true;
+  }
+  comm->plan_ctx.windows = comm->windows;
+  HC_INFO(HC_NET, "rank %d: %d same-host peers through shm windows of %d slots of %zu KiB", comm->rank, npairs,
+          HC_WINDOW_SLOTS, slot_bytes >> 10);
+  return HC_OK;
+}
+
 void hc_comm_free(struct hetcclComm *comm) {
   if (comm == NULL) return;
   hc_proxy_destroy(comm->proxy);
+  if (comm->windows_registered) windows_register(comm, false);
+  free(comm->windows);
   if (comm->vendor_comm)
     (atomic_load(&comm->abort_flag) ? comm->vendor->comm_abort : comm->vendor->comm_destroy)(comm->vendor_comm);
   hc_plan_reset(&comm->plan);
@@ -210,6 +272,8 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
   bool has_shm = false;
   if (nranks > 1 && !hc_param_int(HC_P_SHM_DISABLE)) {
     struct hc_net_caps shm_caps;
+    if (config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_SHM_WINDOW))
+      net_args.window_bytes = HC_WINDOW_SLOTS * gpu_chunk_bytes();
     has_shm = hc_net_shm.open(&net_args, &shm_caps, &shm_handle, &comm->shm_ctx) == HC_OK;
     if (!has_shm) HC_INFO(HC_NET, "shm: not available here (%s); local peers use sockets", hc_last_error());
   }
@@ -218,6 +282,7 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
   struct hc_peer_info *me = &comm->peers[rank];
   *me = (struct hc_peer_info){.magic = HC_PEER_INFO_MAGIC, .rank = rank, .host_hash = host_hash(),
                               .pid = (int32_t)getpid(), .device_kind = config->device_kind,
+                              .shm_window = net_args.window_bytes > 0,
                               .device_id = config->device_id, .socket_handle = handle,
                               .shm_handle = shm_handle, .has_shm = has_shm};
   snprintf(me->group_name, sizeof(me->group_name), "%s",
@@ -257,6 +322,8 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
     }
   }
 
+  bool any_gpu = false;
+  for (int i = 0; i < nranks; i++) any_gpu |= comm->peers[i].device_kind != HC_MEM_HOST;
   enum hc_algo algo;
   HC_TRY_GOTO(hc_algo_parse(hc_param_str(HC_P_ALGO), &algo), r, fail);
   struct hc_scratch_pool *pool;
@@ -266,9 +333,10 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
   if (gpu) HC_TRY_GOTO(hc_scratch_pool_create(HC_POOL_DEVICE, gpu, config->device_id, &comm->plan.dev_pool), r, fail);
   comm->plan_ctx = (struct hc_plan_ctx){
       .rank = rank, .nranks = nranks, .algo = algo,
-      .chunk_bytes = (size_t)HC_MAX(hc_param_int(HC_P_CHUNK_BYTES), 64),
+      .chunk_bytes = any_gpu ? gpu_chunk_bytes() : (size_t)HC_MAX(hc_param_int(HC_P_CHUNK_BYTES), 64),
       .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
-      .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1), .pool = pool};
+      .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1)};
+  HC_TRY_GOTO(windows_open(comm), r, fail);
   if (config->device_kind != HC_MEM_HOST) {
     HC_TRY_GOTO(hc_dev_get(config->device_kind)->set_device(config->device_id), r, fail);
     if (vendor_passthrough(comm)) HC_TRY_GOTO(vendor_init(comm), r, fail);

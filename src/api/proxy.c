@@ -57,7 +57,7 @@ struct hc_proxy {
   struct hetcclComm *comm;
   const struct hc_dev_ops *dev;
   int device;
-  hc_stream_t stream; /* the plans' local steps run here */
+  hc_stream_t streams[HC_LANE_COUNT]; /* the plans' local steps run here */
   uint32_t *flags;    /* pinned: [0..RING) ready slots, [RING] done */
   uint32_t next_seq;  /* caller side: the last seq handed out */
   pthread_t thread;
@@ -102,9 +102,10 @@ static hc_result_t run_job(struct hc_proxy *px, const struct proxy_job *job) {
   if (r == HC_OK) r = hc_plan_stage(plan, &comm->plan_ctx, true);
   if (r == HC_OK) r = wait_ready(px, job->seq);
   if (r == HC_OK) {
-    struct hc_exec_job ej = {.links = &comm->links, .plan = plan, .stream = px->stream};
+    struct hc_exec_job ej = {.links = &comm->links, .plan = plan};
+    memcpy(ej.streams, px->streams, sizeof(ej.streams));
     r = hc_exec_run_blocking(&ej, 1, hc_deadline_ns());
-    if (r == HC_OK) r = px->dev->stream_sync(px->stream);
+    for (int l = 0; l < HC_LANE_COUNT && r == HC_OK; l++) r = px->dev->stream_sync(px->streams[l]);
   }
   hc_plan_reset(plan);
   return r;
@@ -153,7 +154,7 @@ hc_result_t hc_proxy_create(struct hetcclComm *comm, struct hc_proxy **out) {
   pthread_cond_init(&px->wake, NULL);
   pthread_cond_init(&px->idle, NULL);
   HC_TRY_GOTO(px->dev->set_device(px->device), r, fail);
-  HC_TRY_GOTO(px->dev->stream_create(px->device, &px->stream), r, fail);
+  for (int l = 0; l < HC_LANE_COUNT; l++) HC_TRY_GOTO(px->dev->stream_create(px->device, &px->streams[l]), r, fail);
   HC_TRY_GOTO(px->dev->host_alloc((HC_PROXY_RING + 1 + 16) * sizeof(uint32_t), (void **)&px->flags), r, fail);
   memset(px->flags, 0, (HC_PROXY_RING + 1 + 16) * sizeof(uint32_t));
   /* Compile and load the reduction kernels now, while no stream waits for
@@ -162,8 +163,8 @@ hc_result_t hc_proxy_create(struct hetcclComm *comm, struct hc_proxy **out) {
   float *probe = (float *)&px->flags[HC_PROXY_RING + 1];
   struct hc_reduce_args warm = {.dst = probe, .src0 = probe, .src1 = probe, .count = 1, .dtype = HC_FLOAT32,
                                 .op = HC_SUM};
-  HC_TRY_GOTO(px->dev->reduce(&warm, px->stream), r, fail);
-  HC_TRY_GOTO(px->dev->stream_sync(px->stream), r, fail);
+  HC_TRY_GOTO(px->dev->reduce(&warm, px->streams[HC_LANE_MAIN]), r, fail);
+  HC_TRY_GOTO(px->dev->stream_sync(px->streams[HC_LANE_MAIN]), r, fail);
   if (pthread_create(&px->thread, NULL, proxy_main, px) != 0) {
     r = HC_FAIL(HC_ERR_SYSTEM, "proxy: cannot start its thread: %s", strerror(errno));
     goto fail;
@@ -252,9 +253,10 @@ void hc_proxy_destroy(struct hc_proxy *px) {
     release_stream(px, job->seq);
     job_free(job);
   }
-  if (px->stream) {
-    px->dev->stream_sync(px->stream);
-    px->dev->stream_destroy(px->stream);
+  for (int l = 0; l < HC_LANE_COUNT; l++) {
+    if (px->streams[l] == NULL) continue;
+    px->dev->stream_sync(px->streams[l]);
+    px->dev->stream_destroy(px->streams[l]);
   }
   if (px->flags) px->dev->host_free(px->flags);
   pthread_cond_destroy(&px->wake);

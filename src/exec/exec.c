@@ -13,18 +13,24 @@
 
 enum { DIR_SEND = 0, DIR_RECV = 1 };
 
-/* Local steps of a GPU plan run on the job's stream; each is followed by an
- * event, and they complete in stream order. */
+/* Local steps of a GPU plan run on the stream of their lane; each is
+ * followed by an event, and a lane's steps complete in stream order. */
 #define HC_EXEC_MAX_GPU_INFLIGHT 64
+
+struct gpu_lane {
+  hc_event_t events[HC_EXEC_MAX_GPU_INFLIGHT];
+  int nevents;                            /* created so far */
+  int step[HC_EXEC_MAX_GPU_INFLIGHT];     /* ring of steps in flight on the stream */
+  int head, count;
+};
 
 struct job_state {
   struct hc_exec_job *job;
   const struct hc_dev_ops *dev;
-  bool async; /* local steps are enqueued on job->stream, not done inline */
-  hc_event_t events[HC_EXEC_MAX_GPU_INFLIGHT];
-  int nevents;                             /* created so far */
-  int gpu_step[HC_EXEC_MAX_GPU_INFLIGHT];  /* ring of steps in flight on the stream */
-  int gpu_head, gpu_count;
+  bool async; /* local steps are enqueued on the job's streams, not done inline */
+  struct gpu_lane lanes[HC_LANE_COUNT];
+  int gpu_count;           /* steps in flight on all lanes */
+  int *waits, nwaits;      /* WAIT steps whose counter has not got there yet */
   int nsteps, ndone;
   int *pending_deps;       /* per step */
   int *succ_start, *succ;  /* CSR: steps that depend on step i */
@@ -45,7 +51,9 @@ static bool is_transfer(const struct hc_step *s) {
 }
 
 static void job_state_destroy(struct job_state *st) {
-  for (int i = 0; i < st->nevents; i++) st->dev->event_destroy(st->events[i]);
+  for (int l = 0; l < HC_LANE_COUNT; l++)
+    for (int i = 0; i < st->lanes[l].nevents; i++) st->dev->event_destroy(st->lanes[l].events[i]);
+  free(st->waits);
   free(st->pending_deps);
   free(st->succ_start);
   free(st->succ);
@@ -73,7 +81,8 @@ static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *s
   st->succ_start = calloc((size_t)n + 2, sizeof(int));
   st->ready = calloc((size_t)n + 1, sizeof(int));
   st->req = calloc((size_t)n + 1, sizeof(void *));
-  if (!qsize || !qid || !st->pending_deps || !st->succ_start || !st->ready || !st->req)
+  st->waits = calloc((size_t)n + 1, sizeof(int));
+  if (!qsize || !qid || !st->pending_deps || !st->succ_start || !st->ready || !st->req || !st->waits)
     goto oom;
   int nedges = 0, ntransfers = 0;
   for (int i = 0; i < n; i++) {
@@ -151,9 +160,12 @@ static void step_done(struct job_state *st, int i) {
 
 static hc_result_t run_local(struct job_state *st, const struct hc_step *s) {
   const struct hc_dev_ops *dev = st->dev;
-  hc_stream_t stream = st->job->stream;
+  hc_stream_t stream = st->job->streams[s->lane < HC_LANE_COUNT ? s->lane : HC_LANE_MAIN];
   switch (s->kind) {
   case HC_STEP_NOP: return HC_OK;
+  case HC_STEP_SIGNAL:
+    atomic_store_explicit((atomic_ullong *)s->src0, s->count, memory_order_release);
+    return HC_OK;
   case HC_STEP_COPY: return dev->copy(s->dst, s->src0, s->count, stream);
   case HC_STEP_REDUCE: {
     struct hc_reduce_args a = {.dst = s->dst, .src0 = s->src0, .src1 = s->src1, .count = s->count,
@@ -171,40 +183,68 @@ static hc_result_t run_local(struct job_state *st, const struct hc_step *s) {
   }
 }
 
+/* A step the host does at once: no device work, no event. */
+static bool runs_inline(const struct job_state *st, const struct hc_step *s) {
+  return !st->async || s->kind == HC_STEP_NOP || s->kind == HC_STEP_SIGNAL;
+}
+
 /* Runs the local steps whose dependencies are done: inline for host plans,
- * enqueued on the job's stream with an event each for GPU plans, where
- * they are done once their event has fired. */
+ * enqueued on their lane's stream with an event each for GPU plans, where
+ * they are done once their event has fired. WAIT steps are done once their
+ * counter has got there. */
 static hc_result_t run_ready_local(struct job_state *st, bool *moved) {
   const struct hc_plan *p = st->job->plan;
-  while (st->gpu_count > 0) {
-    int slot = st->gpu_head, done = 0;
-    HC_TRY(st->dev->event_query(st->events[slot], &done));
-    if (!done) break;
-    st->gpu_head = (st->gpu_head + 1) % HC_EXEC_MAX_GPU_INFLIGHT;
-    st->gpu_count--;
-    step_done(st, st->gpu_step[slot]);
+  for (int l = 0; l < HC_LANE_COUNT; l++) {
+    struct gpu_lane *ln = &st->lanes[l];
+    while (ln->count > 0) {
+      int slot = ln->head, done = 0;
+      HC_TRY(st->dev->event_query(ln->events[slot], &done));
+      if (!done) break;
+      ln->head = (ln->head + 1) % HC_EXEC_MAX_GPU_INFLIGHT;
+      ln->count--;
+      st->gpu_count--;
+      step_done(st, ln->step[slot]);
+      *moved = true;
+    }
+  }
+  for (int k = 0; k < st->nwaits;) {
+    const struct hc_step *s = &p->steps[st->waits[k]];
+    if (atomic_load_explicit((const atomic_ullong *)s->src0, memory_order_acquire) < s->count) {
+      k++;
+      continue;
+    }
+    step_done(st, st->waits[k]);
+    st->waits[k] = st->waits[--st->nwaits];
     *moved = true;
   }
   while (st->nready > 0) {
     int i = st->ready[st->nready - 1];
     const struct hc_step *s = &p->steps[i];
-    if (!st->async || s->kind == HC_STEP_NOP) {
+    if (s->kind == HC_STEP_WAIT) {
+      st->nready--;
+      st->waits[st->nwaits++] = i;
+      *moved = true;
+      continue;
+    }
+    if (runs_inline(st, s)) {
       st->nready--;
       HC_TRY(run_local(st, s));
       step_done(st, i);
       *moved = true;
       continue;
     }
-    if (st->gpu_count == HC_EXEC_MAX_GPU_INFLIGHT) break;
-    int slot = (st->gpu_head + st->gpu_count) % HC_EXEC_MAX_GPU_INFLIGHT;
-    if (slot >= st->nevents) {
-      HC_TRY(st->dev->event_create(&st->events[st->nevents]));
-      st->nevents++;
+    struct gpu_lane *ln = &st->lanes[s->lane < HC_LANE_COUNT ? s->lane : HC_LANE_MAIN];
+    if (ln->count == HC_EXEC_MAX_GPU_INFLIGHT) break;
+    int slot = (ln->head + ln->count) % HC_EXEC_MAX_GPU_INFLIGHT;
+    if (slot >= ln->nevents) {
+      HC_TRY(st->dev->event_create(&ln->events[ln->nevents]));
+      ln->nevents++;
     }
     st->nready--;
     HC_TRY(run_local(st, s));
-    HC_TRY(st->dev->event_record(st->events[slot], st->job->stream));
-    st->gpu_step[slot] = i;
+    HC_TRY(st->dev->event_record(ln->events[slot], st->job->streams[ln - st->lanes]));
+    ln->step[slot] = i;
+    ln->count++;
     st->gpu_count++;
     *moved = true;
   }
@@ -226,8 +266,9 @@ static hc_result_t match_self(struct job_state *st, bool *moved) {
     if (send->count != recv->count)
       return HC_FAIL(HC_ERR_USAGE, "rank %d: mismatched counts: sends %zu bytes to itself, receives %zu",
                      me, send->count, recv->count);
-    HC_TRY(st->dev->copy(recv->dst, send->src0, send->count, st->job->stream));
-    if (st->async) HC_TRY(st->dev->stream_sync(st->job->stream));
+    hc_stream_t stream = st->job->streams[HC_LANE_MAIN];
+    HC_TRY(st->dev->copy(recv->dst, send->src0, send->count, stream));
+    if (st->async) HC_TRY(st->dev->stream_sync(stream));
     st->q_tail[qs] = ++st->q_head[qs];
     st->q_tail[qr] = ++st->q_head[qr];
     step_done(st, si);
@@ -286,9 +327,10 @@ static int awaited_peer(const struct job_state *st) {
 /* Sleeps in the transport that has work in flight; when several have, each
  * is only polled briefly, since none of their sleeps wakes for the others. */
 static hc_result_t wait_for_progress(struct job_state *states, int njobs, int timeout_ms) {
-  /* Work on a GPU stream ends without waking any file descriptor. */
+  /* Work on a GPU stream ends, and a window's counter moves, without
+   * waking any transport. */
   for (int j = 0; j < njobs; j++)
-    if (states[j].gpu_count > 0) {
+    if (states[j].gpu_count > 0 || states[j].nwaits > 0) {
       sched_yield();
       return HC_OK;
     }

@@ -37,9 +37,9 @@ struct hc_links {
 struct hc_exec_job {
   struct hc_links *links;
   struct hc_plan *plan;
-  /* GPU plans: the internal stream that runs the local steps (copies,
-   * reductions), on the device current on the calling thread. */
-  hc_stream_t stream;
+  /* GPU plans: the internal streams that run the local steps (copies,
+   * reductions), one per lane (plan.h, hc_lane). */
+  hc_stream_t streams[HC_LANE_COUNT];
 };
 
 /* Runs every job to completion, or fails: HC_ERR_REMOTE when a peer dies,

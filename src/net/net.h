@@ -28,6 +28,23 @@ struct hc_net_args {
   int rank, nranks;
   uint8_t secret[16];          /* from the unique id */
   const atomic_bool *abort_flag; /* may be NULL */
+  size_t window_bytes;         /* shm: the window this rank wants per direction (0: none) */
+};
+
+/*
+ * A window: host memory that both ranks of a pair map, one region per
+ * direction, with two counters each. The transport only provides it; the
+ * plans that use it own the protocol (plan/stage.c): the sender writes
+ * piece k into slot k % nslots and publishes filled = k + 1, the receiver
+ * reads it and publishes freed = k + 1, and the sender reuses the slot
+ * once freed has passed it. A GPU rank registers the regions with its
+ * driver, so that its copies move the bytes in and out directly: no host
+ * copy between two GPU ranks of one host.
+ */
+struct hc_net_window {
+  uint8_t *tx, *rx;            /* this rank writes tx and reads rx */
+  size_t bytes;                /* of each; 0: the pair has no window */
+  atomic_ullong *tx_filled, *tx_freed, *rx_filled, *rx_freed;
 };
 
 struct hc_net_caps {
@@ -56,6 +73,8 @@ struct hc_net_ops {
   hc_result_t (*wait_blocking)(void *ctx, int timeout_ms);
   /* Frees ctx, its connections and any requests still pending. */
   hc_result_t (*close)(void *ctx);
+  /* Optional (NULL: never a window). The pair's window, once conn is up. */
+  void (*window)(void *conn, struct hc_net_window *w);
 }; /* append only */
 
 extern const struct hc_net_ops hc_net_socket;

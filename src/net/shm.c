@@ -270,7 +270,8 @@ static void conn_destroy(struct hc_shm_conn *c) {
 
 /* ---- segment: layout, names, proofs, probes ---- */
 
-static void layout(struct hc_shm_seg_hdr *h, uint32_t inline_bytes, uint32_t nslots, uint64_t slot_bytes) {
+static void layout(struct hc_shm_seg_hdr *h, uint32_t inline_bytes, uint32_t nslots, uint64_t slot_bytes,
+                   uint64_t win_bytes) {
   h->version = HC_SHM_VERSION;
   h->ndesc = HC_SHM_NDESC;
   h->inline_bytes = inline_bytes;
@@ -286,6 +287,11 @@ static void layout(struct hc_shm_seg_hdr *h, uint32_t inline_bytes, uint32_t nsl
     h->slot_off[s] = off;
     off += (uint64_t)nslots * slot_bytes;
   }
+  h->win_bytes = win_bytes;
+  for (int s = 0; s < 2; s++) {
+    h->win_off[s] = win_bytes ? off : 0;
+    off += win_bytes;
+  }
   h->total_bytes = off;
 }
 
@@ -294,13 +300,14 @@ static void layout(struct hc_shm_seg_hdr *h, uint32_t inline_bytes, uint32_t nsl
 static bool layout_valid(const struct hc_shm_seg_hdr *h, uint64_t file_bytes) {
   if (h->version != HC_SHM_VERSION || h->ndesc != HC_SHM_NDESC || h->inline_bytes > HC_SHM_MAX_INLINE ||
       h->nslots < 1 || h->nslots > 4096 || h->slot_bytes == 0 || h->slot_bytes % HC_SHM_PAGE != 0 ||
-      h->slot_bytes > (1ull << 30))
+      h->slot_bytes > (1ull << 30) || h->win_bytes % HC_SHM_PAGE != 0 || h->win_bytes > (1ull << 31))
     return false;
   struct hc_shm_seg_hdr want;
-  layout(&want, h->inline_bytes, h->nslots, h->slot_bytes);
+  layout(&want, h->inline_bytes, h->nslots, h->slot_bytes, h->win_bytes);
   return want.desc_stride == h->desc_stride && want.total_bytes == h->total_bytes &&
          h->total_bytes == file_bytes && !memcmp(want.desc_off, h->desc_off, sizeof(want.desc_off)) &&
-         !memcmp(want.slot_off, h->slot_off, sizeof(want.slot_off));
+         !memcmp(want.slot_off, h->slot_off, sizeof(want.slot_off)) &&
+         !memcmp(want.win_off, h->win_off, sizeof(want.win_off));
 }
 
 static void segment_name(const struct hc_shm_ctx *ctx, const struct hc_shm_conn *c, char *out, size_t cap) {
@@ -392,7 +399,8 @@ static void side_fill(struct hc_shm_conn *c, struct hc_shm_side *me) {
 static hc_result_t creator_start(struct hc_shm_conn *c) {
   const struct hc_shm_ctx *ctx = c->ctx;
   struct hc_shm_seg_hdr want;
-  layout(&want, ctx->inline_bytes, ctx->nslots, ctx->slot_bytes);
+  uint64_t win = HC_MAX((uint64_t)ctx->window_bytes, (uint64_t)c->peer_handle.window_pages * HC_SHM_PAGE);
+  layout(&want, ctx->inline_bytes, ctx->nslots, ctx->slot_bytes, win);
   c->seg_fd = open(c->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (c->seg_fd < 0)
     return HC_FAIL(HC_ERR_SYSTEM, "shm: rank %d cannot create %s for rank %d: %s", ctx->rank, c->name, c->peer,
@@ -424,6 +432,8 @@ static hc_result_t creator_start(struct hc_shm_conn *c) {
   h->total_bytes = want.total_bytes;
   memcpy(h->desc_off, want.desc_off, sizeof(want.desc_off));
   memcpy(h->slot_off, want.slot_off, sizeof(want.slot_off));
+  h->win_bytes = want.win_bytes;
+  memcpy(h->win_off, want.win_off, sizeof(want.win_off));
   conn_bind(c);
   side_fill(c, c->me);
   atomic_store(&c->me->state, HC_SHM_SIDE_READY);
@@ -593,6 +603,12 @@ static hc_result_t shm_net_open(const struct hc_net_args *a, struct hc_net_caps 
   h->magic = HC_SHM_MAGIC;
   h->version = HC_SHM_VERSION;
   h->pid = (int32_t)getpid();
+  if (a->window_bytes > (1ull << 31)) {
+    r = HC_FAIL(HC_ERR_USAGE, "shm: a window of %zu bytes is more than 2 GiB", a->window_bytes);
+    goto fail;
+  }
+  ctx->window_bytes = round_up(a->window_bytes, HC_SHM_PAGE);
+  h->window_pages = (uint32_t)(ctx->window_bytes / HC_SHM_PAGE);
   HC_TRY_GOTO(hc_random_bytes(&h->id, sizeof(h->id)), r, fail);
   h->pidns = inode_of("/proc/self/ns/pid", NULL);
   h->shm_ino = inode_of(HC_SHM_DIR, &h->shm_dev);
@@ -666,9 +682,9 @@ static hc_result_t shm_net_connect(void *vctx, int peer, const struct hc_net_han
   }
   if (r != HC_OK) return hc_net_shm_conn_fail(c, r);
   if (c->state == HC_SHM_UP) {
-    HC_INFO(HC_NET, "shm: %d <-> %d up, %.1f MiB segment; pulls from rank %d: CMA %s, registered buffers %s",
-            ctx->rank, peer, (double)c->seg_bytes / (1 << 20), peer, c->my_cma ? "yes" : "no",
-            c->my_fd ? "yes" : "no");
+    HC_INFO(HC_NET, "shm: %d <-> %d up, %.1f MiB segment (windows %.1f MiB); pulls from rank %d: CMA %s, "
+            "registered buffers %s", ctx->rank, peer, (double)c->seg_bytes / (1 << 20),
+            (double)c->hdr->win_bytes / (1 << 20), peer, c->my_cma ? "yes" : "no", c->my_fd ? "yes" : "no");
     *out = c;
     return HC_OK;
   }
@@ -774,6 +790,16 @@ static hc_result_t shm_net_close(void *vctx) {
   return HC_OK;
 }
 
+static void shm_net_window(void *vconn, struct hc_net_window *w) {
+  struct hc_shm_conn *c = vconn;
+  const struct hc_shm_seg_hdr *h = c->hdr;
+  *w = (struct hc_net_window){0};
+  if (h->win_bytes == 0) return;
+  *w = (struct hc_net_window){.tx = c->seg + h->win_off[c->side], .rx = c->seg + h->win_off[1 - c->side],
+                              .bytes = h->win_bytes, .tx_filled = &c->tx->win_filled, .tx_freed = &c->tx->win_freed,
+                              .rx_filled = &c->rx->win_filled, .rx_freed = &c->rx->win_freed};
+}
+
 const struct hc_net_ops hc_net_shm = {
     .size = sizeof(struct hc_net_ops),
     .abi = HC_NET_ABI,
@@ -785,4 +811,5 @@ const struct hc_net_ops hc_net_shm = {
     .test = hc_net_shm_test,
     .wait_blocking = shm_net_wait_blocking,
     .close = shm_net_close,
+    .window = shm_net_window,
 };

@@ -35,7 +35,7 @@
 
 #define HC_SHM_MAGIC 0x4d534348u  /* "HCSM": handles */
 #define HC_SHM_READY 0x59445248u  /* segment header: the creator finished it */
-#define HC_SHM_VERSION 1
+#define HC_SHM_VERSION 2
 #define HC_SHM_LINE 128           /* two cache lines: the adjacent-line prefetcher pairs them */
 #define HC_SHM_NDESC 64           /* descriptors per channel */
 #define HC_SHM_DESC_HDR 64        /* descriptor bytes before its inline payload */
@@ -52,7 +52,7 @@ _Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_LLONG_LOCK_FREE == 2,
 struct hc_shm_handle {
   uint32_t magic, version;
   int32_t pid;
-  uint32_t reserved;
+  uint32_t window_pages;    /* the window this rank wants per direction, in pages */
   uint64_t id;              /* random, per ctx: names the pair's segment */
   uint64_t pidns;           /* inode of /proc/self/ns/pid (0: unknown) */
   uint64_t shm_dev, shm_ino; /* identity of /dev/shm as this process sees it */
@@ -87,6 +87,9 @@ struct hc_shm_chan {
   _Alignas(HC_SHM_LINE) atomic_ullong tail;      /* receiver: messages consumed (the ack) */
   _Alignas(HC_SHM_LINE) atomic_ullong slot_head; /* sender: parts written */
   _Alignas(HC_SHM_LINE) atomic_ullong slot_tail; /* receiver: parts consumed */
+  /* The window (net.h, hc_net_window), owned by the plans that use it. */
+  _Alignas(HC_SHM_LINE) atomic_ullong win_filled; /* sender: pieces written */
+  _Alignas(HC_SHM_LINE) atomic_ullong win_freed;  /* receiver: pieces read */
 };
 
 /* Page 0 of a segment. Everything but the atomics is written by the
@@ -97,6 +100,7 @@ struct hc_shm_seg_hdr {
   uint32_t ndesc, inline_bytes, nslots, reserved;
   uint64_t slot_bytes, desc_stride, total_bytes;
   uint64_t desc_off[2], slot_off[2]; /* of channel s's rings, from the segment start */
+  uint64_t win_bytes, win_off[2];    /* channel s's window (0 bytes: none) */
   struct hc_shm_side side[2];
   struct hc_shm_chan chan[2];
 };
@@ -202,8 +206,10 @@ struct hc_shm_ctx {
   uint8_t secret[16];
   const atomic_bool *abort_flag;
   struct hc_shm_handle handle;
-  /* Settings, read at open. The creator's layout wins for a pair. */
+  /* Settings, read at open. The creator's layout wins for a pair; the
+   * window is the larger of the two ranks' wishes. */
   uint32_t inline_bytes, nslots;
+  size_t window_bytes;
   size_t slot_bytes, cma_min, nt_min;
   size_t pass_bytes; /* payload bytes one pass copies per direction */
   bool cma;

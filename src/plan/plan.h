@@ -21,6 +21,7 @@
 #define HC_PLAN_H_
 
 #include "../device/device.h"
+#include "../net/net.h"
 
 enum hc_coll {
   HC_COLL_ALLREDUCE, HC_COLL_BROADCAST, HC_COLL_REDUCE, HC_COLL_ALLGATHER,
@@ -49,14 +50,23 @@ struct hc_coll_args {
                       group overwrites the buffer: in-place send/recv) */
 };
 
-/* NOP does nothing: it joins several steps into one dependency. */
-enum hc_step_kind { HC_STEP_SEND, HC_STEP_RECV, HC_STEP_REDUCE, HC_STEP_COPY, HC_STEP_SCALE, HC_STEP_NOP };
+/* NOP does nothing: it joins several steps into one dependency. WAIT is
+ * done once the counter at src0 (an atomic_ullong) is at least count;
+ * SIGNAL stores count there (the window protocol, see hc_plan_window). */
+enum hc_step_kind { HC_STEP_SEND, HC_STEP_RECV, HC_STEP_REDUCE, HC_STEP_COPY, HC_STEP_SCALE, HC_STEP_NOP,
+                    HC_STEP_WAIT, HC_STEP_SIGNAL };
+
+/* GPU plans: the internal stream a local step runs on. Copies into host
+ * memory have their own, so that they overlap copies and kernels going
+ * the other way. */
+enum hc_lane { HC_LANE_MAIN, HC_LANE_TO_HOST, HC_LANE_COUNT };
 
 #define HC_STEP_MAX_DEPS 4
 struct hc_step {
   uint8_t kind;           /* enum hc_step_kind */
   uint8_t redop;          /* REDUCE: SUM, PROD, MAX, MIN; SCALE: enum hc_scale_kind */
   uint8_t dtype;
+  uint8_t lane;           /* enum hc_lane */
   int32_t peer;           /* SEND, RECV */
   void *dst;              /* RECV, REDUCE, COPY, SCALE */
   /* SEND, COPY and SCALE read src0, REDUCE both. SCALE's src1 points to
@@ -105,8 +115,20 @@ struct hc_plan_ctx {
   size_t chunk_bytes;     /* HETCCL_CHUNK_BYTES */
   size_t ring_threshold;  /* HETCCL_RING_THRESHOLD */
   int scratch_slots;      /* HETCCL_SCRATCH_SLOTS */
-  struct hc_scratch_pool *pool;
+  struct hc_plan_window *windows; /* per peer, or NULL: no peer has a window */
 };
+
+/* A peer's window (net.h, hc_net_window) as staging uses it: a transfer
+ * to or from that peer moves through the window's slots instead of the
+ * transport. Pieces are numbered per direction across plans; staging
+ * hands the numbers out, so plans must be staged in the order they run. */
+struct hc_plan_window {
+  struct hc_net_window w; /* w.bytes == 0: no window with this peer */
+  size_t slot_bytes;      /* w.bytes / HC_WINDOW_SLOTS */
+  uint64_t tx_pieces, rx_pieces;
+  int32_t last_signal[2]; /* staging's own: the plan's latest signal per direction */
+};
+#define HC_WINDOW_SLOTS 4
 
 /* Appends the steps of one call to plan (a group appends several calls to
  * one plan). Allocates scratch as needed; hc_plan_reset frees everything. */
@@ -114,7 +136,9 @@ hc_result_t hc_plan_add(struct hc_plan *plan, const struct hc_plan_ctx *ctx,
                         const struct hc_coll_args *a);
 void hc_plan_reset(struct hc_plan *plan);
 
-/* Last pass over every plan. Cuts each transfer into pieces of at most
+/* Last pass over every plan. A transfer with a peer that has a window
+ * becomes window pieces (for host and GPU plans alike: both ranks of the
+ * pair use the window). Every other transfer is cut into pieces of at most
  * ctx->chunk_bytes (every rank cuts the same way, whatever its memory).
  * With device_memory (a GPU plan whose transports cannot reach device
  * memory), also rewrites every transfer of device memory into transfers of

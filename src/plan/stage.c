@@ -16,6 +16,15 @@
  * pieces (sent or received in place), so that a message is cut the same way
  * on both ranks whatever each one's memory: a GPU rank that stages and a
  * CPU rank that does not must still match piece for piece.
+ *
+ * With a peer that has a window (plan.h, hc_plan_window), no transport is
+ * involved. Piece k of a send: wait until the receiver has freed piece
+ * k - SLOTS, copy into tx slot k % SLOTS, publish filled = k + 1. Piece k
+ * of a receive: wait until filled > k, copy out of rx slot k % SLOTS,
+ * publish freed = k + 1. The copies are the device's own (a GPU's DMA
+ * engines, memcpy on a CPU rank), so between two GPU ranks of one host the
+ * bytes cross host memory once. The signals of one counter are chained so
+ * that they are published in piece order.
  */
 #include <stdlib.h>
 
@@ -42,6 +51,53 @@ static hc_ref_t join(struct hc_plan *p, hc_ref_t *refs, int n) {
   return n ? refs[0] : 0;
 }
 
+static struct hc_plan_window *window_of(const struct hc_plan_ctx *x, const struct hc_step *s) {
+  if (x->windows == NULL || (s->kind != HC_STEP_SEND && s->kind != HC_STEP_RECV)) return NULL;
+  struct hc_plan_window *w = &x->windows[s->peer];
+  return w->w.bytes ? w : NULL;
+}
+
+/* The steps of one transfer with a windowed peer; returns what the
+ * transfer's dependents wait for. */
+static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w, const struct hc_step *s,
+                                     bool device_memory, hc_ref_t *pieces) {
+  const bool send = s->kind == HC_STEP_SEND;
+  const int npieces = (int)HC_DIV_UP(s->count, w->slot_bytes);
+  for (int k = 0; k < npieces; k++) {
+    size_t off = (size_t)k * w->slot_bytes, len = HC_MIN(w->slot_bytes, s->count - off);
+    uint64_t piece = send ? w->tx_pieces++ : w->rx_pieces++;
+    char *slot = (char *)(send ? w->w.tx : w->w.rx) + (piece % HC_WINDOW_SLOTS) * w->slot_bytes;
+    struct hc_step wait = {.kind = HC_STEP_WAIT};
+    memcpy(wait.deps, s->deps, sizeof(wait.deps));
+    if (send) {
+      wait.src0 = w->w.tx_freed;
+      wait.count = piece >= HC_WINDOW_SLOTS ? piece + 1 - HC_WINDOW_SLOTS : 0;
+    } else {
+      wait.src0 = w->w.rx_filled;
+      wait.count = piece + 1;
+    }
+    hc_ref_t ready = wait.count ? hc_plan_push(p, wait) : hc_plan_push(p, (struct hc_step){
+                                                              .kind = HC_STEP_NOP, .deps = {s->deps[0], s->deps[1],
+                                                                                             s->deps[2], s->deps[3]}});
+    struct hc_step copy = {.kind = HC_STEP_COPY, .count = len, HC_DEPS(ready)};
+    if (send) {
+      copy.dst = slot;
+      copy.src0 = (const char *)s->src0 + off;
+      copy.lane = device_memory ? HC_LANE_TO_HOST : HC_LANE_MAIN;
+    } else {
+      copy.dst = (char *)s->dst + off;
+      copy.src0 = slot;
+    }
+    hc_ref_t copied = hc_plan_push(p, copy);
+    hc_ref_t *last = &w->last_signal[!send];
+    *last = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SIGNAL, .src0 = send ? w->w.tx_filled : w->w.rx_freed,
+                                             .count = piece + 1, HC_DEPS(copied, *last)});
+    /* A send is over once its signal is out; a receive once its data is in. */
+    pieces[k] = send ? *last : copied;
+  }
+  return join(p, pieces, npieces);
+}
+
 hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool device_memory) {
   struct hc_step *old = p->steps;
   const int nold = p->nsteps;
@@ -51,11 +107,18 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
   hc_ref_t *pieces = NULL;
   struct slot_ring ring[2] = {{0}}; /* [0] sends, [1] receives */
   size_t max_pieces = 1;
-  bool any = false;
+  bool any = false, rings = false; /* rings: some transfer of device memory goes through a transport */
   for (int i = 0; i < nold; i++) {
     const struct hc_step *s = &old[i];
     if (s->kind != HC_STEP_SEND && s->kind != HC_STEP_RECV) continue;
+    const struct hc_plan_window *w = window_of(x, s);
+    if (w != NULL) {
+      any = true;
+      max_pieces = HC_MAX(max_pieces, HC_DIV_UP(s->count, w->slot_bytes));
+      continue;
+    }
     bool dev = device_memory && !hc_plan_in_host_scratch(p, s->kind == HC_STEP_SEND ? s->src0 : s->dst);
+    rings |= dev && s->count > 0;
     if ((dev && s->count > 0) || s->count > piece_max) {
       any = true;
       max_pieces = HC_MAX(max_pieces, HC_DIV_UP(s->count, piece_max));
@@ -66,14 +129,16 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
     return HC_OK;
   }
   pieces = calloc(max_pieces, sizeof(hc_ref_t));
-  for (int d = 0; d < 2 && device_memory; d++) {
+  for (int d = 0; d < 2 && rings; d++) {
     ring[d] = (struct slot_ring){.bytes = piece_max, .count = nslots};
     ring[d].base = hc_plan_host_scratch(p, piece_max * (size_t)nslots);
     ring[d].last_user = calloc((size_t)nslots, sizeof(hc_ref_t));
   }
   hc_result_t r = HC_OK;
+  for (int peer = 0; x->windows && peer < x->nranks; peer++)
+    x->windows[peer].last_signal[0] = x->windows[peer].last_signal[1] = 0;
   if (map == NULL || pieces == NULL ||
-      (device_memory && (ring[0].base == NULL || ring[1].base == NULL || ring[0].last_user == NULL ||
+      (rings && (ring[0].base == NULL || ring[1].base == NULL || ring[0].last_user == NULL ||
                          ring[1].last_user == NULL))) {
     r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of memory staging %d steps", nold);
     goto out;
@@ -86,6 +151,11 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
     for (int d = 0; d < HC_STEP_MAX_DEPS; d++)
       if (s.deps[d]) s.deps[d] = map[s.deps[d] - 1];
     bool send = s.kind == HC_STEP_SEND, recv = s.kind == HC_STEP_RECV;
+    struct hc_plan_window *w = window_of(x, &s);
+    if (w != NULL && s.count > 0) {
+      map[i] = push_window_transfer(p, w, &s, device_memory, pieces);
+      continue;
+    }
     bool dev = device_memory && (send || recv) && !hc_plan_in_host_scratch(p, send ? s.src0 : s.dst);
     if ((!send && !recv) || s.count == 0 || (!dev && s.count <= piece_max)) {
       map[i] = hc_plan_push(p, s);
@@ -122,6 +192,7 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
         }
       if (send) {
         first.kind = HC_STEP_COPY;
+        first.lane = HC_LANE_TO_HOST;
         first.dst = slot;
         first.src0 = (const char *)s.src0 + off;
         hc_ref_t copied = hc_plan_push(p, first);
