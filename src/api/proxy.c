@@ -8,6 +8,7 @@
 #include "proxy.h"
 
 #define HC_PROXY_RING 1024 /* ready flags: calls that may be in flight at once */
+#define HC_PROXY_SPIN_NS 2000000ull
 
 /* The calls of one group on this comm. The plan is built when the job
  * runs, so the plans of calls in flight never hold scratch at once. */
@@ -66,6 +67,7 @@ struct hc_proxy {
   pthread_cond_t wake, idle;
   struct proxy_job *head, *tail;
   bool busy, stop;
+  uint64_t spin_ns; /* how long the thread looks for work before it sleeps */
   struct hc_plan plan; /* the running job's; its scratch pools are the comm's */
 };
 
@@ -104,8 +106,8 @@ static hc_result_t run_job(struct hc_proxy *px, const struct proxy_job *job) {
   if (r == HC_OK) {
     struct hc_exec_job ej = {.links = &comm->links, .plan = plan};
     memcpy(ej.streams, px->streams, sizeof(ej.streams));
+    /* Done means every step's event has fired: the streams are idle. */
     r = hc_exec_run_blocking(&ej, 1, hc_deadline_ns());
-    for (int l = 0; l < HC_LANE_COUNT && r == HC_OK; l++) r = px->dev->stream_sync(px->streams[l]);
   }
   hc_plan_reset(plan);
   return r;
@@ -118,6 +120,13 @@ static void *proxy_main(void *arg) {
   if (failed != HC_OK) hc_comm_set_async_error(px->comm, failed);
   pthread_mutex_lock(&px->lock);
   for (;;) {
+    /* Calls tend to come in bursts: look for the next one a while before
+     * sleeping, since a wake-up costs more than a small collective. */
+    for (uint64_t until = hc_now_ns() + px->spin_ns; px->head == NULL && !px->stop && hc_now_ns() < until;) {
+      pthread_mutex_unlock(&px->lock);
+      sched_yield();
+      pthread_mutex_lock(&px->lock);
+    }
     while (px->head == NULL && !px->stop) pthread_cond_wait(&px->wake, &px->lock);
     if (px->head == NULL) break;
     struct proxy_job *job = px->head;
@@ -149,6 +158,7 @@ hc_result_t hc_proxy_create(struct hetcclComm *comm, struct hc_proxy **out) {
   px->comm = comm;
   px->plan = (struct hc_plan){.pool = comm->plan.pool, .dev_pool = comm->plan.dev_pool};
   px->dev = hc_dev_get(comm->config.device_kind);
+  px->spin_ns = comm->links.spin_ns ? HC_PROXY_SPIN_NS : 0;
   px->device = comm->config.device_id;
   pthread_mutex_init(&px->lock, NULL);
   pthread_cond_init(&px->wake, NULL);

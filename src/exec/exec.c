@@ -32,7 +32,14 @@ struct job_state {
   int gpu_count;           /* steps in flight on all lanes */
   int *waits, nwaits;      /* WAIT steps whose counter has not got there yet */
   int nsteps, ndone;
-  int *pending_deps;       /* per step */
+  int *pending_deps;       /* per step: dependencies not done */
+  /* GPU plans, per step: dependencies enqueued on a lane and not done yet;
+   * a GPU step whose pending dependencies are all such is launched at once
+   * (after its stream waits for their events), with no trip to the host. */
+  int *gpu_pending;
+  int8_t *lane_of;         /* lane a step is enqueued on, -1: none */
+  int16_t *slot_of;        /* its event slot in that lane */
+  bool *queued;            /* in ready[] or launched */
   int *succ_start, *succ;  /* CSR: steps that depend on step i */
   int *ready, nready;      /* local steps whose dependencies are done */
   void **req;              /* per step: the transport request while in flight */
@@ -55,6 +62,10 @@ static void job_state_destroy(struct job_state *st) {
     for (int i = 0; i < st->lanes[l].nevents; i++) st->dev->event_destroy(st->lanes[l].events[i]);
   free(st->waits);
   free(st->pending_deps);
+  free(st->gpu_pending);
+  free(st->lane_of);
+  free(st->slot_of);
+  free(st->queued);
   free(st->succ_start);
   free(st->succ);
   free(st->ready);
@@ -82,8 +93,14 @@ static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *s
   st->ready = calloc((size_t)n + 1, sizeof(int));
   st->req = calloc((size_t)n + 1, sizeof(void *));
   st->waits = calloc((size_t)n + 1, sizeof(int));
-  if (!qsize || !qid || !st->pending_deps || !st->succ_start || !st->ready || !st->req || !st->waits)
+  st->gpu_pending = calloc((size_t)n + 1, sizeof(int));
+  st->lane_of = malloc((size_t)n + 1);
+  st->slot_of = calloc((size_t)n + 1, sizeof(int16_t));
+  st->queued = calloc((size_t)n + 1, sizeof(bool));
+  if (!qsize || !qid || !st->pending_deps || !st->succ_start || !st->ready || !st->req || !st->waits ||
+      !st->gpu_pending || !st->lane_of || !st->slot_of || !st->queued)
     goto oom;
+  memset(st->lane_of, -1, (size_t)n + 1);
   int nedges = 0, ntransfers = 0;
   for (int i = 0; i < n; i++) {
     const struct hc_step *s = &p->steps[i];
@@ -137,6 +154,7 @@ static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *s
       st->q_items[st->q_end[q]++] = i;
     } else if (st->pending_deps[i] == 0) {
       st->ready[st->nready++] = i;
+      st->queued[i] = true;
     }
   }
   free(qsize);
@@ -149,12 +167,36 @@ oom:
   return HC_FAIL(HC_ERR_SYSTEM, "exec: out of host memory for a plan of %d steps", n);
 }
 
+/* A step the host does at once: no device work, no event. */
+static bool runs_inline(const struct job_state *st, const struct hc_step *s) {
+  return !st->async || s->kind == HC_STEP_NOP || s->kind == HC_STEP_SIGNAL || s->kind == HC_STEP_WAIT;
+}
+
+static void make_ready(struct job_state *st, int t) {
+  if (st->queued[t] || is_transfer(&st->job->plan->steps[t])) return;
+  st->queued[t] = true;
+  st->ready[st->nready++] = t;
+}
+
 static void step_done(struct job_state *st, int i) {
   st->ndone++;
+  bool was_gpu = st->lane_of[i] >= 0;
+  st->lane_of[i] = -1;
   for (int k = st->succ_start[i]; k < st->succ_start[i + 1]; k++) {
     int t = st->succ[k];
-    if (--st->pending_deps[t] == 0 && !is_transfer(&st->job->plan->steps[t]))
-      st->ready[st->nready++] = t;
+    st->pending_deps[t]--;
+    if (was_gpu) st->gpu_pending[t]--;
+    if (st->pending_deps[t] == 0) make_ready(st, t);
+  }
+}
+
+/* Step i is now enqueued on a lane: GPU steps waiting only for such steps
+ * can be enqueued too. */
+static void step_launched(struct job_state *st, int i) {
+  for (int k = st->succ_start[i]; k < st->succ_start[i + 1]; k++) {
+    int t = st->succ[k];
+    st->gpu_pending[t]++;
+    if (st->pending_deps[t] == st->gpu_pending[t] && !runs_inline(st, &st->job->plan->steps[t])) make_ready(st, t);
   }
 }
 
@@ -181,11 +223,6 @@ static hc_result_t run_local(struct job_state *st, const struct hc_step *s) {
   }
   default: return HC_FAIL(HC_ERR_INTERNAL, "exec: step kind %d is not local", s->kind);
   }
-}
-
-/* A step the host does at once: no device work, no event. */
-static bool runs_inline(const struct job_state *st, const struct hc_step *s) {
-  return !st->async || s->kind == HC_STEP_NOP || s->kind == HC_STEP_SIGNAL;
 }
 
 /* Runs the local steps whose dependencies are done: inline for host plans,
@@ -241,11 +278,21 @@ static hc_result_t run_ready_local(struct job_state *st, bool *moved) {
       ln->nevents++;
     }
     st->nready--;
+    hc_stream_t stream = st->job->streams[ln - st->lanes];
+    /* Dependencies still running on another lane: wait for their events. */
+    for (int d = 0; d < HC_STEP_MAX_DEPS; d++) {
+      int dep = s->deps[d] - 1;
+      if (dep < 0 || st->lane_of[dep] < 0 || st->lane_of[dep] == ln - st->lanes) continue;
+      HC_TRY(st->dev->stream_wait_event(stream, st->lanes[st->lane_of[dep]].events[st->slot_of[dep]]));
+    }
     HC_TRY(run_local(st, s));
-    HC_TRY(st->dev->event_record(ln->events[slot], st->job->streams[ln - st->lanes]));
+    HC_TRY(st->dev->event_record(ln->events[slot], stream));
     ln->step[slot] = i;
     ln->count++;
     st->gpu_count++;
+    st->lane_of[i] = (int8_t)(ln - st->lanes);
+    st->slot_of[i] = (int16_t)slot;
+    step_launched(st, i);
     *moved = true;
   }
   return HC_OK;

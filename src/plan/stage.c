@@ -92,8 +92,10 @@ static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w
     hc_ref_t *last = &w->last_signal[!send];
     *last = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SIGNAL, .src0 = send ? w->w.tx_filled : w->w.rx_freed,
                                              .count = piece + 1, HC_DEPS(copied, *last)});
-    /* A send is over once its signal is out; a receive once its data is in. */
-    pieces[k] = send ? *last : copied;
+    /* The transfer's dependents need its buffer free (send) or its data in
+     * (receive): both are the copy, which a GPU step can follow on the
+     * GPU. The signal is done by the end of the plan. */
+    pieces[k] = copied;
   }
   return join(p, pieces, npieces);
 }
