@@ -26,8 +26,10 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../api/api_priv.h"
+#include "../vendor/vendor.h"
 #include "../device/device.h"
 
 typedef hetcclResult_t ncclResult_t;
@@ -117,6 +119,38 @@ static hc_result_t translate_config(const ncclConfig_t *in, hetcclConfig_t *out)
     if (r_ != HC_OK) return R(r_);                                             \
   } while (0)
 
+
+/* ---- calls of the real NCCL that land here ----
+ *
+ * Where the program loaded the real library globally before hetccl opened
+ * it (PyTorch's wheel does), that library resolves its own calls to the
+ * nccl* names against the global scope, which LD_PRELOAD puts us first in
+ * (RTLD_DEEPBIND isolates only a library that dlopen loads fresh). Such a
+ * call carries one of the real library's comms, recognised by the magic
+ * NCCL puts first in every comm; it goes back to the real function. */
+#define VENDOR_COMM_MAGIC 0x0280028002800280ull
+
+static void *vendor_fn_for(const void *comm, const char *name) {
+  if (comm == NULL) return NULL;
+  uint64_t head;
+  memcpy(&head, comm, sizeof(head));
+  if (head != VENDOR_COMM_MAGIC) return NULL;
+  const enum hc_mem_kind gpus[] = {HC_MEM_CUDA, HC_MEM_HIP};
+  for (size_t i = 0; i < HC_ARRAY_LEN(gpus); i++) {
+    const struct hc_vendor *v = hc_vendor_get(gpus[i]);
+    void *f = v && v->shared ? hc_vendor_symbol(v, name) : NULL;
+    if (f) return f;
+  }
+  return NULL;
+}
+
+/* Returns the real function's answer when comm is the real library's. */
+#define RETURN_IF_VENDOR_COMM(comm, name, ...)                                 \
+  do {                                                                         \
+    void *f_ = vendor_fn_for((comm), #name);                                   \
+    if (f_ != NULL) return ((__typeof__(&p##name))f_)(__VA_ARGS__);            \
+  } while (0)
+
 static ncclResult_t unsupported(const char *fn, const char *why) {
   return R(HC_FAIL(HC_ERR_USAGE, "%s: not supported by hetccl: %s", fn, why));
 }
@@ -131,7 +165,10 @@ NCCL_API(ncclResult_t, ncclGetVersion, int *version) {
 
 NCCL_API(const char *, ncclGetErrorString, ncclResult_t result) { return hetcclGetErrorString(result); }
 
-NCCL_API(const char *, ncclGetLastError, ncclComm_t comm) { return hetcclGetLastError(comm); }
+NCCL_API(const char *, ncclGetLastError, ncclComm_t comm) {
+  RETURN_IF_VENDOR_COMM(comm, ncclGetLastError, comm);
+  return hetcclGetLastError(comm);
+}
 
 NCCL_API(void, ncclResetDebugInit, void) { hc_log_reload(); }
 
@@ -244,16 +281,28 @@ NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
 }
 
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) { return hetcclCommFinalize(comm); }
-NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) { return hetcclCommDestroy(comm); }
-NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) { return hetcclCommAbort(comm); }
+NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
+  RETURN_IF_VENDOR_COMM(comm, ncclCommDestroy, comm);
+  return hetcclCommDestroy(comm);
+}
+NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
+  RETURN_IF_VENDOR_COMM(comm, ncclCommAbort, comm);
+  return hetcclCommAbort(comm);
+}
 NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asyncError) {
+  RETURN_IF_VENDOR_COMM(comm, ncclCommGetAsyncError, comm, asyncError);
   return hetcclCommGetAsyncError(comm, asyncError);
 }
-NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int *count) { return hetcclCommCount(comm, count); }
+NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int *count) {
+  RETURN_IF_VENDOR_COMM(comm, ncclCommCount, comm, count);
+  return hetcclCommCount(comm, count);
+}
 NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int *rank) {
+  RETURN_IF_VENDOR_COMM(comm, ncclCommUserRank, comm, rank);
   return hetcclCommUserRank(comm, rank);
 }
 NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int *device) {
+  RETURN_IF_VENDOR_COMM(comm, ncclCommCuDevice, comm, device);
   NC_TRY(hc_comm_check(comm, "ncclCommCuDevice"));
   if (device == NULL) return R(HC_FAIL(HC_ERR_ARG, "ncclCommCuDevice: device is NULL"));
   *device = comm->config.device_id;
@@ -288,6 +337,7 @@ struct hc_registration {
 };
 
 NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void *buff, size_t size, void **handle) {
+  RETURN_IF_VENDOR_COMM(comm, ncclCommRegister, comm, buff, size, handle);
   NC_TRY(hc_comm_check(comm, "ncclCommRegister"));
   if (handle == NULL) return R(HC_FAIL(HC_ERR_ARG, "ncclCommRegister: handle is NULL"));
   struct hc_registration *reg;
@@ -298,6 +348,7 @@ NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void *buff, size
 }
 
 NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void *handle) {
+  RETURN_IF_VENDOR_COMM(comm, ncclCommDeregister, comm, handle);
   NC_TRY(hc_comm_check(comm, "ncclCommDeregister"));
   struct hc_registration *reg = handle;
   if (reg == NULL || reg->comm != comm)
@@ -314,6 +365,7 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size
 }
 
 NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
+  RETURN_IF_VENDOR_COMM(comm, ncclCommWindowDeregister, comm, win);
   (void)comm, (void)win;
   return unsupported("ncclCommWindowDeregister", "symmetric memory windows");
 }
@@ -330,10 +382,12 @@ NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) { retu
 
 NCCL_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
          ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  RETURN_IF_VENDOR_COMM(comm, ncclAllReduce, sendbuff, recvbuff, count, datatype, op, comm, stream);
   return hetcclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
 }
 NCCL_API(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
          int root, ncclComm_t comm, cudaStream_t stream) {
+  RETURN_IF_VENDOR_COMM(comm, ncclBroadcast, sendbuff, recvbuff, count, datatype, root, comm, stream);
   return hetcclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 NCCL_API(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
@@ -342,14 +396,17 @@ NCCL_API(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datat
 }
 NCCL_API(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
          ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  RETURN_IF_VENDOR_COMM(comm, ncclReduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
   return hetcclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream);
 }
 NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size_t sendcount,
          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  RETURN_IF_VENDOR_COMM(comm, ncclAllGather, sendbuff, recvbuff, sendcount, datatype, comm, stream);
   return hetcclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
 }
 NCCL_API(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff, size_t recvcount,
          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  RETURN_IF_VENDOR_COMM(comm, ncclReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
   return hetcclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
 }
 NCCL_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
@@ -366,10 +423,12 @@ NCCL_API(ncclResult_t, ncclScatter, const void *sendbuff, void *recvbuff, size_t
 }
 NCCL_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
          ncclComm_t comm, cudaStream_t stream) {
+  RETURN_IF_VENDOR_COMM(comm, ncclSend, sendbuff, count, datatype, peer, comm, stream);
   return hetcclSend(sendbuff, count, datatype, peer, comm, stream);
 }
 NCCL_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
          cudaStream_t stream) {
+  RETURN_IF_VENDOR_COMM(comm, ncclRecv, recvbuff, count, datatype, peer, comm, stream);
   return hetcclRecv(recvbuff, count, datatype, peer, comm, stream);
 }
 
@@ -387,6 +446,7 @@ NCCL_API(ncclResult_t, ncclDevCommCreate, ncclComm_t comm, const void *reqs, voi
   return unsupported("ncclDevCommCreate", "the NCCL device API");
 }
 NCCL_API(ncclResult_t, ncclDevCommDestroy, ncclComm_t comm, const void *devComm) {
+  RETURN_IF_VENDOR_COMM(comm, ncclDevCommDestroy, comm, devComm);
   (void)comm, (void)devComm;
   return unsupported("ncclDevCommDestroy", "the NCCL device API");
 }

@@ -102,7 +102,9 @@ static hc_result_t run_job(struct hc_proxy *px, const struct proxy_job *job) {
   plan->mem = comm->config.device_kind;
   for (int i = 0; i < job->ncalls && r == HC_OK; i++) r = hc_plan_add(plan, &comm->plan_ctx, &job->calls[i]);
   if (r == HC_OK) r = hc_plan_stage(plan, &comm->plan_ctx, true);
+  HC_TRACE(HC_EXEC, "proxy: job %u planned, %d steps", job->seq, plan->nsteps);
   if (r == HC_OK) r = wait_ready(px, job->seq);
+  HC_TRACE(HC_EXEC, "proxy: job %u: the stream is there", job->seq);
   if (r == HC_OK) {
     struct hc_exec_job ej = {.links = &comm->links, .plan = plan};
     memcpy(ej.streams, px->streams, sizeof(ej.streams));
@@ -140,6 +142,7 @@ static void *proxy_main(void *arg) {
     /* Released even after a failure, or the GPU would wait forever; the
      * failure is the comm's async error, which callers poll. */
     release_stream(px, job->seq);
+    HC_TRACE(HC_EXEC, "proxy: job %u released", job->seq);
     job_free(job);
 
     pthread_mutex_lock(&px->lock);

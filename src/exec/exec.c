@@ -240,6 +240,7 @@ static hc_result_t run_ready_local(struct job_state *st, bool *moved) {
       ln->head = (ln->head + 1) % HC_EXEC_MAX_GPU_INFLIGHT;
       ln->count--;
       st->gpu_count--;
+      HC_TRACE(HC_EXEC, "step %d (kind %d) done on lane %d", ln->step[slot], p->steps[ln->step[slot]].kind, l);
       step_done(st, ln->step[slot]);
       *moved = true;
     }
@@ -250,6 +251,7 @@ static hc_result_t run_ready_local(struct job_state *st, bool *moved) {
       k++;
       continue;
     }
+    HC_TRACE(HC_EXEC, "step %d: counter at %llu", st->waits[k], (unsigned long long)s->count);
     step_done(st, st->waits[k]);
     st->waits[k] = st->waits[--st->nwaits];
     *moved = true;
@@ -273,6 +275,7 @@ static hc_result_t run_ready_local(struct job_state *st, bool *moved) {
     struct gpu_lane *ln = &st->lanes[s->lane < HC_LANE_COUNT ? s->lane : HC_LANE_MAIN];
     if (ln->count == HC_EXEC_MAX_GPU_INFLIGHT) break;
     int slot = (ln->head + ln->count) % HC_EXEC_MAX_GPU_INFLIGHT;
+    HC_TRACE(HC_EXEC, "step %d (kind %d, %zu): launching on lane %d", i, s->kind, s->count, (int)(ln - st->lanes));
     if (slot >= ln->nevents) {
       HC_TRY(st->dev->event_create(&ln->events[ln->nevents]));
       ln->nevents++;
@@ -287,6 +290,7 @@ static hc_result_t run_ready_local(struct job_state *st, bool *moved) {
     }
     HC_TRY(run_local(st, s));
     HC_TRY(st->dev->event_record(ln->events[slot], stream));
+    HC_TRACE(HC_EXEC, "step %d (kind %d, %zu) enqueued on lane %d", i, s->kind, s->count, (int)(ln - st->lanes));
     ln->step[slot] = i;
     ln->count++;
     st->gpu_count++;

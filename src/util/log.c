@@ -103,9 +103,13 @@ void hc_log_emit(int level, int sys, const char *file, int line, const char *fmt
   char rank[16] = "";
   if (log_rank >= 0) snprintf(rank, sizeof(rank), "[%d] ", log_rank);
   FILE *out = log_file ? log_file : stderr;
-  fprintf(out, "%s:%d:%ld %shetccl %s %s %s:%d %s\n", host_name, (int)getpid(),
+  /* TRACE lines carry a time (microseconds, monotonic clock), to read
+   * where a call spends it. */
+  char when[32] = "";
+  if (level == HC_LOG_TRACE) snprintf(when, sizeof(when), "%.1f ", (double)hc_now_ns() / 1e3);
+  fprintf(out, "%s:%d:%ld %shetccl %s %s %s:%d %s%s\n", host_name, (int)getpid(),
           (long)syscall(SYS_gettid), rank, level_names[level], sys_name(sys),
-          base ? base + 1 : file, line, msg);
+          base ? base + 1 : file, line, when, msg);
   fflush(out);
   errno = saved_errno;
 }

@@ -67,6 +67,13 @@ static bool is_hetccl(void *handle) { return dlsym(handle, "hetcclGetVersion") !
 static bool try_open(struct hc_vendor *v, const char *path, void **out) {
   struct stat st;
   if (path[0] == '/' && stat(path, &st) != 0) return false;
+  /* Already loaded by the program (PyTorch's wheel loads its NCCL with
+   * RTLD_GLOBAL before anything calls hetccl): dlopen returns that copy,
+   * whose own calls resolve globally, to our exports; RTLD_DEEPBIND only
+   * isolates a library it loads. The API layer sends such calls back. */
+  void *loaded = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+  v->shared = loaded != NULL && !is_hetccl(loaded);
+  if (loaded) dlclose(loaded);
   void *h = dlopen(path, HC_VENDOR_DLOPEN_FLAGS);
   if (h == NULL) {
     HC_INFO(HC_VENDOR, "%s: %s", path, dlerror());
@@ -77,6 +84,7 @@ static bool try_open(struct hc_vendor *v, const char *path, void **out) {
     return false;
   }
   snprintf(v->path, sizeof(v->path), "%s", path);
+  v->handle = h;
   *out = h;
   return true;
 }
@@ -133,7 +141,11 @@ static void load(int which) {
     return;
   }
   vendor_ok[which] = true;
-  HC_INFO(HC_VENDOR, "%s %d loaded privately from %s", v->name, v->version, v->path);
+  if (v->shared)
+    HC_INFO(HC_VENDOR, "%s %d from %s, which the program had loaded already: its calls to the nccl* names land in "
+            "hetccl, which sends those on the vendor's comms back to it", v->name, v->version, v->path);
+  else
+    HC_INFO(HC_VENDOR, "%s %d loaded privately from %s", v->name, v->version, v->path);
 }
 
 static void load_nccl(void) { load(0); }
@@ -149,4 +161,11 @@ const struct hc_vendor *hc_vendor_get(enum hc_mem_kind kind) {
     return vendor_ok[1] ? &vendors[1] : NULL;
   }
   return NULL;
+}
+
+void *hc_vendor_symbol(const struct hc_vendor *v, const char *name) {
+  char sym[128];
+  snprintf(sym, sizeof(sym), "p%s", name);
+  void *f = dlsym(v->handle, sym);
+  return f ? f : dlsym(v->handle, name);
 }

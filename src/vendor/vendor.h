@@ -26,6 +26,8 @@ typedef struct {
 struct hc_vendor {
   const char *name; /* "nccl", "rccl" */
   char path[512];
+  void *handle;     /* from dlopen */
+  bool shared;      /* the program had loaded it globally before hetccl did */
   int version;
   int (*get_version)(int *version);
   int (*get_unique_id)(hc_vendor_id *id);
@@ -51,5 +53,8 @@ struct hc_vendor {
 /* The vendor library for a GPU kind, loaded once per process; NULL (and an
  * INFO line) when none is found. */
 const struct hc_vendor *hc_vendor_get(enum hc_mem_kind kind);
+/* Any entry point of a loaded vendor library: p<name> where it has one,
+ * else <name>; NULL when absent. */
+void *hc_vendor_symbol(const struct hc_vendor *v, const char *name);
 
 #endif

@@ -17,6 +17,12 @@ def main():
     torch.cuda.set_device(dev)
     dist.init_process_group("nccl", device_id=dev)
     failures = []
+    verbose = os.environ.get("OPS_VERBOSE") == "1"
+
+    def step(name):
+        if verbose:
+            torch.cuda.synchronize()
+            print(f"rank {rank}: {name}", file=sys.stderr, flush=True)
 
     def check(name, got, want):
         if not torch.equal(got.cpu(), want.cpu()):
@@ -27,6 +33,7 @@ def main():
     mine = base + rank  # rank r contributes i + r
     s = world * (world - 1) / 2
 
+    step("all_reduce ops")
     for op, want in [
         (dist.ReduceOp.SUM, base * world + s),
         (dist.ReduceOp.MAX, base + (world - 1)),
@@ -48,15 +55,18 @@ def main():
         want = ((torch.arange(64, device=dev) % 7) * world + s).to(dtype)
         check(f"all_reduce {dtype}", t, want)
 
+    step("broadcast")
     t = mine.clone() if rank == world - 1 else torch.zeros(n, device=dev)
     dist.broadcast(t, src=world - 1)
     check("broadcast", t, base + (world - 1))
 
+    step("reduce")
     t = mine.clone()
     dist.reduce(t, dst=0)
     if rank == 0:
         check("reduce", t, base * world + s)
 
+    step("all_gather")
     out = torch.empty(n * world, device=dev)
     dist.all_gather_into_tensor(out, mine)
     check("all_gather_into_tensor", out, torch.cat([base + r for r in range(world)]))
@@ -65,11 +75,13 @@ def main():
     for r in range(world):
         check(f"all_gather[{r}]", outs[r], base + r)
 
+    step("reduce_scatter")
     inp = torch.cat([base + rank * 10 + k for k in range(world)])
     out = torch.empty(n, device=dev)
     dist.reduce_scatter_tensor(out, inp)
     check("reduce_scatter_tensor", out, base * world + 10 * s + rank * world)
 
+    step("all_to_all")
     # all_to_all_single, equal splits: block k of rank r holds 100*r + k.
     inp = torch.cat([torch.full((4,), 100.0 * rank + k, device=dev) for k in range(world)])
     out = torch.empty(4 * world, device=dev)
@@ -84,6 +96,7 @@ def main():
     check("all_to_all_single unequal", out,
           torch.cat([torch.full((rank + 1,), 100.0 * r + rank, device=dev) for r in range(world)]))
 
+    step("send/recv")
     if world > 1:
         nxt, prv = (rank + 1) % world, (rank - 1) % world
         t = torch.empty(n, device=dev)
@@ -100,8 +113,10 @@ def main():
             q.wait()
         check("batch_isend_irecv", t, base + prv)
 
+    step("barrier")
     dist.barrier()
 
+    step("new_group")
     sub = dist.new_group(list(range(world)))
     t = mine.clone()
     dist.all_reduce(t, group=sub)
@@ -112,6 +127,7 @@ def main():
         dist.all_reduce(t, group=g)
         check("split_group (singletons) all_reduce", t, mine)
 
+    step("destroy")
     torch.cuda.synchronize()
     dist.destroy_process_group()
     status = "FAIL" if failures else "PASS"
