@@ -6,9 +6,10 @@
  *     A. two GPU ranks on device 0 in different groups;
  *     B. one GPU rank and one CPU rank;
  *     with efficiency = busbw / bound. The bound: hetccl's 2-rank ring moves,
- *     per rank, B bytes device->host (its half twice) and B bytes
- *     host->device (the half it receives in the all-gather, and the half its
- *     reduce kernel reads from pinned memory) for an all-reduce of B bytes.
+ *     per rank, B bytes device->host (its half for the peer's reduction,
+ *     then its reduced half for the all-gather) and B bytes host->device
+ *     (the peer's halves, the same way) for an all-reduce of B bytes; the
+ *     shm window between the ranks adds no host copy.
  *     In A both ranks share one device's link, so time >= 2B / min(D2H, H2D)
  *     and busbw (= algbw for 2 ranks) <= min(D2H, H2D) / 2; in B only one
  *     rank copies: busbw <= min(D2H, H2D).
