@@ -64,8 +64,7 @@ struct hetcclComm {
   void *socket_ctx;
   void *shm_ctx;
   struct hc_plan_ctx plan_ctx;
-  struct hc_plan_window *windows; /* nranks, or NULL: plan_ctx.windows */
-  bool windows_registered;        /* with this rank's GPU driver */
+  bool windows_registered;        /* plan_ctx.windows, with this rank's GPU driver */
   struct hc_plan plan;            /* reused call after call */
   struct hc_premul_op premul[HC_MAX_PREMUL_OPS];
   atomic_bool abort_flag;

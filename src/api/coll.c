@@ -44,16 +44,8 @@ static hc_result_t group_record(struct hetcclComm *comm, const struct hc_coll_ar
   *c = (struct group_call){.comm = comm, .args = *a, .stream = stream};
   if (a->coll == HC_COLL_ALLTOALLV) {
     /* The caller may reuse its arrays before GroupEnd. */
-    size_t n = (size_t)comm->nranks;
-    HC_TRY(hc_calloc(&c->v_arrays, 4 * n, sizeof(size_t), "alltoallv counts"));
-    memcpy(c->v_arrays, a->sendcounts, n * sizeof(size_t));
-    memcpy(c->v_arrays + n, a->sdispls, n * sizeof(size_t));
-    memcpy(c->v_arrays + 2 * n, a->recvcounts, n * sizeof(size_t));
-    memcpy(c->v_arrays + 3 * n, a->rdispls, n * sizeof(size_t));
-    c->args.sendcounts = c->v_arrays;
-    c->args.sdispls = c->v_arrays + n;
-    c->args.recvcounts = c->v_arrays + 2 * n;
-    c->args.rdispls = c->v_arrays + 3 * n;
+    HC_TRY(hc_calloc(&c->v_arrays, 4 * (size_t)comm->nranks, sizeof(size_t), "alltoallv counts"));
+    hc_coll_args_keep_counts(&c->args, comm->nranks, c->v_arrays);
   }
   group_ncalls++;
   return HC_OK;

@@ -55,8 +55,8 @@ static size_t gpu_chunk_bytes(void) {
 static hc_result_t windows_register(struct hetcclComm *comm, bool on) {
   const struct hc_dev_ops *gpu = hc_dev_get(comm->config.device_kind);
   hc_result_t r = HC_OK;
-  for (int i = 0; i < comm->nranks && comm->windows; i++) {
-    const struct hc_net_window *w = &comm->windows[i].w;
+  for (int i = 0; i < comm->nranks && comm->plan_ctx.windows; i++) {
+    const struct hc_net_window *w = &comm->plan_ctx.windows[i].w;
     if (w->bytes == 0) continue;
     void *regions[2] = {w->tx, w->rx};
     for (int k = 0; k < 2; k++) {
@@ -67,21 +67,25 @@ static hc_result_t windows_register(struct hetcclComm *comm, bool on) {
   return r;
 }
 
-/* Pairs of one host where either rank asked for windows connect now, at
- * init, and take the windows of their segment; staging then moves their
- * transfers through them (plan.h, hc_plan_window). */
+/* A pair of one host where either rank asked for windows has them. */
+static bool pair_has_window(const struct hetcclComm *comm, int peer) {
+  return comm->links.peer[peer].net == &hc_net_shm &&
+         (comm->peers[comm->rank].shm_window || comm->peers[peer].shm_window);
+}
+
+/* Pairs with windows connect now, at init, and take the windows of their
+ * segment; staging then moves their transfers through them (plan.h,
+ * hc_plan_window). */
 static hc_result_t windows_open(struct hetcclComm *comm) {
-  const struct hc_peer_info *me = &comm->peers[comm->rank];
   int npairs = 0;
-  for (int i = 0; i < comm->nranks; i++)
-    npairs += comm->links.peer[i].net == &hc_net_shm && (me->shm_window || comm->peers[i].shm_window);
+  for (int i = 0; i < comm->nranks; i++) npairs += pair_has_window(comm, i);
   if (npairs == 0) return HC_OK;
-  HC_TRY(hc_calloc(&comm->windows, (size_t)comm->nranks, sizeof(*comm->windows), "windows"));
+  HC_TRY(hc_calloc(&comm->plan_ctx.windows, (size_t)comm->nranks, sizeof(*comm->plan_ctx.windows), "windows"));
   uint64_t deadline = hc_deadline_ns();
   size_t slot_bytes = 0;
   for (int i = 0; i < comm->nranks; i++) {
     struct hc_link *l = &comm->links.peer[i];
-    if (l->net != &hc_net_shm || !(me->shm_window || comm->peers[i].shm_window)) continue;
+    if (!pair_has_window(comm, i)) continue;
     while (l->conn == NULL) {
       HC_TRY(l->net->connect(l->ctx, i, &l->handle, &l->conn));
       if (l->conn != NULL) break;
@@ -90,7 +94,7 @@ static hc_result_t windows_open(struct hetcclComm *comm) {
                        comm->rank, i);
       HC_TRY(l->net->wait_blocking(l->ctx, 1));
     }
-    struct hc_plan_window *w = &comm->windows[i];
+    struct hc_plan_window *w = &comm->plan_ctx.windows[i];
     l->net->window(l->conn, &w->w);
     if (w->w.bytes < HC_WINDOW_SLOTS * 4096)
       return HC_FAIL(HC_ERR_INTERNAL, "rank %d: the shm segment shared with rank %d has no window", comm->rank, i);
@@ -100,7 +104,6 @@ static hc_result_t windows_open(struct hetcclComm *comm) {
     HC_TRY(windows_register(comm, true));
     comm->windows_registered = true;
   }
-  comm->plan_ctx.windows = comm->windows;
   HC_INFO(HC_NET, "rank %d: %d same-host peers through shm windows of %d slots of %zu KiB", comm->rank, npairs,
           HC_WINDOW_SLOTS, slot_bytes >> 10);
   return HC_OK;
@@ -110,7 +113,7 @@ void hc_comm_free(struct hetcclComm *comm) {
   if (comm == NULL) return;
   hc_proxy_destroy(comm->proxy);
   if (comm->windows_registered) windows_register(comm, false);
-  free(comm->windows);
+  free(comm->plan_ctx.windows);
   if (comm->vendor_comm)
     (atomic_load(&comm->abort_flag) ? comm->vendor->comm_abort : comm->vendor->comm_destroy)(comm->vendor_comm);
   hc_plan_reset(&comm->plan);

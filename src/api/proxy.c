@@ -41,14 +41,11 @@ static hc_result_t job_new(const struct hc_coll_args *calls, int ncalls, int nra
   }
   memcpy(job->calls, calls, (size_t)ncalls * sizeof(*calls));
   job->ncalls = ncalls;
-  size_t *v = job->v_arrays, n = (size_t)nranks;
+  size_t *store = job->v_arrays;
   for (int i = 0; i < ncalls; i++) {
-    struct hc_coll_args *a = &job->calls[i];
-    if (a->coll != HC_COLL_ALLTOALLV) continue;
-    const size_t *src[4] = {a->sendcounts, a->sdispls, a->recvcounts, a->rdispls};
-    for (int k = 0; k < 4; k++) memcpy(v + (size_t)k * n, src[k], n * sizeof(size_t));
-    a->sendcounts = v, a->sdispls = v + n, a->recvcounts = v + 2 * n, a->rdispls = v + 3 * n;
-    v += 4 * n;
+    if (job->calls[i].coll != HC_COLL_ALLTOALLV) continue;
+    hc_coll_args_keep_counts(&job->calls[i], nranks, store);
+    store += 4 * (size_t)nranks;
   }
   *out = job;
   return HC_OK;

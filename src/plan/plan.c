@@ -190,6 +190,13 @@ void hc_plan_reset(struct hc_plan *p) {
   *p = (struct hc_plan){.pool = p->pool, .dev_pool = p->dev_pool};
 }
 
+void hc_coll_args_keep_counts(struct hc_coll_args *a, int nranks, size_t *store) {
+  const size_t n = (size_t)nranks;
+  const size_t *src[4] = {a->sendcounts, a->sdispls, a->recvcounts, a->rdispls};
+  for (int k = 0; k < 4; k++) memcpy(store + (size_t)k * n, src[k], n * sizeof(size_t));
+  a->sendcounts = store, a->sdispls = store + n, a->recvcounts = store + 2 * n, a->rdispls = store + 3 * n;
+}
+
 /* ---- names ---- */
 
 const char *hc_coll_name(enum hc_coll c) {

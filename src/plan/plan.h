@@ -130,6 +130,11 @@ struct hc_plan_window {
 };
 #define HC_WINDOW_SLOTS 4
 
+/* Copies an ALLTOALLV call's four count arrays (nranks each) into store
+ * (4 * nranks) and points the call at the copies: the caller may reuse its
+ * arrays once the call has returned. */
+void hc_coll_args_keep_counts(struct hc_coll_args *a, int nranks, size_t *store);
+
 /* Appends the steps of one call to plan (a group appends several calls to
  * one plan). Allocates scratch as needed; hc_plan_reset frees everything. */
 hc_result_t hc_plan_add(struct hc_plan *plan, const struct hc_plan_ctx *ctx,

@@ -76,9 +76,8 @@ static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w
       wait.src0 = w->w.rx_filled;
       wait.count = piece + 1;
     }
-    hc_ref_t ready = wait.count ? hc_plan_push(p, wait) : hc_plan_push(p, (struct hc_step){
-                                                              .kind = HC_STEP_NOP, .deps = {s->deps[0], s->deps[1],
-                                                                                             s->deps[2], s->deps[3]}});
+    if (wait.count == 0) wait.kind = HC_STEP_NOP; /* the counter is there already */
+    hc_ref_t ready = hc_plan_push(p, wait);
     struct hc_step copy = {.kind = HC_STEP_COPY, .count = len, HC_DEPS(ready)};
     if (send) {
       copy.dst = slot;
