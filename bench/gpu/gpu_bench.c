@@ -78,13 +78,13 @@ static void primitive_latency(void) {
   hc_stream_t s;
   gpu->set_device(0);
   gpu->stream_create(0, &s);
-  uint32_t *flags = NULL;
+  uint64_t *flags = NULL;
   void *d = NULL;
   hc_event_t ev;
   if (gpu->host_alloc(64, (void **)&flags) != HC_OK || gpu->mem_alloc(0, 64, &d) != HC_OK) return;
   gpu->event_create(&ev);
   flags[0] = flags[1] = 0;
-  for (uint32_t i = 1; i <= N; i++) {
+  for (uint64_t i = 1; i <= N; i++) {
     gpu->flag_wait(s, &flags[0], i);
     gpu->flag_write(s, &flags[1], i);
     double t0 = now();

@@ -50,19 +50,17 @@ static size_t gpu_chunk_bytes(void) {
   return (size_t)HC_MAX(HC_DIV_UP(hc_param_int(HC_P_GPU_CHUNK_BYTES), 4096) * 4096, 4096);
 }
 
-/* Registers (or unregisters) every window with this rank's GPU driver, so
- * that its copies reach them at full speed. */
+/* Registers (or unregisters) the mapping of every window with this rank's
+ * GPU driver, so that its streams copy into the slots at full speed and
+ * wait on and write the counters. */
 static hc_result_t windows_register(struct hetcclComm *comm, bool on) {
   const struct hc_dev_ops *gpu = hc_dev_get(comm->config.device_kind);
   hc_result_t r = HC_OK;
   for (int i = 0; i < comm->nranks && comm->plan_ctx.windows; i++) {
     const struct hc_net_window *w = &comm->plan_ctx.windows[i].w;
     if (w->bytes == 0) continue;
-    void *regions[2] = {w->tx, w->rx};
-    for (int k = 0; k < 2; k++) {
-      hc_result_t e = on ? gpu->host_register(regions[k], w->bytes) : gpu->host_unregister(regions[k]);
-      if (e != HC_OK && r == HC_OK) r = e;
-    }
+    hc_result_t e = on ? gpu->host_register(w->mapping, w->mapping_bytes) : gpu->host_unregister(w->mapping);
+    if (e != HC_OK && r == HC_OK) r = e;
   }
   return r;
 }

@@ -4,60 +4,36 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "../exec/enqueue.h"
 #include "api_priv.h"
 #include "proxy.h"
 
-#define HC_PROXY_RING 1024 /* ready flags: calls that may be in flight at once */
 #define HC_PROXY_SPIN_NS 2000000ull
 
-/* The calls of one group on this comm. The plan is built when the job
- * runs, so the plans of calls in flight never hold scratch at once. */
+/* The transfers of one call (or group) on this comm, and where its
+ * counters end, to release the streams if it fails. */
 struct proxy_job {
-  struct hc_coll_args *calls;
-  int ncalls;
-  size_t *v_arrays; /* alltoallv: copies of the count arrays */
+  struct hc_plan host;
+  uint64_t *xfer_end;   /* 2 * nranks: queue counters */
+  uint64_t *window_end; /* 2 * nranks: per peer, pieces sent and received through its window */
   uint32_t seq;
   struct proxy_job *next;
 };
 
 static void job_free(struct proxy_job *job) {
-  free(job->calls);
-  free(job->v_arrays);
+  if (job == NULL) return;
+  hc_plan_reset(&job->host);
+  free(job->xfer_end);
+  free(job->window_end);
   free(job);
-}
-
-/* Copies calls (and their alltoallv arrays, which the caller may reuse). */
-static hc_result_t job_new(const struct hc_coll_args *calls, int ncalls, int nranks, struct proxy_job **out) {
-  struct proxy_job *job;
-  *out = NULL;
-  HC_TRY(hc_calloc(&job, 1, sizeof(*job), "proxy job"));
-  int nv = 0;
-  for (int i = 0; i < ncalls; i++) nv += calls[i].coll == HC_COLL_ALLTOALLV;
-  job->calls = malloc((size_t)ncalls * sizeof(*calls));
-  job->v_arrays = nv ? malloc((size_t)nv * 4 * (size_t)nranks * sizeof(size_t)) : NULL;
-  if (job->calls == NULL || (nv && job->v_arrays == NULL)) {
-    job_free(job);
-    return HC_FAIL(HC_ERR_SYSTEM, "proxy: out of host memory for a job of %d calls", ncalls);
-  }
-  memcpy(job->calls, calls, (size_t)ncalls * sizeof(*calls));
-  job->ncalls = ncalls;
-  size_t *store = job->v_arrays;
-  for (int i = 0; i < ncalls; i++) {
-    if (job->calls[i].coll != HC_COLL_ALLTOALLV) continue;
-    hc_coll_args_keep_counts(&job->calls[i], nranks, store);
-    store += 4 * (size_t)nranks;
-  }
-  *out = job;
-  return HC_OK;
 }
 
 struct hc_proxy {
   struct hetcclComm *comm;
   const struct hc_dev_ops *dev;
-  int device;
-  hc_stream_t streams[HC_LANE_COUNT]; /* the plans' local steps run here */
-  uint32_t *flags;    /* pinned: [0..RING) ready slots, [RING] done */
-  uint32_t next_seq;  /* caller side: the last seq handed out */
+  struct hc_gpu_lanes *lanes;
+  struct hc_plan plan; /* the call being enqueued; its scratch pools are the comm's */
+  uint32_t next_seq;
   pthread_t thread;
   bool thread_started;
   pthread_mutex_t lock;
@@ -65,58 +41,27 @@ struct hc_proxy {
   struct proxy_job *head, *tail;
   bool busy, stop;
   uint64_t spin_ns; /* how long the thread looks for work before it sleeps */
-  struct hc_plan plan; /* the running job's; its scratch pools are the comm's */
 };
 
-static volatile uint32_t *ready_flag(struct hc_proxy *px, uint32_t seq) { return &px->flags[seq % HC_PROXY_RING]; }
-static volatile uint32_t *done_flag(struct hc_proxy *px) { return &px->flags[HC_PROXY_RING]; }
-
-/* Waits until the caller's stream has reached the call: its inputs are ready. */
-static hc_result_t wait_ready(struct hc_proxy *px, uint32_t seq) {
-  uint64_t deadline = hc_deadline_ns();
-  const _Atomic uint32_t *flag = (const _Atomic uint32_t *)ready_flag(px, seq);
-  for (unsigned spins = 0; atomic_load_explicit(flag, memory_order_acquire) != seq; spins++) {
-    if (atomic_load(&px->comm->abort_flag))
-      return HC_FAIL(HC_ERR_REMOTE, "rank %d: aborted while waiting for the stream", px->comm->rank);
-    if (hc_now_ns() > deadline)
-      return HC_FAIL(HC_ERR_REMOTE, "rank %d: the caller's stream did not reach call %u within HETCCL_TIMEOUT",
-                     px->comm->rank, seq);
-    if (spins > 1000) nanosleep(&(struct timespec){.tv_nsec = 20000}, NULL);
-    else sched_yield();
+/* After a failure: every counter a stream of this rank may wait on moves
+ * past what the job's steps wait for, so the caller's streams complete
+ * (with wrong data; the comm's async error says so) rather than hang. */
+static void release_streams(struct hc_proxy *px, const struct proxy_job *job) {
+  const struct hc_plan_ctx *x = &px->comm->plan_ctx;
+  hc_gpu_lanes_release(px->lanes, job->xfer_end);
+  for (int peer = 0; x->windows && peer < x->nranks; peer++) {
+    const struct hc_net_window *w = &x->windows[peer].w;
+    if (w->bytes == 0) continue;
+    atomic_ullong *waited[2] = {w->tx_freed, w->rx_filled};
+    for (int d = 0; d < 2; d++)
+      if (atomic_load(waited[d]) < job->window_end[2 * peer + d]) atomic_store(waited[d], job->window_end[2 * peer + d]);
   }
-  return HC_OK;
-}
-
-static void release_stream(struct hc_proxy *px, uint32_t seq) {
-  atomic_store_explicit((_Atomic uint32_t *)done_flag(px), seq, memory_order_release);
-}
-
-/* Builds the job's plan and runs it on the proxy's stream. */
-static hc_result_t run_job(struct hc_proxy *px, const struct proxy_job *job) {
-  struct hetcclComm *comm = px->comm;
-  struct hc_plan *plan = &px->plan;
-  hc_result_t r = HC_OK;
-  plan->mem = comm->config.device_kind;
-  for (int i = 0; i < job->ncalls && r == HC_OK; i++) r = hc_plan_add(plan, &comm->plan_ctx, &job->calls[i]);
-  if (r == HC_OK) r = hc_plan_stage(plan, &comm->plan_ctx, true);
-  HC_TRACE(HC_EXEC, "proxy: job %u planned, %d steps", job->seq, plan->nsteps);
-  if (r == HC_OK) r = wait_ready(px, job->seq);
-  HC_TRACE(HC_EXEC, "proxy: job %u: the stream is there", job->seq);
-  if (r == HC_OK) {
-    struct hc_exec_job ej = {.links = &comm->links, .plan = plan};
-    memcpy(ej.streams, px->streams, sizeof(ej.streams));
-    /* Done means every step's event has fired: the streams are idle. */
-    r = hc_exec_run_blocking(&ej, 1, hc_deadline_ns());
-  }
-  hc_plan_reset(plan);
-  return r;
 }
 
 static void *proxy_main(void *arg) {
   struct hc_proxy *px = arg;
-  hc_log_set_rank(px->comm->rank);
-  hc_result_t failed = px->dev->set_device(px->device);
-  if (failed != HC_OK) hc_comm_set_async_error(px->comm, failed);
+  struct hetcclComm *comm = px->comm;
+  hc_log_set_rank(comm->rank);
   pthread_mutex_lock(&px->lock);
   for (;;) {
     /* Calls tend to come in bursts: look for the next one a while before
@@ -134,12 +79,16 @@ static void *proxy_main(void *arg) {
     px->busy = true;
     pthread_mutex_unlock(&px->lock);
 
-    hc_result_t r = atomic_load(&px->comm->async_error) != HC_OK ? HC_ERR_REMOTE : run_job(px, job);
-    if (r != HC_OK) hc_comm_set_async_error(px->comm, r);
-    /* Released even after a failure, or the GPU would wait forever; the
-     * failure is the comm's async error, which callers poll. */
-    release_stream(px, job->seq);
-    HC_TRACE(HC_EXEC, "proxy: job %u released", job->seq);
+    hc_result_t r = HC_ERR_REMOTE;
+    if (atomic_load(&comm->async_error) == HC_OK) {
+      struct hc_exec_job ej = {.links = &comm->links, .plan = &job->host};
+      r = hc_exec_run_blocking(&ej, 1, hc_deadline_ns());
+    }
+    if (r != HC_OK) {
+      hc_comm_set_async_error(comm, r);
+      release_streams(px, job);
+    }
+    HC_TRACE(HC_EXEC, "proxy: job %u done (%d)", job->seq, (int)r);
     job_free(job);
 
     pthread_mutex_lock(&px->lock);
@@ -154,27 +103,37 @@ hc_result_t hc_proxy_create(struct hetcclComm *comm, struct hc_proxy **out) {
   hc_result_t r;
   struct hc_proxy *px;
   *out = NULL;
+  const enum hc_mem_kind kind = comm->config.device_kind;
+  if (!hc_dev_caps(kind).stream_mem_ops)
+    return HC_FAIL(HC_ERR_DEVICE, "rank %d: %s: the driver offers no 64-bit stream memory operations, which GPU "
+                   "communicators need (CUDA 11.7 or later on a device that supports them)",
+                   comm->rank, hc_dev_get(kind)->name);
   HC_TRY(hc_calloc(&px, 1, sizeof(*px), "proxy"));
   px->comm = comm;
-  px->plan = (struct hc_plan){.pool = comm->plan.pool, .dev_pool = comm->plan.dev_pool};
-  px->dev = hc_dev_get(comm->config.device_kind);
+  px->plan = (struct hc_plan){.pool = comm->plan.pool, .dev_pool = comm->plan.dev_pool, .mem = kind};
+  px->dev = hc_dev_get(kind);
   px->spin_ns = comm->links.spin_ns ? HC_PROXY_SPIN_NS : 0;
-  px->device = comm->config.device_id;
   pthread_mutex_init(&px->lock, NULL);
   pthread_cond_init(&px->wake, NULL);
   pthread_cond_init(&px->idle, NULL);
-  HC_TRY_GOTO(px->dev->set_device(px->device), r, fail);
-  for (int l = 0; l < HC_LANE_COUNT; l++) HC_TRY_GOTO(px->dev->stream_create(px->device, &px->streams[l]), r, fail);
-  HC_TRY_GOTO(px->dev->host_alloc((HC_PROXY_RING + 1 + 16) * sizeof(uint32_t), (void **)&px->flags), r, fail);
-  memset(px->flags, 0, (HC_PROXY_RING + 1 + 16) * sizeof(uint32_t));
-  /* Compile and load the reduction kernels now, while no stream waits for
-   * this proxy: loading a module can wait for every stream of the context,
-   * and once calls are in flight the caller's stream waits for the proxy. */
-  float *probe = (float *)&px->flags[HC_PROXY_RING + 1];
-  struct hc_reduce_args warm = {.dst = probe, .src0 = probe, .src1 = probe, .count = 1, .dtype = HC_FLOAT32,
-                                .op = HC_SUM};
-  HC_TRY_GOTO(px->dev->reduce(&warm, px->streams[HC_LANE_MAIN]), r, fail);
-  HC_TRY_GOTO(px->dev->stream_sync(px->streams[HC_LANE_MAIN]), r, fail);
+  HC_TRY_GOTO(px->dev->set_device(comm->config.device_id), r, fail);
+  HC_TRY_GOTO(hc_gpu_lanes_create(px->dev, comm->config.device_id, comm->rank, comm->nranks, &px->lanes), r, fail);
+  /* Compile and load the reduction kernels now, while nothing of ours is
+   * in flight: loading a module can wait for every stream of the context. */
+  hc_stream_t warm_stream = NULL;
+  float *probe = NULL;
+  r = px->dev->stream_create(comm->config.device_id, &warm_stream);
+  if (r == HC_OK) r = px->dev->host_alloc(sizeof(*probe), (void **)&probe);
+  if (r == HC_OK) {
+    *probe = 0;
+    struct hc_reduce_args warm = {.dst = probe, .src0 = probe, .src1 = probe, .count = 1, .dtype = HC_FLOAT32,
+                                  .op = HC_SUM};
+    r = px->dev->reduce(&warm, warm_stream);
+    if (r == HC_OK) r = px->dev->stream_sync(warm_stream);
+  }
+  if (probe) px->dev->host_free(probe);
+  if (warm_stream) px->dev->stream_destroy(warm_stream);
+  if (r != HC_OK) goto fail;
   if (pthread_create(&px->thread, NULL, proxy_main, px) != 0) {
     r = HC_FAIL(HC_ERR_SYSTEM, "proxy: cannot start its thread: %s", strerror(errno));
     goto fail;
@@ -187,48 +146,74 @@ fail:
   return r;
 }
 
-hc_result_t hc_proxy_submit(struct hc_proxy *px, const struct hc_coll_args *calls, int ncalls,
-                            hc_stream_t *streams, int nstreams) {
-  const struct hc_dev_ops *dev = px->dev;
-  for (int i = 0; i < nstreams; i++) {
-    bool capturing = false;
-    HC_TRY(dev->stream_capturing(streams[i], &capturing));
-    if (capturing)
-      return HC_FAIL(HC_ERR_USAGE, "rank %d: hetccl collectives cannot be captured in a CUDA graph yet; "
-                     "run them outside the capture", px->comm->rank);
-  }
+static hc_result_t job_new(struct hc_proxy *px, struct proxy_job **out) {
   struct proxy_job *job;
-  HC_TRY(job_new(calls, ncalls, px->comm->nranks, &job));
-  uint32_t seq = ++px->next_seq;
-  /* A ready slot is reused after HC_PROXY_RING calls: the proxy must have
-   * passed it. */
-  while (seq - atomic_load((_Atomic uint32_t *)done_flag(px)) >= HC_PROXY_RING) sched_yield();
-  hc_result_t r;
-  hc_stream_t main_stream = streams[0];
-  hc_event_t ev = NULL;
-  if (nstreams > 1) HC_TRY_GOTO(dev->event_create(&ev), r, fail);
-  for (int i = 1; i < nstreams; i++) {
-    HC_TRY_GOTO(dev->event_record(ev, streams[i]), r, fail);
-    HC_TRY_GOTO(dev->stream_wait_event(main_stream, ev), r, fail);
+  const size_t n = 2 * (size_t)px->comm->nranks;
+  *out = NULL;
+  HC_TRY(hc_calloc(&job, 1, sizeof(*job), "proxy job"));
+  job->host.mem = HC_MEM_HOST;
+  job->xfer_end = calloc(n, sizeof(uint64_t));
+  job->window_end = calloc(n, sizeof(uint64_t));
+  if (job->xfer_end == NULL || job->window_end == NULL) {
+    job_free(job);
+    return HC_FAIL(HC_ERR_SYSTEM, "proxy: out of host memory for a job");
   }
-  HC_TRY_GOTO(dev->flag_write(main_stream, ready_flag(px, seq), seq), r, fail);
-  HC_TRY_GOTO(dev->flag_wait(main_stream, done_flag(px), seq), r, fail);
-  if (nstreams > 1) {
-    HC_TRY_GOTO(dev->event_record(ev, main_stream), r, fail);
-    for (int i = 1; i < nstreams; i++) HC_TRY_GOTO(dev->stream_wait_event(streams[i], ev), r, fail);
+  *out = job;
+  return HC_OK;
+}
+
+/* Plans the calls and splits the plan: the transfers go to the proxy
+ * thread first, then the local steps go on the lanes. */
+static hc_result_t submit(struct hc_proxy *px, const struct hc_coll_args *calls, int ncalls, hc_stream_t *streams,
+                          int nstreams) {
+  struct hetcclComm *comm = px->comm;
+  const struct hc_plan_ctx *x = &comm->plan_ctx;
+  struct proxy_job *job = NULL;
+  hc_result_t r = HC_OK;
+  for (int i = 0; i < ncalls && r == HC_OK; i++) r = hc_plan_add(&px->plan, x, &calls[i]);
+  if (r == HC_OK) r = hc_plan_stage(&px->plan, x, true);
+  if (r == HC_OK) r = job_new(px, &job);
+  if (r == HC_OK) r = hc_gpu_prepare(px->lanes, &px->plan, &job->host, job->xfer_end);
+  if (r != HC_OK) {
+    job_free(job);
+    hc_plan_reset(&px->plan);
+    return r;
   }
-  if (ev) dev->event_destroy(ev);
-  job->seq = seq;
+  HC_TRACE(HC_EXEC, "proxy: call %u planned: %d steps, %d of them the proxy's", px->next_seq + 1, px->plan.nsteps,
+           job->host.nsteps);
+  for (int peer = 0; x->windows && peer < x->nranks; peer++) {
+    job->window_end[2 * peer] = x->windows[peer].tx_pieces;
+    job->window_end[2 * peer + 1] = x->windows[peer].rx_pieces;
+  }
+  job->seq = ++px->next_seq;
   pthread_mutex_lock(&px->lock);
   if (px->tail) px->tail->next = job;
   else px->head = job;
   px->tail = job;
   pthread_cond_signal(&px->wake);
   pthread_mutex_unlock(&px->lock);
-  return HC_OK;
-fail:
-  if (ev) dev->event_destroy(ev);
-  job_free(job);
+  r = hc_gpu_enqueue(px->lanes, &px->plan, streams, nstreams);
+  hc_plan_reset(&px->plan);
+  return r;
+}
+
+hc_result_t hc_proxy_submit(struct hc_proxy *px, const struct hc_coll_args *calls, int ncalls,
+                            hc_stream_t *streams, int nstreams) {
+  struct hetcclComm *comm = px->comm;
+  for (int i = 0; i < nstreams; i++) {
+    bool capturing = false;
+    HC_TRY(px->dev->stream_capturing(streams[i], &capturing));
+    if (capturing)
+      return HC_FAIL(HC_ERR_USAGE, "rank %d: hetccl collectives cannot be captured in a CUDA graph yet; "
+                     "run them outside the capture", comm->rank);
+  }
+  if (atomic_load(&comm->async_error) != HC_OK)
+    return HC_FAIL(HC_ERR_REMOTE, "rank %d: the communicator failed earlier (%s); abort or destroy it",
+                   comm->rank, comm->async_error_text);
+  hc_result_t r = submit(px, calls, ncalls, streams, nstreams);
+  /* Positions were handed out for steps that may never be enqueued: the
+   * comm cannot go on (hc_gpu_prepare's argument errors come first). */
+  if (r != HC_OK && r != HC_ERR_USAGE) hc_comm_set_async_error(comm, r);
   return r;
 }
 
@@ -257,18 +242,14 @@ void hc_proxy_destroy(struct hc_proxy *px) {
     pthread_mutex_unlock(&px->lock);
     pthread_join(px->thread, NULL);
   }
-  /* Plans never run: release their streams so no GPU waits forever. */
+  /* Jobs never run: release the streams that wait for them. */
   for (struct proxy_job *job = px->head, *next; job; job = next) {
     next = job->next;
-    release_stream(px, job->seq);
+    release_streams(px, job);
     job_free(job);
   }
-  for (int l = 0; l < HC_LANE_COUNT; l++) {
-    if (px->streams[l] == NULL) continue;
-    px->dev->stream_sync(px->streams[l]);
-    px->dev->stream_destroy(px->streams[l]);
-  }
-  if (px->flags) px->dev->host_free(px->flags);
+  hc_gpu_lanes_destroy(px->lanes);
+  hc_plan_reset(&px->plan);
   pthread_cond_destroy(&px->wake);
   pthread_cond_destroy(&px->idle);
   pthread_mutex_destroy(&px->lock);

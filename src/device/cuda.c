@@ -46,6 +46,7 @@ static const struct hc_gpu_sym nvrtc_syms[] = {HC_NVRTC_SYMBOLS(SYM, SYM_OPT)};
 #undef SYM_OPT
 
 static int driver_version; /* 12080 for 12.8; 0 when libcuda is not loaded */
+static int mem_ops_64;     /* CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS of device 0 */
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext primary[HC_GPU_MAX_DEVICES];
 
@@ -92,12 +93,13 @@ static hc_result_t cuda_open(int *ndev) {
   if (e != CUDA_SUCCESS) return absent("cuda: cuDeviceGetCount failed: %s (%d)", cuda_err_str(e), e);
   if (n <= 0) return absent("cuda: no CUDA device");
   CUdevice d0;
-  int v1 = -1;
+  mem_ops_64 = 0;
   if (cu.cuDeviceGet(&d0, 0) == CUDA_SUCCESS)
-    cu.cuDeviceGetAttribute(&v1, CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1, d0);
-  HC_INFO(HC_DEV, "cuda: driver %d.%d, %d devices; stream memory operations: v2 entry points %s, "
-          "v1 attribute %d", driver_version / 1000, driver_version % 1000 / 10, n,
-          cu.cuStreamWaitValue32_v2 && cu.cuStreamWriteValue32_v2 ? "found" : "missing", v1);
+    cu.cuDeviceGetAttribute(&mem_ops_64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, d0);
+  HC_INFO(HC_DEV, "cuda: driver %d.%d, %d devices; 64-bit stream memory operations: entry points %s, "
+          "device 0 %s", driver_version / 1000, driver_version % 1000 / 10, n,
+          cu.cuStreamWaitValue64_v2 && cu.cuStreamWriteValue64_v2 ? "found" : "missing",
+          mem_ops_64 == 1 ? "supports them" : "does not");
   *ndev = n;
   return HC_OK;
 }
@@ -114,10 +116,11 @@ static int cuda_device_attr(int dev, enum hc_gpu_attr a, int *value) {
 }
 
 /* The v2 entry points need no kernel-module option (CUDA 11.7 and later);
- * the V1 attribute says nothing about them, so their presence decides. */
+ * the 64-bit forms also need the device's word (device 0 stands for all:
+ * hetccl's flags are 64-bit). */
 static bool cuda_has_mem_ops(void) {
-  return cu.cuStreamWaitValue32_v2 != NULL && cu.cuStreamWriteValue32_v2 != NULL &&
-         cu.cuMemHostGetDevicePointer_v2 != NULL;
+  return cu.cuStreamWaitValue64_v2 != NULL && cu.cuStreamWriteValue64_v2 != NULL &&
+         cu.cuMemHostGetDevicePointer_v2 != NULL && mem_ops_64 == 1;
 }
 
 /* ---- contexts ---- */
@@ -244,21 +247,21 @@ static int cuda_stream_wait_event(void *s, void *e) {
 }
 
 /* The flag's device address: the mapping of the pinned host page. */
-static int flag_dptr(volatile uint32_t *flag, CUdeviceptr *d) {
+static int flag_dptr(volatile uint64_t *flag, CUdeviceptr *d) {
   return cu.cuMemHostGetDevicePointer_v2(d, (void *)(uintptr_t)flag, 0);
 }
 
-static int cuda_wait_value32(void *s, volatile uint32_t *flag, uint32_t v) {
+static int cuda_wait_value64(void *s, volatile uint64_t *flag, uint64_t v) {
   CUdeviceptr d = 0;
   int e = flag_dptr(flag, &d);
-  return e != CUDA_SUCCESS ? e : cu.cuStreamWaitValue32_v2((CUstream)s, d, v, CU_STREAM_WAIT_VALUE_GEQ);
+  return e != CUDA_SUCCESS ? e : cu.cuStreamWaitValue64_v2((CUstream)s, d, v, CU_STREAM_WAIT_VALUE_GEQ);
 }
 
-static int cuda_write_value32(void *s, volatile uint32_t *flag, uint32_t v) {
+static int cuda_write_value64(void *s, volatile uint64_t *flag, uint64_t v) {
   CUdeviceptr d = 0;
   int e = flag_dptr(flag, &d);
   return e != CUDA_SUCCESS ? e
-                           : cu.cuStreamWriteValue32_v2((CUstream)s, d, v, CU_STREAM_WRITE_VALUE_DEFAULT);
+                           : cu.cuStreamWriteValue64_v2((CUstream)s, d, v, CU_STREAM_WRITE_VALUE_DEFAULT);
 }
 
 static int cuda_launch_host_func(void *s, void (*fn)(void *), void *arg) {
@@ -589,8 +592,8 @@ const struct hc_gpu_vendor hc_gpu_vendor_cuda = {
     .event_record = cuda_event_record,
     .event_query = cuda_event_query,
     .stream_wait_event = cuda_stream_wait_event,
-    .wait_value32 = cuda_wait_value32,
-    .write_value32 = cuda_write_value32,
+    .wait_value64 = cuda_wait_value64,
+    .write_value64 = cuda_write_value64,
     .launch_host_func = cuda_launch_host_func,
     .module_load = cuda_module_load,
     .module_unload = cuda_module_unload,

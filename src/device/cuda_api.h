@@ -40,6 +40,7 @@ typedef void (*CUhostFn)(void *userData);  /* CUDA_CB is empty on Linux */
  * NVreg_EnableStreamMemOPs=1. The _v2 entry points that hetccl calls
  * (CUDA 11.7 and later drivers) do not depend on it. */
 #define CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 92
+#define CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS 122
 
 /* CUpointer_attribute (cuda.h) */
 #define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2 /* unsigned int, a CUmemorytype */
@@ -111,8 +112,8 @@ typedef struct _nvrtcProgram *nvrtcProgram;
   X(cuLaunchKernel, CUresult,                                                          \
     (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,    \
      unsigned bz, unsigned shmem, CUstream s, void **params, void **extra))            \
-  OPT(cuStreamWaitValue32_v2, CUresult, (CUstream s, CUdeviceptr p, unsigned v, unsigned flags)) \
-  OPT(cuStreamWriteValue32_v2, CUresult, (CUstream s, CUdeviceptr p, unsigned v, unsigned flags))
+  OPT(cuStreamWaitValue64_v2, CUresult, (CUstream s, CUdeviceptr p, uint64_t v, unsigned flags)) \
+  OPT(cuStreamWriteValue64_v2, CUresult, (CUstream s, CUdeviceptr p, uint64_t v, unsigned flags))
 
 /* NVRTC, the same way. nvrtcGetCUBIN appeared in CUDA 11.1; without it the
  * kernels are compiled to PTX and the driver finishes the job. The

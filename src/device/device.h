@@ -89,11 +89,11 @@ struct hc_dev_ops {
   /* *done = 1 once everything before the record has run. */
   hc_result_t (*event_query)(hc_event_t e, int *done);
   hc_result_t (*stream_wait_event)(hc_stream_t s, hc_event_t e);
-  /* The stream stops until *flag >= value (wrap-safe is not needed: 32-bit
-   * sequence numbers of one comm). flag is host memory from host_alloc. */
-  hc_result_t (*flag_wait)(hc_stream_t s, volatile uint32_t *flag, uint32_t value);
+  /* The stream stops until *flag >= value (64-bit counters that start at 0
+   * never wrap). flag is mapped host memory: host_alloc or host_register. */
+  hc_result_t (*flag_wait)(hc_stream_t s, volatile uint64_t *flag, uint64_t value);
   /* The stream writes value to *flag once the work before it is done. */
-  hc_result_t (*flag_write)(hc_stream_t s, volatile uint32_t *flag, uint32_t value);
+  hc_result_t (*flag_write)(hc_stream_t s, volatile uint64_t *flag, uint64_t value);
   hc_result_t (*stream_sync)(hc_stream_t s); /* blocking; tests and teardown only */
   /* Whether the caller's stream is capturing a graph. */
   hc_result_t (*stream_capturing)(hc_stream_t s, bool *capturing);

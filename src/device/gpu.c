@@ -315,8 +315,8 @@ hc_result_t hc_gpu_stream_wait_event(struct hc_gpu *g, hc_stream_t s, hc_event_t
  * another stream after it.
  */
 struct flag_op {
-  volatile uint32_t *flag;
-  uint32_t value;
+  volatile uint64_t *flag;
+  uint64_t value;
   uint64_t timeout_ns;
 };
 
@@ -324,7 +324,7 @@ static void flag_wait_fn(void *arg) {
   struct flag_op *op = arg;
   uint64_t start = hc_now_ns();
   unsigned spins = 0;
-  while ((int32_t)(__atomic_load_n(op->flag, __ATOMIC_ACQUIRE) - op->value) < 0) {
+  while (__atomic_load_n(op->flag, __ATOMIC_ACQUIRE) < op->value) {
     if (++spins < 1000) {
       sched_yield();
       continue;
@@ -332,9 +332,9 @@ static void flag_wait_fn(void *arg) {
     struct timespec ts = {0, 20000}; /* 20 us */
     nanosleep(&ts, NULL);
     if (hc_now_ns() - start > op->timeout_ns) {
-      HC_WARN(HC_DEV, "stream flag wait for %u at %p timed out after %llu s (flag is %u); "
-              "releasing the stream", op->value, (void *)op->flag,
-              (unsigned long long)(op->timeout_ns / 1000000000ull), *op->flag);
+      HC_WARN(HC_DEV, "stream flag wait for %llu at %p timed out after %llu s (flag is %llu); "
+              "releasing the stream", (unsigned long long)op->value, (void *)op->flag,
+              (unsigned long long)(op->timeout_ns / 1000000000ull), (unsigned long long)*op->flag);
       break;
     }
   }
@@ -347,8 +347,8 @@ static void flag_write_fn(void *arg) {
   free(op);
 }
 
-static hc_result_t flag_host_func(struct hc_gpu *g, hc_stream_t s, volatile uint32_t *flag,
-                                  uint32_t v, bool wait) {
+static hc_result_t flag_host_func(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *flag,
+                                  uint64_t v, bool wait) {
   struct flag_op *op = malloc(sizeof(*op));
   if (op == NULL) return HC_FAIL(HC_ERR_SYSTEM, "%s: out of host memory for a stream flag", g->v->name);
   op->flag = flag;
@@ -372,13 +372,13 @@ static hc_result_t flag_host_func(struct hc_gpu *g, hc_stream_t s, volatile uint
 
 /* A stream memory operation, or the host function when the driver refuses
  * them (then for good, said once at INFO). */
-static hc_result_t flag_op(struct hc_gpu *g, hc_stream_t s, volatile uint32_t *flag, uint32_t v,
+static hc_result_t flag_op(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *flag, uint64_t v,
                            bool wait) {
   if (flag == NULL) return HC_FAIL(HC_ERR_ARG, "%s: stream flag is NULL", g->v->name);
   if (!atomic_load(&g->mem_ops) || atomic_load(&g->force_host_flags)) return flag_host_func(g, s, flag, v, wait);
   struct hc_gpu_scope sc;
   HC_TRY(hc_gpu_scope_stream(g, s, &sc));
-  int e = wait ? g->v->wait_value32(s, flag, v) : g->v->write_value32(s, flag, v);
+  int e = wait ? g->v->wait_value64(s, flag, v) : g->v->write_value64(s, flag, v);
   hc_gpu_scope_exit(g, &sc);
   if (e == 0) return HC_OK;
   if (e == g->v->err_not_supported) {
@@ -387,14 +387,14 @@ static hc_result_t flag_op(struct hc_gpu *g, hc_stream_t s, volatile uint32_t *f
     atomic_store(&g->mem_ops, false);
     return flag_host_func(g, s, flag, v, wait);
   }
-  return HC_FAIL(HC_ERR_DEVICE, "%s: stream %s of flag %p (value %u): %s (%d)", g->v->name,
-                 wait ? "wait on" : "write", (void *)flag, v, g->v->err_str(e), e);
+  return HC_FAIL(HC_ERR_DEVICE, "%s: stream %s of flag %p (value %llu): %s (%d)", g->v->name,
+                 wait ? "wait on" : "write", (void *)flag, (unsigned long long)v, g->v->err_str(e), e);
 }
 
-hc_result_t hc_gpu_flag_wait(struct hc_gpu *g, hc_stream_t s, volatile uint32_t *flag, uint32_t v) {
+hc_result_t hc_gpu_flag_wait(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *flag, uint64_t v) {
   return flag_op(g, s, flag, v, true);
 }
 
-hc_result_t hc_gpu_flag_write(struct hc_gpu *g, hc_stream_t s, volatile uint32_t *flag, uint32_t v) {
+hc_result_t hc_gpu_flag_write(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *flag, uint64_t v) {
   return flag_op(g, s, flag, v, false);
 }

@@ -95,10 +95,10 @@ struct hc_gpu_vendor {
   int (*event_record)(void *e, void *s);
   int (*event_query)(void *e); /* 0 done, err_not_ready pending */
   int (*stream_wait_event)(void *s, void *e);
-  /* Stream waits until (int32_t)(*flag - v) >= 0 / writes v after prior
-   * work. flag is host memory from host_alloc. Optional (has_mem_ops). */
-  int (*wait_value32)(void *s, volatile uint32_t *flag, uint32_t v);
-  int (*write_value32)(void *s, volatile uint32_t *flag, uint32_t v);
+  /* Stream waits until *flag >= v / writes v after prior work. flag is
+   * mapped host memory (host_alloc, host_register). Optional (has_mem_ops). */
+  int (*wait_value64)(void *s, volatile uint64_t *flag, uint64_t v);
+  int (*write_value64)(void *s, volatile uint64_t *flag, uint64_t v);
   /* fn(arg) on a driver thread once prior work is done; fn makes no calls
    * into the vendor library. */
   int (*launch_host_func)(void *s, void (*fn)(void *), void *arg);
@@ -184,8 +184,8 @@ hc_result_t hc_gpu_event_destroy(struct hc_gpu *g, hc_event_t e);
 hc_result_t hc_gpu_event_record(struct hc_gpu *g, hc_event_t e, hc_stream_t s);
 hc_result_t hc_gpu_event_query(struct hc_gpu *g, hc_event_t e, int *done);
 hc_result_t hc_gpu_stream_wait_event(struct hc_gpu *g, hc_stream_t s, hc_event_t e);
-hc_result_t hc_gpu_flag_wait(struct hc_gpu *g, hc_stream_t s, volatile uint32_t *flag, uint32_t v);
-hc_result_t hc_gpu_flag_write(struct hc_gpu *g, hc_stream_t s, volatile uint32_t *flag, uint32_t v);
+hc_result_t hc_gpu_flag_wait(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *flag, uint64_t v);
+hc_result_t hc_gpu_flag_write(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *flag, uint64_t v);
 hc_result_t hc_gpu_stream_sync(struct hc_gpu *g, hc_stream_t s);
 hc_result_t hc_gpu_stream_capturing(struct hc_gpu *g, hc_stream_t s, bool *capturing);
 hc_result_t hc_gpu_current_device(struct hc_gpu *g, int *device);
@@ -280,10 +280,10 @@ extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
   static hc_result_t st##_stream_wait_event(hc_stream_t q, hc_event_t e) {                 \
     return hc_gpu_stream_wait_event(&st, q, e);                                            \
   }                                                                                        \
-  static hc_result_t st##_flag_wait(hc_stream_t q, volatile uint32_t *f, uint32_t v) {     \
+  static hc_result_t st##_flag_wait(hc_stream_t q, volatile uint64_t *f, uint64_t v) {     \
     return hc_gpu_flag_wait(&st, q, f, v);                                                 \
   }                                                                                        \
-  static hc_result_t st##_flag_write(hc_stream_t q, volatile uint32_t *f, uint32_t v) {    \
+  static hc_result_t st##_flag_write(hc_stream_t q, volatile uint64_t *f, uint64_t v) {    \
     return hc_gpu_flag_write(&st, q, f, v);                                                \
   }                                                                                        \
   static hc_result_t st##_stream_sync(hc_stream_t q) { return hc_gpu_stream_sync(&st, q); } \

@@ -103,8 +103,8 @@ struct hip_ptr_attr {
      unsigned bz, unsigned shmem, hipStream_t s, void **params, void **extra))                \
   OPT(hipStreamGetDevice, hipError_t, (hipStream_t s, int *dev))                              \
   OPT(hipLaunchHostFunc, hipError_t, (hipStream_t s, void (*fn)(void *), void *arg))          \
-  OPT(hipStreamWaitValue32, hipError_t, (hipStream_t s, void *p, uint32_t v, unsigned flags, uint32_t mask)) \
-  OPT(hipStreamWriteValue32, hipError_t, (hipStream_t s, void *p, uint32_t v, unsigned flags))
+  OPT(hipStreamWaitValue64, hipError_t, (hipStream_t s, void *p, uint64_t v, unsigned flags, uint64_t mask)) \
+  OPT(hipStreamWriteValue64, hipError_t, (hipStream_t s, void *p, uint64_t v, unsigned flags))
 
 /* hip/hiprtc.h */
 #define HIPRTC_SYMBOLS(X, OPT)                                                               \
@@ -201,7 +201,7 @@ static int hip_device_attr(int dev, enum hc_gpu_attr a, int *value) {
 }
 
 static bool hip_has_mem_ops(void) {
-  return hip.hipStreamWaitValue32 != NULL && hip.hipStreamWriteValue32 != NULL;
+  return hip.hipStreamWaitValue64 != NULL && hip.hipStreamWriteValue64 != NULL;
 }
 
 /* ---- contexts: token = device + 1 ---- */
@@ -296,12 +296,12 @@ static int hip_event_query(void *e) { return hip.hipEventQuery(e); }
 static int hip_stream_wait_event(void *s, void *e) { return hip.hipStreamWaitEvent(s, e, 0); }
 
 /* Mapped host memory is addressed by its host pointer. */
-static int hip_wait_value32(void *s, volatile uint32_t *flag, uint32_t v) {
-  return hip.hipStreamWaitValue32(s, (void *)(uintptr_t)flag, v, hipStreamWaitValueGte, 0xffffffffu);
+static int hip_wait_value64(void *s, volatile uint64_t *flag, uint64_t v) {
+  return hip.hipStreamWaitValue64(s, (void *)(uintptr_t)flag, v, hipStreamWaitValueGte, ~0ull);
 }
 
-static int hip_write_value32(void *s, volatile uint32_t *flag, uint32_t v) {
-  return hip.hipStreamWriteValue32(s, (void *)(uintptr_t)flag, v, 0);
+static int hip_write_value64(void *s, volatile uint64_t *flag, uint64_t v) {
+  return hip.hipStreamWriteValue64(s, (void *)(uintptr_t)flag, v, 0);
 }
 
 /* hipStreamAddCallback's shape, for ROCm without hipLaunchHostFunc. */
@@ -455,8 +455,8 @@ const struct hc_gpu_vendor hc_gpu_vendor_hip = {
     .event_record = hip_event_record,
     .event_query = hip_event_query,
     .stream_wait_event = hip_stream_wait_event,
-    .wait_value32 = hip_wait_value32,
-    .write_value32 = hip_write_value32,
+    .wait_value64 = hip_wait_value64,
+    .write_value64 = hip_write_value64,
     .launch_host_func = hip_launch_host_func,
     .module_load = hip_module_load,
     .module_unload = hip_module_unload,

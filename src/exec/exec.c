@@ -13,33 +13,12 @@
 
 enum { DIR_SEND = 0, DIR_RECV = 1 };
 
-/* Local steps of a GPU plan run on the stream of their lane; each is
- * followed by an event, and a lane's steps complete in stream order. */
-#define HC_EXEC_MAX_GPU_INFLIGHT 64
-
-struct gpu_lane {
-  hc_event_t events[HC_EXEC_MAX_GPU_INFLIGHT];
-  int nevents;                            /* created so far */
-  int step[HC_EXEC_MAX_GPU_INFLIGHT];     /* ring of steps in flight on the stream */
-  int head, count;
-};
-
 struct job_state {
   struct hc_exec_job *job;
   const struct hc_dev_ops *dev;
-  bool async; /* local steps are enqueued on the job's streams, not done inline */
-  struct gpu_lane lanes[HC_LANE_COUNT];
-  int gpu_count;           /* steps in flight on all lanes */
   int *waits, nwaits;      /* WAIT steps whose counter has not got there yet */
   int nsteps, ndone;
   int *pending_deps;       /* per step: dependencies not done */
-  /* GPU plans, per step: dependencies enqueued on a lane and not done yet;
-   * a GPU step whose pending dependencies are all such is launched at once
-   * (after its stream waits for their events), with no trip to the host. */
-  int *gpu_pending;
-  int8_t *lane_of;         /* lane a step is enqueued on, -1: none */
-  int16_t *slot_of;        /* its event slot in that lane */
-  bool *queued;            /* in ready[] or launched */
   int *succ_start, *succ;  /* CSR: steps that depend on step i */
   int *ready, nready;      /* local steps whose dependencies are done */
   void **req;              /* per step: the transport request while in flight */
@@ -58,14 +37,8 @@ static bool is_transfer(const struct hc_step *s) {
 }
 
 static void job_state_destroy(struct job_state *st) {
-  for (int l = 0; l < HC_LANE_COUNT; l++)
-    for (int i = 0; i < st->lanes[l].nevents; i++) st->dev->event_destroy(st->lanes[l].events[i]);
   free(st->waits);
   free(st->pending_deps);
-  free(st->gpu_pending);
-  free(st->lane_of);
-  free(st->slot_of);
-  free(st->queued);
   free(st->succ_start);
   free(st->succ);
   free(st->ready);
@@ -82,10 +55,9 @@ static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *s
   const struct hc_plan *p = job->plan;
   const int n = p->nsteps, nr = job->links->nranks;
   *st = (struct job_state){.job = job, .nsteps = n};
-  st->dev = hc_dev_get(p->mem);
-  if (st->dev == NULL)
-    return HC_FAIL(HC_ERR_USAGE, "exec: no device backend for memory kind %d", (int)p->mem);
-  st->async = p->mem != HC_MEM_HOST;
+  if (p->mem != HC_MEM_HOST)
+    return HC_FAIL(HC_ERR_INTERNAL, "exec: a plan of device memory (kind %d) reached the host engine", (int)p->mem);
+  st->dev = &hc_dev_host;
   int *qsize = calloc((size_t)nr * 2, sizeof(int));
   int *qid = calloc((size_t)nr * 2, sizeof(int));
   st->pending_deps = calloc((size_t)n + 1, sizeof(int));
@@ -93,14 +65,7 @@ static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *s
   st->ready = calloc((size_t)n + 1, sizeof(int));
   st->req = calloc((size_t)n + 1, sizeof(void *));
   st->waits = calloc((size_t)n + 1, sizeof(int));
-  st->gpu_pending = calloc((size_t)n + 1, sizeof(int));
-  st->lane_of = malloc((size_t)n + 1);
-  st->slot_of = calloc((size_t)n + 1, sizeof(int16_t));
-  st->queued = calloc((size_t)n + 1, sizeof(bool));
-  if (!qsize || !qid || !st->pending_deps || !st->succ_start || !st->ready || !st->req || !st->waits ||
-      !st->gpu_pending || !st->lane_of || !st->slot_of || !st->queued)
-    goto oom;
-  memset(st->lane_of, -1, (size_t)n + 1);
+  if (!qsize || !qid || !st->pending_deps || !st->succ_start || !st->ready || !st->req || !st->waits) goto oom;
   int nedges = 0, ntransfers = 0;
   for (int i = 0; i < n; i++) {
     const struct hc_step *s = &p->steps[i];
@@ -154,7 +119,6 @@ static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *s
       st->q_items[st->q_end[q]++] = i;
     } else if (st->pending_deps[i] == 0) {
       st->ready[st->nready++] = i;
-      st->queued[i] = true;
     }
   }
   free(qsize);
@@ -167,47 +131,16 @@ oom:
   return HC_FAIL(HC_ERR_SYSTEM, "exec: out of host memory for a plan of %d steps", n);
 }
 
-/* A step the host does at once: no device work, no event. */
-static bool runs_inline(const struct job_state *st, const struct hc_step *s) {
-  return !st->async || s->kind == HC_STEP_NOP || s->kind == HC_STEP_SIGNAL || s->kind == HC_STEP_WAIT;
-}
-
-static void make_ready(struct job_state *st, int t) {
-  if (st->queued[t] || is_transfer(&st->job->plan->steps[t])) return;
-  st->queued[t] = true;
-  st->ready[st->nready++] = t;
-}
-
 static void step_done(struct job_state *st, int i) {
   st->ndone++;
-  bool was_gpu = st->lane_of[i] >= 0;
-  st->lane_of[i] = -1;
   for (int k = st->succ_start[i]; k < st->succ_start[i + 1]; k++) {
     int t = st->succ[k];
-    st->pending_deps[t]--;
-    if (was_gpu) st->gpu_pending[t]--;
-    if (st->pending_deps[t] == 0) make_ready(st, t);
+    if (--st->pending_deps[t] == 0 && !is_transfer(&st->job->plan->steps[t])) st->ready[st->nready++] = t;
   }
 }
 
-/* Step i is now enqueued on a lane: GPU steps waiting only for such steps
- * can be enqueued too. */
-static void step_launched(struct job_state *st, int i) {
-  for (int k = st->succ_start[i]; k < st->succ_start[i + 1]; k++) {
-    int t = st->succ[k];
-    st->gpu_pending[t]++;
-    if (st->pending_deps[t] == st->gpu_pending[t] && !runs_inline(st, &st->job->plan->steps[t])) make_ready(st, t);
-  }
-}
-
-static hc_result_t run_local(struct job_state *st, const struct hc_step *s) {
-  const struct hc_dev_ops *dev = st->dev;
-  hc_stream_t stream = st->job->streams[s->lane < HC_LANE_COUNT ? s->lane : HC_LANE_MAIN];
+hc_result_t hc_exec_local_step(const struct hc_dev_ops *dev, const struct hc_step *s, hc_stream_t stream) {
   switch (s->kind) {
-  case HC_STEP_NOP: return HC_OK;
-  case HC_STEP_SIGNAL:
-    atomic_store_explicit((atomic_ullong *)s->src0, s->count, memory_order_release);
-    return HC_OK;
   case HC_STEP_COPY: return dev->copy(s->dst, s->src0, s->count, stream);
   case HC_STEP_REDUCE: {
     struct hc_reduce_args a = {.dst = s->dst, .src0 = s->src0, .src1 = s->src1, .count = s->count,
@@ -225,26 +158,10 @@ static hc_result_t run_local(struct job_state *st, const struct hc_step *s) {
   }
 }
 
-/* Runs the local steps whose dependencies are done: inline for host plans,
- * enqueued on their lane's stream with an event each for GPU plans, where
- * they are done once their event has fired. WAIT steps are done once their
- * counter has got there. */
+/* Runs the local steps whose dependencies are done. WAIT steps are done
+ * once their counter has got there. */
 static hc_result_t run_ready_local(struct job_state *st, bool *moved) {
   const struct hc_plan *p = st->job->plan;
-  for (int l = 0; l < HC_LANE_COUNT; l++) {
-    struct gpu_lane *ln = &st->lanes[l];
-    while (ln->count > 0) {
-      int slot = ln->head, done = 0;
-      HC_TRY(st->dev->event_query(ln->events[slot], &done));
-      if (!done) break;
-      ln->head = (ln->head + 1) % HC_EXEC_MAX_GPU_INFLIGHT;
-      ln->count--;
-      st->gpu_count--;
-      HC_TRACE(HC_EXEC, "step %d (kind %d) done on lane %d", ln->step[slot], p->steps[ln->step[slot]].kind, l);
-      step_done(st, ln->step[slot]);
-      *moved = true;
-    }
-  }
   for (int k = 0; k < st->nwaits;) {
     const struct hc_step *s = &p->steps[st->waits[k]];
     if (atomic_load_explicit((const atomic_ullong *)s->src0, memory_order_acquire) < s->count) {
@@ -257,47 +174,16 @@ static hc_result_t run_ready_local(struct job_state *st, bool *moved) {
     *moved = true;
   }
   while (st->nready > 0) {
-    int i = st->ready[st->nready - 1];
+    int i = st->ready[--st->nready];
     const struct hc_step *s = &p->steps[i];
-    if (s->kind == HC_STEP_WAIT) {
-      st->nready--;
-      st->waits[st->nwaits++] = i;
-      *moved = true;
-      continue;
-    }
-    if (runs_inline(st, s)) {
-      st->nready--;
-      HC_TRY(run_local(st, s));
-      step_done(st, i);
-      *moved = true;
-      continue;
-    }
-    struct gpu_lane *ln = &st->lanes[s->lane < HC_LANE_COUNT ? s->lane : HC_LANE_MAIN];
-    if (ln->count == HC_EXEC_MAX_GPU_INFLIGHT) break;
-    int slot = (ln->head + ln->count) % HC_EXEC_MAX_GPU_INFLIGHT;
-    HC_TRACE(HC_EXEC, "step %d (kind %d, %zu): launching on lane %d", i, s->kind, s->count, (int)(ln - st->lanes));
-    if (slot >= ln->nevents) {
-      HC_TRY(st->dev->event_create(&ln->events[ln->nevents]));
-      ln->nevents++;
-    }
-    st->nready--;
-    hc_stream_t stream = st->job->streams[ln - st->lanes];
-    /* Dependencies still running on another lane: wait for their events. */
-    for (int d = 0; d < HC_STEP_MAX_DEPS; d++) {
-      int dep = s->deps[d] - 1;
-      if (dep < 0 || st->lane_of[dep] < 0 || st->lane_of[dep] == ln - st->lanes) continue;
-      HC_TRY(st->dev->stream_wait_event(stream, st->lanes[st->lane_of[dep]].events[st->slot_of[dep]]));
-    }
-    HC_TRY(run_local(st, s));
-    HC_TRY(st->dev->event_record(ln->events[slot], stream));
-    HC_TRACE(HC_EXEC, "step %d (kind %d, %zu) enqueued on lane %d", i, s->kind, s->count, (int)(ln - st->lanes));
-    ln->step[slot] = i;
-    ln->count++;
-    st->gpu_count++;
-    st->lane_of[i] = (int8_t)(ln - st->lanes);
-    st->slot_of[i] = (int16_t)slot;
-    step_launched(st, i);
     *moved = true;
+    switch (s->kind) {
+    case HC_STEP_WAIT: st->waits[st->nwaits++] = i; continue;
+    case HC_STEP_NOP: break;
+    case HC_STEP_SIGNAL: atomic_store_explicit((atomic_ullong *)s->src0, s->count, memory_order_release); break;
+    default: HC_TRY(hc_exec_local_step(st->dev, s, NULL)); break;
+    }
+    step_done(st, i);
   }
   return HC_OK;
 }
@@ -317,9 +203,7 @@ static hc_result_t match_self(struct job_state *st, bool *moved) {
     if (send->count != recv->count)
       return HC_FAIL(HC_ERR_USAGE, "rank %d: mismatched counts: sends %zu bytes to itself, receives %zu",
                      me, send->count, recv->count);
-    hc_stream_t stream = st->job->streams[HC_LANE_MAIN];
-    HC_TRY(st->dev->copy(recv->dst, send->src0, send->count, stream));
-    if (st->async) HC_TRY(st->dev->stream_sync(stream));
+    HC_TRY(st->dev->copy(recv->dst, send->src0, send->count, NULL));
     st->q_tail[qs] = ++st->q_head[qs];
     st->q_tail[qr] = ++st->q_head[qr];
     step_done(st, si);
@@ -378,10 +262,10 @@ static int awaited_peer(const struct job_state *st) {
 /* Sleeps in the transport that has work in flight; when several have, each
  * is only polled briefly, since none of their sleeps wakes for the others. */
 static hc_result_t wait_for_progress(struct job_state *states, int njobs, int timeout_ms) {
-  /* Work on a GPU stream ends, and a window's counter moves, without
-   * waking any transport. */
+  /* A counter (a window's, a GPU stream's) moves without waking any
+   * transport. */
   for (int j = 0; j < njobs; j++)
-    if (states[j].gpu_count > 0 || states[j].nwaits > 0) {
+    if (states[j].nwaits > 0) {
       sched_yield();
       return HC_OK;
     }

@@ -33,18 +33,20 @@ struct hc_links {
   uint64_t spin_ns;              /* how long to spin before sleeping */
 };
 
-/* One plan to run on one comm's links. */
+/* One plan of host memory to run on one comm's links. (A GPU comm's plans
+ * are split by enqueue.h: its streams take the local steps, and this
+ * engine, on the proxy thread, the transfers.) */
 struct hc_exec_job {
   struct hc_links *links;
   struct hc_plan *plan;
-  /* GPU plans: the internal streams that run the local steps (copies,
-   * reductions), one per lane (plan.h, hc_lane). */
-  hc_stream_t streams[HC_LANE_COUNT];
 };
 
 /* Runs every job to completion, or fails: HC_ERR_REMOTE when a peer dies,
  * the deadline passes (naming a peer still awaited) or an abort flag is set;
  * the transports' errors as they are. Blocks the calling thread. */
 hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t deadline_ns);
+
+/* A COPY, REDUCE or SCALE step on dev, ordered on stream. */
+hc_result_t hc_exec_local_step(const struct hc_dev_ops *dev, const struct hc_step *s, hc_stream_t stream);
 
 #endif

@@ -45,6 +45,11 @@ struct hc_net_window {
   uint8_t *tx, *rx;            /* this rank writes tx and reads rx */
   size_t bytes;                /* of each; 0: the pair has no window */
   atomic_ullong *tx_filled, *tx_freed, *rx_filled, *rx_freed;
+  /* The mapping that holds both windows and the four counters: what a GPU
+   * rank registers with its driver, so that its streams copy into the
+   * slots and wait on and write the counters. */
+  void *mapping;
+  size_t mapping_bytes;
 };
 
 struct hc_net_caps {

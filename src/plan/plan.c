@@ -154,6 +154,19 @@ hc_ref_t hc_plan_push(struct hc_plan *p, struct hc_step s) {
   return p->nsteps;
 }
 
+hc_ref_t hc_plan_join(struct hc_plan *p, hc_ref_t *refs, int n) {
+  while (n > 1) {
+    int m = 0;
+    for (int i = 0; i < n; i += HC_STEP_MAX_DEPS) {
+      struct hc_step s = {.kind = HC_STEP_NOP};
+      for (int d = 0; d < HC_STEP_MAX_DEPS && i + d < n; d++) s.deps[d] = refs[i + d];
+      refs[m++] = hc_plan_push(p, s);
+    }
+    n = m;
+  }
+  return n ? refs[0] : 0;
+}
+
 static void *take_scratch(struct hc_plan *p, struct hc_scratch_pool *pool, size_t bytes) {
   if (plan_failed(p)) return NULL;
   struct hc_scratch *list = realloc(p->scratch, (size_t)(p->nscratch + 1) * sizeof(*list));

@@ -130,6 +130,16 @@ struct hc_plan_window {
 };
 #define HC_WINDOW_SLOTS 4
 
+/* A step reference: 1 + step index, 0 = none (see hc_step.deps). */
+typedef int32_t hc_ref_t;
+
+/* Appends a step; returns its reference, or 0 when out of memory (the plan
+ * remembers the failure: p->cap < 0, and hc_plan_add reports it). */
+hc_ref_t hc_plan_push(struct hc_plan *p, struct hc_step s);
+/* One reference that stands for refs[0..n) (NOP steps of up to
+ * HC_STEP_MAX_DEPS deps each); overwrites refs. 0 when n is 0. */
+hc_ref_t hc_plan_join(struct hc_plan *p, hc_ref_t *refs, int n);
+
 /* Copies an ALLTOALLV call's four count arrays (nranks each) into store
  * (4 * nranks) and points the call at the copies: the caller may reuse its
  * arrays once the call has returned. */

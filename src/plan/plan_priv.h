@@ -4,13 +4,6 @@
 
 #include "plan.h"
 
-/* A step reference: 1 + step index, 0 = none (see hc_step.deps). */
-typedef int32_t hc_ref_t;
-
-/* Appends a step; returns its reference, or 0 when out of memory (the plan
- * remembers the failure and hc_plan_add reports it). */
-hc_ref_t hc_plan_push(struct hc_plan *p, struct hc_step s);
-
 #define HC_DEPS(...) .deps = {__VA_ARGS__}
 static inline hc_ref_t hc_push_send(struct hc_plan *p, int peer, const void *src, size_t bytes,
                                     hc_ref_t d0, hc_ref_t d1) {

@@ -8,6 +8,9 @@
  * the device. Sends and receives have their own slot rings, so a send never
  * waits for a receive's slot (no cycle between two ranks that both stage).
  *
+ * A rank's transfers to itself are not staged: they meet as one copy on
+ * the device (exec/enqueue.c).
+ *
  * A pointer is host memory if it lies in one of the plan's host scratch
  * buffers (pinned for GPU plans); every other buffer of a GPU plan is
  * device memory, the caller's or the plan's data scratch.
@@ -37,20 +40,6 @@ struct slot_ring {
   hc_ref_t *last_user;
 };
 
-/* Joins refs[0..n) into one reference with NOP steps of up to 4 deps. */
-static hc_ref_t join(struct hc_plan *p, hc_ref_t *refs, int n) {
-  while (n > 1) {
-    int m = 0;
-    for (int i = 0; i < n; i += HC_STEP_MAX_DEPS) {
-      struct hc_step s = {.kind = HC_STEP_NOP};
-      for (int d = 0; d < HC_STEP_MAX_DEPS && i + d < n; d++) s.deps[d] = refs[i + d];
-      refs[m++] = hc_plan_push(p, s);
-    }
-    n = m;
-  }
-  return n ? refs[0] : 0;
-}
-
 static struct hc_plan_window *window_of(const struct hc_plan_ctx *x, const struct hc_step *s) {
   if (x->windows == NULL || (s->kind != HC_STEP_SEND && s->kind != HC_STEP_RECV)) return NULL;
   struct hc_plan_window *w = &x->windows[s->peer];
@@ -67,7 +56,9 @@ static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w
     size_t off = (size_t)k * w->slot_bytes, len = HC_MIN(w->slot_bytes, s->count - off);
     uint64_t piece = send ? w->tx_pieces++ : w->rx_pieces++;
     char *slot = (char *)(send ? w->w.tx : w->w.rx) + (piece % HC_WINDOW_SLOTS) * w->slot_bytes;
-    struct hc_step wait = {.kind = HC_STEP_WAIT};
+    /* A GPU runs the three steps in order on the copy's stream. */
+    const uint8_t lane = send && device_memory ? HC_LANE_TO_HOST : HC_LANE_MAIN;
+    struct hc_step wait = {.kind = HC_STEP_WAIT, .lane = lane};
     memcpy(wait.deps, s->deps, sizeof(wait.deps));
     if (send) {
       wait.src0 = w->w.tx_freed;
@@ -78,25 +69,25 @@ static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w
     }
     if (wait.count == 0) wait.kind = HC_STEP_NOP; /* the counter is there already */
     hc_ref_t ready = hc_plan_push(p, wait);
-    struct hc_step copy = {.kind = HC_STEP_COPY, .count = len, HC_DEPS(ready)};
+    struct hc_step copy = {.kind = HC_STEP_COPY, .lane = lane, .count = len, HC_DEPS(ready)};
     if (send) {
       copy.dst = slot;
       copy.src0 = (const char *)s->src0 + off;
-      copy.lane = device_memory ? HC_LANE_TO_HOST : HC_LANE_MAIN;
     } else {
       copy.dst = (char *)s->dst + off;
       copy.src0 = slot;
     }
     hc_ref_t copied = hc_plan_push(p, copy);
     hc_ref_t *last = &w->last_signal[!send];
-    *last = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SIGNAL, .src0 = send ? w->w.tx_filled : w->w.rx_freed,
+    *last = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SIGNAL, .lane = lane,
+                                             .src0 = send ? w->w.tx_filled : w->w.rx_freed,
                                              .count = piece + 1, HC_DEPS(copied, *last)});
     /* The transfer's dependents need its buffer free (send) or its data in
      * (receive): both are the copy, which a GPU step can follow on the
      * GPU. The signal is done by the end of the plan. */
     pieces[k] = copied;
   }
-  return join(p, pieces, npieces);
+  return hc_plan_join(p, pieces, npieces);
 }
 
 hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool device_memory) {
@@ -118,7 +109,8 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
       max_pieces = HC_MAX(max_pieces, HC_DIV_UP(s->count, w->slot_bytes));
       continue;
     }
-    bool dev = device_memory && !hc_plan_in_host_scratch(p, s->kind == HC_STEP_SEND ? s->src0 : s->dst);
+    bool dev = device_memory && s->peer != x->rank &&
+               !hc_plan_in_host_scratch(p, s->kind == HC_STEP_SEND ? s->src0 : s->dst);
     rings |= dev && s->count > 0;
     if ((dev && s->count > 0) || s->count > piece_max) {
       any = true;
@@ -157,7 +149,8 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
       map[i] = push_window_transfer(p, w, &s, device_memory, pieces);
       continue;
     }
-    bool dev = device_memory && (send || recv) && !hc_plan_in_host_scratch(p, send ? s.src0 : s.dst);
+    bool dev = device_memory && (send || recv) && s.peer != x->rank &&
+               !hc_plan_in_host_scratch(p, send ? s.src0 : s.dst);
     if ((!send && !recv) || s.count == 0 || (!dev && s.count <= piece_max)) {
       map[i] = hc_plan_push(p, s);
       continue;
@@ -173,7 +166,7 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
         else piece.dst = (char *)s.dst + off;
         pieces[k] = hc_plan_push(p, piece);
       }
-      map[i] = join(p, pieces, npieces);
+      map[i] = hc_plan_join(p, pieces, npieces);
       continue;
     }
     struct slot_ring *rg = &ring[recv];
@@ -206,7 +199,7 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
                                              .src0 = slot, .count = len, HC_DEPS(got)});
       }
     }
-    map[i] = join(p, pieces, npieces);
+    map[i] = hc_plan_join(p, pieces, npieces);
   }
   if (p->cap < 0) r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory staging %d steps", nold);
   free(old);

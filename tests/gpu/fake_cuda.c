@@ -13,6 +13,7 @@
  * time), run thread by thread; cuModuleLoadData only checks that it got a
  * cubin (ELF) or PTX. Events, stream waits and writes of 32-bit values and
  * host functions behave as CUDA documents them.
+ * Stream memory operations are the 64-bit ones (what hetccl uses).
  *
  * Stricter than CUDA where that finds bugs: allocating, creating streams and
  * events, loading modules need a current context; an operation on a stream
@@ -132,8 +133,8 @@ struct op {
   void *dst;
   const void *src;
   size_t n;
-  volatile uint32_t *flag;
-  uint32_t value;
+  volatile uint64_t *flag;
+  uint64_t value;
   CUhostFn fn;
   void *arg;
   CUevent ev;
@@ -168,7 +169,7 @@ static void spin_until(bool (*cond)(struct op *), struct op *o, const char *what
 }
 
 static bool value_reached(struct op *o) {
-  return (int32_t)(__atomic_load_n(o->flag, __ATOMIC_ACQUIRE) - o->value) >= 0;
+  return (int64_t)(__atomic_load_n(o->flag, __ATOMIC_ACQUIRE) - o->value) >= 0; /* CUDA's GEQ */
 }
 static bool event_reached(struct op *o) { return atomic_load(&o->ev->done) >= o->gen; }
 
@@ -201,7 +202,7 @@ static void run_op(struct op *o) {
     }
     pthread_mutex_unlock(&launch_lock);
     break;
-  case OP_WAITV: spin_until(value_reached, o, "cuStreamWaitValue32"); break;
+  case OP_WAITV: spin_until(value_reached, o, "cuStreamWaitValue64"); break;
   case OP_WRITEV: __atomic_store_n(o->flag, o->value, __ATOMIC_RELEASE); break;
   case OP_HOSTFN: o->fn(o->arg); break;
   case OP_RECORD: atomic_store(&o->ev->done, o->gen); break;
@@ -350,6 +351,7 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
   case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
   case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
   case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1: *v = 0; break;
+  case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: *v = memops; break;
   default: return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
@@ -555,7 +557,7 @@ EXPORT CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *arg) {
   return enqueue(s, o);
 }
 
-static int value_op(enum op_kind k, CUstream s, CUdeviceptr p, unsigned v, unsigned flags) {
+static int value_op(enum op_kind k, CUstream s, CUdeviceptr p, uint64_t v, unsigned flags) {
   if (!memops) return CUDA_ERROR_NOT_SUPPORTED;
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mem_lock);
@@ -565,16 +567,17 @@ static int value_op(enum op_kind k, CUstream s, CUdeviceptr p, unsigned v, unsig
   if (!ok) return CUDA_ERROR_INVALID_VALUE;
   struct op *o = op_new(k);
   if (o == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
-  o->flag = (volatile uint32_t *)(uintptr_t)p;
+  if (p % 8 != 0) return CUDA_ERROR_INVALID_VALUE;
+  o->flag = (volatile uint64_t *)(uintptr_t)p;
   o->value = v;
   return enqueue(s, o);
 }
 
-EXPORT CUresult cuStreamWaitValue32_v2(CUstream s, CUdeviceptr p, unsigned v, unsigned flags) {
+EXPORT CUresult cuStreamWaitValue64_v2(CUstream s, CUdeviceptr p, uint64_t v, unsigned flags) {
   return value_op(OP_WAITV, s, p, v, flags);
 }
 
-EXPORT CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr p, unsigned v, unsigned flags) {
+EXPORT CUresult cuStreamWriteValue64_v2(CUstream s, CUdeviceptr p, uint64_t v, unsigned flags) {
   return value_op(OP_WRITEV, s, p, v, flags);
 }
 

@@ -305,7 +305,7 @@ static int rank_stream_order(int rank, int n, hetcclUniqueId id, void *arg) {
   hetcclComm_t comm = make_comm(rank, n, id, true);
   const size_t count = 1 << 20;
   float *host = malloc(count * 4), *zeros = calloc(count, 4);
-  uint32_t *flag = NULL;
+  uint64_t *flag = NULL;
   bool have = spares_alloc(&m, count * 4);
   void *d = have ? buf_new(&m, count * 4) : NULL, *staged = have ? buf_new(&m, count * 4) : NULL;
   if (!CHECK(comm && host && zeros && d && staged && gpu->host_alloc(64, (void **)&flag) == HC_OK, "setup")) return 1;

@@ -429,7 +429,7 @@ static void test_events(hc_stream_t s1, hc_stream_t s2) {
 
 /* ---- stream flags ---- */
 
-static bool wait_flag(volatile uint32_t *f, uint32_t v, double seconds) {
+static bool wait_flag(volatile uint64_t *f, uint64_t v, double seconds) {
   double end = now_s() + seconds;
   while ((int32_t)(__atomic_load_n(f, __ATOMIC_ACQUIRE) - v) < 0)
     if (now_s() > end) return false;
@@ -441,7 +441,7 @@ static void test_flags(hc_stream_t s1, hc_stream_t s2, bool host_funcs) {
   const char *name = host_funcs ? "flags host-functions" : "flags stream-memops";
   atomic_store(&G->force_host_flags, host_funcs);
   size_t n = 64u << 20;
-  volatile uint32_t *flags = NULL;
+  volatile uint64_t *flags = NULL;
   void *d0 = NULL, *d1 = NULL, *pinned = NULL;
   hc_event_t e = NULL;
   OK(D->host_alloc(4096, (void **)&flags));
@@ -481,7 +481,7 @@ static void test_flags(hc_stream_t s1, hc_stream_t s2, bool host_funcs) {
   memset(pinned, 0, n);
   OK(D->copy(pinned, d1, n, s2));
   OK(D->flag_write(s2, &flags[1], 5));
-  CHECK(wait_flag(&flags[1], 5, 30), "flag_write(5) never arrived (flag %u)", flags[1]);
+  CHECK(wait_flag(&flags[1], 5, 30), "flag_write(5) never arrived (flag %llu)", (unsigned long long)flags[1]);
   CHECK(memcmp(pinned, src, n) == 0, "the flag arrived before the copy it follows had landed");
   OK(drain(s2, 30));
 

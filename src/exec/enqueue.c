@@ -1,0 +1,475 @@
+/* GPU plans enqueued by the calling thread; see enqueue.h for the model. */
+#include <stdlib.h>
+
+#include "enqueue.h"
+
+/* What a step is to the enqueuer: a join of dependencies (NOP), work on a
+ * lane, or a transfer of the proxy's. A rank's send to itself and its
+ * matching receive are one copy on the GPU (the receive stands for both). */
+enum step_class { CLS_JOIN, CLS_GPU, CLS_XFER };
+
+/* What waiting for a step means: on each lane its latest step (an index,
+ * -1 for none), and on each transfer queue its latest transfer (qrefs). */
+struct frontier {
+  int32_t lane[HC_LANE_COUNT];
+  int32_t q_first, q_count;
+};
+struct qref {
+  int32_t queue, step;
+};
+
+struct hc_gpu_lanes {
+  const struct hc_dev_ops *dev;
+  int rank, nranks, nqueues; /* queue q: peer q / 2, receives when q is odd */
+  hc_stream_t stream[HC_LANE_COUNT];
+  hc_event_t entry, exit[HC_LANE_COUNT];
+  hc_event_t *events; /* between lanes; grown as plans need */
+  int nevents;
+  /* Pinned and mapped: HC_LANE_COUNT lane counters, then one per queue. */
+  atomic_ullong *counters;
+
+  /* Over the comm's life (the calling thread's): positions handed out, and
+   * what each lane has waited for already, of each other lane and queue. */
+  uint64_t lane_pos[HC_LANE_COUNT], *queue_pos;
+  uint64_t synced_lane[HC_LANE_COUNT][HC_LANE_COUNT], *synced_queue; /* [lane * nqueues + q] */
+
+  /* The plan being enqueued, per step. */
+  int cap;
+  int8_t *cls, *lane;
+  uint64_t *pos;      /* GPU: position on its lane; transfer: on its queue */
+  int32_t *queue, *partner, *event, *order, *pending;
+  hc_ref_t *host_ref; /* transfer: its step in the host plan */
+  bool *flag_after, *emitted;
+  struct frontier *fr, *need; /* need: what the step itself waits for */
+  int norder, nev;
+  int32_t last_on_lane[HC_LANE_COUNT];
+  uint64_t base_lane[HC_LANE_COUNT], *base_queue; /* counters before the plan */
+  struct qref *qrefs;
+  int nqrefs, cap_qrefs;
+  int32_t *merge_q, *touched; /* per queue, while merging frontiers */
+  hc_ref_t *refs, *last_signal;
+};
+
+static atomic_ullong *lane_counter(struct hc_gpu_lanes *g, int l) { return &g->counters[l]; }
+static atomic_ullong *queue_counter(struct hc_gpu_lanes *g, int q) { return &g->counters[HC_LANE_COUNT + q]; }
+
+static void free_plan_arrays(struct hc_gpu_lanes *g) {
+  free(g->cls);
+  free(g->lane);
+  free(g->pos);
+  free(g->queue);
+  free(g->partner);
+  free(g->event);
+  free(g->order);
+  free(g->pending);
+  free(g->host_ref);
+  free(g->flag_after);
+  free(g->emitted);
+  free(g->fr);
+  free(g->need);
+  g->cap = 0;
+}
+
+static hc_result_t ensure_cap(struct hc_gpu_lanes *g, int n) {
+  if (n <= g->cap) return HC_OK;
+  free_plan_arrays(g);
+  size_t c = (size_t)HC_MAX(n, 256);
+  g->cls = malloc(c);
+  g->lane = malloc(c);
+  g->pos = malloc(c * sizeof(*g->pos));
+  g->queue = malloc(c * sizeof(int32_t));
+  g->partner = malloc(c * sizeof(int32_t));
+  g->event = malloc(c * sizeof(int32_t));
+  g->order = malloc(c * sizeof(int32_t));
+  g->pending = malloc(c * sizeof(int32_t));
+  g->host_ref = malloc(c * sizeof(hc_ref_t));
+  g->flag_after = malloc(c);
+  g->emitted = malloc(c);
+  g->fr = malloc(c * sizeof(*g->fr));
+  g->need = malloc(c * sizeof(*g->need));
+  if (!g->cls || !g->lane || !g->pos || !g->queue || !g->partner || !g->event || !g->order || !g->pending ||
+      !g->host_ref || !g->flag_after || !g->emitted || !g->fr || !g->need) {
+    free_plan_arrays(g);
+    return HC_FAIL(HC_ERR_SYSTEM, "enqueue: out of host memory for a plan of %d steps", n);
+  }
+  g->cap = (int)c;
+  return HC_OK;
+}
+
+void hc_gpu_lanes_destroy(struct hc_gpu_lanes *g) {
+  if (g == NULL) return;
+  for (int l = 0; l < HC_LANE_COUNT; l++) {
+    if (g->stream[l] == NULL) continue;
+    g->dev->stream_sync(g->stream[l]);
+    g->dev->stream_destroy(g->stream[l]);
+  }
+  g->dev->event_destroy(g->entry);
+  for (int l = 0; l < HC_LANE_COUNT; l++) g->dev->event_destroy(g->exit[l]);
+  for (int e = 0; e < g->nevents; e++) g->dev->event_destroy(g->events[e]);
+  free(g->events);
+  if (g->counters) g->dev->host_free((void *)g->counters);
+  free_plan_arrays(g);
+  free(g->queue_pos);
+  free(g->synced_queue);
+  free(g->base_queue);
+  free(g->qrefs);
+  free(g->merge_q);
+  free(g->touched);
+  free(g->refs);
+  free(g->last_signal);
+  free(g);
+}
+
+hc_result_t hc_gpu_lanes_create(const struct hc_dev_ops *dev, int device, int rank, int nranks,
+                                struct hc_gpu_lanes **out) {
+  struct hc_gpu_lanes *g;
+  hc_result_t r;
+  *out = NULL;
+  HC_TRY(hc_calloc(&g, 1, sizeof(*g), "GPU lanes"));
+  g->dev = dev;
+  g->rank = rank;
+  g->nranks = nranks;
+  g->nqueues = 2 * nranks;
+  size_t nq = (size_t)g->nqueues;
+  g->queue_pos = calloc(nq, sizeof(uint64_t));
+  g->synced_queue = calloc(nq * HC_LANE_COUNT, sizeof(uint64_t));
+  g->base_queue = calloc(nq, sizeof(uint64_t));
+  g->merge_q = malloc(nq * sizeof(int32_t));
+  g->touched = malloc(nq * sizeof(int32_t));
+  g->refs = malloc((nq + HC_LANE_COUNT + 1) * sizeof(hc_ref_t));
+  g->last_signal = malloc(nq * sizeof(hc_ref_t));
+  if (!g->queue_pos || !g->synced_queue || !g->base_queue || !g->merge_q || !g->touched || !g->refs ||
+      !g->last_signal) {
+    r = HC_FAIL(HC_ERR_SYSTEM, "enqueue: out of host memory for %d ranks", nranks);
+    goto fail;
+  }
+  for (size_t q = 0; q < nq; q++) g->merge_q[q] = -1;
+  for (int l = 0; l < HC_LANE_COUNT; l++) HC_TRY_GOTO(dev->stream_create(device, &g->stream[l]), r, fail);
+  HC_TRY_GOTO(dev->event_create(&g->entry), r, fail);
+  for (int l = 0; l < HC_LANE_COUNT; l++) HC_TRY_GOTO(dev->event_create(&g->exit[l]), r, fail);
+  size_t bytes = (HC_LANE_COUNT + nq) * sizeof(atomic_ullong);
+  HC_TRY_GOTO(dev->host_alloc(bytes, (void **)&g->counters), r, fail);
+  memset((void *)g->counters, 0, bytes);
+  *out = g;
+  return HC_OK;
+fail:
+  hc_gpu_lanes_destroy(g);
+  return r;
+}
+
+void hc_gpu_lanes_release(struct hc_gpu_lanes *g, const uint64_t *xfer_end) {
+  for (int q = 0; q < g->nqueues; q++)
+    if (atomic_load(queue_counter(g, q)) < xfer_end[q]) atomic_store(queue_counter(g, q), xfer_end[q]);
+}
+
+/* ---- first half: order, lanes, frontiers, the host plan ---- */
+
+static hc_result_t reserve_qrefs(struct hc_gpu_lanes *g, int more) {
+  if (g->nqrefs + more <= g->cap_qrefs) return HC_OK;
+  int cap = HC_MAX(g->cap_qrefs * 2, g->nqrefs + more + 256);
+  struct qref *q = realloc(g->qrefs, (size_t)cap * sizeof(*q));
+  if (q == NULL) return HC_FAIL(HC_ERR_SYSTEM, "enqueue: out of host memory for dependencies");
+  g->qrefs = q;
+  g->cap_qrefs = cap;
+  return HC_OK;
+}
+
+/* Into *out, the frontier of every dependency of a and (when >= 0) b. */
+static hc_result_t merge_deps(struct hc_gpu_lanes *g, const struct hc_plan *p, int a, int b, struct frontier *out) {
+  int ntouched = 0;
+  for (int l = 0; l < HC_LANE_COUNT; l++) out->lane[l] = -1;
+  for (int k = 0; k < 2; k++) {
+    int i = k ? b : a;
+    if (i < 0) continue;
+    for (int d = 0; d < HC_STEP_MAX_DEPS; d++) {
+      int j = p->steps[i].deps[d] - 1;
+      if (j < 0) continue;
+      const struct frontier *f = &g->fr[j];
+      for (int l = 0; l < HC_LANE_COUNT; l++) {
+        int s = f->lane[l];
+        if (s >= 0 && (out->lane[l] < 0 || g->pos[s] > g->pos[out->lane[l]])) out->lane[l] = s;
+      }
+      for (int x = 0; x < f->q_count; x++) {
+        struct qref qr = g->qrefs[f->q_first + x];
+        int32_t *cur = &g->merge_q[qr.queue];
+        if (*cur < 0) g->touched[ntouched++] = qr.queue;
+        if (*cur < 0 || g->pos[qr.step] > g->pos[*cur]) *cur = qr.step;
+      }
+    }
+  }
+  hc_result_t r = reserve_qrefs(g, ntouched);
+  if (r != HC_OK) {
+    for (int t = 0; t < ntouched; t++) g->merge_q[g->touched[t]] = -1;
+    return r;
+  }
+  out->q_first = g->nqrefs;
+  out->q_count = ntouched;
+  for (int t = 0; t < ntouched; t++) {
+    int q = g->touched[t];
+    g->qrefs[g->nqrefs++] = (struct qref){.queue = q, .step = g->merge_q[q]};
+    g->merge_q[q] = -1;
+  }
+  return HC_OK;
+}
+
+static bool deps_emitted(const struct hc_gpu_lanes *g, const struct hc_plan *p, int i) {
+  for (int d = 0; d < HC_STEP_MAX_DEPS; d++) {
+    int j = p->steps[i].deps[d] - 1;
+    if (j >= 0 && !g->emitted[j]) return false;
+  }
+  return true;
+}
+
+/* Gives step i (with its partner) its place when everything it waits for
+ * has one; *placed tells whether it did. */
+static hc_result_t try_place(struct hc_gpu_lanes *g, const struct hc_plan *p, int i, bool *placed) {
+  const int other = g->partner[i];
+  *placed = false;
+  if (!deps_emitted(g, p, i) || (other >= 0 && !deps_emitted(g, p, other))) return HC_OK;
+  struct frontier *fr = &g->fr[i];
+  switch (g->cls[i]) {
+  case CLS_JOIN: HC_TRY(merge_deps(g, p, i, -1, fr)); break;
+  case CLS_XFER: {
+    HC_TRY(merge_deps(g, p, i, -1, &g->need[i]));
+    for (int l = 0; l < HC_LANE_COUNT; l++)
+      if (g->need[i].lane[l] >= 0) g->flag_after[g->need[i].lane[l]] = true;
+    HC_TRY(reserve_qrefs(g, 1));
+    *fr = (struct frontier){.q_first = g->nqrefs, .q_count = 1};
+    for (int l = 0; l < HC_LANE_COUNT; l++) fr->lane[l] = -1;
+    g->qrefs[g->nqrefs++] = (struct qref){.queue = g->queue[i], .step = i};
+    break;
+  }
+  case CLS_GPU: {
+    /* A pair to itself runs where the receive stands. */
+    const int rep = other >= 0 && p->steps[i].kind == HC_STEP_SEND ? other : i;
+    const int mate = rep == i ? other : i;
+    const int lane = other >= 0 || p->steps[rep].lane >= HC_LANE_COUNT ? HC_LANE_MAIN : p->steps[rep].lane;
+    g->lane[rep] = (int8_t)lane;
+    g->pos[rep] = ++g->lane_pos[lane];
+    HC_TRY(merge_deps(g, p, rep, mate, &g->need[rep]));
+    for (int l = 0; l < HC_LANE_COUNT; l++) {
+      int s = g->need[rep].lane[l];
+      if (l != lane && s >= 0 && g->event[s] < 0) g->event[s] = g->nev++;
+    }
+    struct frontier *rf = &g->fr[rep];
+    *rf = (struct frontier){.q_count = 0};
+    for (int l = 0; l < HC_LANE_COUNT; l++) rf->lane[l] = l == lane ? rep : -1;
+    if (mate >= 0) {
+      g->fr[mate] = *rf;
+      g->emitted[mate] = true;
+    }
+    g->last_on_lane[lane] = rep;
+    g->order[g->norder++] = rep;
+    g->emitted[rep] = true;
+    *placed = true;
+    return HC_OK;
+  }
+  }
+  g->emitted[i] = true;
+  *placed = true;
+  return HC_OK;
+}
+
+/* Classifies the steps, pairs the rank's transfers to itself and numbers
+ * the other transfers on their queues, in plan order (the order the peer
+ * matches them in). */
+static hc_result_t classify(struct hc_gpu_lanes *g, const struct hc_plan *p) {
+  int *self_send = g->pending, *self_recv = g->order; /* free until placing starts */
+  int nsend = 0, nrecv = 0, hsend = 0, hrecv = 0;
+  for (int i = 0; i < p->nsteps; i++) {
+    const struct hc_step *s = &p->steps[i];
+    g->partner[i] = g->event[i] = g->queue[i] = -1;
+    g->flag_after[i] = g->emitted[i] = false;
+    switch (s->kind) {
+    case HC_STEP_NOP: g->cls[i] = CLS_JOIN; break;
+    case HC_STEP_SEND:
+    case HC_STEP_RECV: {
+      const bool recv = s->kind == HC_STEP_RECV;
+      if (s->peer != g->rank) {
+        g->cls[i] = CLS_XFER;
+        g->queue[i] = s->peer * 2 + recv;
+        g->pos[i] = ++g->queue_pos[g->queue[i]];
+        break;
+      }
+      g->cls[i] = CLS_GPU;
+      int *mine = recv ? self_recv : self_send, *theirs = recv ? self_send : self_recv;
+      int *nmine = recv ? &nrecv : &nsend, *htheirs = recv ? &hsend : &hrecv, ntheirs = recv ? nsend : nrecv;
+      if (*htheirs == ntheirs) {
+        mine[(*nmine)++] = i;
+        break;
+      }
+      int j = theirs[(*htheirs)++];
+      if (p->steps[j].count != s->count)
+        return HC_FAIL(HC_ERR_USAGE, "rank %d: mismatched counts: sends %zu bytes to itself, receives %zu",
+                       g->rank, (recv ? p->steps[j] : *s).count, (recv ? *s : p->steps[j]).count);
+      g->partner[i] = j;
+      g->partner[j] = i;
+      break;
+    }
+    default: g->cls[i] = CLS_GPU; break;
+    }
+  }
+  if (hsend != nsend || hrecv != nrecv)
+    return HC_FAIL(HC_ERR_USAGE, "rank %d: %d sends to itself and %d receives from itself in one call or group",
+                   g->rank, nsend, nrecv);
+  return HC_OK;
+}
+
+/* The proxy's part: every transfer after what it waits for, each followed
+ * by the signal of its queue's counter; then the wait for the lanes. */
+static hc_result_t build_host_plan(struct hc_gpu_lanes *g, const struct hc_plan *p, struct hc_plan *host) {
+  hc_ref_t wait_ref[HC_LANE_COUNT] = {0};
+  uint64_t wait_val[HC_LANE_COUNT] = {0};
+  for (int q = 0; q < g->nqueues; q++) g->last_signal[q] = 0;
+  for (int i = 0; i < p->nsteps; i++) {
+    if (g->cls[i] != CLS_XFER) continue;
+    const struct frontier *need = &g->need[i];
+    int nrefs = 0;
+    for (int l = 0; l < HC_LANE_COUNT; l++) {
+      int s = need->lane[l];
+      if (s < 0) continue;
+      if (wait_ref[l] == 0 || wait_val[l] != g->pos[s]) {
+        wait_val[l] = g->pos[s];
+        wait_ref[l] = hc_plan_push(host, (struct hc_step){.kind = HC_STEP_WAIT, .src0 = lane_counter(g, l),
+                                                          .count = g->pos[s]});
+      }
+      g->refs[nrefs++] = wait_ref[l];
+    }
+    for (int x = 0; x < need->q_count; x++) g->refs[nrefs++] = g->host_ref[g->qrefs[need->q_first + x].step];
+    struct hc_step t = p->steps[i];
+    memset(t.deps, 0, sizeof(t.deps));
+    t.deps[0] = hc_plan_join(host, g->refs, nrefs);
+    t.lane = 0;
+    g->host_ref[i] = hc_plan_push(host, t);
+    int q = g->queue[i];
+    g->last_signal[q] = hc_plan_push(host, (struct hc_step){.kind = HC_STEP_SIGNAL, .src0 = queue_counter(g, q),
+                                                            .count = g->pos[i],
+                                                            .deps = {g->host_ref[i], g->last_signal[q]}});
+  }
+  for (int l = 0; l < HC_LANE_COUNT; l++)
+    if (g->last_on_lane[l] >= 0)
+      hc_plan_push(host, (struct hc_step){.kind = HC_STEP_WAIT, .src0 = lane_counter(g, l),
+                                          .count = g->pos[g->last_on_lane[l]]});
+  if (host->cap < 0) return HC_FAIL(HC_ERR_SYSTEM, "enqueue: out of host memory for the proxy's plan");
+  return HC_OK;
+}
+
+hc_result_t hc_gpu_prepare(struct hc_gpu_lanes *g, const struct hc_plan *p, struct hc_plan *host,
+                           uint64_t *xfer_end) {
+  const int n = p->nsteps;
+  HC_TRY(ensure_cap(g, n));
+  memcpy(g->base_lane, g->lane_pos, sizeof(g->base_lane));
+  memcpy(g->base_queue, g->queue_pos, (size_t)g->nqueues * sizeof(uint64_t));
+  g->norder = g->nev = g->nqrefs = 0;
+  for (int l = 0; l < HC_LANE_COUNT; l++) g->last_on_lane[l] = -1;
+  HC_TRY(classify(g, p));
+  /* Plan order, except that a step waits (in pending) until what it needs
+   * is placed: only a pair to itself whose send comes late holds anything. */
+  int npending = 0;
+  for (int i = 0; i < n; i++) {
+    bool placed;
+    if (g->emitted[i]) continue;
+    HC_TRY(try_place(g, p, i, &placed));
+    if (!placed) {
+      g->pending[npending++] = i;
+      continue;
+    }
+    for (int k = 0; k < npending;) {
+      HC_TRY(try_place(g, p, g->pending[k], &placed));
+      if (!placed && !g->emitted[g->pending[k]]) {
+        k++;
+        continue;
+      }
+      g->pending[k] = g->pending[--npending];
+      k = 0;
+    }
+  }
+  if (npending > 0)
+    return HC_FAIL(HC_ERR_INTERNAL, "enqueue: %d steps wait for each other (step %d first)", npending,
+                   g->pending[0]);
+  for (int l = 0; l < HC_LANE_COUNT; l++)
+    if (g->last_on_lane[l] >= 0) g->flag_after[g->last_on_lane[l]] = true;
+  HC_TRY(build_host_plan(g, p, host));
+  memcpy(xfer_end, g->queue_pos, (size_t)g->nqueues * sizeof(uint64_t));
+  return HC_OK;
+}
+
+/* ---- second half: the streams ---- */
+
+static hc_result_t wait_queue(struct hc_gpu_lanes *g, int lane, int q, uint64_t pos) {
+  uint64_t *synced = &g->synced_queue[lane * g->nqueues + q];
+  if (pos <= *synced) return HC_OK;
+  *synced = pos;
+  return g->dev->flag_wait(g->stream[lane], (volatile uint64_t *)queue_counter(g, q), pos);
+}
+
+/* A lane's first step of the plan: after the caller's streams and after
+ * everything of the plans before. */
+static hc_result_t start_lane(struct hc_gpu_lanes *g, int lane) {
+  const struct hc_dev_ops *dev = g->dev;
+  HC_TRY(dev->stream_wait_event(g->stream[lane], g->entry));
+  for (int m = 0; m < HC_LANE_COUNT; m++) {
+    if (m == lane || g->base_lane[m] <= g->synced_lane[lane][m]) continue;
+    g->synced_lane[lane][m] = g->base_lane[m];
+    HC_TRY(dev->stream_wait_event(g->stream[lane], g->exit[m]));
+  }
+  for (int q = 0; q < g->nqueues; q++) HC_TRY(wait_queue(g, lane, q, g->base_queue[q]));
+  return HC_OK;
+}
+
+static hc_result_t run_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int i, hc_stream_t s) {
+  const struct hc_step *st = &p->steps[i];
+  if (g->partner[i] >= 0) return g->dev->copy(st->dst, p->steps[g->partner[i]].src0, st->count, s);
+  switch (st->kind) {
+  case HC_STEP_WAIT: return g->dev->flag_wait(s, (volatile uint64_t *)st->src0, st->count);
+  case HC_STEP_SIGNAL: return g->dev->flag_write(s, (volatile uint64_t *)st->src0, st->count);
+  default: return hc_exec_local_step(g->dev, st, s);
+  }
+}
+
+hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_stream_t *user, int nuser) {
+  const struct hc_dev_ops *dev = g->dev;
+  if (g->norder == 0) return HC_OK;
+  while (g->nevents < g->nev) {
+    hc_event_t *ev = realloc(g->events, (size_t)(g->nevents + 1) * sizeof(*ev));
+    if (ev == NULL) return HC_FAIL(HC_ERR_SYSTEM, "enqueue: out of host memory for events");
+    g->events = ev;
+    HC_TRY(dev->event_create(&g->events[g->nevents]));
+    g->nevents++;
+  }
+  /* One entry point: the first stream waits for the others' work. */
+  for (int u = 1; u < nuser; u++) {
+    HC_TRY(dev->event_record(g->entry, user[u]));
+    HC_TRY(dev->stream_wait_event(user[0], g->entry));
+  }
+  HC_TRY(dev->event_record(g->entry, user[0]));
+  bool started[HC_LANE_COUNT] = {false};
+  for (int k = 0; k < g->norder; k++) {
+    const int i = g->order[k], lane = g->lane[i];
+    hc_stream_t s = g->stream[lane];
+    if (!started[lane]) HC_TRY(start_lane(g, lane));
+    started[lane] = true;
+    const struct frontier *need = &g->need[i];
+    for (int m = 0; m < HC_LANE_COUNT; m++) {
+      int d = need->lane[m];
+      if (m == lane || d < 0 || g->pos[d] <= g->synced_lane[lane][m]) continue;
+      g->synced_lane[lane][m] = g->pos[d];
+      HC_TRY(dev->stream_wait_event(s, g->events[g->event[d]]));
+    }
+    for (int x = 0; x < need->q_count; x++) {
+      struct qref qr = g->qrefs[need->q_first + x];
+      HC_TRY(wait_queue(g, lane, qr.queue, g->pos[qr.step]));
+    }
+    HC_TRACE(HC_EXEC, "step %d (kind %d, %zu) on lane %d at %llu", i, p->steps[i].kind, p->steps[i].count, lane,
+             (unsigned long long)g->pos[i]);
+    HC_TRY(run_step(g, p, i, s));
+    if (g->event[i] >= 0) HC_TRY(dev->event_record(g->events[g->event[i]], s));
+    if (g->flag_after[i]) HC_TRY(dev->flag_write(s, (volatile uint64_t *)lane_counter(g, lane), g->pos[i]));
+  }
+  for (int l = 0; l < HC_LANE_COUNT; l++) {
+    if (!started[l]) continue;
+    HC_TRY(dev->event_record(g->exit[l], g->stream[l]));
+    for (int u = 0; u < nuser; u++) HC_TRY(dev->stream_wait_event(user[u], g->exit[l]));
+  }
+  return HC_OK;
+}

@@ -1,0 +1,58 @@
+/*
+ * exec/enqueue: a GPU comm's plans, put on streams by the calling thread.
+ *
+ * Every local step of a GPU plan (copies, reductions, and the waits and
+ * signals of shm windows) is enqueued at call time, in an order that
+ * respects the dependencies, on one of the comm's two lanes (internal
+ * streams; plan.h, hc_lane). The transfers that need a transport are the
+ * proxy thread's: they become a host plan that the proxy runs with
+ * hc_exec_run_blocking and that makes no driver call.
+ *
+ * The two sides meet through 64-bit counters in mapped pinned memory:
+ *  - lane L's counter is the position (1, 2, ... over the comm's life) of
+ *    the latest step of L that something off the lane waits for; the
+ *    stream writes it (flag_write), the host plan waits for it (WAIT);
+ *  - the counter of queue (peer, direction) is the number of transfers of
+ *    that queue done so far; the host plan writes it (SIGNAL) and streams
+ *    wait for it (flag_wait).
+ * Between the two lanes, events (dependencies the driver sees).
+ *
+ * Plans run one after the other: a plan's first step on each lane waits
+ * for everything of the plans before (both lanes, every transfer), and its
+ * host plan ends by waiting for its last step on each lane, so scratch is
+ * reused safely and a comm's calls complete in order. The caller's streams
+ * join the lanes at the start (an event) and wait for them at the end.
+ */
+#ifndef HC_EXEC_ENQUEUE_H_
+#define HC_EXEC_ENQUEUE_H_
+
+#include "exec.h"
+
+struct hc_gpu_lanes;
+
+/* The lanes, events and counters of one GPU comm of nranks ranks on
+ * device. Needs 64-bit stream memory operations. */
+hc_result_t hc_gpu_lanes_create(const struct hc_dev_ops *dev, int device, int rank, int nranks,
+                                struct hc_gpu_lanes **out);
+/* Waits for the lanes to drain, then frees everything; takes NULL. */
+void hc_gpu_lanes_destroy(struct hc_gpu_lanes *g);
+
+/* First half of a call: decides where and in which order plan's steps run
+ * and appends the transfers, with what they wait for and signal, to host
+ * (an empty plan of host memory). xfer_end (2 * nranks) receives every
+ * queue's counter once host has run. Fails with HC_ERR_USAGE when a send
+ * of the rank to itself has no receive of the same size. */
+hc_result_t hc_gpu_prepare(struct hc_gpu_lanes *g, const struct hc_plan *plan, struct hc_plan *host,
+                           uint64_t *xfer_end);
+/* Second half: enqueues the steps prepared on the lanes, after the work
+ * already on the caller's streams, which then wait for the lanes. Call it
+ * once host is on its way to the proxy (a host reduction fallback may
+ * wait for the stream here). */
+hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *plan, hc_stream_t *user,
+                           int nuser);
+
+/* After a failure: moves every queue counter to at least xfer_end, so no
+ * stream waits forever for a transfer that will not happen. */
+void hc_gpu_lanes_release(struct hc_gpu_lanes *g, const uint64_t *xfer_end);
+
+#endif
