@@ -230,7 +230,7 @@ hc_result_t hc_proxy_drain_blocking(struct hc_proxy *px) {
   bool idle = px->head == NULL && !px->busy;
   pthread_mutex_unlock(&px->lock);
   if (!idle) return HC_FAIL(HC_ERR_REMOTE, "rank %d: work still pending after HETCCL_TIMEOUT", px->comm->rank);
-  return HC_OK;
+  return hc_gpu_lanes_wait_idle(px->lanes, deadline);
 }
 
 void hc_proxy_destroy(struct hc_proxy *px) {

@@ -1,4 +1,5 @@
 /* GPU plans enqueued by the calling thread; see enqueue.h for the model. */
+#include <sched.h>
 #include <stdlib.h>
 
 #include "enqueue.h"
@@ -21,7 +22,12 @@ struct qref {
 struct hc_gpu_lanes {
   const struct hc_dev_ops *dev;
   int rank, nranks, nqueues; /* queue q: peer q / 2, receives when q is odd */
+  /* stream[HC_LANE_MAIN] is the caller's (the first of a group's): steps
+   * go straight on it, as NCCL's kernels do. stream[HC_LANE_TO_HOST] is
+   * the comm's own. main_known: a plan has run; stream[MAIN] is then the
+   * last plan's, which has waited (transitively) for all earlier work. */
   hc_stream_t stream[HC_LANE_COUNT];
+  bool main_known;
   hc_event_t entry, exit[HC_LANE_COUNT];
   hc_event_t *events; /* between lanes; grown as plans need */
   int nevents;
@@ -98,11 +104,8 @@ static hc_result_t ensure_cap(struct hc_gpu_lanes *g, int n) {
 
 void hc_gpu_lanes_destroy(struct hc_gpu_lanes *g) {
   if (g == NULL) return;
-  for (int l = 0; l < HC_LANE_COUNT; l++) {
-    if (g->stream[l] == NULL) continue;
-    g->dev->stream_sync(g->stream[l]);
-    g->dev->stream_destroy(g->stream[l]);
-  }
+  hc_gpu_lanes_wait_idle(g, hc_deadline_ns());
+  if (g->stream[HC_LANE_TO_HOST]) g->dev->stream_destroy(g->stream[HC_LANE_TO_HOST]);
   g->dev->event_destroy(g->entry);
   for (int l = 0; l < HC_LANE_COUNT; l++) g->dev->event_destroy(g->exit[l]);
   for (int e = 0; e < g->nevents; e++) g->dev->event_destroy(g->events[e]);
@@ -144,7 +147,7 @@ hc_result_t hc_gpu_lanes_create(const struct hc_dev_ops *dev, int device, int ra
     goto fail;
   }
   for (size_t q = 0; q < nq; q++) g->merge_q[q] = -1;
-  for (int l = 0; l < HC_LANE_COUNT; l++) HC_TRY_GOTO(dev->stream_create(device, &g->stream[l]), r, fail);
+  HC_TRY_GOTO(dev->stream_create(device, &g->stream[HC_LANE_TO_HOST]), r, fail);
   HC_TRY_GOTO(dev->event_create(&g->entry), r, fail);
   for (int l = 0; l < HC_LANE_COUNT; l++) HC_TRY_GOTO(dev->event_create(&g->exit[l]), r, fail);
   size_t bytes = (HC_LANE_COUNT + nq) * sizeof(atomic_ullong);
@@ -155,6 +158,18 @@ hc_result_t hc_gpu_lanes_create(const struct hc_dev_ops *dev, int device, int ra
 fail:
   hc_gpu_lanes_destroy(g);
   return r;
+}
+
+hc_result_t hc_gpu_lanes_wait_idle(struct hc_gpu_lanes *g, uint64_t deadline_ns) {
+  for (int l = 0; l < HC_LANE_COUNT; l++)
+    while (atomic_load(lane_counter(g, l)) < g->lane_pos[l]) {
+      if (hc_now_ns() > deadline_ns)
+        return HC_FAIL(HC_ERR_REMOTE, "rank %d: GPU work of the comm still pending after HETCCL_TIMEOUT "
+                       "(lane %d at %llu of %llu)", g->rank, l, (unsigned long long)atomic_load(lane_counter(g, l)),
+                       (unsigned long long)g->lane_pos[l]);
+      sched_yield();
+    }
+  return HC_OK;
 }
 
 void hc_gpu_lanes_release(struct hc_gpu_lanes *g, const uint64_t *xfer_end) {
@@ -404,15 +419,14 @@ static hc_result_t wait_queue(struct hc_gpu_lanes *g, int lane, int q, uint64_t 
 }
 
 /* A lane's first step of the plan: after the caller's streams and after
- * everything of the plans before. */
+ * everything of the plans before. The caller's stream is after both lanes
+ * of the plans before (it waited for them at their end, or for the stream
+ * that did); the other lane waits for the caller's stream. Transfers of
+ * earlier plans that no step waited for are waited for here. */
 static hc_result_t start_lane(struct hc_gpu_lanes *g, int lane) {
-  const struct hc_dev_ops *dev = g->dev;
-  HC_TRY(dev->stream_wait_event(g->stream[lane], g->entry));
-  for (int m = 0; m < HC_LANE_COUNT; m++) {
-    if (m == lane || g->base_lane[m] <= g->synced_lane[lane][m]) continue;
-    g->synced_lane[lane][m] = g->base_lane[m];
-    HC_TRY(dev->stream_wait_event(g->stream[lane], g->exit[m]));
-  }
+  if (lane != HC_LANE_MAIN) HC_TRY(g->dev->stream_wait_event(g->stream[lane], g->entry));
+  for (int m = 0; m < HC_LANE_COUNT; m++)
+    if (m != lane) g->synced_lane[lane][m] = HC_MAX(g->synced_lane[lane][m], g->base_lane[m]);
   for (int q = 0; q < g->nqueues; q++) HC_TRY(wait_queue(g, lane, q, g->base_queue[q]));
   return HC_OK;
 }
@@ -437,12 +451,23 @@ hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_s
     HC_TRY(dev->event_create(&g->events[g->nevents]));
     g->nevents++;
   }
-  /* One entry point: the first stream waits for the others' work. */
+  /* One entry point: the first stream waits for the others' work, and for
+   * the last plan's stream when it is another. */
   for (int u = 1; u < nuser; u++) {
     HC_TRY(dev->event_record(g->entry, user[u]));
     HC_TRY(dev->stream_wait_event(user[0], g->entry));
   }
-  HC_TRY(dev->event_record(g->entry, user[0]));
+  if (g->main_known && g->stream[HC_LANE_MAIN] != user[0]) {
+    HC_TRY(dev->event_record(g->exit[HC_LANE_MAIN], g->stream[HC_LANE_MAIN]));
+    HC_TRY(dev->stream_wait_event(user[0], g->exit[HC_LANE_MAIN]));
+  }
+  g->stream[HC_LANE_MAIN] = user[0];
+  g->main_known = true;
+  for (int l = 0; l < HC_LANE_COUNT; l++)
+    if (l != HC_LANE_MAIN && g->last_on_lane[l] >= 0) {
+      HC_TRY(dev->event_record(g->entry, user[0]));
+      break;
+    }
   bool started[HC_LANE_COUNT] = {false};
   for (int k = 0; k < g->norder; k++) {
     const int i = g->order[k], lane = g->lane[i];
@@ -467,9 +492,9 @@ hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_s
     if (g->flag_after[i]) HC_TRY(dev->flag_write(s, (volatile uint64_t *)lane_counter(g, lane), g->pos[i]));
   }
   for (int l = 0; l < HC_LANE_COUNT; l++) {
-    if (!started[l]) continue;
+    if (!started[l] || (l == HC_LANE_MAIN && nuser == 1)) continue;
     HC_TRY(dev->event_record(g->exit[l], g->stream[l]));
-    for (int u = 0; u < nuser; u++) HC_TRY(dev->stream_wait_event(user[u], g->exit[l]));
+    for (int u = l == HC_LANE_MAIN; u < nuser; u++) HC_TRY(dev->stream_wait_event(user[u], g->exit[l]));
   }
   return HC_OK;
 }

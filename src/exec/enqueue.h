@@ -3,8 +3,9 @@
  *
  * Every local step of a GPU plan (copies, reductions, and the waits and
  * signals of shm windows) is enqueued at call time, in an order that
- * respects the dependencies, on one of the comm's two lanes (internal
- * streams; plan.h, hc_lane). The transfers that need a transport are the
+ * respects the dependencies, on one of two lanes (plan.h, hc_lane): the
+ * main lane is the caller's stream itself, the other (copies into host
+ * memory, so that they overlap the rest) is the comm's own stream. The transfers that need a transport are the
  * proxy thread's: they become a host plan that the proxy runs with
  * hc_exec_run_blocking and that makes no driver call.
  *
@@ -20,8 +21,9 @@
  * Plans run one after the other: a plan's first step on each lane waits
  * for everything of the plans before (both lanes, every transfer), and its
  * host plan ends by waiting for its last step on each lane, so scratch is
- * reused safely and a comm's calls complete in order. The caller's streams
- * join the lanes at the start (an event) and wait for them at the end.
+ * reused safely and a comm's calls complete in order. The caller's other
+ * streams join the first one at the start, the comm's lane waits for it
+ * (an event), and the caller's streams wait for that lane at the end.
  */
 #ifndef HC_EXEC_ENQUEUE_H_
 #define HC_EXEC_ENQUEUE_H_
@@ -34,7 +36,9 @@ struct hc_gpu_lanes;
  * device. Needs 64-bit stream memory operations. */
 hc_result_t hc_gpu_lanes_create(const struct hc_dev_ops *dev, int device, int rank, int nranks,
                                 struct hc_gpu_lanes **out);
-/* Waits for the lanes to drain, then frees everything; takes NULL. */
+/* Polls (until deadline_ns) until every step enqueued so far has run. */
+hc_result_t hc_gpu_lanes_wait_idle(struct hc_gpu_lanes *g, uint64_t deadline_ns);
+/* Waits (bounded) for the lanes to drain, then frees everything; takes NULL. */
 void hc_gpu_lanes_destroy(struct hc_gpu_lanes *g);
 
 /* First half of a call: decides where and in which order plan's steps run

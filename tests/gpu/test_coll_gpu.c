@@ -7,7 +7,8 @@
  * Every collective x datatype x op, choosing cases so that each pair of
  * (collective, datatype, op, count, in-place) is covered, compared bitwise
  * with the results the test computes itself (testutil's generators), plus
- * a 1 GiB all-reduce, and the stream-order test: the stream is held on a
+ * a 1 GiB all-reduce, calls of one comm on two streams, and the
+ * stream-order test: the stream is held on a
  * host flag, then writes the input, then runs the collective; the call must
  * return while the stream is still held, and the result must include what
  * the stream wrote after the hold.
@@ -295,6 +296,55 @@ static int rank_big(int rank, int n, hetcclUniqueId id, void *arg) {
   return 0;
 }
 
+/* Calls of one comm on two streams, with no synchronisation between them
+ * from the caller: one after the other, alternating, then in one group.
+ * The comm's scratch and slots are shared by all of them, so a call must
+ * not start before the one before it (on the other stream) is done. */
+static int rank_two_streams(int rank, int n, hetcclUniqueId id, void *arg) {
+  (void)arg;
+  enum { NBUF = 8 };
+  const size_t count = (3u << 20) / 4 + 5; /* two pieces of a 2 MiB window, and a bit */
+  gpu->set_device(0);
+  hc_stream_t s[2] = {NULL, NULL};
+  void *d[NBUF] = {NULL};
+  float *host = malloc(count * 4), *expect = malloc(count * 4);
+  bool ok = host && expect;
+  for (int k = 0; k < 2; k++) ok &= gpu->stream_create(0, &s[k]) == HC_OK;
+  for (int b = 0; b < NBUF; b++) ok &= gpu->mem_alloc(0, count * 4, &d[b]) == HC_OK;
+  hetcclComm_t comm = make_comm(rank, n, id, true);
+  if (!CHECK(ok && comm, "setup")) return 1;
+  for (int b = 0; b < NBUF; b++) {
+    struct tu_red red = {HC_FLOAT32, HC_SUM, n, 40 + b};
+    tu_red_fill(&red, rank, 0, count, host);
+    gpu->copy(d[b], host, count * 4, s[0]);
+    gpu->stream_sync(s[0]); /* before host is filled again */
+  }
+  tu_barrier();
+  for (int b = 0; b < NBUF / 2; b++)
+    CHECK_OK(hetcclAllReduce(d[b], d[b], count, hetcclFloat, hetcclSum, comm, s[b % 2]));
+  CHECK_OK(hetcclGroupStart());
+  for (int b = NBUF / 2; b < NBUF; b++)
+    CHECK_OK(hetcclAllReduce(d[b], d[b], count, hetcclFloat, hetcclSum, comm, s[b % 2]));
+  CHECK_OK(hetcclGroupEnd());
+  for (int k = 0; k < 2; k++) gpu->stream_sync(s[k]);
+  for (int b = 0; b < NBUF; b++) {
+    struct tu_red red = {HC_FLOAT32, HC_SUM, n, 40 + b};
+    gpu->copy(host, d[b], count * 4, s[0]);
+    gpu->stream_sync(s[0]);
+    for (size_t i = 0; i < count; i++) tu_red_expect(&red, i, &expect[i]);
+    char what[64];
+    snprintf(what, sizeof(what), "two streams, buffer %d", b);
+    tu_compare(HC_FLOAT32, host, expect, count, what);
+  }
+  CHECK_OK(hetcclCommDestroy(comm));
+  tu_barrier(); /* no stream of the other rank waits for this one any more */
+  for (int b = 0; b < NBUF; b++) gpu->mem_free(0, d[b]);
+  for (int k = 0; k < 2; k++) gpu->stream_destroy(s[k]);
+  free(host);
+  free(expect);
+  return 0;
+}
+
 /* The stream holds on a host flag, then writes the input, then runs the
  * all-reduce. The call must come back while the stream is held. */
 static int rank_stream_order(int rank, int n, hetcclUniqueId id, void *arg) {
@@ -357,6 +407,8 @@ int main(int argc, char **argv) {
     cur = &scenarios[s];
     tu_run_ranks(cur->nranks, rank_scenario, NULL);
   }
+  tu_set_case("two streams");
+  tu_run_ranks(2, rank_two_streams, NULL);
   tu_set_case("stream order");
   tu_run_ranks(2, rank_stream_order, NULL);
   if (getenv("GPU_TEST_QUICK") == NULL) { /* the fake driver of CI runs without it */
