@@ -170,6 +170,7 @@ static hc_result_t submit(struct hc_proxy *px, const struct hc_coll_args *calls,
   const struct hc_plan_ctx *x = &comm->plan_ctx;
   struct proxy_job *job = NULL;
   hc_result_t r = HC_OK;
+  HC_TRACE(HC_EXEC, "proxy: call %u submitted", px->next_seq + 1);
   for (int i = 0; i < ncalls && r == HC_OK; i++) r = hc_plan_add(&px->plan, x, &calls[i]);
   if (r == HC_OK) r = hc_plan_stage(&px->plan, x, true);
   if (r == HC_OK) r = job_new(px, &job);
@@ -185,7 +186,7 @@ static hc_result_t submit(struct hc_proxy *px, const struct hc_coll_args *calls,
     job->window_end[2 * peer] = x->windows[peer].tx_pieces;
     job->window_end[2 * peer + 1] = x->windows[peer].rx_pieces;
   }
-  job->seq = ++px->next_seq;
+  const uint32_t seq = job->seq = ++px->next_seq; /* job is the proxy's once queued */
   pthread_mutex_lock(&px->lock);
   if (px->tail) px->tail->next = job;
   else px->head = job;
@@ -194,6 +195,7 @@ static hc_result_t submit(struct hc_proxy *px, const struct hc_coll_args *calls,
   pthread_mutex_unlock(&px->lock);
   r = hc_gpu_enqueue(px->lanes, &px->plan, streams, nstreams);
   hc_plan_reset(&px->plan);
+  HC_TRACE(HC_EXEC, "proxy: call %u enqueued", seq);
   return r;
 }
 
