@@ -2,7 +2,8 @@
  * GPU staging bound and cross-group all-reduce, on one GPU machine:
  *  1. pinned device->host and host->device copy rates (1 GiB, the device
  *     backend's own copies on one stream);
- *  2. all-reduce busbw, float sum, 1 KiB .. 1 GiB, ranks as threads:
+ *  2. all-reduce busbw, float sum, 1 KiB .. 1 GiB, one process per rank
+ *     (as PyTorch runs them: no driver lock shared between the ranks):
  *     A. two GPU ranks on device 0 in different groups;
  *     B. one GPU rank and one CPU rank;
  *     with efficiency = busbw / bound. The bound: hetccl's 2-rank ring moves,
@@ -20,18 +21,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "device/device.h"
 #include "hetccl.h"
 
-static const struct hc_dev_ops *gpu;
+static const struct hc_dev_ops *gpu; /* in the children only: the parent never touches the driver */
 static hetcclUniqueId id;
 static size_t max_bytes = 1ull << 30;
 static bool gpu_rank[2];
-static double times[64];
-static int ntimes;
-static pthread_barrier_t bar;
+
+/* What the children report, in memory shared with the parent. */
+static struct shared {
+  pthread_barrier_t bar; /* the two ranks' */
+  double times[64];
+  int ntimes;
+  double sync_us, call_us, d2h, h2d;
+  bool no_gpu;
+} *sh;
 
 static double now(void) {
   struct timespec t;
@@ -117,7 +127,7 @@ static double sync_latency(hetcclComm_t comm, void *buf, size_t count, hc_stream
   enum { N = 100 };
   double t[N], c[N];
   for (int i = 0; i < N; i++) {
-    pthread_barrier_wait(&bar);
+    pthread_barrier_wait(&sh->bar);
     double t0 = now();
     hetcclAllReduce(buf, buf, count, hetcclFloat, hetcclSum, comm, s);
     c[i] = now() - t0;
@@ -128,10 +138,8 @@ static double sync_latency(hetcclComm_t comm, void *buf, size_t count, hc_stream
   return median(t, N);
 }
 
-static double sync_us, call_us;
 
-static void *rank_main(void *arg) {
-  int rank = (int)(long)arg;
+static void rank_main(int rank) {
   hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
   char group[8];
   snprintf(group, sizeof(group), "g%d", rank);
@@ -154,20 +162,20 @@ static void *rank_main(void *arg) {
   }
   double call;
   double lat = sync_latency(comm, buf[0], 1, s, &call);
-  if (rank == 0) sync_us = lat * 1e6, call_us = call * 1e6;
-  ntimes = 0;
+  if (rank == 0) sh->sync_us = lat * 1e6, sh->call_us = call * 1e6;
+  sh->ntimes = 0;
   for (size_t bytes = 1024; bytes <= max_bytes; bytes *= 4) {
     int iters = bytes <= (1 << 20) ? 50 : bytes <= (64 << 20) ? 10 : 3;
     size_t count = bytes / 4;
     hetcclAllReduce(buf[0], buf[1], count, hetcclFloat, hetcclSum, comm, s); /* warm-up */
     if (s) gpu->stream_sync(s);
-    pthread_barrier_wait(&bar);
+    pthread_barrier_wait(&sh->bar);
     double t0 = now();
     for (int i = 0; i < iters; i++) hetcclAllReduce(buf[0], buf[1], count, hetcclFloat, hetcclSum, comm, s);
     if (s) gpu->stream_sync(s);
     double t = (now() - t0) / iters;
-    pthread_barrier_wait(&bar);
-    if (rank == 0) times[ntimes++] = t;
+    pthread_barrier_wait(&sh->bar);
+    if (rank == 0) sh->times[sh->ntimes++] = t;
   }
   for (int b = 0; b < 2; b++) {
     if (gpu_rank[rank]) gpu->mem_free(0, buf[b]);
@@ -175,18 +183,43 @@ static void *rank_main(void *arg) {
   }
   hetcclCommDestroy(comm);
   if (s) gpu->stream_destroy(s);
-  return NULL;
+}
+
+/* Runs fn(arg) in a child process; false when it failed. */
+static bool in_child(void (*fn)(int), int arg, pid_t *pid) {
+  fflush(stdout);
+  *pid = fork();
+  if (*pid < 0) return false;
+  if (*pid > 0) return true;
+  gpu = hc_dev_get(HC_MEM_CUDA);
+  fn(arg);
+  fflush(stdout);
+  _exit(0);
+}
+
+static bool children_ok(const pid_t *pid, int n) {
+  bool ok = true;
+  for (int i = 0; i < n; i++) {
+    int st = 0;
+    ok &= waitpid(pid[i], &st, 0) == pid[i] && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
+  return ok;
 }
 
 static void run(const char *title, bool g0, bool g1, double bound) {
   gpu_rank[0] = g0;
   gpu_rank[1] = g1;
   hetcclGetUniqueId(&id);
-  pthread_t t[2];
-  for (long r = 0; r < 2; r++) pthread_create(&t[r], NULL, rank_main, (void *)r);
-  for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+  pid_t pid[2];
+  for (int r = 0; r < 2; r++)
+    if (!in_child(rank_main, r, &pid[r])) exit(1);
+  if (!children_ok(pid, 2)) {
+    printf("\n%s: a rank failed\n", title);
+    return;
+  }
+  const double *times = sh->times;
   printf("\n%s (bound %.1f GB/s)\n4-byte all-reduce, one at a time, call to stream done: median %.1f us "
-         "(the call itself: %.1f us)\n%12s %10s %10s %8s\n", title, bound, sync_us, call_us, "bytes", "time(us)",
+         "(the call itself: %.1f us)\n%12s %10s %10s %8s\n", title, bound, sh->sync_us, sh->call_us, "bytes", "time(us)",
          "busbw", "eff");
   int i = 0;
   for (size_t bytes = 1024; bytes <= max_bytes; bytes *= 4, i++) {
@@ -195,16 +228,32 @@ static void run(const char *title, bool g0, bool g1, double bound) {
   }
 }
 
+static void primitives(int unused) {
+  (void)unused;
+  if (gpu == NULL) {
+    sh->no_gpu = true;
+    return;
+  }
+  primitive_latency();
+  sh->d2h = copy_rate(true);
+  sh->h2d = copy_rate(false);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) max_bytes = strtoull(argv[1], NULL, 0);
-  gpu = hc_dev_get(HC_MEM_CUDA);
-  if (gpu == NULL) {
+  sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (sh == MAP_FAILED) return 1;
+  pthread_barrierattr_t attr;
+  pthread_barrierattr_init(&attr);
+  pthread_barrierattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_barrier_init(&sh->bar, &attr, 2);
+  pid_t pid;
+  if (!in_child(primitives, 0, &pid) || !children_ok(&pid, 1)) return 1;
+  if (sh->no_gpu) {
     printf("skip: no CUDA device\n");
     return 77;
   }
-  pthread_barrier_init(&bar, NULL, 2);
-  primitive_latency();
-  double d2h = copy_rate(true), h2d = copy_rate(false);
+  double d2h = sh->d2h, h2d = sh->h2d;
   double link = d2h < h2d ? d2h : h2d;
   printf("pinned copies, 1 GiB: device->host %.1f GB/s, host->device %.1f GB/s\n", d2h, h2d);
   run("A: all-reduce, 2 GPU ranks on device 0, two groups", true, true, link / 2);
