@@ -40,21 +40,26 @@ struct hc_proxy {
   pthread_cond_t wake, idle;
   struct proxy_job *head, *tail;
   bool busy, stop;
-  uint64_t spin_ns; /* how long the thread looks for work before it sleeps */
+  atomic_bool queued; /* head != NULL, for the thread to look at without the lock */
+  uint64_t spin_ns;   /* how long the thread looks for work before it sleeps */
 };
 
 /* After a failure: every counter a stream of this rank may wait on moves
- * past what the job's steps wait for, so the caller's streams complete
- * (with wrong data; the comm's async error says so) rather than hang. */
+ * past what the job's steps wait for (job NULL: every step enqueued so
+ * far; the calling thread's), so the caller's streams complete (with
+ * wrong data; the comm's async error says so) rather than hang. */
 static void release_streams(struct hc_proxy *px, const struct proxy_job *job) {
   const struct hc_plan_ctx *x = &px->comm->plan_ctx;
-  hc_gpu_lanes_release(px->lanes, job->xfer_end);
+  hc_gpu_lanes_release(px->lanes, job ? job->xfer_end : NULL);
   for (int peer = 0; x->windows && peer < x->nranks; peer++) {
-    const struct hc_net_window *w = &x->windows[peer].w;
-    if (w->bytes == 0) continue;
-    atomic_ullong *waited[2] = {w->tx_freed, w->rx_filled};
+    const struct hc_plan_window *w = &x->windows[peer];
+    if (w->w.bytes == 0) continue;
+    atomic_ullong *waited[2] = {w->w.tx_freed, w->w.rx_filled};
+    const uint64_t sent = job ? job->window_end[2 * peer] : w->tx_pieces;
+    const uint64_t got = job ? job->window_end[2 * peer + 1] : w->rx_pieces;
+    const uint64_t end[2] = {sent, got};
     for (int d = 0; d < 2; d++)
-      if (atomic_load(waited[d]) < job->window_end[2 * peer + d]) atomic_store(waited[d], job->window_end[2 * peer + d]);
+      if (atomic_load(waited[d]) < end[d]) atomic_store(waited[d], end[d]);
   }
 }
 
@@ -66,9 +71,11 @@ static void *proxy_main(void *arg) {
   for (;;) {
     /* Calls tend to come in bursts: look for the next one a while before
      * sleeping, since a wake-up costs more than a small collective. */
-    for (uint64_t until = hc_now_ns() + px->spin_ns; px->head == NULL && !px->stop && hc_now_ns() < until;) {
+    if (px->head == NULL && !px->stop && px->spin_ns) {
       pthread_mutex_unlock(&px->lock);
-      sched_yield();
+      for (uint64_t until = hc_now_ns() + px->spin_ns;
+           !atomic_load_explicit(&px->queued, memory_order_acquire) && hc_now_ns() < until;)
+        sched_yield();
       pthread_mutex_lock(&px->lock);
     }
     while (px->head == NULL && !px->stop) pthread_cond_wait(&px->wake, &px->lock);
@@ -76,6 +83,7 @@ static void *proxy_main(void *arg) {
     struct proxy_job *job = px->head;
     px->head = job->next;
     if (px->head == NULL) px->tail = NULL;
+    atomic_store(&px->queued, px->head != NULL);
     px->busy = true;
     pthread_mutex_unlock(&px->lock);
 
@@ -117,7 +125,8 @@ hc_result_t hc_proxy_create(struct hetcclComm *comm, struct hc_proxy **out) {
   pthread_cond_init(&px->wake, NULL);
   pthread_cond_init(&px->idle, NULL);
   HC_TRY_GOTO(px->dev->set_device(comm->config.device_id), r, fail);
-  HC_TRY_GOTO(hc_gpu_lanes_create(px->dev, comm->config.device_id, comm->rank, comm->nranks, &px->lanes), r, fail);
+  HC_TRY_GOTO(hc_gpu_lanes_create(px->dev, comm->config.device_id, comm->rank, comm->nranks,
+                                  comm->plan_ctx.chunk_bytes, &px->lanes), r, fail);
   /* Compile and load the reduction kernels now, while nothing of ours is
    * in flight: loading a module can wait for every stream of the context. */
   hc_stream_t warm_stream = NULL;
@@ -182,17 +191,25 @@ static hc_result_t submit(struct hc_proxy *px, const struct hc_coll_args *calls,
   }
   HC_TRACE(HC_EXEC, "proxy: call %u planned: %d steps, %d of them the proxy's", px->next_seq + 1, px->plan.nsteps,
            job->host.nsteps);
-  for (int peer = 0; x->windows && peer < x->nranks; peer++) {
-    job->window_end[2 * peer] = x->windows[peer].tx_pieces;
-    job->window_end[2 * peer + 1] = x->windows[peer].rx_pieces;
+  const uint32_t seq = ++px->next_seq;
+  if (job->host.nsteps == 0) { /* windows and the GPU only */
+    job_free(job);
+    job = NULL;
   }
-  const uint32_t seq = job->seq = ++px->next_seq; /* job is the proxy's once queued */
-  pthread_mutex_lock(&px->lock);
-  if (px->tail) px->tail->next = job;
-  else px->head = job;
-  px->tail = job;
-  pthread_cond_signal(&px->wake);
-  pthread_mutex_unlock(&px->lock);
+  if (job != NULL) { /* the proxy's once queued */
+    for (int peer = 0; x->windows && peer < x->nranks; peer++) {
+      job->window_end[2 * peer] = x->windows[peer].tx_pieces;
+      job->window_end[2 * peer + 1] = x->windows[peer].rx_pieces;
+    }
+    job->seq = seq;
+    pthread_mutex_lock(&px->lock);
+    if (px->tail) px->tail->next = job;
+    else px->head = job;
+    px->tail = job;
+    atomic_store_explicit(&px->queued, true, memory_order_release);
+    pthread_cond_signal(&px->wake);
+    pthread_mutex_unlock(&px->lock);
+  }
   r = hc_gpu_enqueue(px->lanes, &px->plan, streams, nstreams);
   hc_plan_reset(&px->plan);
   HC_TRACE(HC_EXEC, "proxy: call %u enqueued", seq);
@@ -244,12 +261,13 @@ void hc_proxy_destroy(struct hc_proxy *px) {
     pthread_mutex_unlock(&px->lock);
     pthread_join(px->thread, NULL);
   }
-  /* Jobs never run: release the streams that wait for them. */
+  /* Jobs never run, and steps on windows whose peer is gone: release the
+   * streams that wait for them (a no-op after a drain). */
   for (struct proxy_job *job = px->head, *next; job; job = next) {
     next = job->next;
-    release_streams(px, job);
     job_free(job);
   }
+  if (px->lanes) release_streams(px, NULL);
   hc_gpu_lanes_destroy(px->lanes);
   hc_plan_reset(&px->plan);
   pthread_cond_destroy(&px->wake);

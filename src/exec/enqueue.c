@@ -29,6 +29,10 @@ struct hc_gpu_lanes {
   hc_stream_t stream[HC_LANE_COUNT];
   bool main_known;
   hc_event_t entry, exit[HC_LANE_COUNT];
+  /* A plan that copies at most this much into host memory runs on the
+   * main lane alone: for small messages the overlap is worth less than the
+   * events that join two streams. */
+  size_t one_lane_bytes;
   hc_event_t *events; /* between lanes; grown as plans need */
   int nevents;
   /* Pinned and mapped: HC_LANE_COUNT lane counters, then one per queue. */
@@ -37,6 +41,10 @@ struct hc_gpu_lanes {
   /* Over the comm's life (the calling thread's): positions handed out, and
    * what each lane has waited for already, of each other lane and queue. */
   uint64_t lane_pos[HC_LANE_COUNT], *queue_pos;
+  /* The latest lane position whose counter a stream will write: the
+   * proxy's next transfers wait for it (they reuse slots that steps up to
+   * there read or write). */
+  uint64_t lane_written[HC_LANE_COUNT];
   uint64_t synced_lane[HC_LANE_COUNT][HC_LANE_COUNT], *synced_queue; /* [lane * nqueues + q] */
 
   /* The plan being enqueued, per step. */
@@ -48,6 +56,7 @@ struct hc_gpu_lanes {
   bool *flag_after, *emitted;
   struct frontier *fr, *need; /* need: what the step itself waits for */
   int norder, nev;
+  bool one_lane, has_xfer;
   int32_t last_on_lane[HC_LANE_COUNT];
   uint64_t base_lane[HC_LANE_COUNT], *base_queue; /* counters before the plan */
   struct qref *qrefs;
@@ -124,12 +133,13 @@ void hc_gpu_lanes_destroy(struct hc_gpu_lanes *g) {
 }
 
 hc_result_t hc_gpu_lanes_create(const struct hc_dev_ops *dev, int device, int rank, int nranks,
-                                struct hc_gpu_lanes **out) {
+                                size_t one_lane_bytes, struct hc_gpu_lanes **out) {
   struct hc_gpu_lanes *g;
   hc_result_t r;
   *out = NULL;
   HC_TRY(hc_calloc(&g, 1, sizeof(*g), "GPU lanes"));
   g->dev = dev;
+  g->one_lane_bytes = one_lane_bytes;
   g->rank = rank;
   g->nranks = nranks;
   g->nqueues = 2 * nranks;
@@ -161,20 +171,22 @@ fail:
 }
 
 hc_result_t hc_gpu_lanes_wait_idle(struct hc_gpu_lanes *g, uint64_t deadline_ns) {
-  for (int l = 0; l < HC_LANE_COUNT; l++)
-    while (atomic_load(lane_counter(g, l)) < g->lane_pos[l]) {
-      if (hc_now_ns() > deadline_ns)
-        return HC_FAIL(HC_ERR_REMOTE, "rank %d: GPU work of the comm still pending after HETCCL_TIMEOUT "
-                       "(lane %d at %llu of %llu)", g->rank, l, (unsigned long long)atomic_load(lane_counter(g, l)),
-                       (unsigned long long)g->lane_pos[l]);
-      sched_yield();
-    }
-  return HC_OK;
+  /* The main lane writes its counter at the end of every plan; the other
+   * lane's end is its exit event (recorded by every plan that used it). */
+  for (;;) {
+    int done = 0;
+    HC_TRY(g->dev->event_query(g->exit[HC_LANE_TO_HOST], &done));
+    if (done && atomic_load(lane_counter(g, HC_LANE_MAIN)) >= g->lane_pos[HC_LANE_MAIN]) return HC_OK;
+    if (hc_now_ns() > deadline_ns)
+      return HC_FAIL(HC_ERR_REMOTE, "rank %d: GPU work of the comm still pending after HETCCL_TIMEOUT", g->rank);
+    sched_yield();
+  }
 }
 
 void hc_gpu_lanes_release(struct hc_gpu_lanes *g, const uint64_t *xfer_end) {
   for (int q = 0; q < g->nqueues; q++)
-    if (atomic_load(queue_counter(g, q)) < xfer_end[q]) atomic_store(queue_counter(g, q), xfer_end[q]);
+    if (atomic_load(queue_counter(g, q)) < (xfer_end ? xfer_end[q] : g->queue_pos[q]))
+      atomic_store(queue_counter(g, q), xfer_end ? xfer_end[q] : g->queue_pos[q]);
 }
 
 /* ---- first half: order, lanes, frontiers, the host plan ---- */
@@ -258,7 +270,8 @@ static hc_result_t try_place(struct hc_gpu_lanes *g, const struct hc_plan *p, in
     /* A pair to itself runs where the receive stands. */
     const int rep = other >= 0 && p->steps[i].kind == HC_STEP_SEND ? other : i;
     const int mate = rep == i ? other : i;
-    const int lane = other >= 0 || p->steps[rep].lane >= HC_LANE_COUNT ? HC_LANE_MAIN : p->steps[rep].lane;
+    const int lane = g->one_lane || other >= 0 || p->steps[rep].lane >= HC_LANE_COUNT ? HC_LANE_MAIN
+                                                                                      : p->steps[rep].lane;
     g->lane[rep] = (int8_t)lane;
     g->pos[rep] = ++g->lane_pos[lane];
     HC_TRY(merge_deps(g, p, rep, mate, &g->need[rep]));
@@ -291,8 +304,11 @@ static hc_result_t try_place(struct hc_gpu_lanes *g, const struct hc_plan *p, in
 static hc_result_t classify(struct hc_gpu_lanes *g, const struct hc_plan *p) {
   int *self_send = g->pending, *self_recv = g->order; /* free until placing starts */
   int nsend = 0, nrecv = 0, hsend = 0, hrecv = 0;
+  size_t to_host_bytes = 0;
+  g->has_xfer = false;
   for (int i = 0; i < p->nsteps; i++) {
     const struct hc_step *s = &p->steps[i];
+    if (s->kind == HC_STEP_COPY && s->lane == HC_LANE_TO_HOST) to_host_bytes += s->count;
     g->partner[i] = g->event[i] = g->queue[i] = -1;
     g->flag_after[i] = g->emitted[i] = false;
     switch (s->kind) {
@@ -301,6 +317,7 @@ static hc_result_t classify(struct hc_gpu_lanes *g, const struct hc_plan *p) {
     case HC_STEP_RECV: {
       const bool recv = s->kind == HC_STEP_RECV;
       if (s->peer != g->rank) {
+        g->has_xfer = true;
         g->cls[i] = CLS_XFER;
         g->queue[i] = s->peer * 2 + recv;
         g->pos[i] = ++g->queue_pos[g->queue[i]];
@@ -327,19 +344,27 @@ static hc_result_t classify(struct hc_gpu_lanes *g, const struct hc_plan *p) {
   if (hsend != nsend || hrecv != nrecv)
     return HC_FAIL(HC_ERR_USAGE, "rank %d: %d sends to itself and %d receives from itself in one call or group",
                    g->rank, nsend, nrecv);
+  g->one_lane = to_host_bytes <= g->one_lane_bytes;
   return HC_OK;
 }
 
 /* The proxy's part: every transfer after what it waits for, each followed
  * by the signal of its queue's counter; then the wait for the lanes. */
 static hc_result_t build_host_plan(struct hc_gpu_lanes *g, const struct hc_plan *p, struct hc_plan *host) {
-  hc_ref_t wait_ref[HC_LANE_COUNT] = {0};
+  hc_ref_t wait_ref[HC_LANE_COUNT] = {0}, start[HC_LANE_COUNT];
   uint64_t wait_val[HC_LANE_COUNT] = {0};
+  int nstart = 0;
   for (int q = 0; q < g->nqueues; q++) g->last_signal[q] = 0;
+  for (int l = 0; l < HC_LANE_COUNT; l++)
+    if (g->lane_written[l] > 0)
+      start[nstart++] = hc_plan_push(host, (struct hc_step){.kind = HC_STEP_WAIT, .src0 = lane_counter(g, l),
+                                                            .count = g->lane_written[l]});
+  const hc_ref_t after_earlier_plans = hc_plan_join(host, start, nstart);
   for (int i = 0; i < p->nsteps; i++) {
     if (g->cls[i] != CLS_XFER) continue;
     const struct frontier *need = &g->need[i];
     int nrefs = 0;
+    if (after_earlier_plans) g->refs[nrefs++] = after_earlier_plans;
     for (int l = 0; l < HC_LANE_COUNT; l++) {
       int s = need->lane[l];
       if (s < 0) continue;
@@ -361,10 +386,6 @@ static hc_result_t build_host_plan(struct hc_gpu_lanes *g, const struct hc_plan 
                                                             .count = g->pos[i],
                                                             .deps = {g->host_ref[i], g->last_signal[q]}});
   }
-  for (int l = 0; l < HC_LANE_COUNT; l++)
-    if (g->last_on_lane[l] >= 0)
-      hc_plan_push(host, (struct hc_step){.kind = HC_STEP_WAIT, .src0 = lane_counter(g, l),
-                                          .count = g->pos[g->last_on_lane[l]]});
   if (host->cap < 0) return HC_FAIL(HC_ERR_SYSTEM, "enqueue: out of host memory for the proxy's plan");
   return HC_OK;
 }
@@ -402,9 +423,16 @@ hc_result_t hc_gpu_prepare(struct hc_gpu_lanes *g, const struct hc_plan *p, stru
   if (npending > 0)
     return HC_FAIL(HC_ERR_INTERNAL, "enqueue: %d steps wait for each other (step %d first)", npending,
                    g->pending[0]);
-  for (int l = 0; l < HC_LANE_COUNT; l++)
-    if (g->last_on_lane[l] >= 0) g->flag_after[g->last_on_lane[l]] = true;
-  HC_TRY(build_host_plan(g, p, host));
+  if (g->has_xfer) HC_TRY(build_host_plan(g, p, host));
+  /* The main lane's end is what a drain waits for; the other's the next
+   * transfers (a plan without transfers leaves it alone: its steps touch
+   * only windows and device memory, which the proxy never touches). */
+  for (int l = 0; l < HC_LANE_COUNT; l++) {
+    int last = g->last_on_lane[l];
+    if (last < 0 || (l != HC_LANE_MAIN && !g->has_xfer)) continue;
+    g->flag_after[last] = true;
+    g->lane_written[l] = g->pos[last];
+  }
   memcpy(xfer_end, g->queue_pos, (size_t)g->nqueues * sizeof(uint64_t));
   return HC_OK;
 }

@@ -20,8 +20,9 @@
  *
  * Plans run one after the other: a plan's first step on each lane waits
  * for everything of the plans before (both lanes, every transfer), and its
- * host plan ends by waiting for its last step on each lane, so scratch is
- * reused safely and a comm's calls complete in order. The caller's other
+ * host plan starts by waiting for the last steps of the plans before that
+ * had transfers, so scratch and slots are reused safely and a comm's calls
+ * complete in order. A plan without transfers is not the proxy's at all. The caller's other
  * streams join the first one at the start, the comm's lane waits for it
  * (an event), and the caller's streams wait for that lane at the end.
  */
@@ -33,9 +34,10 @@
 struct hc_gpu_lanes;
 
 /* The lanes, events and counters of one GPU comm of nranks ranks on
- * device. Needs 64-bit stream memory operations. */
+ * device. A plan that copies at most one_lane_bytes into host memory runs
+ * on the main lane alone. Needs 64-bit stream memory operations. */
 hc_result_t hc_gpu_lanes_create(const struct hc_dev_ops *dev, int device, int rank, int nranks,
-                                struct hc_gpu_lanes **out);
+                                size_t one_lane_bytes, struct hc_gpu_lanes **out);
 /* Polls (until deadline_ns) until every step enqueued so far has run. */
 hc_result_t hc_gpu_lanes_wait_idle(struct hc_gpu_lanes *g, uint64_t deadline_ns);
 /* Waits (bounded) for the lanes to drain, then frees everything; takes NULL. */
@@ -43,7 +45,7 @@ void hc_gpu_lanes_destroy(struct hc_gpu_lanes *g);
 
 /* First half of a call: decides where and in which order plan's steps run
  * and appends the transfers, with what they wait for and signal, to host
- * (an empty plan of host memory). xfer_end (2 * nranks) receives every
+ * (an empty plan of host memory; left empty when plan has no transfers). xfer_end (2 * nranks) receives every
  * queue's counter once host has run. Fails with HC_ERR_USAGE when a send
  * of the rank to itself has no receive of the same size. */
 hc_result_t hc_gpu_prepare(struct hc_gpu_lanes *g, const struct hc_plan *plan, struct hc_plan *host,
@@ -55,8 +57,9 @@ hc_result_t hc_gpu_prepare(struct hc_gpu_lanes *g, const struct hc_plan *plan, s
 hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *plan, hc_stream_t *user,
                            int nuser);
 
-/* After a failure: moves every queue counter to at least xfer_end, so no
- * stream waits forever for a transfer that will not happen. */
+/* After a failure: moves every queue counter to at least xfer_end (NULL:
+ * every transfer prepared so far; the calling thread's), so no stream
+ * waits forever for a transfer that will not happen. */
 void hc_gpu_lanes_release(struct hc_gpu_lanes *g, const uint64_t *xfer_end);
 
 #endif
