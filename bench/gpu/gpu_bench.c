@@ -2,8 +2,10 @@
  * GPU staging bound and cross-group all-reduce, on one GPU machine:
  *  1. pinned device->host and host->device copy rates (1 GiB, the device
  *     backend's own copies on one stream);
- *  2. all-reduce busbw, float sum, 1 KiB .. 1 GiB, one process per rank
- *     (as PyTorch runs them: no driver lock shared between the ranks):
+ *  2. all-reduce busbw, float sum, 1 KiB .. 1 GiB, the two ranks as threads
+ *     of one process (one CUDA context: the GPU runs both at once, as two
+ *     GPUs would), or with GPU_BENCH_PROCESSES=1 as two processes (two
+ *     contexts, which one GPU time-slices: slower, not what two GPUs see):
  *     A. two GPU ranks on device 0 in different groups;
  *     B. one GPU rank and one CPU rank;
  *     with efficiency = busbw / bound. The bound: hetccl's 2-rank ring moves,
@@ -185,6 +187,18 @@ static void rank_main(int rank) {
   if (s) gpu->stream_destroy(s);
 }
 
+static void *rank_thread(void *arg) {
+  rank_main((int)(long)arg);
+  return NULL;
+}
+
+static void both_ranks(int unused) {
+  (void)unused;
+  pthread_t t[2];
+  for (long r = 0; r < 2; r++) pthread_create(&t[r], NULL, rank_thread, (void *)r);
+  for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+}
+
 /* Runs fn(arg) in a child process; false when it failed. */
 static bool in_child(void (*fn)(int), int arg, pid_t *pid) {
   fflush(stdout);
@@ -210,16 +224,17 @@ static void run(const char *title, bool g0, bool g1, double bound) {
   gpu_rank[0] = g0;
   gpu_rank[1] = g1;
   hetcclGetUniqueId(&id);
+  const bool processes = getenv("GPU_BENCH_PROCESSES") && atoi(getenv("GPU_BENCH_PROCESSES"));
   pid_t pid[2];
-  for (int r = 0; r < 2; r++)
-    if (!in_child(rank_main, r, &pid[r])) exit(1);
-  if (!children_ok(pid, 2)) {
+  for (int r = 0; r < (processes ? 2 : 1); r++)
+    if (!in_child(processes ? rank_main : both_ranks, r, &pid[r])) exit(1);
+  if (!children_ok(pid, processes ? 2 : 1)) {
     printf("\n%s: a rank failed\n", title);
     return;
   }
   const double *times = sh->times;
-  printf("\n%s (bound %.1f GB/s)\n4-byte all-reduce, one at a time, call to stream done: median %.1f us "
-         "(the call itself: %.1f us)\n%12s %10s %10s %8s\n", title, bound, sh->sync_us, sh->call_us, "bytes", "time(us)",
+  printf("\n%s, ranks as %s (bound %.1f GB/s)\n4-byte all-reduce, one at a time, call to stream done: median %.1f us "
+         "(the call itself: %.1f us)\n%12s %10s %10s %8s\n", title, processes ? "processes" : "threads", bound, sh->sync_us, sh->call_us, "bytes", "time(us)",
          "busbw", "eff");
   int i = 0;
   for (size_t bytes = 1024; bytes <= max_bytes; bytes *= 4, i++) {
@@ -241,6 +256,10 @@ static void primitives(int unused) {
 
 int main(int argc, char **argv) {
   if (argc > 1) max_bytes = strtoull(argv[1], NULL, 0);
+  /* Streams of one process share the device's hardware queues, 8 by
+   * default: a stream waiting on a flag would hold up whatever another
+   * rank queued behind it there. */
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (sh == MAP_FAILED) return 1;
   pthread_barrierattr_t attr;

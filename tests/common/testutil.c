@@ -31,7 +31,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "device/device.h"
 
@@ -149,6 +152,10 @@ struct tu_run {
   bool broken;
   void **ptrs;
   int *result; /* per rank: fn's return, or -1 when a CHECK failed */
+  /* Ranks as processes: this struct and result[] are shared memory, and
+   * the children add their counts here. */
+  bool processes;
+  atomic_long checks, failures;
 };
 struct tu_thread_arg {
   struct tu_run *run;
@@ -222,6 +229,67 @@ int tu_run_ranks(int nranks, tu_rank_fn fn, void *arg) {
   return failed;
 }
 
+/* Ranks as processes: one child per rank, after a fork; the barrier and the
+ * results live in shared memory. */
+int tu_run_rank_processes(int nranks, tu_rank_fn fn, void *arg) {
+  size_t bytes = sizeof(struct tu_run) + (size_t)nranks * sizeof(int);
+  struct tu_run *R = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (R == MAP_FAILED) {
+    fprintf(stderr, "tu_run_rank_processes: mmap failed\n");
+    abort();
+  }
+  *R = (struct tu_run){.nranks = nranks, .fn = fn, .arg = arg, .processes = true, .result = (int *)(R + 1)};
+  hetcclResult_t r = hetcclGetUniqueId(&R->id);
+  if (!tu_check_at(r == hetcclSuccess, __FILE__, __LINE__, NULL, "hetcclGetUniqueId returned %d: %s",
+                   (int)r, hetcclGetLastError(NULL)))
+    return nranks;
+  pthread_mutexattr_t ma;
+  pthread_mutexattr_init(&ma);
+  pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+  pthread_mutex_init(&R->mu, &ma);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
+  pthread_cond_init(&R->cv, &ca);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t *pid = calloc((size_t)nranks, sizeof(pid_t));
+  for (int i = 0; i < nranks; i++) {
+    R->result[i] = -2;
+    pid[i] = fork();
+    if (pid[i] < 0) {
+      fprintf(stderr, "tu_run_rank_processes: fork failed for rank %d\n", i);
+      abort();
+    }
+    if (pid[i] == 0) {
+      long checks0 = tu_checks(), failures0 = tu_failures();
+      struct tu_thread_arg ta = {.run = R, .rank = i};
+      rank_main(&ta);
+      atomic_fetch_add(&R->checks, tu_checks() - checks0);
+      atomic_fetch_add(&R->failures, tu_failures() - failures0);
+      fflush(stdout);
+      fflush(stderr);
+      _exit(0);
+    }
+  }
+  int failed = 0;
+  for (int i = 0; i < nranks; i++) {
+    int st = 0;
+    if (waitpid(pid[i], &st, 0) != pid[i] || !WIFEXITED(st) || WEXITSTATUS(st) != 0) R->result[i] = -3;
+    if (R->result[i] != 0) {
+      failed++;
+      fprintf(stderr, "rank %d of %d (a process): FAILED (%s)\n", i, nranks,
+              R->result[i] == -1 ? "checks failed" : R->result[i] == -3 ? "died" : "returned an error");
+    }
+  }
+  atomic_fetch_add(&n_checks, atomic_load(&R->checks));
+  atomic_fetch_add(&n_failures, atomic_load(&R->failures) + (failed && !atomic_load(&R->failures)));
+  free(pid);
+  munmap(R, bytes);
+  return failed;
+}
+
 bool tu_barrier(void) {
   struct tu_run *R = tl_run;
   if (R == NULL) return true;
@@ -270,6 +338,7 @@ bool tu_allgather_ptr(void *mine, void **all) {
     all[0] = mine;
     return true;
   }
+  if (R->processes) return CHECK(false, "tu_allgather_ptr: ranks are processes, pointers mean nothing to the others");
   R->ptrs[tl_rank] = mine;
   if (!tu_barrier()) return false;
   memcpy(all, R->ptrs, (size_t)R->nranks * sizeof(void *));

@@ -68,6 +68,10 @@ typedef int (*tu_rank_fn)(int rank, int nranks, hetcclUniqueId id, void *arg);
 /* Runs fn on nranks threads (see the header comment). Returns the number of
  * ranks that failed; prints one line per failed rank. */
 int tu_run_ranks(int nranks, tu_rank_fn fn, void *arg);
+/* The same with one process per rank (fork; the caller must not have
+ * initialised a GPU driver, which does not survive a fork). Their checks
+ * count in the caller's totals; tu_allgather_ptr is refused. */
+int tu_run_rank_processes(int nranks, tu_rank_fn fn, void *arg);
 /* Inside fn: this thread's rank, or -1 outside tu_run_ranks. */
 int tu_rank(void);
 /* Inside fn: waits for every rank thread of this run. False (and a

@@ -1,11 +1,16 @@
 # Collectives with GPU buffers: on the GPU machine for real; everywhere over
 # the fake libcuda.so.1 of gpu.cmake (its kernels are the host emulation of
 # the same source), which runs every GPU code path of hetccl's own: the
-# proxy thread, stream flags, staging through pinned slots, kernels.
+# proxy thread, stream flags, windows, staging through pinned slots, kernels.
 add_test(NAME gpu_coll COMMAND test_coll_gpu)
 set_tests_properties(gpu_coll PROPERTIES LABELS gpu TIMEOUT 900 SKIP_RETURN_CODE 77
                      ENVIRONMENT "HETCCL_TIMEOUT=120")
 add_dependencies(test_coll_gpu hc_fake_cuda)
 add_test(NAME gpu_coll_fake_cuda COMMAND test_coll_gpu)
 set_tests_properties(gpu_coll_fake_cuda PROPERTIES LABELS "unit;gpu" TIMEOUT 600
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;GPU_TEST_QUICK=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0;TU_RANKS=threads")
+# The same with ranks as processes, as on the GPU machine (not under
+# ThreadSanitizer, which does not follow a fork of a threaded process).
+add_test(NAME gpu_coll_fake_cuda_processes COMMAND test_coll_gpu)
+set_tests_properties(gpu_coll_fake_cuda_processes PROPERTIES LABELS "unit;gpu" TIMEOUT 600
   ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;GPU_TEST_QUICK=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0")

@@ -1,6 +1,6 @@
 /*
- * Collectives with GPU buffers, ranks as threads of one process, on the
- * GPU machine's device 0 (several ranks may share it):
+ * Collectives with GPU buffers, one process per rank (as PyTorch runs
+ * them), on the GPU machine's device 0 (several ranks may share it):
  *   A: 2 GPU ranks in two groups (HETCCL_GROUP-style names per rank);
  *   B: 1 GPU rank + 1 CPU rank;
  *   C: 2 GPU ranks + 2 CPU ranks.
@@ -17,12 +17,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "device/device.h"
 #include "testutil.h"
 
-static const struct hc_dev_ops *gpu;
+static const struct hc_dev_ops *gpu; /* set in each rank's process */
 
 enum { K_ALLREDUCE, K_BROADCAST, K_REDUCE, K_ALLGATHER, K_REDUCESCATTER, K_ALLTOALL, K_GATHER, K_SCATTER,
        K_SENDRECV, K_NCOLL };
@@ -247,6 +249,7 @@ static hetcclComm_t make_comm(int rank, int n, hetcclUniqueId id, bool on_gpu) {
 
 static int rank_scenario(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
+  gpu = hc_dev_get(HC_MEM_CUDA);
   struct mem m = {.on_gpu = cur->gpu_rank[rank]};
   if (m.on_gpu) {
     gpu->set_device(0);
@@ -268,6 +271,7 @@ static int rank_scenario(int rank, int n, hetcclUniqueId id, void *arg) {
 /* 1 GiB float all-reduce between two GPU ranks, with a time. */
 static int rank_big(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
+  gpu = hc_dev_get(HC_MEM_CUDA);
   gpu->set_device(0);
   struct mem m = {.on_gpu = true};
   gpu->stream_create(0, &m.stream);
@@ -302,6 +306,7 @@ static int rank_big(int rank, int n, hetcclUniqueId id, void *arg) {
  * not start before the one before it (on the other stream) is done. */
 static int rank_two_streams(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
+  gpu = hc_dev_get(HC_MEM_CUDA);
   enum { NBUF = 8 };
   const size_t count = (3u << 20) / 4 + 5; /* two pieces of a 2 MiB window, and a bit */
   gpu->set_device(0);
@@ -349,6 +354,7 @@ static int rank_two_streams(int rank, int n, hetcclUniqueId id, void *arg) {
  * all-reduce. The call must come back while the stream is held. */
 static int rank_stream_order(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
+  gpu = hc_dev_get(HC_MEM_CUDA);
   gpu->set_device(0);
   struct mem m = {.on_gpu = true};
   gpu->stream_create(0, &m.stream);
@@ -394,10 +400,33 @@ static int rank_stream_order(int rank, int n, hetcclUniqueId id, void *arg) {
   return 0;
 }
 
+/* Ranks are processes, not threads: the streams of one process share the
+ * device's hardware queues, where a stream waiting for another rank's flag
+ * can hold up what that rank queued behind it (the driver says so of
+ * cuStreamWaitValue). The parent never loads the driver (a fork would not
+ * carry it); a probe process looks for a device. TU_RANKS=threads runs
+ * them as threads (the fake driver has no shared queues, and
+ * ThreadSanitizer no fork after threads). */
+static bool as_threads;
+
+static void run_ranks(int n, tu_rank_fn fn) {
+  if (as_threads) tu_run_ranks(n, fn, NULL);
+  else tu_run_rank_processes(n, fn, NULL);
+}
+
+static bool have_gpu(void) {
+  if (as_threads) return hc_dev_get(HC_MEM_CUDA) != NULL;
+  fflush(stdout);
+  pid_t probe = fork();
+  if (probe == 0) _exit(hc_dev_get(HC_MEM_CUDA) ? 0 : 77);
+  int st = 0;
+  return probe > 0 && waitpid(probe, &st, 0) == probe && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
 int main(int argc, char **argv) {
   tu_init(argc, argv);
-  gpu = hc_dev_get(HC_MEM_CUDA);
-  if (gpu == NULL) {
+  as_threads = getenv("TU_RANKS") && strcmp(getenv("TU_RANKS"), "threads") == 0;
+  if (!have_gpu()) {
     printf("skip: no CUDA device here (HETCCL_DEBUG=INFO says why)\n");
     return 77;
   }
@@ -405,15 +434,15 @@ int main(int argc, char **argv) {
   printf("%d cases cover every pair of collective, datatype, op, count and in-place\n", ncases);
   for (size_t s = 0; s < HC_ARRAY_LEN(scenarios); s++) {
     cur = &scenarios[s];
-    tu_run_ranks(cur->nranks, rank_scenario, NULL);
+    run_ranks(cur->nranks, rank_scenario);
   }
   tu_set_case("two streams");
-  tu_run_ranks(2, rank_two_streams, NULL);
+  run_ranks(2, rank_two_streams);
   tu_set_case("stream order");
-  tu_run_ranks(2, rank_stream_order, NULL);
+  run_ranks(2, rank_stream_order);
   if (getenv("GPU_TEST_QUICK") == NULL) { /* the fake driver of CI runs without it */
     tu_set_case("1 GiB");
-    tu_run_ranks(2, rank_big, NULL);
+    run_ranks(2, rank_big);
   }
   return tu_finish("test_coll_gpu");
 }
