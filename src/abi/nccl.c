@@ -23,6 +23,7 @@
  * windows, shrink, revoke and GroupSimulateEnd return ncclInvalidUsage with
  * a message (docs/nccl-abi.md).
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,6 +152,30 @@ static void *vendor_fn_for(const void *comm, const char *name) {
     if (f_ != NULL) return ((__typeof__(&p##name))f_)(__VA_ARGS__);            \
   } while (0)
 
+/* Calls without a comm are recognised by their caller: code of the real
+ * library (a file named libnccl / librccl that is a loaded vendor's). */
+static void *vendor_fn_if_caller(const void *ret_addr, const char *name) {
+  Dl_info caller, own;
+  if (!dladdr(ret_addr, &caller) || caller.dli_fname == NULL) return NULL;
+  if (dladdr((const void *)&vendor_fn_if_caller, &own) && own.dli_fbase == caller.dli_fbase) return NULL;
+  if (!strstr(caller.dli_fname, "libnccl") && !strstr(caller.dli_fname, "librccl")) return NULL;
+  const enum hc_mem_kind gpus[] = {HC_MEM_CUDA, HC_MEM_HIP};
+  for (size_t i = 0; i < HC_ARRAY_LEN(gpus); i++) {
+    const struct hc_vendor *v = hc_vendor_get(gpus[i]);
+    void *f = v && v->shared ? hc_vendor_symbol(v, name) : NULL;
+    Dl_info where;
+    if (f && dladdr(f, &where) && where.dli_fbase == caller.dli_fbase) return f;
+  }
+  return NULL;
+}
+
+/* Returns the real function's answer when the real library called. */
+#define RETURN_IF_VENDOR_CALLER(name, ...)                                               \
+  do {                                                                                 \
+    void *f_ = vendor_fn_if_caller(__builtin_return_address(0), #name);                \
+    if (f_ != NULL) return ((__typeof__(&p##name))f_)(__VA_ARGS__);                    \
+  } while (0)
+
 static ncclResult_t unsupported(const char *fn, const char *why) {
   return R(HC_FAIL(HC_ERR_USAGE, "%s: not supported by hetccl: %s", fn, why));
 }
@@ -158,12 +183,16 @@ static ncclResult_t unsupported(const char *fn, const char *why) {
 /* ---- version, errors ---- */
 
 NCCL_API(ncclResult_t, ncclGetVersion, int *version) {
+  RETURN_IF_VENDOR_CALLER(ncclGetVersion, version);
   if (version == NULL) return R(HC_FAIL(HC_ERR_ARG, "ncclGetVersion: version is NULL"));
   *version = NCCL_VERSION_REPORTED;
   return hetcclSuccess;
 }
 
-NCCL_API(const char *, ncclGetErrorString, ncclResult_t result) { return hetcclGetErrorString(result); }
+NCCL_API(const char *, ncclGetErrorString, ncclResult_t result) {
+  RETURN_IF_VENDOR_CALLER(ncclGetErrorString, result);
+  return hetcclGetErrorString(result);
+}
 
 NCCL_API(const char *, ncclGetLastError, ncclComm_t comm) {
   RETURN_IF_VENDOR_COMM(comm, ncclGetLastError, comm);
@@ -173,6 +202,7 @@ NCCL_API(const char *, ncclGetLastError, ncclComm_t comm) {
 NCCL_API(void, ncclResetDebugInit, void) { hc_log_reload(); }
 
 NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *uniqueId) {
+  RETURN_IF_VENDOR_CALLER(ncclGetUniqueId, uniqueId);
   return hetcclGetUniqueId((hetcclUniqueId *)uniqueId);
 }
 
@@ -313,6 +343,7 @@ NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int *device) {
 
 /* Device memory on the current device (host memory where there is no GPU). */
 NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size) {
+  RETURN_IF_VENDOR_CALLER(ncclMemAlloc, ptr, size);
   int kind, dev;
   if (ptr == NULL) return R(HC_FAIL(HC_ERR_ARG, "ncclMemAlloc: ptr is NULL"));
   current_device(&kind, &dev);
@@ -321,6 +352,7 @@ NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size) {
 }
 
 NCCL_API(ncclResult_t, ncclMemFree, void *ptr) {
+  RETURN_IF_VENDOR_CALLER(ncclMemFree, ptr);
   if (ptr == NULL) return hetcclSuccess;
   struct hc_ptr_info info;
   NC_TRY(hc_dev_ptr_query(ptr, &info));
@@ -452,39 +484,50 @@ NCCL_API(ncclResult_t, ncclDevCommDestroy, ncclComm_t comm, const void *devComm)
 }
 NCCL_API(ncclResult_t, ncclLsaBarrierCreateRequirement, ncclTeam_t team, int nBarriers, void *outHandle,
          void *outReq) {
+  RETURN_IF_VENDOR_CALLER(ncclLsaBarrierCreateRequirement, team, nBarriers, outHandle, outReq);
   (void)team, (void)nBarriers, (void)outHandle, (void)outReq;
   return unsupported("ncclLsaBarrierCreateRequirement", "the NCCL device API");
 }
 NCCL_API(ncclResult_t, ncclGinBarrierCreateRequirement, ncclComm_t comm, ncclTeam_t team, int nBarriers,
          void *outHandle, void *outReq) {
+  RETURN_IF_VENDOR_COMM(comm, ncclGinBarrierCreateRequirement, comm, team, nBarriers, outHandle, outReq);
   (void)comm, (void)team, (void)nBarriers, (void)outHandle, (void)outReq;
   return unsupported("ncclGinBarrierCreateRequirement", "the NCCL device API");
 }
 NCCL_API(ncclResult_t, ncclLLA2ACreateRequirement, int nBlocks, int nSlots, void *outHandle, void *outReq) {
+  RETURN_IF_VENDOR_CALLER(ncclLLA2ACreateRequirement, nBlocks, nSlots, outHandle, outReq);
   (void)nBlocks, (void)nSlots, (void)outHandle, (void)outReq;
   return unsupported("ncclLLA2ACreateRequirement", "the NCCL device API");
 }
-NCCL_API(int, ncclLLA2ACalcSlots, int maxElts, int maxEltSize) { return maxElts * ((maxEltSize + 7) / 8); }
+NCCL_API(int, ncclLLA2ACalcSlots, int maxElts, int maxEltSize) {
+  RETURN_IF_VENDOR_CALLER(ncclLLA2ACalcSlots, maxElts, maxEltSize);
+  return maxElts * ((maxEltSize + 7) / 8);
+}
 
 /* Teams: the world; load/store-accessible peers are only the rank itself
  * (hetccl maps no peer memory into kernels); the rail is the world. */
 NCCL_API(ncclTeam_t, ncclTeamWorld, ncclComm_t comm) {
+  RETURN_IF_VENDOR_COMM(comm, ncclTeamWorld, comm);
   int n = 0, r = 0;
   hetcclCommCount(comm, &n);
   hetcclCommUserRank(comm, &r);
   return (ncclTeam_t){n, r, 1};
 }
 NCCL_API(ncclTeam_t, ncclTeamLsa, ncclComm_t comm) {
-  (void)comm;
+  RETURN_IF_VENDOR_COMM(comm, ncclTeamLsa, comm);
   return (ncclTeam_t){1, 0, 1};
 }
-NCCL_API(ncclTeam_t, ncclTeamRail, ncclComm_t comm) { return pncclTeamWorld(comm); }
+NCCL_API(ncclTeam_t, ncclTeamRail, ncclComm_t comm) {
+  RETURN_IF_VENDOR_COMM(comm, ncclTeamRail, comm);
+  return pncclTeamWorld(comm);
+}
 NCCL_API(int, ncclTeamRankToWorld, ncclComm_t comm, ncclTeam_t team, int rank) {
+  RETURN_IF_VENDOR_COMM(comm, ncclTeamRankToWorld, comm, team, rank);
   int me = 0;
   hetcclCommUserRank(comm, &me);
   return me + (rank - team.rank) * team.stride;
 }
 NCCL_API(int, ncclTeamRankToLsa, ncclComm_t comm, ncclTeam_t team, int rank) {
-  (void)comm;
+  RETURN_IF_VENDOR_COMM(comm, ncclTeamRankToLsa, comm, team, rank);
   return rank == team.rank ? 0 : -1;
 }
