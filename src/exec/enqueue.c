@@ -439,10 +439,16 @@ hc_result_t hc_gpu_prepare(struct hc_gpu_lanes *g, const struct hc_plan *p, stru
 
 /* ---- second half: the streams ---- */
 
+/* Counters only grow: one that is there already needs no stream wait. */
+static bool reached(const void *counter, uint64_t value) {
+  return atomic_load_explicit((const atomic_ullong *)counter, memory_order_acquire) >= value;
+}
+
 static hc_result_t wait_queue(struct hc_gpu_lanes *g, int lane, int q, uint64_t pos) {
   uint64_t *synced = &g->synced_queue[lane * g->nqueues + q];
   if (pos <= *synced) return HC_OK;
   *synced = pos;
+  if (reached(queue_counter(g, q), pos)) return HC_OK;
   return g->dev->flag_wait(g->stream[lane], (volatile uint64_t *)queue_counter(g, q), pos);
 }
 
@@ -463,7 +469,8 @@ static hc_result_t run_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int
   const struct hc_step *st = &p->steps[i];
   if (g->partner[i] >= 0) return g->dev->copy(st->dst, p->steps[g->partner[i]].src0, st->count, s);
   switch (st->kind) {
-  case HC_STEP_WAIT: return g->dev->flag_wait(s, (volatile uint64_t *)st->src0, st->count);
+  case HC_STEP_WAIT:
+    return reached(st->src0, st->count) ? HC_OK : g->dev->flag_wait(s, (volatile uint64_t *)st->src0, st->count);
   case HC_STEP_SIGNAL: return g->dev->flag_write(s, (volatile uint64_t *)st->src0, st->count);
   default: return hc_exec_local_step(g->dev, st, s);
   }
