@@ -47,6 +47,9 @@ static const struct hc_gpu_sym nvrtc_syms[] = {HC_NVRTC_SYMBOLS(SYM, SYM_OPT)};
 
 static int driver_version; /* 12080 for 12.8; 0 when libcuda is not loaded */
 static int mem_ops_64;     /* CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS of device 0 */
+/* CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM of device 0: a
+ * flag's host address is its device address (no driver call per flag op). */
+static int host_ptr_is_device_ptr;
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext primary[HC_GPU_MAX_DEVICES];
 
@@ -94,8 +97,11 @@ static hc_result_t cuda_open(int *ndev) {
   if (n <= 0) return absent("cuda: no CUDA device");
   CUdevice d0;
   mem_ops_64 = 0;
-  if (cu.cuDeviceGet(&d0, 0) == CUDA_SUCCESS)
+  host_ptr_is_device_ptr = 0;
+  if (cu.cuDeviceGet(&d0, 0) == CUDA_SUCCESS) {
     cu.cuDeviceGetAttribute(&mem_ops_64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, d0);
+    cu.cuDeviceGetAttribute(&host_ptr_is_device_ptr, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, d0);
+  }
   HC_INFO(HC_DEV, "cuda: driver %d.%d, %d devices; 64-bit stream memory operations: entry points %s, "
           "device 0 %s", driver_version / 1000, driver_version % 1000 / 10, n,
           cu.cuStreamWaitValue64_v2 && cu.cuStreamWriteValue64_v2 ? "found" : "missing",
@@ -248,6 +254,10 @@ static int cuda_stream_wait_event(void *s, void *e) {
 
 /* The flag's device address: the mapping of the pinned host page. */
 static int flag_dptr(volatile uint64_t *flag, CUdeviceptr *d) {
+  if (host_ptr_is_device_ptr == 1) {
+    *d = (CUdeviceptr)(uintptr_t)flag;
+    return CUDA_SUCCESS;
+  }
   return cu.cuMemHostGetDevicePointer_v2(d, (void *)(uintptr_t)flag, 0);
 }
 
@@ -262,6 +272,27 @@ static int cuda_write_value64(void *s, volatile uint64_t *flag, uint64_t v) {
   int e = flag_dptr(flag, &d);
   return e != CUDA_SUCCESS ? e
                            : cu.cuStreamWriteValue64_v2((CUstream)s, d, v, CU_STREAM_WRITE_VALUE_DEFAULT);
+}
+
+static int cuda_batch_values64(void *s, const struct hc_flag_op *ops, int n) {
+  if (cu.cuStreamBatchMemOp_v2 == NULL) return CUDA_ERROR_NOT_SUPPORTED;
+  CUstreamBatchMemOpParams p[16];
+  for (int done = 0; done < n;) {
+    int k = 0;
+    for (; k < (int)HC_ARRAY_LEN(p) && done + k < n; k++) {
+      const struct hc_flag_op *o = &ops[done + k];
+      memset(&p[k], 0, sizeof(p[k]));
+      p[k].value.operation = o->wait ? CU_STREAM_MEM_OP_WAIT_VALUE_64 : CU_STREAM_MEM_OP_WRITE_VALUE_64;
+      int e = flag_dptr(o->flag, &p[k].value.address);
+      if (e != CUDA_SUCCESS) return e;
+      p[k].value.value64 = o->value;
+      p[k].value.flags = o->wait ? CU_STREAM_WAIT_VALUE_GEQ : CU_STREAM_WRITE_VALUE_DEFAULT;
+    }
+    int e = cu.cuStreamBatchMemOp_v2((CUstream)s, (unsigned)k, p, 0);
+    if (e != CUDA_SUCCESS) return e;
+    done += k;
+  }
+  return CUDA_SUCCESS;
 }
 
 static int cuda_launch_host_func(void *s, void (*fn)(void *), void *arg) {
@@ -594,6 +625,7 @@ const struct hc_gpu_vendor hc_gpu_vendor_cuda = {
     .stream_wait_event = cuda_stream_wait_event,
     .wait_value64 = cuda_wait_value64,
     .write_value64 = cuda_write_value64,
+    .batch_values64 = cuda_batch_values64,
     .launch_host_func = cuda_launch_host_func,
     .module_load = cuda_module_load,
     .module_unload = cuda_module_unload,

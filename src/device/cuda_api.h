@@ -41,6 +41,25 @@ typedef void (*CUhostFn)(void *userData);  /* CUDA_CB is empty on Linux */
  * (CUDA 11.7 and later drivers) do not depend on it. */
 #define CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 92
 #define CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS 122
+#define CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM 91
+#define CU_STREAM_MEM_OP_WAIT_VALUE_64 4
+#define CU_STREAM_MEM_OP_WRITE_VALUE_64 5
+/* CUstreamBatchMemOpParams_v1, the wait/write members (48 bytes). */
+typedef union {
+  unsigned operation;
+  struct {
+    unsigned operation;
+    CUdeviceptr address;
+    unsigned long long value64;
+    unsigned flags;
+    CUdeviceptr alias;
+  } value;
+  unsigned long long pad[6];
+} CUstreamBatchMemOpParams;
+_Static_assert(sizeof(CUstreamBatchMemOpParams) == 48, "CUstreamBatchMemOpParams is 48 bytes");
+_Static_assert(offsetof(CUstreamBatchMemOpParams, value.value64) == 16 &&
+               offsetof(CUstreamBatchMemOpParams, value.flags) == 24 &&
+               offsetof(CUstreamBatchMemOpParams, value.alias) == 32, "CUstreamMemOpWaitValueParams_st layout");
 
 /* CUpointer_attribute (cuda.h) */
 #define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2 /* unsigned int, a CUmemorytype */
@@ -113,7 +132,8 @@ typedef struct _nvrtcProgram *nvrtcProgram;
     (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,    \
      unsigned bz, unsigned shmem, CUstream s, void **params, void **extra))            \
   OPT(cuStreamWaitValue64_v2, CUresult, (CUstream s, CUdeviceptr p, uint64_t v, unsigned flags)) \
-  OPT(cuStreamWriteValue64_v2, CUresult, (CUstream s, CUdeviceptr p, uint64_t v, unsigned flags))
+  OPT(cuStreamWriteValue64_v2, CUresult, (CUstream s, CUdeviceptr p, uint64_t v, unsigned flags)) \
+  OPT(cuStreamBatchMemOp_v2, CUresult, (CUstream s, unsigned n, CUstreamBatchMemOpParams *ops, unsigned flags))
 
 /* NVRTC, the same way. nvrtcGetCUBIN appeared in CUDA 11.1; without it the
  * kernels are compiled to PTX and the driver finishes the job. The

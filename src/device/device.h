@@ -36,6 +36,13 @@ struct hc_scale_args {
   uint64_t divisor;   /* HC_SCALE_DIV */
 };
 
+/* One stream flag operation of a batch (flag_batch). */
+struct hc_flag_op {
+  volatile uint64_t *flag;
+  uint64_t value;
+  bool wait; /* else write */
+};
+
 /* Opaque device event (CUevent, hipEvent_t). */
 typedef void *hc_event_t;
 
@@ -99,6 +106,9 @@ struct hc_dev_ops {
   hc_result_t (*stream_capturing)(hc_stream_t s, bool *capturing);
   /* The device current on the calling thread (cudaGetDevice's answer). */
   hc_result_t (*current_device)(int *device);
+  /* ops[0..n) in order on s, as flag_wait / flag_write would, in one
+   * driver call where the driver has one (cuStreamBatchMemOp). */
+  hc_result_t (*flag_batch)(hc_stream_t s, const struct hc_flag_op *ops, int n);
 }; /* append only */
 
 #define HC_HAS_OP(ops, type, op) \

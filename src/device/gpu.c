@@ -398,3 +398,18 @@ hc_result_t hc_gpu_flag_wait(struct hc_gpu *g, hc_stream_t s, volatile uint64_t 
 hc_result_t hc_gpu_flag_write(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *flag, uint64_t v) {
   return flag_op(g, s, flag, v, false);
 }
+
+hc_result_t hc_gpu_flag_batch(struct hc_gpu *g, hc_stream_t s, const struct hc_flag_op *ops, int n) {
+  if (n > 1 && g->v->batch_values64 != NULL && atomic_load(&g->mem_ops) && !atomic_load(&g->force_host_flags)) {
+    struct hc_gpu_scope sc;
+    HC_TRY(hc_gpu_scope_stream(g, s, &sc));
+    int e = g->v->batch_values64(s, ops, n);
+    hc_gpu_scope_exit(g, &sc);
+    if (e == 0) return HC_OK;
+    if (e != g->v->err_not_supported)
+      return HC_FAIL(HC_ERR_DEVICE, "%s: a batch of %d stream flag operations: %s (%d)", g->v->name, n,
+                     g->v->err_str(e), e);
+  }
+  for (int i = 0; i < n; i++) HC_TRY(flag_op(g, s, ops[i].flag, ops[i].value, ops[i].wait));
+  return HC_OK;
+}

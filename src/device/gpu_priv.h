@@ -99,6 +99,8 @@ struct hc_gpu_vendor {
    * mapped host memory (host_alloc, host_register). Optional (has_mem_ops). */
   int (*wait_value64)(void *s, volatile uint64_t *flag, uint64_t v);
   int (*write_value64)(void *s, volatile uint64_t *flag, uint64_t v);
+  /* Several of them in one call. Optional (NULL: one call each). */
+  int (*batch_values64)(void *s, const struct hc_flag_op *ops, int n);
   /* fn(arg) on a driver thread once prior work is done; fn makes no calls
    * into the vendor library. */
   int (*launch_host_func)(void *s, void (*fn)(void *), void *arg);
@@ -186,6 +188,7 @@ hc_result_t hc_gpu_event_query(struct hc_gpu *g, hc_event_t e, int *done);
 hc_result_t hc_gpu_stream_wait_event(struct hc_gpu *g, hc_stream_t s, hc_event_t e);
 hc_result_t hc_gpu_flag_wait(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *flag, uint64_t v);
 hc_result_t hc_gpu_flag_write(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *flag, uint64_t v);
+hc_result_t hc_gpu_flag_batch(struct hc_gpu *g, hc_stream_t s, const struct hc_flag_op *ops, int n);
 hc_result_t hc_gpu_stream_sync(struct hc_gpu *g, hc_stream_t s);
 hc_result_t hc_gpu_stream_capturing(struct hc_gpu *g, hc_stream_t s, bool *capturing);
 hc_result_t hc_gpu_current_device(struct hc_gpu *g, int *device);
@@ -286,6 +289,9 @@ extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
   static hc_result_t st##_flag_write(hc_stream_t q, volatile uint64_t *f, uint64_t v) {    \
     return hc_gpu_flag_write(&st, q, f, v);                                                \
   }                                                                                        \
+  static hc_result_t st##_flag_batch(hc_stream_t q, const struct hc_flag_op *o, int n) {   \
+    return hc_gpu_flag_batch(&st, q, o, n);                                                \
+  }                                                                                        \
   static hc_result_t st##_stream_sync(hc_stream_t q) { return hc_gpu_stream_sync(&st, q); } \
   static hc_result_t st##_stream_capturing(hc_stream_t q, bool *c) {                       \
     return hc_gpu_stream_capturing(&st, q, c);                                             \
@@ -317,6 +323,7 @@ extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
       .stream_wait_event = st##_stream_wait_event,                                         \
       .flag_wait = st##_flag_wait,                                                         \
       .flag_write = st##_flag_write,                                                       \
+      .flag_batch = st##_flag_batch,                                                       \
       .stream_sync = st##_stream_sync,                                                     \
       .stream_capturing = st##_stream_capturing,                                           \
       .current_device = st##_current_device,                                               \

@@ -61,6 +61,10 @@ struct hc_gpu_lanes {
   uint64_t base_lane[HC_LANE_COUNT], *base_queue; /* counters before the plan */
   struct qref *qrefs;
   int nqrefs, cap_qrefs;
+  /* Flag operations not yet handed to the driver, all for one lane:
+   * consecutive ones go as one batch. */
+  struct hc_flag_op batch[16];
+  int nbatch, batch_lane;
   int32_t *merge_q, *touched; /* per queue, while merging frontiers */
   hc_ref_t *refs, *last_signal;
 };
@@ -439,6 +443,21 @@ hc_result_t hc_gpu_prepare(struct hc_gpu_lanes *g, const struct hc_plan *p, stru
 
 /* ---- second half: the streams ---- */
 
+/* Hands the flag operations gathered so far to the driver. */
+static hc_result_t flush_flags(struct hc_gpu_lanes *g) {
+  int n = g->nbatch;
+  g->nbatch = 0;
+  return n ? g->dev->flag_batch(g->stream[g->batch_lane], g->batch, n) : HC_OK;
+}
+
+/* A flag operation on lane: gathered with the ones just before it. */
+static hc_result_t flag_op(struct hc_gpu_lanes *g, int lane, const void *flag, uint64_t value, bool wait) {
+  if (g->nbatch > 0 && (g->batch_lane != lane || g->nbatch == (int)HC_ARRAY_LEN(g->batch))) HC_TRY(flush_flags(g));
+  g->batch_lane = lane;
+  g->batch[g->nbatch++] = (struct hc_flag_op){.flag = (volatile uint64_t *)flag, .value = value, .wait = wait};
+  return HC_OK;
+}
+
 /* Counters only grow: one that is there already needs no stream wait. */
 static bool reached(const void *counter, uint64_t value) {
   return atomic_load_explicit((const atomic_ullong *)counter, memory_order_acquire) >= value;
@@ -449,7 +468,7 @@ static hc_result_t wait_queue(struct hc_gpu_lanes *g, int lane, int q, uint64_t 
   if (pos <= *synced) return HC_OK;
   *synced = pos;
   if (reached(queue_counter(g, q), pos)) return HC_OK;
-  return g->dev->flag_wait(g->stream[lane], (volatile uint64_t *)queue_counter(g, q), pos);
+  return flag_op(g, lane, queue_counter(g, q), pos, true);
 }
 
 /* A lane's first step of the plan: after the caller's streams and after
@@ -458,26 +477,29 @@ static hc_result_t wait_queue(struct hc_gpu_lanes *g, int lane, int q, uint64_t 
  * that did); the other lane waits for the caller's stream. Transfers of
  * earlier plans that no step waited for are waited for here. */
 static hc_result_t start_lane(struct hc_gpu_lanes *g, int lane) {
-  if (lane != HC_LANE_MAIN) HC_TRY(g->dev->stream_wait_event(g->stream[lane], g->entry));
+  if (lane != HC_LANE_MAIN) {
+    HC_TRY(flush_flags(g));
+    HC_TRY(g->dev->stream_wait_event(g->stream[lane], g->entry));
+  }
   for (int m = 0; m < HC_LANE_COUNT; m++)
     if (m != lane) g->synced_lane[lane][m] = HC_MAX(g->synced_lane[lane][m], g->base_lane[m]);
   for (int q = 0; q < g->nqueues; q++) HC_TRY(wait_queue(g, lane, q, g->base_queue[q]));
   return HC_OK;
 }
 
-static hc_result_t run_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int i, hc_stream_t s) {
+static hc_result_t run_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int i, int lane) {
   const struct hc_step *st = &p->steps[i];
-  if (g->partner[i] >= 0) return g->dev->copy(st->dst, p->steps[g->partner[i]].src0, st->count, s);
-  switch (st->kind) {
-  case HC_STEP_WAIT:
-    return reached(st->src0, st->count) ? HC_OK : g->dev->flag_wait(s, (volatile uint64_t *)st->src0, st->count);
-  case HC_STEP_SIGNAL: return g->dev->flag_write(s, (volatile uint64_t *)st->src0, st->count);
-  default: return hc_exec_local_step(g->dev, st, s);
-  }
+  if (st->kind == HC_STEP_WAIT && g->partner[i] < 0)
+    return reached(st->src0, st->count) ? HC_OK : flag_op(g, lane, st->src0, st->count, true);
+  if (st->kind == HC_STEP_SIGNAL) return flag_op(g, lane, st->src0, st->count, false);
+  HC_TRY(flush_flags(g));
+  if (g->partner[i] >= 0) return g->dev->copy(st->dst, p->steps[g->partner[i]].src0, st->count, g->stream[lane]);
+  return hc_exec_local_step(g->dev, st, g->stream[lane]);
 }
 
 hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_stream_t *user, int nuser) {
   const struct hc_dev_ops *dev = g->dev;
+  g->nbatch = 0;
   if (g->norder == 0) return HC_OK;
   while (g->nevents < g->nev) {
     hc_event_t *ev = realloc(g->events, (size_t)(g->nevents + 1) * sizeof(*ev));
@@ -514,6 +536,7 @@ hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_s
       int d = need->lane[m];
       if (m == lane || d < 0 || g->pos[d] <= g->synced_lane[lane][m]) continue;
       g->synced_lane[lane][m] = g->pos[d];
+      HC_TRY(flush_flags(g));
       HC_TRY(dev->stream_wait_event(s, g->events[g->event[d]]));
     }
     for (int x = 0; x < need->q_count; x++) {
@@ -522,10 +545,14 @@ hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_s
     }
     HC_TRACE(HC_EXEC, "step %d (kind %d, %zu) on lane %d at %llu", i, p->steps[i].kind, p->steps[i].count, lane,
              (unsigned long long)g->pos[i]);
-    HC_TRY(run_step(g, p, i, s));
-    if (g->event[i] >= 0) HC_TRY(dev->event_record(g->events[g->event[i]], s));
-    if (g->flag_after[i]) HC_TRY(dev->flag_write(s, (volatile uint64_t *)lane_counter(g, lane), g->pos[i]));
+    HC_TRY(run_step(g, p, i, lane));
+    if (g->event[i] >= 0) {
+      HC_TRY(flush_flags(g));
+      HC_TRY(dev->event_record(g->events[g->event[i]], s));
+    }
+    if (g->flag_after[i]) HC_TRY(flag_op(g, lane, lane_counter(g, lane), g->pos[i], false));
   }
+  HC_TRY(flush_flags(g));
   for (int l = 0; l < HC_LANE_COUNT; l++) {
     if (!started[l] || (l == HC_LANE_MAIN && nuser == 1)) continue;
     HC_TRY(dev->event_record(g->exit[l], g->stream[l]));

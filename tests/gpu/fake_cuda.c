@@ -352,6 +352,7 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
   case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
   case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1: *v = 0; break;
   case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: *v = memops; break;
+  case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: *v = 1; break;
   default: return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
@@ -579,6 +580,18 @@ EXPORT CUresult cuStreamWaitValue64_v2(CUstream s, CUdeviceptr p, uint64_t v, un
 
 EXPORT CUresult cuStreamWriteValue64_v2(CUstream s, CUdeviceptr p, uint64_t v, unsigned flags) {
   return value_op(OP_WRITEV, s, p, v, flags);
+}
+
+EXPORT CUresult cuStreamBatchMemOp_v2(CUstream s, unsigned n, CUstreamBatchMemOpParams *ops, unsigned flags) {
+  if (flags != 0 || ops == NULL) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < n; i++) {
+    unsigned op = ops[i].operation;
+    if (op != CU_STREAM_MEM_OP_WAIT_VALUE_64 && op != CU_STREAM_MEM_OP_WRITE_VALUE_64) return CUDA_ERROR_INVALID_VALUE;
+    int e = value_op(op == CU_STREAM_MEM_OP_WAIT_VALUE_64 ? OP_WAITV : OP_WRITEV, s, ops[i].value.address,
+                     ops[i].value.value64, ops[i].value.flags);
+    if (e != CUDA_SUCCESS) return e;
+  }
+  return CUDA_SUCCESS;
 }
 
 /* NVRTC 13 opens libcuda.so.1 itself and asks for the driver's private

@@ -24,7 +24,12 @@
 #include "device/device.h"
 #include "testutil.h"
 
-static const struct hc_dev_ops *gpu; /* set in each rank's process */
+static const struct hc_dev_ops *gpu; /* set by main (threads) or in each rank's process */
+static bool as_threads;                /* TU_RANKS=threads, see main */
+
+static void rank_gpu(void) {
+  if (!as_threads) gpu = hc_dev_get(HC_MEM_CUDA);
+}
 
 enum { K_ALLREDUCE, K_BROADCAST, K_REDUCE, K_ALLGATHER, K_REDUCESCATTER, K_ALLTOALL, K_GATHER, K_SCATTER,
        K_SENDRECV, K_NCOLL };
@@ -249,7 +254,7 @@ static hetcclComm_t make_comm(int rank, int n, hetcclUniqueId id, bool on_gpu) {
 
 static int rank_scenario(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
-  gpu = hc_dev_get(HC_MEM_CUDA);
+  rank_gpu();
   struct mem m = {.on_gpu = cur->gpu_rank[rank]};
   if (m.on_gpu) {
     gpu->set_device(0);
@@ -271,7 +276,7 @@ static int rank_scenario(int rank, int n, hetcclUniqueId id, void *arg) {
 /* 1 GiB float all-reduce between two GPU ranks, with a time. */
 static int rank_big(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
-  gpu = hc_dev_get(HC_MEM_CUDA);
+  rank_gpu();
   gpu->set_device(0);
   struct mem m = {.on_gpu = true};
   gpu->stream_create(0, &m.stream);
@@ -306,7 +311,7 @@ static int rank_big(int rank, int n, hetcclUniqueId id, void *arg) {
  * not start before the one before it (on the other stream) is done. */
 static int rank_two_streams(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
-  gpu = hc_dev_get(HC_MEM_CUDA);
+  rank_gpu();
   enum { NBUF = 8 };
   const size_t count = (3u << 20) / 4 + 5; /* two pieces of a 2 MiB window, and a bit */
   gpu->set_device(0);
@@ -354,7 +359,7 @@ static int rank_two_streams(int rank, int n, hetcclUniqueId id, void *arg) {
  * all-reduce. The call must come back while the stream is held. */
 static int rank_stream_order(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
-  gpu = hc_dev_get(HC_MEM_CUDA);
+  rank_gpu();
   gpu->set_device(0);
   struct mem m = {.on_gpu = true};
   gpu->stream_create(0, &m.stream);
@@ -407,15 +412,13 @@ static int rank_stream_order(int rank, int n, hetcclUniqueId id, void *arg) {
  * carry it); a probe process looks for a device. TU_RANKS=threads runs
  * them as threads (the fake driver has no shared queues, and
  * ThreadSanitizer no fork after threads). */
-static bool as_threads;
-
 static void run_ranks(int n, tu_rank_fn fn) {
   if (as_threads) tu_run_ranks(n, fn, NULL);
   else tu_run_rank_processes(n, fn, NULL);
 }
 
 static bool have_gpu(void) {
-  if (as_threads) return hc_dev_get(HC_MEM_CUDA) != NULL;
+  if (as_threads) return (gpu = hc_dev_get(HC_MEM_CUDA)) != NULL;
   fflush(stdout);
   pid_t probe = fork();
   if (probe == 0) _exit(hc_dev_get(HC_MEM_CUDA) ? 0 : 77);
