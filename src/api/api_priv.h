@@ -60,6 +60,7 @@ struct hetcclComm {
   struct hc_bootstrap *boot;
   struct hc_peer_info *peers;     /* nranks */
   int ngroups;
+  int *group_of;                  /* per rank: peers[i].group, for plans */
   struct hc_links links;
   void *socket_ctx;
   void *shm_ctx;

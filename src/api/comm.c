@@ -112,6 +112,7 @@ void hc_comm_free(struct hetcclComm *comm) {
   hc_proxy_destroy(comm->proxy);
   if (comm->windows_registered) windows_register(comm, false);
   free(comm->plan_ctx.windows);
+  free(comm->group_of);
   if (comm->vendor_comm)
     (atomic_load(&comm->abort_flag) ? comm->vendor->comm_abort : comm->vendor->comm_destroy)(comm->vendor_comm);
   hc_plan_reset(&comm->plan);
@@ -336,7 +337,13 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
       .rank = rank, .nranks = nranks, .algo = algo,
       .chunk_bytes = any_gpu ? gpu_chunk_bytes() : (size_t)HC_MAX(hc_param_int(HC_P_CHUNK_BYTES), 64),
       .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
-      .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1)};
+      .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1), .ngroups = 1};
+  if (comm->ngroups > 1) {
+    HC_TRY_GOTO(hc_calloc(&comm->group_of, (size_t)nranks, sizeof(int), "group table"), r, fail);
+    for (int i = 0; i < nranks; i++) comm->group_of[i] = comm->peers[i].group;
+    comm->plan_ctx.ngroups = comm->ngroups;
+    comm->plan_ctx.group_of = comm->group_of;
+  }
   HC_TRY_GOTO(windows_open(comm), r, fail);
   if (config->device_kind != HC_MEM_HOST) {
     HC_TRY_GOTO(hc_dev_get(config->device_kind)->set_device(config->device_id), r, fail);

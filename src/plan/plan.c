@@ -220,7 +220,7 @@ const char *hc_coll_name(enum hc_coll c) {
 }
 
 const char *hc_algo_name(enum hc_algo a) {
-  static const char *const names[] = {"AUTO", "RING", "RD", "TREE"};
+  static const char *const names[] = {"AUTO", "RING", "RD", "TREE", "HIER"};
   return (unsigned)a < HC_ARRAY_LEN(names) ? names[a] : "?";
 }
 
@@ -229,7 +229,8 @@ hc_result_t hc_algo_parse(const char *s, enum hc_algo *out) {
   else if (!strcasecmp(s, "RING")) *out = HC_ALGO_RING;
   else if (!strcasecmp(s, "RD")) *out = HC_ALGO_RD;
   else if (!strcasecmp(s, "TREE")) *out = HC_ALGO_TREE;
-  else return HC_FAIL(HC_ERR_USAGE, "HETCCL_ALGO=%s: expected RING, RD or TREE", s);
+  else if (!strcasecmp(s, "HIER")) *out = HC_ALGO_HIER;
+  else return HC_FAIL(HC_ERR_USAGE, "HETCCL_ALGO=%s: expected RING, RD, TREE or HIER", s);
   return HC_OK;
 }
 
@@ -275,6 +276,11 @@ static enum hc_algo choose(const struct hc_plan_ctx *x, const struct hc_coll_arg
   switch (a->coll) {
   case HC_COLL_ALLREDUCE:
     if (x->algo == HC_ALGO_RING || x->algo == HC_ALGO_RD) return x->algo;
+    /* Several groups, one of them of several ranks: each byte crosses
+     * between groups once per group, not once per rank. */
+    if (x->algo == HC_ALGO_HIER || (x->algo == HC_ALGO_AUTO && bytes >= x->ring_threshold &&
+                                    x->ngroups > 1 && x->ngroups < x->nranks))
+      return x->ngroups > 1 ? HC_ALGO_HIER : HC_ALGO_RING;
     return bytes >= x->ring_threshold && a->count >= (size_t)x->nranks ? HC_ALGO_RING : HC_ALGO_RD;
   case HC_COLL_BROADCAST:
   case HC_COLL_REDUCE:
@@ -303,7 +309,9 @@ hc_result_t hc_plan_add(struct hc_plan *p, const struct hc_plan_ctx *x,
   hc_result_t r = HC_OK;
   switch (a->coll) {
   case HC_COLL_ALLREDUCE:
-    r = algo == HC_ALGO_RING ? hc_ring_allreduce(p, x, a, io) : hc_rd_allreduce(p, x, a, io);
+    r = algo == HC_ALGO_HIER ? hc_hier_allreduce(p, x, a, io)
+        : algo == HC_ALGO_RING ? hc_ring_allreduce(p, x, a, io)
+                               : hc_rd_allreduce(p, x, a, io);
     break;
   case HC_COLL_REDUCESCATTER: r = hc_ring_reducescatter(p, x, a, io); break;
   case HC_COLL_ALLGATHER: r = hc_ring_allgather(p, x, a, io); break;

@@ -30,7 +30,7 @@ enum hc_coll {
 };
 const char *hc_coll_name(enum hc_coll c);
 
-enum hc_algo { HC_ALGO_AUTO, HC_ALGO_RING, HC_ALGO_RD, HC_ALGO_TREE };
+enum hc_algo { HC_ALGO_AUTO, HC_ALGO_RING, HC_ALGO_RD, HC_ALGO_TREE, HC_ALGO_HIER };
 const char *hc_algo_name(enum hc_algo a);
 /* Parses HETCCL_ALGO ("" = AUTO). */
 hc_result_t hc_algo_parse(const char *s, enum hc_algo *out);
@@ -115,6 +115,11 @@ struct hc_plan_ctx {
   size_t chunk_bytes;     /* HETCCL_CHUNK_BYTES */
   size_t ring_threshold;  /* HETCCL_RING_THRESHOLD */
   int scratch_slots;      /* HETCCL_SCRATCH_SLOTS */
+  int ngroups;            /* HETCCL_GROUP groups (plan/hier.c); 1 when there is one */
+  const int *group_of;    /* per rank: its group, 0 .. ngroups - 1; NULL with one group */
+  /* The ranks an algorithm runs over, member i being rank members[i]
+   * (rank and nranks are then the index and count of members); NULL: all. */
+  const int *members;
   struct hc_plan_window *windows; /* per peer, or NULL: no peer has a window */
 };
 

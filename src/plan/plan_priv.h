@@ -45,6 +45,9 @@ void *hc_plan_scratch(struct hc_plan *p, size_t bytes);
 void *hc_plan_host_scratch(struct hc_plan *p, size_t bytes);
 bool hc_plan_in_host_scratch(const struct hc_plan *p, const void *ptr);
 
+/* Member v of the ranks an algorithm runs over (hc_plan_ctx.members). */
+static inline int hc_member(const struct hc_plan_ctx *x, int v) { return x->members ? x->members[v] : v; }
+
 /* Block b of a buffer of count elements split over n: first element, length. */
 static inline void hc_block(size_t count, int n, int b, size_t *off, size_t *len) {
   size_t base = count / (size_t)n, extra = count % (size_t)n;
@@ -79,6 +82,18 @@ struct hc_alg_io {
   hc_ref_t in_dep;
 };
 hc_result_t hc_ring_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
+                              const struct hc_coll_args *a, struct hc_alg_io io);
+/* The ring all-reduce over x's members with a hook between its halves:
+ * once `ready` is done, elements [off, off + len) of io.out hold the
+ * members' sum of this rank's block; mid may work on them further and
+ * returns what the all-gather half must wait for. *done (when not NULL):
+ * a step done once all of io.out is final and no step reads it any more. */
+typedef hc_ref_t (*hc_ring_mid_fn)(struct hc_plan *p, void *arg, size_t off, size_t len, hc_ref_t ready);
+hc_result_t hc_ring_allreduce_split(struct hc_plan *p, const struct hc_plan_ctx *x,
+                                    const struct hc_coll_args *a, struct hc_alg_io io, hc_ring_mid_fn mid,
+                                    void *arg, hc_ref_t *done);
+/* All-reduce of a comm of several groups (hier.c). */
+hc_result_t hc_hier_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
                               const struct hc_coll_args *a, struct hc_alg_io io);
 hc_result_t hc_rd_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
                             const struct hc_coll_args *a, struct hc_alg_io io);

@@ -74,15 +74,23 @@ static int slot_take(struct slots *s, void **ptr, hc_ref_t *wait) {
 
 hc_result_t hc_ring_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
                               const struct hc_coll_args *a, struct hc_alg_io io) {
+  return hc_ring_allreduce_split(p, x, a, io, NULL, NULL, NULL);
+}
+
+hc_result_t hc_ring_allreduce_split(struct hc_plan *p, const struct hc_plan_ctx *x,
+                                    const struct hc_coll_args *a, struct hc_alg_io io, hc_ring_mid_fn mid,
+                                    void *arg, hc_ref_t *done) {
   const int n = x->nranks, r = x->rank;
   const size_t es = hc_dtype_size(a->dtype);
   const enum hc_redop op = hc_step_op(a->op);
   if (n == 1) {
     hc_ref_t d = hc_push_copy(p, io.out, io.in, a->count * es, io.in_dep, 0);
-    hc_push_avg(p, a, io.out, a->count, n, d);
+    if (mid) d = mid(p, arg, 0, a->count, d);
+    d = hc_push_avg(p, a, io.out, a->count, n, d);
+    if (done) *done = d;
     return HC_OK;
   }
-  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  const int next = hc_member(x, (r + 1) % n), prev = hc_member(x, (r + n - 1) % n);
   const size_t maxlen = HC_DIV_UP(a->count, (size_t)n);
   const size_t nch = hc_nchunks(maxlen, es, x->chunk_bytes);
   struct chunk_refs t;
@@ -122,6 +130,19 @@ hc_result_t hc_ring_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
     }
   }
   hc_block(a->count, n, r, &boff, &blen);
+  if (mid) {
+    /* join overwrites its array: a copy of this block's writers */
+    hc_ref_t *mine = malloc(nch * sizeof(*mine));
+    if (mine == NULL) {
+      free(sl.last_user);
+      chunk_refs_destroy(&t);
+      return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %zu chunk references", nch);
+    }
+    memcpy(mine, &t.writer[r * nch], nch * sizeof(*mine));
+    hc_ref_t after = mid(p, arg, boff, blen, hc_plan_join(p, mine, (int)nch));
+    free(mine);
+    for (size_t c = 0; c < nch; c++) t.writer[r * nch + c] = after;
+  }
   for (size_t c = 0; c < nch; c++) {
     hc_chunk(blen, nch, c, &coff, &clen);
     t.writer[r * nch + c] = hc_push_avg(p, a, HC_PTR(io.out, boff + coff, es), clen, n, t.writer[r * nch + c]);
@@ -140,6 +161,12 @@ hc_result_t hc_ring_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
         t.writer[rb * nch + c] = hc_push_recv(p, prev, HC_PTR(io.out, boff + coff, es), clen * es,
                                               t.writer[rb * nch + c], t.reader[rb * nch + c]);
     }
+  }
+  if (done) {
+    /* Final once written, and free once the sends that read it are done
+     * (a caller may write it next). The arrays are not read again. */
+    hc_ref_t written = hc_plan_join(p, t.writer, n * (int)nch), sent = hc_plan_join(p, t.reader, n * (int)nch);
+    *done = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_NOP, HC_DEPS(written, sent)});
   }
   free(sl.last_user);
   chunk_refs_destroy(&t);

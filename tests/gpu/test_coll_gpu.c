@@ -3,7 +3,8 @@
  * them), on the GPU machine's device 0 (several ranks may share it):
  *   A: 2 GPU ranks in two groups (HETCCL_GROUP-style names per rank);
  *   B: 1 GPU rank + 1 CPU rank;
- *   C: 2 GPU ranks + 2 CPU ranks.
+ *   C: 2 GPU ranks + 2 CPU ranks;
+ *   D: the same in two groups of two (GPU, CPU): the hierarchical all-reduce.
  * Every collective x datatype x op, choosing cases so that each pair of
  * (collective, datatype, op, count, in-place) is covered, compared bitwise
  * with the results the test computes itself (testutil's generators), plus
@@ -42,11 +43,14 @@ struct scenario {
   const char *name;
   int nranks;
   bool gpu_rank[4];
+  const char *groups; /* a letter per rank; NULL: every rank its own group */
 };
 static const struct scenario scenarios[] = {
-    {"A: 2 GPU ranks, two groups", 2, {true, true}},
-    {"B: 1 GPU + 1 CPU", 2, {true, false}},
-    {"C: 2 GPU + 2 CPU", 4, {true, false, true, false}},
+    {"A: 2 GPU ranks, two groups", 2, {true, true}, NULL},
+    {"B: 1 GPU + 1 CPU", 2, {true, false}, NULL},
+    {"C: 2 GPU + 2 CPU", 4, {true, false, true, false}, NULL},
+    /* groups of two: large all-reduces take the hierarchical plan */
+    {"D: 2 GPU + 2 CPU, a GPU group and a CPU group", 4, {true, false, true, false}, "gcgc"},
 };
 
 /* Device buffers are allocated once per run and reused: freeing device
@@ -240,13 +244,14 @@ out:
   free(expect);
 }
 
-static hetcclComm_t make_comm(int rank, int n, hetcclUniqueId id, bool on_gpu) {
+static hetcclComm_t make_comm(int rank, int n, hetcclUniqueId id, bool on_gpu, const char *groups) {
   hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
   char group[16];
-  snprintf(group, sizeof(group), "g%d", rank);
+  if (groups) snprintf(group, sizeof(group), "%c", groups[rank]);
+  else snprintf(group, sizeof(group), "g%d", rank);
   cfg.deviceKind = on_gpu ? hetcclDeviceCuda : hetcclDeviceHost;
   cfg.deviceId = 0;
-  cfg.groupName = group; /* every rank its own group: all cross-group paths */
+  cfg.groupName = group; /* by default every rank its own group: all cross-group paths */
   hetcclComm_t comm = NULL;
   CHECK_OK(hetcclCommInitRankConfig(&comm, n, id, rank, &cfg));
   return comm;
@@ -260,7 +265,7 @@ static int rank_scenario(int rank, int n, hetcclUniqueId id, void *arg) {
     gpu->set_device(0);
     if (!CHECK(gpu->stream_create(0, &m.stream) == HC_OK, "stream_create")) return 1;
   }
-  hetcclComm_t comm = make_comm(rank, n, id, m.on_gpu);
+  hetcclComm_t comm = make_comm(rank, n, id, m.on_gpu, cur->groups);
   if (comm == NULL) return 1;
   /* The largest case: all-to-all of the largest count on n ranks. */
   if (!CHECK(spares_alloc(&m, counts[HC_ARRAY_LEN(counts) - 1] * 8 * (size_t)n), "device memory")) return 1;
@@ -280,7 +285,7 @@ static int rank_big(int rank, int n, hetcclUniqueId id, void *arg) {
   gpu->set_device(0);
   struct mem m = {.on_gpu = true};
   gpu->stream_create(0, &m.stream);
-  hetcclComm_t comm = make_comm(rank, n, id, true);
+  hetcclComm_t comm = make_comm(rank, n, id, true, NULL);
   const size_t count = (1ull << 30) / 4;
   struct tu_red red = {HC_FLOAT32, HC_SUM, n, 99};
   float *host = malloc(count * 4), *expect = malloc(count * 4);
@@ -321,7 +326,7 @@ static int rank_two_streams(int rank, int n, hetcclUniqueId id, void *arg) {
   bool ok = host && expect;
   for (int k = 0; k < 2; k++) ok &= gpu->stream_create(0, &s[k]) == HC_OK;
   for (int b = 0; b < NBUF; b++) ok &= gpu->mem_alloc(0, count * 4, &d[b]) == HC_OK;
-  hetcclComm_t comm = make_comm(rank, n, id, true);
+  hetcclComm_t comm = make_comm(rank, n, id, true, NULL);
   if (!CHECK(ok && comm, "setup")) return 1;
   for (int b = 0; b < NBUF; b++) {
     struct tu_red red = {HC_FLOAT32, HC_SUM, n, 40 + b};
@@ -363,7 +368,7 @@ static int rank_stream_order(int rank, int n, hetcclUniqueId id, void *arg) {
   gpu->set_device(0);
   struct mem m = {.on_gpu = true};
   gpu->stream_create(0, &m.stream);
-  hetcclComm_t comm = make_comm(rank, n, id, true);
+  hetcclComm_t comm = make_comm(rank, n, id, true, NULL);
   const size_t count = 1 << 20;
   float *host = malloc(count * 4), *zeros = calloc(count, 4);
   uint64_t *flag = NULL;
