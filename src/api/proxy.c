@@ -230,9 +230,9 @@ hc_result_t hc_proxy_submit(struct hc_proxy *px, const struct hc_coll_args *call
     return HC_FAIL(HC_ERR_REMOTE, "rank %d: the communicator failed earlier (%s); abort or destroy it",
                    comm->rank, comm->async_error_text);
   hc_result_t r = submit(px, calls, ncalls, streams, nstreams);
-  /* Positions were handed out for steps that may never be enqueued: the
-   * comm cannot go on (hc_gpu_prepare's argument errors come first). */
-  if (r != HC_OK && r != HC_ERR_USAGE) hc_comm_set_async_error(comm, r);
+  /* Window pieces and counter positions were handed out for steps that
+   * may never be enqueued: the comm cannot go on. */
+  if (r != HC_OK) hc_comm_set_async_error(comm, r);
   return r;
 }
 

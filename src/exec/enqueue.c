@@ -117,7 +117,7 @@ static hc_result_t ensure_cap(struct hc_gpu_lanes *g, int n) {
 
 void hc_gpu_lanes_destroy(struct hc_gpu_lanes *g) {
   if (g == NULL) return;
-  hc_gpu_lanes_wait_idle(g, hc_deadline_ns());
+  if (g->counters && g->exit[HC_LANE_TO_HOST]) hc_gpu_lanes_wait_idle(g, hc_deadline_ns()); /* fully made */
   if (g->stream[HC_LANE_TO_HOST]) g->dev->stream_destroy(g->stream[HC_LANE_TO_HOST]);
   g->dev->event_destroy(g->entry);
   for (int l = 0; l < HC_LANE_COUNT; l++) g->dev->event_destroy(g->exit[l]);
