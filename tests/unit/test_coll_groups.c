@@ -29,7 +29,7 @@ static const struct layout *cur;
 
 static const enum hc_dtype dtypes[] = {HC_FLOAT32, HC_INT32, HC_BFLOAT16, HC_FLOAT64};
 static const enum hc_redop ops[] = {HC_SUM, HC_AVG, HC_MAX, HC_PREMULSUM};
-static const size_t counts[] = {7, 20011, 300007}; /* 20011 x 4 bytes is above the 64 KiB ring threshold */
+static const size_t counts[] = {7, 20011, 100003}; /* 20011 x 4 bytes is above the 64 KiB ring threshold */
 
 static void one_case(hetcclComm_t comm, int rank, int n, enum hc_dtype t, enum hc_redop op, size_t count,
                      bool in_place, uint64_t seed) {
