@@ -156,6 +156,7 @@ struct tu_run {
    * the children add their counts here. */
   bool processes;
   atomic_long checks, failures;
+  atomic_int id_state; /* processes: 0 until the parent has made id, 1 made, -1 failed */
 };
 struct tu_thread_arg {
   struct tu_run *run;
@@ -230,7 +231,9 @@ int tu_run_ranks(int nranks, tu_rank_fn fn, void *arg) {
 }
 
 /* Ranks as processes: one child per rank, after a fork; the barrier and the
- * results live in shared memory. */
+ * results live in shared memory. The children are forked before the id is
+ * made: making it starts the bootstrap root's thread, and a child forked
+ * while that thread holds a lock (the allocator's) would inherit it held. */
 int tu_run_rank_processes(int nranks, tu_rank_fn fn, void *arg) {
   size_t bytes = sizeof(struct tu_run) + (size_t)nranks * sizeof(int);
   struct tu_run *R = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -239,10 +242,6 @@ int tu_run_rank_processes(int nranks, tu_rank_fn fn, void *arg) {
     abort();
   }
   *R = (struct tu_run){.nranks = nranks, .fn = fn, .arg = arg, .processes = true, .result = (int *)(R + 1)};
-  hetcclResult_t r = hetcclGetUniqueId(&R->id);
-  if (!tu_check_at(r == hetcclSuccess, __FILE__, __LINE__, NULL, "hetcclGetUniqueId returned %d: %s",
-                   (int)r, hetcclGetLastError(NULL)))
-    return nranks;
   pthread_mutexattr_t ma;
   pthread_mutexattr_init(&ma);
   pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
@@ -263,6 +262,9 @@ int tu_run_rank_processes(int nranks, tu_rank_fn fn, void *arg) {
       abort();
     }
     if (pid[i] == 0) {
+      for (double end = tu_seconds() + TU_SYNC_SECONDS; atomic_load(&R->id_state) == 0 && tu_seconds() < end;)
+        usleep(1000);
+      if (atomic_load(&R->id_state) != 1) _exit(3);
       long checks0 = tu_checks(), failures0 = tu_failures();
       struct tu_thread_arg ta = {.run = R, .rank = i};
       rank_main(&ta);
@@ -273,6 +275,10 @@ int tu_run_rank_processes(int nranks, tu_rank_fn fn, void *arg) {
       _exit(0);
     }
   }
+  hetcclResult_t r = hetcclGetUniqueId(&R->id);
+  atomic_store(&R->id_state, r == hetcclSuccess ? 1 : -1);
+  tu_check_at(r == hetcclSuccess, __FILE__, __LINE__, NULL, "hetcclGetUniqueId returned %d: %s", (int)r,
+              hetcclGetLastError(NULL));
   int failed = 0;
   for (int i = 0; i < nranks; i++) {
     int st = 0;
