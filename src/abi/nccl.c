@@ -131,18 +131,24 @@ static hc_result_t translate_config(const ncclConfig_t *in, hetcclConfig_t *out)
  * NCCL puts first in every comm; it goes back to the real function. */
 #define VENDOR_COMM_MAGIC 0x0280028002800280ull
 
-static void *vendor_fn_for(const void *comm, const char *name) {
-  if (comm == NULL) return NULL;
-  uint64_t head;
-  memcpy(&head, comm, sizeof(head));
-  if (head != VENDOR_COMM_MAGIC) return NULL;
+/* name in a real library that the program loaded globally; with object
+ * (a dli_fbase), only in that one. */
+static void *shared_vendor_fn(const char *name, const void *object) {
   const enum hc_mem_kind gpus[] = {HC_MEM_CUDA, HC_MEM_HIP};
   for (size_t i = 0; i < HC_ARRAY_LEN(gpus); i++) {
     const struct hc_vendor *v = hc_vendor_get(gpus[i]);
     void *f = v && v->shared ? hc_vendor_symbol(v, name) : NULL;
-    if (f) return f;
+    Dl_info where;
+    if (f && (object == NULL || (dladdr(f, &where) && where.dli_fbase == object))) return f;
   }
   return NULL;
+}
+
+static void *vendor_fn_for(const void *comm, const char *name) {
+  if (comm == NULL) return NULL;
+  uint64_t head;
+  memcpy(&head, comm, sizeof(head));
+  return head == VENDOR_COMM_MAGIC ? shared_vendor_fn(name, NULL) : NULL;
 }
 
 /* Returns the real function's answer when comm is the real library's. */
@@ -159,14 +165,7 @@ static void *vendor_fn_if_caller(const void *ret_addr, const char *name) {
   if (!dladdr(ret_addr, &caller) || caller.dli_fname == NULL) return NULL;
   if (dladdr((const void *)&vendor_fn_if_caller, &own) && own.dli_fbase == caller.dli_fbase) return NULL;
   if (!strstr(caller.dli_fname, "libnccl") && !strstr(caller.dli_fname, "librccl")) return NULL;
-  const enum hc_mem_kind gpus[] = {HC_MEM_CUDA, HC_MEM_HIP};
-  for (size_t i = 0; i < HC_ARRAY_LEN(gpus); i++) {
-    const struct hc_vendor *v = hc_vendor_get(gpus[i]);
-    void *f = v && v->shared ? hc_vendor_symbol(v, name) : NULL;
-    Dl_info where;
-    if (f && dladdr(f, &where) && where.dli_fbase == caller.dli_fbase) return f;
-  }
-  return NULL;
+  return shared_vendor_fn(name, caller.dli_fbase);
 }
 
 /* Returns the real function's answer when the real library called. */

@@ -188,9 +188,10 @@ hc_result_t hc_gpu_lanes_wait_idle(struct hc_gpu_lanes *g, uint64_t deadline_ns)
 }
 
 void hc_gpu_lanes_release(struct hc_gpu_lanes *g, const uint64_t *xfer_end) {
-  for (int q = 0; q < g->nqueues; q++)
-    if (atomic_load(queue_counter(g, q)) < (xfer_end ? xfer_end[q] : g->queue_pos[q]))
-      atomic_store(queue_counter(g, q), xfer_end ? xfer_end[q] : g->queue_pos[q]);
+  for (int q = 0; q < g->nqueues; q++) {
+    const uint64_t end = xfer_end ? xfer_end[q] : g->queue_pos[q];
+    if (atomic_load(queue_counter(g, q)) < end) atomic_store(queue_counter(g, q), end);
+  }
 }
 
 /* ---- first half: order, lanes, frontiers, the host plan ---- */
@@ -352,8 +353,9 @@ static hc_result_t classify(struct hc_gpu_lanes *g, const struct hc_plan *p) {
   return HC_OK;
 }
 
-/* The proxy's part: every transfer after what it waits for, each followed
- * by the signal of its queue's counter; then the wait for the lanes. */
+/* The proxy's part: first a wait for the lane steps of earlier plans with
+ * transfers (they share slots), then every transfer after what it waits
+ * for, each followed by the signal of its queue's counter. */
 static hc_result_t build_host_plan(struct hc_gpu_lanes *g, const struct hc_plan *p, struct hc_plan *host) {
   hc_ref_t wait_ref[HC_LANE_COUNT] = {0}, start[HC_LANE_COUNT];
   uint64_t wait_val[HC_LANE_COUNT] = {0};
