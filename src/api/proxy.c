@@ -33,6 +33,7 @@ struct hc_proxy {
   const struct hc_dev_ops *dev;
   struct hc_gpu_lanes *lanes;
   struct hc_plan plan; /* the call being enqueued; its scratch pools are the comm's */
+  struct proxy_job *spare; /* a call without transfers leaves its job here for the next */
   uint32_t next_seq;
   pthread_t thread;
   bool thread_started;
@@ -158,7 +159,9 @@ fail:
 static hc_result_t job_new(struct hc_proxy *px, struct proxy_job **out) {
   struct proxy_job *job;
   const size_t n = 2 * (size_t)px->comm->nranks;
-  *out = NULL;
+  *out = px->spare;
+  px->spare = NULL;
+  if (*out != NULL) return HC_OK;
   HC_TRY(hc_calloc(&job, 1, sizeof(*job), "proxy job"));
   job->host.mem = HC_MEM_HOST;
   job->xfer_end = calloc(n, sizeof(uint64_t));
@@ -193,7 +196,7 @@ static hc_result_t submit(struct hc_proxy *px, const struct hc_coll_args *calls,
            job->host.nsteps);
   const uint32_t seq = ++px->next_seq;
   if (job->host.nsteps == 0) { /* windows and the GPU only */
-    job_free(job);
+    px->spare = job;
     job = NULL;
   }
   if (job != NULL) { /* the proxy's once queued */
@@ -269,6 +272,7 @@ void hc_proxy_destroy(struct hc_proxy *px) {
   }
   if (px->lanes) release_streams(px, NULL);
   hc_gpu_lanes_destroy(px->lanes);
+  job_free(px->spare);
   hc_plan_reset(&px->plan);
   pthread_cond_destroy(&px->wake);
   pthread_cond_destroy(&px->idle);
