@@ -31,6 +31,8 @@ struct hier {
   int *members;  /* per group, its ranks in rank order: members[first[g] .. first[g + 1]) */
   int *first;
   int *owners;   /* one segment's owners, by group */
+  hc_ref_t *done; /* per segment of this rank's block: its ring is done; a block
+                     holds at most nranks segments (one per block boundary) */
 };
 
 static int group_size(const struct hier *h, int g) { return h->first[g + 1] - h->first[g]; }
@@ -60,12 +62,7 @@ static hc_ref_t across(struct hc_plan *p, void *arg, size_t off, size_t len, hc_
   const size_t es = hc_dtype_size(h->a->dtype);
   struct hc_coll_args seg = *h->a;
   seg.op = hc_step_op(h->a->op); /* the sum; AVG divides below */
-  int ndone = 0, cap = 16;
-  hc_ref_t *done = malloc((size_t)cap * sizeof(*done));
-  if (done == NULL) {
-    p->cap = -1;
-    return 0;
-  }
+  int ndone = 0;
   for (size_t lo = off; lo < off + len;) {
     size_t hi = off + len;
     for (int g = 0; g < G; g++) {
@@ -84,20 +81,10 @@ static hc_ref_t across(struct hc_plan *p, void *arg, size_t off, size_t len, hc_
     if (hc_ring_allreduce_split(p, &xs, &seg, (struct hc_alg_io){.in = at, .out = at, .in_dep = ready}, NULL,
                                 NULL, &seg_done) != HC_OK)
       p->cap = -1; /* out of memory: hc_plan_add reports the plan as failed */
-    if (ndone == cap) {
-      hc_ref_t *more = realloc(done, (size_t)(cap *= 2) * sizeof(*done));
-      if (more == NULL) {
-        free(done);
-        p->cap = -1;
-        return 0;
-      }
-      done = more;
-    }
-    done[ndone++] = seg_done;
+    h->done[ndone++] = seg_done;
     lo = hi;
   }
-  hc_ref_t all = hc_plan_join(p, done, ndone);
-  free(done);
+  hc_ref_t all = hc_plan_join(p, h->done, ndone);
   return hc_push_avg(p, h->a, HC_PTR(h->io.out, off, es), len, x->nranks, all ? all : ready);
 }
 
@@ -109,8 +96,9 @@ hc_result_t hc_hier_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
   h.members = malloc((size_t)n * sizeof(int));
   h.first = calloc((size_t)G + 1, sizeof(int));
   h.owners = malloc((size_t)G * sizeof(int));
+  h.done = malloc((size_t)n * sizeof(hc_ref_t));
   hc_result_t r = HC_OK;
-  if (h.members == NULL || h.first == NULL || h.owners == NULL) {
+  if (h.members == NULL || h.first == NULL || h.owners == NULL || h.done == NULL) {
     r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d groups of %d ranks", G, n);
     goto out;
   }
@@ -135,5 +123,6 @@ out:
   free(h.members);
   free(h.first);
   free(h.owners);
+  free(h.done);
   return r;
 }

@@ -130,17 +130,8 @@ hc_result_t hc_ring_allreduce_split(struct hc_plan *p, const struct hc_plan_ctx 
     }
   }
   hc_block(a->count, n, r, &boff, &blen);
-  if (mid) {
-    /* join overwrites its array: a copy of this block's writers */
-    hc_ref_t *mine = malloc(nch * sizeof(*mine));
-    if (mine == NULL) {
-      free(sl.last_user);
-      chunk_refs_destroy(&t);
-      return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %zu chunk references", nch);
-    }
-    memcpy(mine, &t.writer[r * nch], nch * sizeof(*mine));
-    hc_ref_t after = mid(p, arg, boff, blen, hc_plan_join(p, mine, (int)nch));
-    free(mine);
+  if (mid) { /* the join overwrites this block's writers, which become `after` anyway */
+    hc_ref_t after = mid(p, arg, boff, blen, hc_plan_join(p, &t.writer[r * nch], (int)nch));
     for (size_t c = 0; c < nch; c++) t.writer[r * nch + c] = after;
   }
   for (size_t c = 0; c < nch; c++) {
