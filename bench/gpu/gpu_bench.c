@@ -20,6 +20,7 @@
  *   gpu_bench [max_bytes]      default 1 GiB
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,6 @@
 #include "hetccl.h"
 
 static const struct hc_dev_ops *gpu; /* in the children only: the parent never touches the driver */
-static hetcclUniqueId id;
 static size_t max_bytes = 1ull << 30;
 static bool gpu_rank[2];
 
@@ -43,6 +43,11 @@ static struct shared {
   int ntimes;
   double sync_us, call_us, d2h, h2d;
   bool no_gpu;
+  /* Rank 0 makes the id: made in the parent, its bootstrap thread could
+   * hold a lock (the allocator's) at the fork, and a child would inherit
+   * it held. */
+  hetcclUniqueId id;
+  atomic_int id_made; /* per run: 0, then 1 (or -1 when it failed) */
 } *sh;
 
 static double now(void) {
@@ -153,7 +158,10 @@ static void rank_main(int rank) {
     gpu->set_device(0);
     gpu->stream_create(0, &s);
   }
-  if (hetcclCommInitRankConfig(&comm, 2, id, rank, &cfg) != hetcclSuccess) {
+  if (rank == 0) atomic_store(&sh->id_made, hetcclGetUniqueId(&sh->id) == hetcclSuccess ? 1 : -1);
+  for (double end = now() + 60; atomic_load(&sh->id_made) == 0 && now() < end;) usleep(1000);
+  if (atomic_load(&sh->id_made) != 1 ||
+      hetcclCommInitRankConfig(&comm, 2, sh->id, rank, &cfg) != hetcclSuccess) {
     fprintf(stderr, "rank %d: init failed: %s\n", rank, hetcclGetLastError(NULL));
     exit(1);
   }
@@ -223,7 +231,7 @@ static bool children_ok(const pid_t *pid, int n) {
 static void run(const char *title, bool g0, bool g1, double bound) {
   gpu_rank[0] = g0;
   gpu_rank[1] = g1;
-  hetcclGetUniqueId(&id);
+  atomic_store(&sh->id_made, 0);
   const bool processes = getenv("GPU_BENCH_PROCESSES") && atoi(getenv("GPU_BENCH_PROCESSES"));
   pid_t pid[2];
   for (int r = 0; r < (processes ? 2 : 1); r++)
