@@ -346,8 +346,8 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
     int mine = 0;
     for (int i = 0; i < nranks; i++) mine += comm->peers[i].group == me->group;
     if (comm->ngroups < nranks)
-      HC_INFO(HC_PLAN, "rank %d: %d groups; group %s has %d ranks; large all-reduces are hierarchical, with "
-              "hetccl's own ring inside each group (the vendor library inside groups is not built)",
+      HC_INFO(HC_PLAN, "rank %d: %d groups; group %s has %d ranks; collectives are hierarchical, with hetccl's own "
+              "algorithms inside each group (the vendor library inside groups is not built)",
               rank, comm->ngroups, me->group_name, mine);
   }
   HC_TRY_GOTO(windows_open(comm), r, fail);
