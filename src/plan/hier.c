@@ -37,8 +37,13 @@
  * their direct transfers (p2p.c) already move each byte once, from the
  * rank that has it to the rank that needs it.
  *
- * Inside a group this is hetccl's own ring (a group whose ranks each own a
- * distinct NVIDIA GPU could run NCCL there: not built yet).
+ * Inside a group whose ranks each own a distinct GPU of one vendor
+ * (hc_plan_ctx.group_vendor), the group's steps of all-reduce, broadcast
+ * and reduce are the vendor library's collectives on its communicator of
+ * the group (VENDOR steps): its reduce-scatter and all-gather around step
+ * 2 of the all-reduce, its broadcast from and reduce to the group's leader.
+ * Elsewhere, and for all-gather and reduce-scatter, hetccl's own
+ * algorithms run inside groups.
  */
 #include <stdlib.h>
 
@@ -117,13 +122,33 @@ struct hier_allreduce {
                      holds at most nranks segments (one per block boundary) */
 };
 
-/* The block of group g that holds element e (blocks of a ring of that
- * group's size). */
+static bool runs_vendor(const struct hc_plan_ctx *x, int g) { return x->group_vendor && x->group_vendor[g]; }
+
+/* Block b of group g's n members: the ring's (hc_block), or in a vendor
+ * group the vendor's (count / n each, the last one also the rest). */
+static void group_block(const struct hc_plan_ctx *x, int g, int n, size_t count, int b, size_t *off, size_t *len) {
+  if (!runs_vendor(x, g)) {
+    hc_block(count, n, b, off, len);
+    return;
+  }
+  const size_t q = count / (size_t)n;
+  *off = q * (size_t)b;
+  *len = b == n - 1 ? count - *off : q;
+}
+
+static hc_ref_t push_vendor(struct hc_plan *p, enum hc_coll coll, const void *src, void *dst, size_t count,
+                            enum hc_dtype t, enum hc_redop op, int root, hc_ref_t dep) {
+  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_VENDOR, .coll = (uint8_t)coll, .redop = (uint8_t)op,
+                                          .dtype = (uint8_t)t, .src0 = src, .dst = dst, .count = count,
+                                          .peer = root, HC_DEPS(dep)});
+}
+
+/* The block of group g that holds element e. */
 static int block_of(const struct hier_allreduce *h, int g, size_t e, size_t *end) {
   const int n = group_size(h->gr, g);
   for (int b = 0; b < n; b++) {
     size_t off, len;
-    hc_block(h->a->count, n, b, &off, &len);
+    group_block(h->x, g, n, h->a->count, b, &off, &len);
     if (e < off + len) {
       *end = off + len;
       return b;
@@ -167,6 +192,29 @@ static hc_ref_t across(struct hc_plan *p, void *arg, size_t off, size_t len, hc_
   return hc_push_avg(p, h->a, HC_PTR(h->io.out, off, es), len, x->nranks, all ? all : ready);
 }
 
+/* Steps 1 and 3 in a vendor group: the vendor's reduce-scatter (the rest,
+ * count mod size, all-reduced on every member: the last member owns it),
+ * and its all-gather (the rest broadcast from the last member). Vendor
+ * steps of all members are made in the same order, as the vendor needs. */
+static hc_result_t vendor_allreduce(struct hc_plan *p, const struct hc_plan_ctx *xg, const struct hc_coll_args *a,
+                                    struct hc_alg_io io, struct hier_allreduce *h) {
+  const int n = xg->nranks, j = xg->rank;
+  const size_t es = hc_dtype_size(a->dtype), q = a->count / (size_t)n, rest = a->count - q * (size_t)n;
+  const enum hc_redop op = hc_step_op(a->op);
+  hc_ref_t ready = io.in_dep;
+  if (q) ready = push_vendor(p, HC_COLL_REDUCESCATTER, io.in, HC_PTR(io.out, (size_t)j * q, es), q, a->dtype, op, 0,
+                             ready);
+  if (rest)
+    ready = push_vendor(p, HC_COLL_ALLREDUCE, HC_PTR(io.in, (size_t)n * q, es), HC_PTR(io.out, (size_t)n * q, es),
+                        rest, a->dtype, op, 0, ready);
+  hc_ref_t after = across(p, h, (size_t)j * q, j == n - 1 ? q + rest : q, ready);
+  if (q) after = push_vendor(p, HC_COLL_ALLGATHER, HC_PTR(io.out, (size_t)j * q, es), io.out, q, a->dtype, op, 0, after);
+  if (rest)
+    push_vendor(p, HC_COLL_BROADCAST, HC_PTR(io.out, (size_t)n * q, es), HC_PTR(io.out, (size_t)n * q, es), rest,
+                a->dtype, op, n - 1, after);
+  return HC_OK;
+}
+
 hc_result_t hc_hier_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
                               const struct hc_coll_args *a, struct hc_alg_io io) {
   if (x->ngroups < 2 || x->group_of == NULL) return hc_ring_allreduce(p, x, a, io);
@@ -182,7 +230,8 @@ hc_result_t hc_hier_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
     struct hc_plan_ctx xg = group_ctx(x, &gr, x->group_of[x->rank], x->rank);
     struct hc_coll_args in_group = *a;
     in_group.op = hc_step_op(a->op); /* AVG divides once, after the groups' sums meet */
-    r = hc_ring_allreduce_split(p, &xg, &in_group, io, across, &h, NULL);
+    r = runs_vendor(x, x->group_of[x->rank]) ? vendor_allreduce(p, &xg, &in_group, io, &h)
+                                               : hc_ring_allreduce_split(p, &xg, &in_group, io, across, &h, NULL);
   }
   free(h.owners);
   free(h.done);
@@ -224,7 +273,11 @@ static hc_result_t chain_by_group(struct hc_plan *p, const struct hc_plan_ctx *x
   return r;
 }
 
+/* Large messages chain through every rank, unless some group runs the
+ * vendor's library (whose own broadcast and reduce pipeline inside it). */
 static bool chained(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  for (int g = 0; g < x->ngroups; g++)
+    if (runs_vendor(x, g)) return false;
   return a->count * hc_dtype_size(a->dtype) >= x->ring_threshold;
 }
 
@@ -255,6 +308,12 @@ static hc_result_t two_level_broadcast(struct hc_plan *p, const struct hc_plan_c
     in_group = (struct hc_alg_io){.in = io.out, .out = io.out, .in_dep = have};
   }
   if (group_size(gr, mine) == 1) return HC_OK;
+  if (runs_vendor(x, mine)) {
+    /* Off the leader the vendor reads no source: the output stands in. */
+    push_vendor(p, HC_COLL_BROADCAST, gr->leaders[mine] == me ? in_group.in : io.out, io.out, a->count, a->dtype,
+                a->op, gr->pos[gr->leaders[mine]], in_group.in_dep);
+    return HC_OK;
+  }
   struct hc_plan_ctx xg = group_ctx(x, gr, mine, me);
   struct hc_coll_args ag = *a;
   ag.root = gr->pos[gr->leaders[mine]];
@@ -281,8 +340,11 @@ static hc_result_t two_level_reduce(struct hc_plan *p, const struct hc_plan_ctx 
     else if (is_leader && (group_sum = hc_plan_scratch(p, a->count * hc_dtype_size(a->dtype))) == NULL)
       return HC_OK; /* the plan reports it */
     hc_ref_t have = 0;
-    HC_TRY(hc_tree_reduce(p, &xg, &ag, (struct hc_alg_io){.in = io.in, .out = group_sum, .in_dep = io.in_dep,
-                                                          .out_ready = &have}));
+    if (runs_vendor(x, mine))
+      have = push_vendor(p, HC_COLL_REDUCE, io.in, group_sum, a->count, a->dtype, sum.op, ag.root, io.in_dep);
+    else
+      HC_TRY(hc_tree_reduce(p, &xg, &ag, (struct hc_alg_io){.in = io.in, .out = group_sum, .in_dep = io.in_dep,
+                                                            .out_ready = &have}));
     across = (struct hc_alg_io){.in = group_sum, .out = io.out, .in_dep = have};
   }
   if (!is_leader) return HC_OK;
