@@ -79,11 +79,12 @@ static hc_result_t groups_build(const struct hc_plan_ctx *x, struct groups *gr) 
   }
   for (int i = 0; i < n; i++) gr->first[x->group_of[i] + 1]++;
   for (int g = 0; g < G; g++) gr->first[g + 1] += gr->first[g];
-  for (int i = 0; i < n; i++) { /* pos[] counts each group's members placed so far */
-    int g = x->group_of[i], placed = 0;
-    for (int j = 0; j < i; j++) placed += x->group_of[j] == g;
-    gr->pos[i] = placed;
-    gr->members[gr->first[g] + placed] = i;
+  int *placed = gr->leaders; /* borrowed: per group, its members placed so far */
+  for (int g = 0; g < G; g++) placed[g] = 0;
+  for (int i = 0; i < n; i++) {
+    int g = x->group_of[i];
+    gr->pos[i] = placed[g]++;
+    gr->members[gr->first[g] + gr->pos[i]] = i;
   }
   return HC_OK;
 }
@@ -108,6 +109,15 @@ static int designee(const struct groups *gr, int r, int g) {
   int below = 0; /* members of g below r */
   while (below < group_size(gr, g) && member(gr, g, below) < r) below++;
   return member(gr, g, (r - below) % group_size(gr, g));
+}
+
+/* designee(r, g) of every rank r, in one pass; NULL when out of memory. */
+static int *designees_in(const struct groups *gr, int nranks, int g) {
+  int *out = malloc((size_t)nranks * sizeof(int));
+  if (out == NULL) return NULL;
+  for (int r = 0, foreign = 0; r < nranks; r++)
+    out[r] = gr->group_of[r] == g ? r : member(gr, g, foreign++ % group_size(gr, g));
+  return out;
 }
 
 /* ---- all-reduce ---- */
@@ -388,7 +398,10 @@ hc_result_t hc_hier_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
   const size_t nch = hc_nchunks(count, es, x->chunk_bytes);
   /* Per (block, chunk): the step after which this rank holds it in out. */
   hc_ref_t *held = calloc((size_t)n * nch, sizeof(hc_ref_t));
-  if (held == NULL) {
+  int *holder = designees_in(&gr, n, mine); /* per block: the member of this group that holds it first */
+  if (held == NULL || holder == NULL) {
+    free(held);
+    free(holder);
     groups_free(&gr);
     return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d x %zu chunk records", n, nch);
   }
@@ -403,19 +416,18 @@ hc_result_t hc_hier_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
       if (clen) hc_push_send(p, designee(&gr, me, g), HC_PTR(io.in, coff, es), clen * es, io.in_dep, 0);
     }
   for (int b = 0; b < n; b++)
-    for (size_t c = 0; c < nch && x->group_of[b] != mine && designee(&gr, b, mine) == me; c++) {
+    for (size_t c = 0; c < nch && x->group_of[b] != mine && holder[b] == me; c++) {
       hc_chunk(count, nch, c, &coff, &clen);
       if (clen) held[(size_t)b * nch + c] = hc_push_recv(p, b, BLOCK(b, coff), clen * es, 0, 0);
     }
   /* Inside the group: every block to the members that lack it, from the
    * member that holds it, in block order. */
   for (int b = 0; b < n; b++) {
-    const int holder = designee(&gr, b, mine);
     for (size_t c = 0; c < nch; c++) {
       hc_chunk(count, nch, c, &coff, &clen);
       if (clen == 0) continue;
-      if (holder != me) {
-        hc_push_recv(p, holder, BLOCK(b, coff), clen * es, 0, 0);
+      if (holder[b] != me) {
+        hc_push_recv(p, holder[b], BLOCK(b, coff), clen * es, 0, 0);
         continue;
       }
       const void *src = b == me ? HC_PTR(io.in, coff, es) : BLOCK(b, coff);
@@ -426,6 +438,7 @@ hc_result_t hc_hier_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
   }
 #undef BLOCK
   free(held);
+  free(holder);
   groups_free(&gr);
   return HC_OK;
 }
@@ -463,15 +476,16 @@ hc_result_t hc_hier_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x
                        .bytes = HC_DIV_UP(count, nch) * es};
   s.base = hc_plan_scratch(p, (size_t)s.count * s.bytes);
   s.last_reader = calloc((size_t)s.count, sizeof(hc_ref_t));
+  int *summer = designees_in(&gr, n, mine); /* per block: the member of this group that sums it */
   hc_result_t r = HC_OK;
-  if (s.base == NULL || s.last_reader == NULL) {
+  if (s.base == NULL || s.last_reader == NULL || summer == NULL) {
     r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d receive slots of %zu bytes", s.count, s.bytes);
     goto out;
   }
   size_t coff, clen;
   for (int b = 0; b < n; b++) {
     const void *in_block = HC_PTR(io.in, (size_t)b * count, es);
-    const int d = designee(&gr, b, mine);
+    const int d = summer[b];
     if (d != me) { /* inside the group: this rank's part of block b, to the member that sums it */
       for (size_t c = 0; c < nch; c++) {
         hc_chunk(count, nch, c, &coff, &clen);
@@ -502,6 +516,7 @@ hc_result_t hc_hier_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x
   }
 out:
   free(s.last_reader);
+  free(summer);
   groups_free(&gr);
   return r;
 }
