@@ -130,6 +130,12 @@ void hc_comm_free(struct hetcclComm *comm) {
 
 /* ---- config ---- */
 
+static const char *mem_kind_name(enum hc_mem_kind k) {
+  static const char *const names[] = {"host", "cuda", "hip"};
+  return (unsigned)k < HC_ARRAY_LEN(names) ? names[k] : "?";
+}
+
+
 /* Reads the fields the caller's struct has (by its size); UNDEF = default. */
 static hc_result_t config_resolve(const hetcclConfig_t *user, struct hc_config *out) {
   *out = (struct hc_config){.blocking = 1, .device_kind = HC_MEM_HOST};
@@ -153,9 +159,11 @@ static hc_result_t config_resolve(const hetcclConfig_t *user, struct hc_config *
     snprintf(out->comm_name, sizeof(out->comm_name), "%s", user->commName);
 #undef SET
 #undef HAS
-  if (out->device_kind != HC_MEM_HOST && hc_dev_get(out->device_kind) == NULL)
-    return HC_FAIL(HC_ERR_USAGE, "config.deviceKind %d: this build has no backend for that device kind",
-                   (int)out->device_kind);
+  if (out->device_kind != HC_MEM_HOST && hc_dev_get(out->device_kind) == NULL) {
+    const char *why = hc_dev_absent_reason(out->device_kind);
+    return HC_FAIL(HC_ERR_USAGE, "config.deviceKind %d (%s): that device backend is off: %s", (int)out->device_kind,
+                   mem_kind_name(out->device_kind), why && why[0] ? why : "not loaded");
+  }
   return HC_OK;
 }
 
@@ -202,11 +210,6 @@ static int assign_groups(struct hc_peer_info *peers, int nranks) {
     if (peers[i].group < 0) peers[i].group = ngroups++;
   }
   return ngroups;
-}
-
-static const char *mem_kind_name(enum hc_mem_kind k) {
-  static const char *const names[] = {"host", "cuda", "hip"};
-  return (unsigned)k < HC_ARRAY_LEN(names) ? names[k] : "?";
 }
 
 /* A comm that is one group of distinct GPUs of one vendor, whose library

@@ -1,5 +1,5 @@
 /*
- * device: one backend per device kind (host today; cuda and hip later) behind
+ * device: one backend per device kind (host, cuda, hip) behind
  * an ops table: pointer kind, allocation, copies and reductions for every
  * datatype x op. Knows nothing of transports or plans.
  */
@@ -121,6 +121,9 @@ extern const struct hc_dev_ops hc_dev_host;
 const struct hc_dev_ops *hc_dev_get(enum hc_mem_kind kind);
 /* The caps found when kind's backend loaded; zeros when it is not loaded. */
 struct hc_dev_caps hc_dev_caps(enum hc_mem_kind kind);
+/* Why kind's backend did not load (its library, symbol or device is
+ * missing: the text of its INFO line); NULL when it is loaded. */
+const char *hc_dev_absent_reason(enum hc_mem_kind kind);
 /* What p is, asking every loaded GPU backend; host when none claims it. */
 hc_result_t hc_dev_ptr_query(const void *p, struct hc_ptr_info *out);
 

@@ -54,3 +54,20 @@ if(HC_CUDA_STUB_LIB)
   set_tests_properties(gpu_cuda_stub_absent PROPERTIES LABELS "unit;gpu" TIMEOUT 60
     ENVIRONMENT "LD_LIBRARY_PATH=${stub_dir}")
 endif()
+
+# - where ROCm's headers are installed (Debian's libamdhip64-dev in CI), the
+#   constants device/hip_api.h copies are compared with theirs when this
+#   object compiles; and the HIP backend loads the real libamdhip64, resolves
+#   every entry point and, with no AMD GPU, stays off saying so.
+find_path(HC_HIP_HEADER_DIR hip/hip_runtime_api.h PATHS /opt/rocm/include /usr/include NO_DEFAULT_PATH)
+if(HC_HIP_HEADER_DIR)
+  add_library(hc_hip_constants_check OBJECT ${CMAKE_CURRENT_SOURCE_DIR}/gpu/hip_constants_check.c)
+  target_include_directories(hc_hip_constants_check PRIVATE ${HC_HIP_HEADER_DIR} ${PROJECT_SOURCE_DIR}/src)
+  # ROCm's headers are not -Wextra clean in C; the check itself is asserts.
+  target_compile_options(hc_hip_constants_check PRIVATE -w)
+  add_dependencies(test_device_gpu hc_hip_constants_check)
+else()
+  message(STATUS "hip/hip_runtime_api.h not found: hip_api.h's constants are not checked against ROCm")
+endif()
+add_test(NAME device_hip_absent COMMAND test_device_gpu --kind hip --expect-absent)
+set_tests_properties(device_hip_absent PROPERTIES LABELS "unit;gpu" TIMEOUT 60 SKIP_RETURN_CODE 77)
