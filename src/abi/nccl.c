@@ -444,6 +444,24 @@ NCCL_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_
          ncclComm_t comm, cudaStream_t stream) {
   return hetcclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream);
 }
+/* RCCL's names, which a ROCm PyTorch calls (torch/csrc/cuda/nccl.cpp takes
+ * them under USE_ROCM): ncclAllToAll (capital T, every RCCL) and
+ * ncclAllToAllv, and the newest RCCL's ncclAlltoAllv. Counts and
+ * displacements are in elements, one per rank. */
+NCCL_API(ncclResult_t, ncclAllToAll, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  return hetcclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream);
+}
+NCCL_API(ncclResult_t, ncclAllToAllv, const void *sendbuff, const size_t sendcounts[], const size_t sdispls[],
+         void *recvbuff, const size_t recvcounts[], const size_t rdispls[], ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  return hetcclAlltoAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls, datatype, comm, stream);
+}
+NCCL_API(ncclResult_t, ncclAlltoAllv, const void *sendbuff, const size_t sendcounts[], const size_t sdispls[],
+         void *recvbuff, const size_t recvcounts[], const size_t rdispls[], ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  return hetcclAlltoAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls, datatype, comm, stream);
+}
 NCCL_API(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
          int root, ncclComm_t comm, cudaStream_t stream) {
   return hetcclGather(sendbuff, recvbuff, count, datatype, root, comm, stream);
@@ -529,4 +547,31 @@ NCCL_API(int, ncclTeamRankToWorld, ncclComm_t comm, ncclTeam_t team, int rank) {
 NCCL_API(int, ncclTeamRankToLsa, ncclComm_t comm, ncclTeam_t team, int rank) {
   RETURN_IF_VENDOR_COMM(comm, ncclTeamRankToLsa, comm, team, rank);
   return rank == team.rank ? 0 : -1;
+}
+
+/* ---- RCCL's C++ export ----
+ *
+ * ncclCommDump(ncclComm_t, std::unordered_map<std::string, std::string> &):
+ * RCCL's nccl.h declares it (and defines NCCL_COMM_DUMP) for C++ callers,
+ * and a ROCm PyTorch imports it (ProcessGroupNCCL's Flight Recorder, under
+ * USE_ROCM && NCCL_COMM_DUMP); without it, such a torch does not load
+ * with hetccl preloaded. The name is the libstdc++ C++11-ABI mangling of
+ * that signature. C cannot fill a std::unordered_map: on a pass-through
+ * comm the vendor's own ncclCommDump fills it from the vendor's comm; on
+ * any other comm the dump stays empty. */
+#define NCCL_COMM_DUMP_SYMBOL                                                                  \
+  "_Z12ncclCommDumpP8ncclCommRSt13unordered_mapINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEES7_" \
+  "St4hashIS7_ESt8equal_toIS7_ESaISt4pairIKS7_S7_EEE"
+__attribute__((visibility("default"))) ncclResult_t hc_nccl_comm_dump(ncclComm_t comm, void *map)
+    __asm__(NCCL_COMM_DUMP_SYMBOL);
+ncclResult_t hc_nccl_comm_dump(ncclComm_t comm, void *map) {
+  typedef ncclResult_t (*dump_fn)(void *comm, void *map);
+  void *real = vendor_fn_for(comm, NCCL_COMM_DUMP_SYMBOL);
+  if (real != NULL) return ((dump_fn)real)((void *)comm, map);
+  NC_TRY(hc_comm_check(comm, "ncclCommDump"));
+  if (comm->vendor_comm != NULL) {
+    void *f = hc_vendor_symbol(comm->vendor, NCCL_COMM_DUMP_SYMBOL);
+    if (f != NULL) return ((dump_fn)f)(comm->vendor_comm, map);
+  }
+  return hetcclSuccess;
 }
