@@ -304,6 +304,25 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
   return unsupported("ncclCommShrink", "a child without the excluded ranks needs a rendezvous they do not join");
 }
 
+/* NCCL 2.29.7 and the newest RCCL (PyTorch's NCCL_HAS_COMM_OFFLOAD): suspend
+ * and resume free and re-create a comm's dynamic GPU memory. hetccl's
+ * scratch pools live as long as the comm; a ROCm or CUDA torch built
+ * against such a header imports these, so they exist, and say so. */
+typedef enum { ncclStatGpuMemSuspend, ncclStatGpuMemSuspended, ncclStatGpuMemPersist, ncclStatGpuMemTotal } ncclCommMemStat_t;
+NCCL_API(ncclResult_t, ncclCommSuspend, ncclComm_t comm, int flags) {
+  (void)comm, (void)flags;
+  return unsupported("ncclCommSuspend", "hetccl keeps a comm's scratch memory until it is destroyed");
+}
+NCCL_API(ncclResult_t, ncclCommResume, ncclComm_t comm) {
+  (void)comm;
+  return unsupported("ncclCommResume", "hetccl never suspends a comm");
+}
+NCCL_API(ncclResult_t, ncclCommMemStats, ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value) {
+  (void)comm, (void)stat;
+  if (value) *value = 0;
+  return unsupported("ncclCommMemStats", "hetccl does not count a comm's GPU memory");
+}
+
 NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
   (void)comm, (void)revokeFlags;
   return unsupported("ncclCommRevoke", "use ncclCommAbort");
