@@ -212,6 +212,26 @@ static int assign_groups(struct hc_peer_info *peers, int nranks) {
   return ngroups;
 }
 
+const char *hc_fp8_layout_name(int layout) {
+  return layout == HC_FP8_FNUZ ? "fnuz (e4m3fnuz, e5m2fnuz)" : "OCP (e4m3fn, e5m2)";
+}
+
+/* What this rank's fp8 buffers hold: HETCCL_FP8_LAYOUT, else the device's
+ * (a CPU rank holds what hetccl's host kernels compute: OCP). */
+static hc_result_t local_fp8_layout(const struct hc_config *config, enum hc_fp8_layout *out) {
+  const char *s = hc_param_str(HC_P_FP8_LAYOUT);
+  *out = HC_FP8_OCP;
+  if (!strcmp(s, "ocp")) return HC_OK;
+  if (!strcmp(s, "fnuz")) {
+    *out = HC_FP8_FNUZ;
+    return HC_OK;
+  }
+  if (strcmp(s, "auto") != 0) return HC_FAIL(HC_ERR_USAGE, "HETCCL_FP8_LAYOUT=%s: not ocp, fnuz or auto", s);
+  const struct hc_dev_ops *d = config->device_kind == HC_MEM_HOST ? NULL : hc_dev_get(config->device_kind);
+  if (d == NULL || !HC_HAS_OP(d, struct hc_dev_ops, fp8_layout)) return HC_OK;
+  return d->fp8_layout(config->device_id, out);
+}
+
 /* A comm that is one group of distinct GPUs of one vendor, whose library
  * every rank loaded, is the vendor's comm: every rank decides it from the
  * same table. */
@@ -294,6 +314,9 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
            config->group_name[0] ? config->group_name : mem_kind_name(config->device_kind));
   me->vendor_ok = config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_VENDOR) &&
                   hc_vendor_get(config->device_kind) != NULL;
+  enum hc_fp8_layout fp8;
+  HC_TRY_GOTO(local_fp8_layout(config, &fp8), r, fail);
+  me->fp8_layout = (int32_t)fp8;
   HC_TRY_GOTO(hc_bootstrap_allgather(comm->boot, comm->peers, sizeof(*comm->peers)), r, fail);
   for (int i = 0; i < nranks; i++)
     if (comm->peers[i].magic != HC_PEER_INFO_MAGIC || comm->peers[i].rank != i) {
@@ -301,6 +324,13 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
       goto fail;
     }
   comm->ngroups = assign_groups(comm->peers, nranks);
+  comm->fp8_odd_rank = -1;
+  for (int i = 1; i < nranks && comm->fp8_odd_rank < 0; i++)
+    if (comm->peers[i].fp8_layout != comm->peers[0].fp8_layout) comm->fp8_odd_rank = i;
+  if (comm->fp8_odd_rank >= 0)
+    HC_INFO(HC_API, "rank %d: ranks 0 and %d hold different fp8 encodings (%s, %s): fp8 calls on this comm are "
+            "refused", rank, comm->fp8_odd_rank, hc_fp8_layout_name(comm->peers[0].fp8_layout),
+            hc_fp8_layout_name(comm->peers[comm->fp8_odd_rank].fp8_layout));
 
   HC_TRY_GOTO(hc_calloc(&comm->links.peer, (size_t)nranks, sizeof(*comm->links.peer), "links"), r, fail);
   comm->links.rank = rank;

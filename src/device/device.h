@@ -53,6 +53,13 @@ struct hc_ptr_info {
   bool host_pinned;      /* host memory registered with or allocated by this backend */
 };
 
+/* What the bytes of an fp8 buffer mean on a device: the OCP encodings
+ * (e4m3fn: NaN 0x7f/0xff, max 448; e5m2 with infinities), which NVIDIA
+ * GPUs and hetccl's kernels use, or the fnuz ones of AMD's gfx94x (MI300:
+ * one NaN 0x80, no negative zero, exponent bias one higher), which RCCL
+ * uses there. The same byte means different numbers in the two. */
+enum hc_fp8_layout { HC_FP8_OCP = 0, HC_FP8_FNUZ = 1 };
+
 /* Capabilities a backend found when it loaded. */
 struct hc_dev_caps {
   int device_count;
@@ -109,6 +116,8 @@ struct hc_dev_ops {
   /* ops[0..n) in order on s, as flag_wait / flag_write would, in one
    * driver call where the driver has one (cuStreamBatchMemOp). */
   hc_result_t (*flag_batch)(hc_stream_t s, const struct hc_flag_op *ops, int n);
+  /* The fp8 encodings of device (its architecture decides). */
+  hc_result_t (*fp8_layout)(int device, enum hc_fp8_layout *out);
 }; /* append only */
 
 #define HC_HAS_OP(ops, type, op) \

@@ -413,3 +413,16 @@ hc_result_t hc_gpu_flag_batch(struct hc_gpu *g, hc_stream_t s, const struct hc_f
   for (int i = 0; i < n; i++) HC_TRY(flag_op(g, s, ops[i].flag, ops[i].value, ops[i].wait));
   return HC_OK;
 }
+
+/* ---- datatypes ---- */
+
+hc_result_t hc_gpu_fp8_layout(struct hc_gpu *g, int device, enum hc_fp8_layout *out) {
+  int major = 0, minor = 0;
+  *out = HC_FP8_OCP;
+  HC_TRY(check_device(g, device));
+  int e = g->v->device_attr(device, HC_GPU_ATTR_CC_MAJOR, &major);
+  if (e == 0) e = g->v->device_attr(device, HC_GPU_ATTR_CC_MINOR, &minor);
+  if (e != 0) return hc_gpu_fail(g, e, "compute capability (for the fp8 encodings)");
+  *out = g->v->fp8_layout(major, minor);
+  return HC_OK;
+}

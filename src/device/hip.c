@@ -159,6 +159,13 @@ static bool hip_has_mem_ops(void) {
   return hip.hipStreamWaitValue64 != NULL && hip.hipStreamWriteValue64 != NULL;
 }
 
+/* HIP reports an AMD GPU's gfx9.x.y as compute capability 9.x: gfx94x
+ * (MI300) is 9.4, whose fp8 instructions and RCCL use the fnuz encodings;
+ * gfx950 (MI350) and RDNA4 use the OCP ones. */
+static enum hc_fp8_layout hip_fp8_layout(int cc_major, int cc_minor) {
+  return cc_major == 9 && cc_minor == 4 ? HC_FP8_FNUZ : HC_FP8_OCP;
+}
+
 /* ---- contexts: token = device + 1 ---- */
 
 static int hip_device_token(int dev, void **tok) {
@@ -388,6 +395,7 @@ const struct hc_gpu_vendor hc_gpu_vendor_hip = {
     .err_str = hip_err_str,
     .device_attr = hip_device_attr,
     .has_mem_ops = hip_has_mem_ops,
+    .fp8_layout = hip_fp8_layout,
     .device_token = hip_device_token,
     .ctx_get = hip_ctx_get,
     .ctx_set = hip_ctx_set,

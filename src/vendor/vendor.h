@@ -48,7 +48,23 @@ struct hc_vendor {
   int (*group_end)(void);
   int (*red_op_create_pre_mul_sum)(int *op, void *scalar, int dtype, int residence, void *comm);
   int (*red_op_destroy)(int op, void *comm);
+  /* Optional: NULL where the library lacks them. All-to-all is RCCL's
+   * ncclAllToAll (every RCCL) or ncclAlltoAll (NCCL 2.28, newest RCCL);
+   * all-to-all-v is RCCL's only (ncclAllToAllv, newest ncclAlltoAllv).
+   * Counts and displacements in elements. Neither takes sendbuff ==
+   * recvbuff (RCCL's header says in place is not supported). */
+  int (*all_to_all)(const void *s, void *r, size_t count, int dtype, void *comm, void *stream);
+  int (*all_to_allv)(const void *s, const size_t *scounts, const size_t *sdispls, void *r, const size_t *rcounts,
+                     const size_t *rdispls, int dtype, void *comm, void *stream);
+  /* What this library's version means to hetccl (vendor.c's table). */
+  bool has_fp8; /* ncclFloat8e4m3 / e5m2 (10, 11) are in its ncclDataType_t */
 };
+
+/* hetccl's result for a code the vendor returned: 0 to 7 mean the same in
+ * every NCCL and RCCL; ncclTimeout (8 in NCCL 2.30 and the newest RCCL,
+ * where NCCL 2.28 callers read 8 as ncclNumResults) and anything newer
+ * become HC_ERR_REMOTE, hetccl's own result for a wait that timed out. */
+hc_result_t hc_vendor_result(int vendor_result);
 
 /* The vendor library for a GPU kind, loaded once per process; NULL (and an
  * INFO line) when none is found. */
