@@ -71,3 +71,16 @@ else()
 endif()
 add_test(NAME device_hip_absent COMMAND test_device_gpu --kind hip --expect-absent)
 set_tests_properties(device_hip_absent PROPERTIES LABELS "unit;gpu" TIMEOUT 60 SKIP_RETURN_CODE 77)
+
+# - where hipcc is installed (Debian's hipcc, clang-15 with the amdgcn
+#   target; not installed by scripts/install-deps.sh, since hipRTC already
+#   compiles the kernels in gpu_kernels_host), the same kernel source
+#   compiles offline for gfx90a into a code-object bundle. hipRTC gets the
+#   HIP runtime's declarations implicitly; hipcc needs them included.
+find_program(HC_HIPCC hipcc)
+if(HC_HIPCC)
+  add_test(NAME gpu_kernels_hipcc COMMAND ${HC_HIPCC} -x hip --offload-arch=gfx90a -ffp-contract=off --genco
+           -include hip/hip_runtime.h -o ${CMAKE_CURRENT_BINARY_DIR}/kernels.gfx90a.co
+           ${CMAKE_CURRENT_BINARY_DIR}/kernels_emu.c)
+  set_tests_properties(gpu_kernels_hipcc PROPERTIES LABELS "unit;gpu" TIMEOUT 120)
+endif()
