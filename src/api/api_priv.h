@@ -29,6 +29,7 @@ struct hc_peer_info {
   int32_t device_id;
   int32_t group;       /* filled after the exchange: index of the group */
   int32_t vendor_ok;   /* the vendor library of device_kind loaded here */
+  int32_t vendor_version; /* its version (NCCL's numbering; RCCL reports its NCCL base) */
   char group_name[HC_GROUP_NAME_BYTES];
   struct hc_net_handle socket_handle;
   struct hc_net_handle shm_handle; /* valid when has_shm */

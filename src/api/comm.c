@@ -233,13 +233,15 @@ static hc_result_t local_fp8_layout(const struct hc_config *config, enum hc_fp8_
 }
 
 /* A comm that is one group of distinct GPUs of one vendor, whose library
- * every rank loaded, is the vendor's comm: every rank decides it from the
- * same table. */
+ * every rank loaded in the same version (NCCL and RCCL do not promise to
+ * talk across versions), is the vendor's comm: every rank decides it from
+ * the same table. */
 static bool vendor_passthrough(const struct hetcclComm *comm) {
   const struct hc_peer_info *p = comm->peers;
   if (comm->ngroups != 1) return false;
   for (int i = 0; i < comm->nranks; i++) {
-    if (!p[i].vendor_ok || p[i].device_kind != p[0].device_kind) return false;
+    if (!p[i].vendor_ok || p[i].device_kind != p[0].device_kind || p[i].vendor_version != p[0].vendor_version)
+      return false;
     for (int j = 0; j < i; j++)
       if (p[j].host_hash == p[i].host_hash && p[j].device_id == p[i].device_id) return false;
   }
@@ -312,8 +314,10 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
                               .shm_handle = shm_handle, .has_shm = has_shm};
   snprintf(me->group_name, sizeof(me->group_name), "%s",
            config->group_name[0] ? config->group_name : mem_kind_name(config->device_kind));
-  me->vendor_ok = config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_VENDOR) &&
-                  hc_vendor_get(config->device_kind) != NULL;
+  const struct hc_vendor *my_vendor = config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_VENDOR)
+                                          ? hc_vendor_get(config->device_kind) : NULL;
+  me->vendor_ok = my_vendor != NULL;
+  me->vendor_version = my_vendor ? my_vendor->version : 0;
   enum hc_fp8_layout fp8;
   HC_TRY_GOTO(local_fp8_layout(config, &fp8), r, fail);
   me->fp8_layout = (int32_t)fp8;
