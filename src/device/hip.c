@@ -257,13 +257,28 @@ static int hip_event_record(void *e, void *s) { return hip.hipEventRecord(e, s);
 static int hip_event_query(void *e) { return hip.hipEventQuery(e); }
 static int hip_stream_wait_event(void *s, void *e) { return hip.hipStreamWaitEvent(s, e, 0); }
 
-/* Mapped host memory is addressed by its host pointer. */
+/* A flag's device address. ROCm documents the device pointer of mapped
+ * host memory (hipHostMallocMapped, hipHostRegisterMapped: every flag and
+ * shm window counter) as hipHostGetDevicePointer's answer, which need not
+ * be the host address for registered memory; the host address is the
+ * fallback where the entry point is missing (unified addressing). One
+ * runtime call per flag operation, as CUDA without
+ * CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM. Not run on an AMD GPU. */
+static int flag_dptr(volatile uint64_t *flag, void **d) {
+  *d = (void *)(uintptr_t)flag;
+  return hip.hipHostGetDevicePointer ? hip.hipHostGetDevicePointer(d, (void *)(uintptr_t)flag, 0) : hipSuccess;
+}
+
 static int hip_wait_value64(void *s, volatile uint64_t *flag, uint64_t v) {
-  return hip.hipStreamWaitValue64(s, (void *)(uintptr_t)flag, v, hipStreamWaitValueGte, ~0ull);
+  void *d = NULL;
+  int e = flag_dptr(flag, &d);
+  return e != hipSuccess ? e : hip.hipStreamWaitValue64(s, d, v, hipStreamWaitValueGte, ~0ull);
 }
 
 static int hip_write_value64(void *s, volatile uint64_t *flag, uint64_t v) {
-  return hip.hipStreamWriteValue64(s, (void *)(uintptr_t)flag, v, 0);
+  void *d = NULL;
+  int e = flag_dptr(flag, &d);
+  return e != hipSuccess ? e : hip.hipStreamWriteValue64(s, d, v, 0);
 }
 
 /* hipStreamAddCallback's shape, for ROCm without hipLaunchHostFunc. */

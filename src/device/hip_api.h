@@ -111,7 +111,8 @@ struct hip_ptr_attr {
   OPT(hipStreamGetDevice, hipError_t, (hipStream_t s, int *dev))                              \
   OPT(hipLaunchHostFunc, hipError_t, (hipStream_t s, void (*fn)(void *), void *arg))          \
   OPT(hipStreamWaitValue64, hipError_t, (hipStream_t s, void *p, uint64_t v, unsigned flags, uint64_t mask)) \
-  OPT(hipStreamWriteValue64, hipError_t, (hipStream_t s, void *p, uint64_t v, unsigned flags))
+  OPT(hipStreamWriteValue64, hipError_t, (hipStream_t s, void *p, uint64_t v, unsigned flags)) \
+  OPT(hipHostGetDevicePointer, hipError_t, (void **device_ptr, void *host_ptr, unsigned flags))
 
 /* hip/hiprtc.h */
 #define HC_HIPRTC_SYMBOLS(X, OPT)                                                            \
