@@ -305,7 +305,6 @@ static hc_result_t check_size(size_t count, hetcclDataType_t t, int factor, cons
   return HC_OK;
 }
 
-/* Checks shared by every call; then records or runs it. */
 /*
  * fp8 is the one datatype whose bytes mean different numbers on different
  * devices (OCP on NVIDIA GPUs, CPUs and in hetccl's kernels; fnuz on AMD
@@ -343,6 +342,7 @@ static hc_result_t check_fp8(const struct hetcclComm *comm, const struct hc_coll
   return HC_OK;
 }
 
+/* Checks shared by every call; then records or runs it. */
 static hc_result_t submit(struct hetcclComm *comm, struct hc_coll_args *a, hetcclStream_t stream,
                           const char *fn) {
   HC_TRY(hc_comm_check(comm, fn));

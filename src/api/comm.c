@@ -135,7 +135,6 @@ static const char *mem_kind_name(enum hc_mem_kind k) {
   return (unsigned)k < HC_ARRAY_LEN(names) ? names[k] : "?";
 }
 
-
 /* Reads the fields the caller's struct has (by its size); UNDEF = default. */
 static hc_result_t config_resolve(const hetcclConfig_t *user, struct hc_config *out) {
   *out = (struct hc_config){.blocking = 1, .device_kind = HC_MEM_HOST};
