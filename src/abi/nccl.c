@@ -78,18 +78,27 @@ typedef struct {
 
 /* ---- device of the calling thread ---- */
 
-/* The kind and ordinal of the device current on this thread: a GPU when a
- * GPU backend is loaded, else the host. */
+/* The kind and ordinal of the device the calling thread chose: the first
+ * GPU backend (CUDA, then HIP) with a device current on the thread
+ * (thread_bound); else the first loaded GPU backend's current device;
+ * else the host. On a host with both NVIDIA and AMD GPUs, a ROCm program
+ * never makes a CUDA context current, so its comms are HIP comms, and a
+ * CUDA program's are CUDA comms. */
 static void current_device(int *kind, int *id) {
   const enum hc_mem_kind gpus[] = {HC_MEM_CUDA, HC_MEM_HIP};
-  for (size_t i = 0; i < HC_ARRAY_LEN(gpus); i++) {
-    const struct hc_dev_ops *d = hc_dev_get(gpus[i]);
-    if (d == NULL || !HC_HAS_OP(d, struct hc_dev_ops, current_device)) continue;
-    int dev = 0;
-    if (d->current_device(&dev) == HC_OK) {
-      *kind = gpus[i] == HC_MEM_CUDA ? hetcclDeviceCuda : hetcclDeviceHip;
-      *id = dev;
-      return;
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t i = 0; i < HC_ARRAY_LEN(gpus); i++) {
+      const struct hc_dev_ops *d = hc_dev_get(gpus[i]);
+      if (d == NULL || !HC_HAS_OP(d, struct hc_dev_ops, current_device)) continue;
+      bool bound = false;
+      if (pass == 0 && (!HC_HAS_OP(d, struct hc_dev_ops, thread_bound) || d->thread_bound(&bound) != HC_OK || !bound))
+        continue;
+      int dev = 0;
+      if (d->current_device(&dev) == HC_OK) {
+        *kind = gpus[i] == HC_MEM_CUDA ? hetcclDeviceCuda : hetcclDeviceHip;
+        *id = dev;
+        return;
+      }
     }
   }
   *kind = hetcclDeviceHost;

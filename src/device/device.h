@@ -118,6 +118,10 @@ struct hc_dev_ops {
   hc_result_t (*flag_batch)(hc_stream_t s, const struct hc_flag_op *ops, int n);
   /* The fp8 encodings of device (its architecture decides). */
   hc_result_t (*fp8_layout)(int device, enum hc_fp8_layout *out);
+  /* Whether the calling thread has a device of this backend current: CUDA,
+   * a current context (what cudaSetDevice / torch.cuda.set_device make);
+   * HIP, always (its runtime gives every thread a current device). */
+  hc_result_t (*thread_bound)(bool *bound);
 }; /* append only */
 
 #define HC_HAS_OP(ops, type, op) \

@@ -145,6 +145,16 @@ hc_result_t hc_gpu_set_device(struct hc_gpu *g, int device) {
   return HC_OK;
 }
 
+/* A context is current (HIP's ctx_get always names the current device). */
+hc_result_t hc_gpu_thread_bound(struct hc_gpu *g, bool *bound) {
+  void *tok = NULL;
+  *bound = false;
+  int e = g->v->ctx_get(&tok);
+  if (e != 0) return hc_gpu_fail(g, e, "get current context");
+  *bound = tok != NULL;
+  return HC_OK;
+}
+
 /* The runtime's answer (cudaGetDevice / hipGetDevice): the current
  * context's device, 0 when none is current. */
 hc_result_t hc_gpu_current_device(struct hc_gpu *g, int *device) {

@@ -196,6 +196,7 @@ hc_result_t hc_gpu_stream_sync(struct hc_gpu *g, hc_stream_t s);
 hc_result_t hc_gpu_stream_capturing(struct hc_gpu *g, hc_stream_t s, bool *capturing);
 hc_result_t hc_gpu_current_device(struct hc_gpu *g, int *device);
 hc_result_t hc_gpu_fp8_layout(struct hc_gpu *g, int device, enum hc_fp8_layout *out);
+hc_result_t hc_gpu_thread_bound(struct hc_gpu *g, bool *bound);
 
 /* ---- shared between gpu.c and gpu_reduce.c ---- */
 
@@ -304,6 +305,7 @@ extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
   static hc_result_t st##_fp8_layout(int d, enum hc_fp8_layout *o) {                       \
     return hc_gpu_fp8_layout(&st, d, o);                                                   \
   }                                                                                        \
+  static hc_result_t st##_thread_bound(bool *b) { return hc_gpu_thread_bound(&st, b); }     \
   const struct hc_dev_ops sym = {                                                          \
       .size = sizeof(struct hc_dev_ops),                                                   \
       .abi = HC_DEV_ABI,                                                                   \
@@ -335,6 +337,7 @@ extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
       .current_device = st##_current_device,                                               \
       .flag_batch = st##_flag_batch,                                                       \
       .fp8_layout = st##_fp8_layout,                                                       \
+      .thread_bound = st##_thread_bound,                                                   \
   };
 
 #endif

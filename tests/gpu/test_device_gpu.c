@@ -113,7 +113,7 @@ static void test_caps(void) {
   HAS(set_device); HAS(host_alloc); HAS(host_free); HAS(host_register); HAS(host_unregister);
   HAS(stream_create); HAS(stream_destroy); HAS(event_create); HAS(event_destroy);
   HAS(event_record); HAS(event_query); HAS(stream_wait_event); HAS(flag_wait); HAS(flag_write);
-  HAS(stream_sync); HAS(stream_capturing); HAS(current_device); HAS(flag_batch); HAS(fp8_layout);
+  HAS(stream_sync); HAS(stream_capturing); HAS(current_device); HAS(flag_batch); HAS(fp8_layout); HAS(thread_bound);
 #undef HAS
   group_end("caps", "%d devices, stream_mem_ops=%d, runtime_compile=%d", c.device_count,
             c.stream_mem_ops, c.runtime_compile);
