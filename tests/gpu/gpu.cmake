@@ -40,6 +40,25 @@ add_test(NAME gpu_fake_cuda_no_nvrtc COMMAND test_device_gpu)
 set_tests_properties(gpu_fake_cuda_no_nvrtc PROPERTIES LABELS "unit;gpu" TIMEOUT 600
   ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;HETCCL_NVRTC_LIBRARY=none;GPU_TEST_QUICK=1")
 
+# - the HIP backend the same way: a fake libamdhip64.so (fake_hip.c, HIP's
+#   entry points as shims over the fake driver, and a fake hipRTC), so the
+#   whole backend suite runs through hip.c's table: ROCm 6 pointer types with
+#   stream memory operations, and ROCm 5 ones with host functions
+#   (hipStreamAddCallback) on a gfx94x-like device.
+add_library(hc_fake_hip SHARED ${CMAKE_CURRENT_SOURCE_DIR}/gpu/fake_hip.c ${CMAKE_CURRENT_SOURCE_DIR}/gpu/fake_cuda.c
+  ${CMAKE_CURRENT_BINARY_DIR}/kernels_emu.c)
+target_include_directories(hc_fake_hip PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(hc_fake_hip PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+set_target_properties(hc_fake_hip PROPERTIES OUTPUT_NAME amdhip64 NO_SONAME ON
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fake-hip)
+add_dependencies(test_device_gpu hc_fake_hip)
+add_test(NAME gpu_fake_hip COMMAND test_device_gpu --kind hip)
+set_tests_properties(gpu_fake_hip PROPERTIES LABELS "unit;gpu" TIMEOUT 600
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-hip;FAKE_CUDA_DEVICES=2;GPU_TEST_QUICK=1")
+add_test(NAME gpu_fake_hip_rocm5 COMMAND test_device_gpu --kind hip)
+set_tests_properties(gpu_fake_hip_rocm5 PROPERTIES LABELS "unit;gpu" TIMEOUT 600
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-hip;FAKE_CUDA_DEVICES=1;FAKE_CUDA_MEMOPS=0;FAKE_HIP_VERSION=50221153;FAKE_HIP_CC_MINOR=4;FAKE_CUDA_DELAY_US=0;GPU_TEST_QUICK=1")
+
 # - where the CUDA toolkit is installed, its stub libcuda (every driver
 #   symbol; cuInit fails) stands in for a driver: the backend must resolve
 #   every symbol it lists, then stay off quietly.
