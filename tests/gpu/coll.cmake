@@ -14,3 +14,10 @@ set_tests_properties(gpu_coll_fake_cuda PROPERTIES LABELS "unit;gpu" TIMEOUT 600
 add_test(NAME gpu_coll_fake_cuda_processes COMMAND test_coll_gpu)
 set_tests_properties(gpu_coll_fake_cuda_processes PROPERTIES LABELS "unit;gpu" TIMEOUT 600
   ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;GPU_TEST_QUICK=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0")
+# A comm of CUDA and HIP ranks (GPU_TEST_KINDS=ch) over the fake libcuda
+# and the fake libamdhip64 at once: every scenario with the vendors
+# alternating, and E, grouped by device kind (one group per vendor).
+add_dependencies(test_coll_gpu hc_fake_hip)
+add_test(NAME gpu_coll_fake_cuda_hip COMMAND test_coll_gpu)
+set_tests_properties(gpu_coll_fake_cuda_hip PROPERTIES LABELS "unit;gpu" TIMEOUT 600
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda:${CMAKE_CURRENT_BINARY_DIR}/fake-hip;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;GPU_TEST_QUICK=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0;GPU_TEST_KINDS=ch")
