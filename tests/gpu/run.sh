@@ -70,8 +70,9 @@ if grep -q "runtime_compile 0" "$build/test_device_gpu.log"; then
 fi
 
 # The gpu-labelled tests that need no GPU (fake driver, host emulation,
-# stub driver, the fake HIP runtime and ROCm's libraries) are CI's: here they would only cost time (tests/gpu/all.sh
-# gives this script 420 s and keeps the last 150 lines). The device test
+# stub driver, the fake HIP runtime and ROCm's libraries) are CI's: here
+# they would only cost time (tests/gpu/all.sh gives this script 420 s and
+# keeps the last 150 lines). The device test
 # runs again under ctest unless it just timed out.
 skip='gpu_fake_cuda|gpu_fake_hip|gpu_coll_fake_cuda_hip|gpu_fp8_cuda_hip_fake|device_hip_absent|gpu_kernels_host|gpu_kernels_hipcc|gpu_cuda_stub'
 [ "$device_rc" = 124 ] && skip="$skip|gpu_device_cuda"
