@@ -269,7 +269,7 @@ out:
 static hetcclComm_t make_comm(int rank, int n, hetcclUniqueId id, bool on_gpu, const char *groups) {
   hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
   char group[16];
-  if (groups) snprintf(group, sizeof(group), "%c", groups[rank]);
+  if (groups && groups[0]) snprintf(group, sizeof(group), "%c", groups[rank]);
   else snprintf(group, sizeof(group), "g%d", rank);
   cfg.deviceKind = !on_gpu ? hetcclDeviceHost : gpu_kind(rank) == HC_MEM_HIP ? hetcclDeviceHip : hetcclDeviceCuda;
   cfg.deviceId = 0;
