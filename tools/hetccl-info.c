@@ -1,6 +1,6 @@
 /*
  * hetccl-info: what this build of hetccl knows.
- *   hetccl-info            version, device backends, transports
+ *   hetccl-info            version, device backends (and why any is off), transports
  *   hetccl-info --params   every HETCCL_* variable as a Markdown table
  *                          (docs/params.md is this output; a test diffs them)
  */
@@ -40,7 +40,15 @@ int main(int argc, char **argv) {
   printf("device backends:");
   for (int k = 0; k < HC_MEM_KIND_COUNT; k++) {
     const struct hc_dev_ops *d = hc_dev_get((enum hc_mem_kind)k);
-    if (d) printf(" %s", d->name);
+    if (d && k == HC_MEM_HOST) printf(" %s", d->name);
+    else if (d) printf(" %s (%d devices)", d->name, hc_dev_caps((enum hc_mem_kind)k).device_count);
+  }
+  /* The backends that stayed off, and why: on a host without an AMD GPU
+   * the HIP line says which libamdhip64 loaded and what it resolved. */
+  static const char *const kind_names[] = {"host", "cuda", "hip"};
+  for (int k = 0; k < HC_MEM_KIND_COUNT; k++) {
+    const char *why = hc_dev_absent_reason((enum hc_mem_kind)k);
+    if (why) printf("\n  %s: off: %s", kind_names[k], why[0] ? why : "not loaded");
   }
   printf("\ntransports: %s\n", hc_net_socket.name);
   return 0;

@@ -78,18 +78,27 @@ typedef struct {
 
 /* ---- device of the calling thread ---- */
 
-/* The kind and ordinal of the device current on this thread: a GPU when a
- * GPU backend is loaded, else the host. */
+/* The kind and ordinal of the device the calling thread chose: the first
+ * GPU backend (CUDA, then HIP) with a device current on the thread
+ * (thread_bound); else the first loaded GPU backend's current device;
+ * else the host. On a host with both NVIDIA and AMD GPUs, a ROCm program
+ * never makes a CUDA context current, so its comms are HIP comms, and a
+ * CUDA program's are CUDA comms. */
 static void current_device(int *kind, int *id) {
   const enum hc_mem_kind gpus[] = {HC_MEM_CUDA, HC_MEM_HIP};
-  for (size_t i = 0; i < HC_ARRAY_LEN(gpus); i++) {
-    const struct hc_dev_ops *d = hc_dev_get(gpus[i]);
-    if (d == NULL || !HC_HAS_OP(d, struct hc_dev_ops, current_device)) continue;
-    int dev = 0;
-    if (d->current_device(&dev) == HC_OK) {
-      *kind = gpus[i] == HC_MEM_CUDA ? hetcclDeviceCuda : hetcclDeviceHip;
-      *id = dev;
-      return;
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t i = 0; i < HC_ARRAY_LEN(gpus); i++) {
+      const struct hc_dev_ops *d = hc_dev_get(gpus[i]);
+      if (d == NULL || !HC_HAS_OP(d, struct hc_dev_ops, current_device)) continue;
+      bool bound = false;
+      if (pass == 0 && (!HC_HAS_OP(d, struct hc_dev_ops, thread_bound) || d->thread_bound(&bound) != HC_OK || !bound))
+        continue;
+      int dev = 0;
+      if (d->current_device(&dev) == HC_OK) {
+        *kind = gpus[i] == HC_MEM_CUDA ? hetcclDeviceCuda : hetcclDeviceHip;
+        *id = dev;
+        return;
+      }
     }
   }
   *kind = hetcclDeviceHost;
@@ -304,6 +313,25 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
   return unsupported("ncclCommShrink", "a child without the excluded ranks needs a rendezvous they do not join");
 }
 
+/* NCCL 2.29.7 and the newest RCCL (PyTorch's NCCL_HAS_COMM_OFFLOAD): suspend
+ * and resume free and re-create a comm's dynamic GPU memory. hetccl's
+ * scratch pools live as long as the comm; a ROCm or CUDA torch built
+ * against such a header imports these, so they exist, and say so. */
+typedef enum { ncclStatGpuMemSuspend, ncclStatGpuMemSuspended, ncclStatGpuMemPersist, ncclStatGpuMemTotal } ncclCommMemStat_t;
+NCCL_API(ncclResult_t, ncclCommSuspend, ncclComm_t comm, int flags) {
+  (void)comm, (void)flags;
+  return unsupported("ncclCommSuspend", "hetccl keeps a comm's scratch memory until it is destroyed");
+}
+NCCL_API(ncclResult_t, ncclCommResume, ncclComm_t comm) {
+  (void)comm;
+  return unsupported("ncclCommResume", "hetccl never suspends a comm");
+}
+NCCL_API(ncclResult_t, ncclCommMemStats, ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value) {
+  (void)comm, (void)stat;
+  if (value) *value = 0;
+  return unsupported("ncclCommMemStats", "hetccl does not count a comm's GPU memory");
+}
+
 NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
   (void)comm, (void)revokeFlags;
   return unsupported("ncclCommRevoke", "use ncclCommAbort");
@@ -444,6 +472,24 @@ NCCL_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_
          ncclComm_t comm, cudaStream_t stream) {
   return hetcclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream);
 }
+/* RCCL's names, which a ROCm PyTorch calls (torch/csrc/cuda/nccl.cpp takes
+ * them under USE_ROCM): ncclAllToAll (capital T, every RCCL) and
+ * ncclAllToAllv, and the newest RCCL's ncclAlltoAllv. Counts and
+ * displacements are in elements, one per rank. */
+NCCL_API(ncclResult_t, ncclAllToAll, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  return hetcclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream);
+}
+NCCL_API(ncclResult_t, ncclAllToAllv, const void *sendbuff, const size_t sendcounts[], const size_t sdispls[],
+         void *recvbuff, const size_t recvcounts[], const size_t rdispls[], ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  return hetcclAlltoAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls, datatype, comm, stream);
+}
+NCCL_API(ncclResult_t, ncclAlltoAllv, const void *sendbuff, const size_t sendcounts[], const size_t sdispls[],
+         void *recvbuff, const size_t recvcounts[], const size_t rdispls[], ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  return hetcclAlltoAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls, datatype, comm, stream);
+}
 NCCL_API(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
          int root, ncclComm_t comm, cudaStream_t stream) {
   return hetcclGather(sendbuff, recvbuff, count, datatype, root, comm, stream);
@@ -529,4 +575,31 @@ NCCL_API(int, ncclTeamRankToWorld, ncclComm_t comm, ncclTeam_t team, int rank) {
 NCCL_API(int, ncclTeamRankToLsa, ncclComm_t comm, ncclTeam_t team, int rank) {
   RETURN_IF_VENDOR_COMM(comm, ncclTeamRankToLsa, comm, team, rank);
   return rank == team.rank ? 0 : -1;
+}
+
+/* ---- RCCL's C++ export ----
+ *
+ * ncclCommDump(ncclComm_t, std::unordered_map<std::string, std::string> &):
+ * RCCL's nccl.h declares it (and defines NCCL_COMM_DUMP) for C++ callers,
+ * and a ROCm PyTorch imports it (ProcessGroupNCCL's Flight Recorder, under
+ * USE_ROCM && NCCL_COMM_DUMP); without it, such a torch does not load
+ * with hetccl preloaded. The name is the libstdc++ C++11-ABI mangling of
+ * that signature. C cannot fill a std::unordered_map: on a pass-through
+ * comm the vendor's own ncclCommDump fills it from the vendor's comm; on
+ * any other comm the dump stays empty. */
+#define NCCL_COMM_DUMP_SYMBOL                                                                  \
+  "_Z12ncclCommDumpP8ncclCommRSt13unordered_mapINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEES7_" \
+  "St4hashIS7_ESt8equal_toIS7_ESaISt4pairIKS7_S7_EEE"
+__attribute__((visibility("default"))) ncclResult_t hc_nccl_comm_dump(ncclComm_t comm, void *map)
+    __asm__(NCCL_COMM_DUMP_SYMBOL);
+ncclResult_t hc_nccl_comm_dump(ncclComm_t comm, void *map) {
+  typedef ncclResult_t (*dump_fn)(void *comm, void *map);
+  void *real = vendor_fn_for(comm, NCCL_COMM_DUMP_SYMBOL);
+  if (real != NULL) return ((dump_fn)real)((void *)comm, map);
+  NC_TRY(hc_comm_check(comm, "ncclCommDump"));
+  if (comm->vendor_comm != NULL) {
+    void *f = hc_vendor_symbol(comm->vendor, NCCL_COMM_DUMP_SYMBOL);
+    if (f != NULL) return ((dump_fn)f)(comm->vendor_comm, map);
+  }
+  return hetcclSuccess;
 }

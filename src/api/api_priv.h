@@ -29,11 +29,13 @@ struct hc_peer_info {
   int32_t device_id;
   int32_t group;       /* filled after the exchange: index of the group */
   int32_t vendor_ok;   /* the vendor library of device_kind loaded here */
+  int32_t vendor_version; /* its version (NCCL's numbering; RCCL reports its NCCL base) */
   char group_name[HC_GROUP_NAME_BYTES];
   struct hc_net_handle socket_handle;
   struct hc_net_handle shm_handle; /* valid when has_shm */
   int32_t has_shm;
   int32_t shm_window;  /* asked shm for windows: a pair with such a rank has them */
+  int32_t fp8_layout;  /* enum hc_fp8_layout: what this rank's fp8 buffers hold */
 };
 
 struct hc_premul_op {
@@ -61,6 +63,9 @@ struct hetcclComm {
   struct hc_peer_info *peers;     /* nranks */
   int ngroups;
   int *group_of;                  /* per rank: peers[i].group, for plans */
+  /* fp8 across the comm, from the peer table (the same on every rank):
+   * the first rank whose encodings differ from rank 0's, else -1. */
+  int fp8_odd_rank;
   struct hc_links links;
   void *socket_ctx;
   void *shm_ctx;
@@ -95,6 +100,9 @@ void hc_comm_set_async_error(struct hetcclComm *comm, hc_result_t r);
 void hc_comm_fail(struct hetcclComm *comm, hc_result_t r);
 /* Frees everything comm owns; takes half-built comms. */
 void hc_comm_free(struct hetcclComm *comm);
+
+/* "OCP (e4m3fn, e5m2)" or "fnuz (e4m3fnuz, e5m2fnuz)" for an enum hc_fp8_layout. */
+const char *hc_fp8_layout_name(int layout);
 
 /* Runs calls recorded for the current group, or one call right away. */
 struct hc_coll_args;

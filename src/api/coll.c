@@ -77,8 +77,10 @@ static hc_result_t vendor_check(const struct hetcclComm *comm, int vr, const cha
   return hc_vendor_check(comm->vendor, comm->vendor_comm, vr, what);
 }
 
-/* One call on a pass-through comm, as the vendor's own calls; the ones
- * NCCL lacks (all-to-all(v), gather, scatter) as grouped send/recv. */
+/* One call on a pass-through comm, as the vendor's own calls: all-to-all
+ * and all-to-all-v with the library's own functions where it has them
+ * (RCCL, NCCL >= 2.28 for all-to-all) and the buffers are distinct; those
+ * and gather, scatter otherwise as grouped send/recv. */
 static hc_result_t vendor_call(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t st) {
   const struct hc_vendor *v = comm->vendor;
   void *vc = comm->vendor_comm;
@@ -101,6 +103,14 @@ static hc_result_t vendor_call(struct hetcclComm *comm, const struct hc_coll_arg
   case HC_COLL_RECV: vr = v->recv(a->recvbuf, a->count, t, a->root, vc, st); break;
   case HC_COLL_ALLTOALL:
   case HC_COLL_ALLTOALLV:
+    if (a->coll == HC_COLL_ALLTOALL && v->all_to_all != NULL && a->sendbuf != a->recvbuf) {
+      vr = v->all_to_all(a->sendbuf, a->recvbuf, a->count, t, vc, st);
+      break;
+    }
+    if (a->coll == HC_COLL_ALLTOALLV && v->all_to_allv != NULL && a->sendbuf != a->recvbuf) {
+      vr = v->all_to_allv(a->sendbuf, a->sendcounts, a->sdispls, a->recvbuf, a->recvcounts, a->rdispls, t, vc, st);
+      break;
+    }
     for (int p = 0; p < n && vr == 0; p++) {
       bool eq = a->coll == HC_COLL_ALLTOALL;
       size_t sc = eq ? a->count : a->sendcounts[p], sd = eq ? a->count * (size_t)p : a->sdispls[p];
@@ -293,11 +303,49 @@ static hc_result_t check_size(size_t count, hetcclDataType_t t, int factor, cons
   return HC_OK;
 }
 
+/*
+ * fp8 is the one datatype whose bytes mean different numbers on different
+ * devices (OCP on NVIDIA GPUs, CPUs and in hetccl's kernels; fnuz on AMD
+ * gfx94x). Refused, never mixed: every rank decides from the same peer
+ * table, so all ranks refuse the same call and none waits for the others.
+ *  - ranks that hold different encodings: any fp8 call (even a copy would
+ *    hand one rank numbers it reads differently);
+ *  - a pass-through comm whose vendor library predates fp8;
+ *  - a reduction by hetccl's own kernels (not the vendor's) of fnuz data:
+ *    they implement the OCP encodings only.
+ */
+static bool coll_reduces(enum hc_coll c) {
+  return c == HC_COLL_ALLREDUCE || c == HC_COLL_REDUCE || c == HC_COLL_REDUCESCATTER;
+}
+
+static hc_result_t check_fp8(const struct hetcclComm *comm, const struct hc_coll_args *a, const char *fn) {
+  if (a->dtype != HC_FP8_E4M3 && a->dtype != HC_FP8_E5M2) return HC_OK;
+  const char *t = hc_dtype_name(a->dtype);
+  if (comm->fp8_odd_rank >= 0) {
+    int odd = comm->fp8_odd_rank;
+    return HC_FAIL(HC_ERR_ARG, "%s: %s on a comm whose ranks hold different fp8 encodings: rank 0 %s, rank %d %s "
+                   "(HETCCL_FP8_LAYOUT, or the device: AMD gfx94x is fnuz); convert to one encoding first, or move "
+                   "the bytes as uint8 without reducing", fn, t, hc_fp8_layout_name(comm->peers[0].fp8_layout), odd,
+                   hc_fp8_layout_name(comm->peers[odd].fp8_layout));
+  }
+  if (comm->vendor_comm != NULL) {
+    if (!comm->vendor->has_fp8)
+      return HC_FAIL(HC_ERR_ARG, "%s: %s: %s %d (%s) has no fp8 datatypes", fn, t, comm->vendor->name,
+                     comm->vendor->version, comm->vendor->path);
+    return HC_OK;
+  }
+  if (coll_reduces(a->coll) && comm->peers[0].fp8_layout == HC_FP8_FNUZ)
+    return HC_FAIL(HC_ERR_ARG, "%s: %s reduction of fnuz data (every rank holds e4m3fnuz / e5m2fnuz): hetccl's "
+                   "own kernels reduce the OCP encodings only; convert first", fn, t);
+  return HC_OK;
+}
+
 /* Checks shared by every call; then records or runs it. */
 static hc_result_t submit(struct hetcclComm *comm, struct hc_coll_args *a, hetcclStream_t stream,
                           const char *fn) {
   HC_TRY(hc_comm_check(comm, fn));
   HC_TRY(check_dtype((hetcclDataType_t)a->dtype, fn));
+  HC_TRY(check_fp8(comm, a, fn));
   HC_TRY(check_size(a->count, (hetcclDataType_t)a->dtype, comm->nranks, fn));
   return hc_coll_enqueue(comm, a, stream, fn);
 }

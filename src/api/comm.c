@@ -133,6 +133,11 @@ void hc_comm_free(struct hetcclComm *comm) {
 
 /* ---- config ---- */
 
+static const char *mem_kind_name(enum hc_mem_kind k) {
+  static const char *const names[] = {"host", "cuda", "hip"};
+  return (unsigned)k < HC_ARRAY_LEN(names) ? names[k] : "?";
+}
+
 /* Reads the fields the caller's struct has (by its size); UNDEF = default. */
 static hc_result_t config_resolve(const hetcclConfig_t *user, struct hc_config *out) {
   *out = (struct hc_config){.blocking = 1, .device_kind = HC_MEM_HOST};
@@ -156,9 +161,11 @@ static hc_result_t config_resolve(const hetcclConfig_t *user, struct hc_config *
     snprintf(out->comm_name, sizeof(out->comm_name), "%s", user->commName);
 #undef SET
 #undef HAS
-  if (out->device_kind != HC_MEM_HOST && hc_dev_get(out->device_kind) == NULL)
-    return HC_FAIL(HC_ERR_USAGE, "config.deviceKind %d: this build has no backend for that device kind",
-                   (int)out->device_kind);
+  if (out->device_kind != HC_MEM_HOST && hc_dev_get(out->device_kind) == NULL) {
+    const char *why = hc_dev_absent_reason(out->device_kind);
+    return HC_FAIL(HC_ERR_USAGE, "config.deviceKind %d (%s): that device backend is off: %s", (int)out->device_kind,
+                   mem_kind_name(out->device_kind), why && why[0] ? why : "not loaded");
+  }
   return HC_OK;
 }
 
@@ -207,20 +214,37 @@ static int assign_groups(struct hc_peer_info *peers, int nranks) {
   return ngroups;
 }
 
-static const char *mem_kind_name(enum hc_mem_kind k) {
-  static const char *const names[] = {"host", "cuda", "hip"};
-  return (unsigned)k < HC_ARRAY_LEN(names) ? names[k] : "?";
+const char *hc_fp8_layout_name(int layout) {
+  return layout == HC_FP8_FNUZ ? "fnuz (e4m3fnuz, e5m2fnuz)" : "OCP (e4m3fn, e5m2)";
+}
+
+/* What this rank's fp8 buffers hold: HETCCL_FP8_LAYOUT, else the device's
+ * (a CPU rank holds what hetccl's host kernels compute: OCP). */
+static hc_result_t local_fp8_layout(const struct hc_config *config, enum hc_fp8_layout *out) {
+  const char *s = hc_param_str(HC_P_FP8_LAYOUT);
+  *out = HC_FP8_OCP;
+  if (!strcmp(s, "ocp")) return HC_OK;
+  if (!strcmp(s, "fnuz")) {
+    *out = HC_FP8_FNUZ;
+    return HC_OK;
+  }
+  if (strcmp(s, "auto") != 0) return HC_FAIL(HC_ERR_USAGE, "HETCCL_FP8_LAYOUT=%s: not ocp, fnuz or auto", s);
+  const struct hc_dev_ops *d = config->device_kind == HC_MEM_HOST ? NULL : hc_dev_get(config->device_kind);
+  if (d == NULL || !HC_HAS_OP(d, struct hc_dev_ops, fp8_layout)) return HC_OK;
+  return d->fp8_layout(config->device_id, out);
 }
 
 /* Can the vendor's library run among the ranks of group g: each owns a
- * distinct GPU of one vendor, and each loaded that vendor's library? Every
- * rank decides it from the same table. */
+ * distinct GPU of one vendor, and each loaded that vendor's library in the
+ * same version (NCCL and RCCL do not promise to talk across versions)?
+ * Every rank decides it from the same table. */
 static bool vendor_can_run(const struct hetcclComm *comm, int g) {
   const struct hc_peer_info *p = comm->peers, *first = NULL;
   for (int i = 0; i < comm->nranks; i++) {
     if (p[i].group != g) continue;
     if (first == NULL) first = &p[i];
-    if (!p[i].vendor_ok || p[i].device_kind != first->device_kind) return false;
+    if (!p[i].vendor_ok || p[i].device_kind != first->device_kind || p[i].vendor_version != first->vendor_version)
+      return false;
     for (int j = 0; j < i; j++)
       if (p[j].group == g && p[j].host_hash == p[i].host_hash && p[j].device_id == p[i].device_id) return false;
   }
@@ -333,8 +357,13 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
                               .shm_handle = shm_handle, .has_shm = has_shm};
   snprintf(me->group_name, sizeof(me->group_name), "%s",
            config->group_name[0] ? config->group_name : mem_kind_name(config->device_kind));
-  me->vendor_ok = config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_VENDOR) &&
-                  hc_vendor_get(config->device_kind) != NULL;
+  const struct hc_vendor *my_vendor = config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_VENDOR)
+                                          ? hc_vendor_get(config->device_kind) : NULL;
+  me->vendor_ok = my_vendor != NULL;
+  me->vendor_version = my_vendor ? my_vendor->version : 0;
+  enum hc_fp8_layout fp8;
+  HC_TRY_GOTO(local_fp8_layout(config, &fp8), r, fail);
+  me->fp8_layout = (int32_t)fp8;
   HC_TRY_GOTO(hc_bootstrap_allgather(comm->boot, comm->peers, sizeof(*comm->peers)), r, fail);
   for (int i = 0; i < nranks; i++)
     if (comm->peers[i].magic != HC_PEER_INFO_MAGIC || comm->peers[i].rank != i) {
@@ -342,6 +371,13 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
       goto fail;
     }
   comm->ngroups = assign_groups(comm->peers, nranks);
+  comm->fp8_odd_rank = -1;
+  for (int i = 1; i < nranks && comm->fp8_odd_rank < 0; i++)
+    if (comm->peers[i].fp8_layout != comm->peers[0].fp8_layout) comm->fp8_odd_rank = i;
+  if (comm->fp8_odd_rank >= 0)
+    HC_INFO(HC_API, "rank %d: ranks 0 and %d hold different fp8 encodings (%s, %s): fp8 calls on this comm are "
+            "refused", rank, comm->fp8_odd_rank, hc_fp8_layout_name(comm->peers[0].fp8_layout),
+            hc_fp8_layout_name(comm->peers[comm->fp8_odd_rank].fp8_layout));
 
   HC_TRY_GOTO(hc_calloc(&comm->links.peer, (size_t)nranks, sizeof(*comm->links.peer), "links"), r, fail);
   comm->links.rank = rank;

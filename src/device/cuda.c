@@ -129,6 +129,12 @@ static bool cuda_has_mem_ops(void) {
          cu.cuMemHostGetDevicePointer_v2 != NULL && mem_ops_64 == 1;
 }
 
+/* Every NVIDIA GPU with fp8 (sm_89 and later) uses the OCP encodings. */
+static enum hc_fp8_layout cuda_fp8_layout(int cc_major, int cc_minor) {
+  (void)cc_major, (void)cc_minor;
+  return HC_FP8_OCP;
+}
+
 /* ---- contexts ---- */
 
 static int cuda_device_token(int dev, void **tok) {
@@ -601,6 +607,7 @@ const struct hc_gpu_vendor hc_gpu_vendor_cuda = {
     .err_str = cuda_err_str,
     .device_attr = cuda_device_attr,
     .has_mem_ops = cuda_has_mem_ops,
+    .fp8_layout = cuda_fp8_layout,
     .device_token = cuda_device_token,
     .ctx_get = cuda_ctx_get,
     .ctx_set = cuda_ctx_set,

@@ -1,11 +1,14 @@
 /* The registry of device backends: loaded on first use, once. */
 #include <pthread.h>
+#include <stdio.h>
 
 #include "device.h"
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static const struct hc_dev_ops *loaded[HC_MEM_KIND_COUNT];
 static struct hc_dev_caps caps[HC_MEM_KIND_COUNT];
+/* Why a backend is off: what its load said (hetccl-info, tests). */
+static char absent_reason[HC_MEM_KIND_COUNT][768];
 
 static void load_all(void) {
   const struct hc_dev_ops *candidates[] = {&hc_dev_host, &hc_dev_cuda, &hc_dev_hip};
@@ -13,10 +16,13 @@ static void load_all(void) {
     const struct hc_dev_ops *d = candidates[i];
     if (d->abi != HC_DEV_ABI || d->size < offsetof(struct hc_dev_ops, scale) + sizeof(d->scale)) {
       HC_INFO(HC_DEV, "device backend %s: built for ABI %u, not %u; off", d->name, d->abi, HC_DEV_ABI);
+      snprintf(absent_reason[d->kind], sizeof(absent_reason[d->kind]), "built for device ABI %u, not %u",
+               d->abi, HC_DEV_ABI);
       continue;
     }
     if (d->load(&caps[d->kind]) != HC_OK) {
       HC_INFO(HC_DEV, "device backend %s: not available (%s)", d->name, hc_last_error());
+      snprintf(absent_reason[d->kind], sizeof(absent_reason[d->kind]), "%s", hc_last_error());
       hc_set_last_error(""); /* an absent backend is not this thread's error */
       caps[d->kind] = (struct hc_dev_caps){0};
       continue;
@@ -37,6 +43,11 @@ const struct hc_dev_ops *hc_dev_get(enum hc_mem_kind kind) {
 struct hc_dev_caps hc_dev_caps(enum hc_mem_kind kind) {
   if (hc_dev_get(kind) == NULL) return (struct hc_dev_caps){0};
   return caps[kind];
+}
+
+const char *hc_dev_absent_reason(enum hc_mem_kind kind) {
+  if ((unsigned)kind >= HC_MEM_KIND_COUNT || hc_dev_get(kind) != NULL) return NULL;
+  return absent_reason[kind];
 }
 
 hc_result_t hc_dev_ptr_query(const void *p, struct hc_ptr_info *out) {

@@ -1,5 +1,5 @@
 /*
- * device: one backend per device kind (host today; cuda and hip later) behind
+ * device: one backend per device kind (host, cuda, hip) behind
  * an ops table: pointer kind, allocation, copies and reductions for every
  * datatype x op. Knows nothing of transports or plans.
  */
@@ -52,6 +52,13 @@ struct hc_ptr_info {
   int device;            /* GPU ordinal when kind is a GPU */
   bool host_pinned;      /* host memory registered with or allocated by this backend */
 };
+
+/* What the bytes of an fp8 buffer mean on a device: the OCP encodings
+ * (e4m3fn: NaN 0x7f/0xff, max 448; e5m2 with infinities), which NVIDIA
+ * GPUs and hetccl's kernels use, or the fnuz ones of AMD's gfx94x (MI300:
+ * one NaN 0x80, no negative zero, exponent bias one higher), which RCCL
+ * uses there. The same byte means different numbers in the two. */
+enum hc_fp8_layout { HC_FP8_OCP = 0, HC_FP8_FNUZ = 1 };
 
 /* Capabilities a backend found when it loaded. */
 struct hc_dev_caps {
@@ -109,6 +116,12 @@ struct hc_dev_ops {
   /* ops[0..n) in order on s, as flag_wait / flag_write would, in one
    * driver call where the driver has one (cuStreamBatchMemOp). */
   hc_result_t (*flag_batch)(hc_stream_t s, const struct hc_flag_op *ops, int n);
+  /* The fp8 encodings of device (its architecture decides). */
+  hc_result_t (*fp8_layout)(int device, enum hc_fp8_layout *out);
+  /* Whether the calling thread has a device of this backend current: CUDA,
+   * a current context (what cudaSetDevice / torch.cuda.set_device make);
+   * HIP, always (its runtime gives every thread a current device). */
+  hc_result_t (*thread_bound)(bool *bound);
 }; /* append only */
 
 #define HC_HAS_OP(ops, type, op) \
@@ -121,6 +134,9 @@ extern const struct hc_dev_ops hc_dev_host;
 const struct hc_dev_ops *hc_dev_get(enum hc_mem_kind kind);
 /* The caps found when kind's backend loaded; zeros when it is not loaded. */
 struct hc_dev_caps hc_dev_caps(enum hc_mem_kind kind);
+/* Why kind's backend did not load (its library, symbol or device is
+ * missing: the text of its INFO line); NULL when it is loaded. */
+const char *hc_dev_absent_reason(enum hc_mem_kind kind);
 /* What p is, asking every loaded GPU backend; host when none claims it. */
 hc_result_t hc_dev_ptr_query(const void *p, struct hc_ptr_info *out);
 

@@ -145,6 +145,16 @@ hc_result_t hc_gpu_set_device(struct hc_gpu *g, int device) {
   return HC_OK;
 }
 
+/* A context is current (HIP's ctx_get always names the current device). */
+hc_result_t hc_gpu_thread_bound(struct hc_gpu *g, bool *bound) {
+  void *tok = NULL;
+  *bound = false;
+  int e = g->v->ctx_get(&tok);
+  if (e != 0) return hc_gpu_fail(g, e, "get current context");
+  *bound = tok != NULL;
+  return HC_OK;
+}
+
 /* The runtime's answer (cudaGetDevice / hipGetDevice): the current
  * context's device, 0 when none is current. */
 hc_result_t hc_gpu_current_device(struct hc_gpu *g, int *device) {
@@ -411,5 +421,18 @@ hc_result_t hc_gpu_flag_batch(struct hc_gpu *g, hc_stream_t s, const struct hc_f
                      g->v->err_str(e), e);
   }
   for (int i = 0; i < n; i++) HC_TRY(flag_op(g, s, ops[i].flag, ops[i].value, ops[i].wait));
+  return HC_OK;
+}
+
+/* ---- datatypes ---- */
+
+hc_result_t hc_gpu_fp8_layout(struct hc_gpu *g, int device, enum hc_fp8_layout *out) {
+  int major = 0, minor = 0;
+  *out = HC_FP8_OCP;
+  HC_TRY(check_device(g, device));
+  int e = g->v->device_attr(device, HC_GPU_ATTR_CC_MAJOR, &major);
+  if (e == 0) e = g->v->device_attr(device, HC_GPU_ATTR_CC_MINOR, &minor);
+  if (e != 0) return hc_gpu_fail(g, e, "compute capability (for the fp8 encodings)");
+  *out = g->v->fp8_layout(major, minor);
   return HC_OK;
 }

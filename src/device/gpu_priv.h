@@ -65,6 +65,9 @@ struct hc_gpu_vendor {
   int (*device_attr)(int dev, enum hc_gpu_attr a, int *value);
   /* Whether stream wait/write value can run on the GPU (entry points found). */
   bool (*has_mem_ops)(void);
+  /* The fp8 encodings of a device of this compute capability: a table
+   * fact of the vendor (CUDA: always OCP; HIP: fnuz on 9.4, gfx94x). */
+  enum hc_fp8_layout (*fp8_layout)(int cc_major, int cc_minor);
 
   /* ---- contexts ---- */
   int (*device_token)(int dev, void **tok); /* retains the primary context */
@@ -192,6 +195,8 @@ hc_result_t hc_gpu_flag_batch(struct hc_gpu *g, hc_stream_t s, const struct hc_f
 hc_result_t hc_gpu_stream_sync(struct hc_gpu *g, hc_stream_t s);
 hc_result_t hc_gpu_stream_capturing(struct hc_gpu *g, hc_stream_t s, bool *capturing);
 hc_result_t hc_gpu_current_device(struct hc_gpu *g, int *device);
+hc_result_t hc_gpu_fp8_layout(struct hc_gpu *g, int device, enum hc_fp8_layout *out);
+hc_result_t hc_gpu_thread_bound(struct hc_gpu *g, bool *bound);
 
 /* ---- shared between gpu.c and gpu_reduce.c ---- */
 
@@ -297,6 +302,10 @@ extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
     return hc_gpu_stream_capturing(&st, q, c);                                             \
   }                                                                                        \
   static hc_result_t st##_current_device(int *d) { return hc_gpu_current_device(&st, d); } \
+  static hc_result_t st##_fp8_layout(int d, enum hc_fp8_layout *o) {                       \
+    return hc_gpu_fp8_layout(&st, d, o);                                                   \
+  }                                                                                        \
+  static hc_result_t st##_thread_bound(bool *b) { return hc_gpu_thread_bound(&st, b); }     \
   const struct hc_dev_ops sym = {                                                          \
       .size = sizeof(struct hc_dev_ops),                                                   \
       .abi = HC_DEV_ABI,                                                                   \
@@ -323,10 +332,12 @@ extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
       .stream_wait_event = st##_stream_wait_event,                                         \
       .flag_wait = st##_flag_wait,                                                         \
       .flag_write = st##_flag_write,                                                       \
-      .flag_batch = st##_flag_batch,                                                       \
       .stream_sync = st##_stream_sync,                                                     \
       .stream_capturing = st##_stream_capturing,                                           \
       .current_device = st##_current_device,                                               \
+      .flag_batch = st##_flag_batch,                                                       \
+      .fp8_layout = st##_fp8_layout,                                                       \
+      .thread_bound = st##_thread_bound,                                                   \
   };
 
 #endif

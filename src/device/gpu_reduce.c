@@ -127,7 +127,12 @@ static hc_result_t build_kernels(struct hc_gpu *g, int dev, struct hc_gpu_dev *d
   hc_result_t r = HC_ERR_DEVICE;
   hc_set_last_error("no compile target");
   for (int attempt = 0; v->rtc_target(dev, attempt, opt, sizeof(opt), &binary) == 0; attempt++) {
-    snprintf(key, sizeof(key), "%s %s", opt, binary ? "bin" : "ptx");
+    /* An empty option compiles for the current device (hipRTC): that image
+     * is this device's, not to be reused by a device of another target. */
+    if (opt[0])
+      snprintf(key, sizeof(key), "%s %s", opt, binary ? "bin" : "ptx");
+    else
+      snprintf(key, sizeof(key), "device %d %s", dev, binary ? "bin" : "ptx");
     if (g->image == NULL || strcmp(g->image_target, key) != 0) {
       void *image = NULL;
       size_t size = 0;

@@ -1,12 +1,16 @@
 /*
  * device/hip: the ROCm backend = gpu.c's generic ops over this vendor table.
  * This file only opens libamdhip64.so and hipRTC at run time, resolves their
- * entry points (listed once below) and wraps each call in hetccl's uniform
- * signature. No HIP header is needed to build it.
+ * entry points (listed once, in hip_api.h, with every constant it uses) and
+ * wraps each call in hetccl's uniform signature. No HIP header is needed to
+ * build it; where ROCm's headers are installed, tests/gpu/hip_constants_check.c
+ * compares every constant with theirs at compile time.
  *
- * Not run anywhere yet (no AMD GPU): what the NVIDIA runs exercise is
- * everything but this table. It must load cleanly and say why at INFO
- * when ROCm or a device is absent.
+ * Not run on an AMD GPU yet (there is none): what the NVIDIA runs exercise
+ * is everything but this table. Where Debian's HIP 5.2 is installed, CI
+ * loads the real libamdhip64, resolves every entry point, finds no device
+ * and says so (ctest device_hip_absent); hipRTC compiles the kernels for
+ * gfx90a there (ctest gpu_kernels_host).
  *
  * Contexts: HIP has a current device per thread, not contexts; a token is
  * device + 1. A stream's device comes from hipStreamGetDevice (ROCm 5.5+);
@@ -24,118 +28,36 @@
 #include <stdlib.h>
 
 #include "gpu_priv.h"
+#include "hip_api.h"
 
-/* ---- HIP types and constants, copied by value from ROCm's headers ---- */
-typedef int hipError_t;
-typedef int hiprtcResult;
-typedef void *hipStream_t, *hipEvent_t, *hipModule_t, *hipFunction_t, *hiprtcProgram;
-typedef void (*hipStreamCallback_t)(hipStream_t s, hipError_t status, void *arg);
-
-/* hip/hip_runtime_api.h (hipError_t) */
-#define hipSuccess 0
-#define hipErrorInvalidValue 1
-#define hipErrorNoDevice 100
-#define hipErrorNotReady 600
-#define hipErrorNotSupported 801
-/* hip/hip_runtime_api.h (hipDeviceAttribute_t; same in ROCm 5 and 6) */
-#define hipDeviceAttributeComputeCapabilityMajor 23
-#define hipDeviceAttributeComputeCapabilityMinor 61
-#define hipDeviceAttributeMultiprocessorCount 63
-/* hip/hip_runtime_api.h (flags) */
-#define hipHostMallocPortable 0x1
-#define hipHostMallocMapped 0x2
-#define hipHostRegisterPortable 0x1
-#define hipHostRegisterMapped 0x2
-#define hipStreamNonBlocking 0x01
-#define hipEventDisableTiming 0x2
-#define hipStreamWaitValueGte 0x0
-#define hipStreamCaptureStatusNone 0
-/* hip/driver_types.h (hipMemcpyKind) */
-#define hipMemcpyDefault 4
-/* hip/hip_runtime_api.h (hipMemoryType): ROCm 5 numbering, then ROCm 6's */
-#define HIP5_MEMORY_TYPE_HOST 0
-#define HIP6_MEMORY_TYPE_UNREGISTERED 0
-#define HIP6_MEMORY_TYPE_HOST 1
-#define HIP_VERSION_6_0 60000000 /* HIP_VERSION = major * 1e7 + minor * 1e5 + patch */
-
-/* hip/hip_runtime_api.h: hipPointerAttribute_t (the first field is
- * `memoryType` in ROCm 5 and `type` in ROCm 6; same layout). */
-struct hip_ptr_attr {
-  int type;
-  int device;
-  void *device_pointer;
-  void *host_pointer;
-  int is_managed;
-  unsigned allocation_flags;
+/* The constants, one enum constant each, as ROCm's headers name them. */
+#define HIP_CONSTANT(name, value) name = (value),
+#define HIP_MEMORY_TYPE(name, header_name, value) name = (value),
+enum {
+  HC_HIP_CONSTANTS(HIP_CONSTANT)
+  HC_HIP5_MEMORY_TYPES(HIP_MEMORY_TYPE)
+  HC_HIP6_MEMORY_TYPES(HIP_MEMORY_TYPE)
 };
-
-#define HIP_SYMBOLS(X, OPT)                                                                  \
-  X(hipGetErrorString, const char *, (hipError_t e))                                          \
-  X(hipInit, hipError_t, (unsigned flags))                                                    \
-  X(hipRuntimeGetVersion, hipError_t, (int *v))                                               \
-  X(hipGetDeviceCount, hipError_t, (int *n))                                                  \
-  X(hipDeviceGetAttribute, hipError_t, (int *v, int attr, int dev))                           \
-  X(hipSetDevice, hipError_t, (int dev))                                                      \
-  X(hipGetDevice, hipError_t, (int *dev))                                                     \
-  X(hipMalloc, hipError_t, (void **p, size_t n))                                              \
-  X(hipFree, hipError_t, (void *p))                                                           \
-  X(hipHostMalloc, hipError_t, (void **p, size_t n, unsigned flags))                          \
-  X(hipHostFree, hipError_t, (void *p))                                                       \
-  X(hipHostRegister, hipError_t, (void *p, size_t n, unsigned flags))                         \
-  X(hipHostUnregister, hipError_t, (void *p))                                                 \
-  X(hipPointerGetAttributes, hipError_t, (struct hip_ptr_attr * a, const void *p))            \
-  X(hipMemcpyAsync, hipError_t, (void *dst, const void *src, size_t n, int kind, hipStream_t s)) \
-  X(hipStreamCreateWithFlags, hipError_t, (hipStream_t * s, unsigned flags))                  \
-  X(hipStreamDestroy, hipError_t, (hipStream_t s))                                            \
-  X(hipStreamSynchronize, hipError_t, (hipStream_t s))                                        \
-  X(hipStreamIsCapturing, hipError_t, (hipStream_t s, int *status))                           \
-  X(hipEventCreateWithFlags, hipError_t, (hipEvent_t * e, unsigned flags))                    \
-  X(hipEventRecord, hipError_t, (hipEvent_t e, hipStream_t s))                                \
-  X(hipEventQuery, hipError_t, (hipEvent_t e))                                                \
-  X(hipEventDestroy, hipError_t, (hipEvent_t e))                                              \
-  X(hipStreamWaitEvent, hipError_t, (hipStream_t s, hipEvent_t e, unsigned flags))            \
-  X(hipStreamAddCallback, hipError_t, (hipStream_t s, hipStreamCallback_t cb, void *arg, unsigned flags)) \
-  X(hipModuleLoadData, hipError_t, (hipModule_t * m, const void *image))                      \
-  X(hipModuleUnload, hipError_t, (hipModule_t m))                                             \
-  X(hipModuleGetFunction, hipError_t, (hipFunction_t * f, hipModule_t m, const char *name))   \
-  X(hipModuleLaunchKernel, hipError_t,                                                        \
-    (hipFunction_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,        \
-     unsigned bz, unsigned shmem, hipStream_t s, void **params, void **extra))                \
-  OPT(hipStreamGetDevice, hipError_t, (hipStream_t s, int *dev))                              \
-  OPT(hipLaunchHostFunc, hipError_t, (hipStream_t s, void (*fn)(void *), void *arg))          \
-  OPT(hipStreamWaitValue64, hipError_t, (hipStream_t s, void *p, uint64_t v, unsigned flags, uint64_t mask)) \
-  OPT(hipStreamWriteValue64, hipError_t, (hipStream_t s, void *p, uint64_t v, unsigned flags))
-
-/* hip/hiprtc.h */
-#define HIPRTC_SYMBOLS(X, OPT)                                                               \
-  X(hiprtcGetErrorString, const char *, (hiprtcResult r))                                     \
-  X(hiprtcCreateProgram, hiprtcResult,                                                        \
-    (hiprtcProgram * p, const char *src, const char *name, int nheaders,                      \
-     const char *const *headers, const char *const *include_names))                           \
-  X(hiprtcDestroyProgram, hiprtcResult, (hiprtcProgram * p))                                  \
-  X(hiprtcCompileProgram, hiprtcResult, (hiprtcProgram p, int nopts, const char *const *opts)) \
-  X(hiprtcGetProgramLogSize, hiprtcResult, (hiprtcProgram p, size_t *n))                      \
-  X(hiprtcGetProgramLog, hiprtcResult, (hiprtcProgram p, char *log))                          \
-  X(hiprtcGetCodeSize, hiprtcResult, (hiprtcProgram p, size_t *n))                            \
-  X(hiprtcGetCode, hiprtcResult, (hiprtcProgram p, char *code))
+#undef HIP_CONSTANT
+#undef HIP_MEMORY_TYPE
 
 #define DECLARE_SYM(name, ret, params) ret(*name) params;
 static struct hip_syms {
-  HIP_SYMBOLS(DECLARE_SYM, DECLARE_SYM)
+  HC_HIP_SYMBOLS(DECLARE_SYM, DECLARE_SYM)
 } hip;
 static struct hiprtc_syms {
-  HIPRTC_SYMBOLS(DECLARE_SYM, DECLARE_SYM)
+  HC_HIPRTC_SYMBOLS(DECLARE_SYM, DECLARE_SYM)
 } rtc;
 #undef DECLARE_SYM
 
 #define SYM(name, ret, params) {#name, offsetof(struct hip_syms, name), false},
 #define SYM_OPT(name, ret, params) {#name, offsetof(struct hip_syms, name), true},
-static const struct hc_gpu_sym hip_syms[] = {HIP_SYMBOLS(SYM, SYM_OPT)};
+static const struct hc_gpu_sym hip_syms[] = {HC_HIP_SYMBOLS(SYM, SYM_OPT)};
 #undef SYM
 #undef SYM_OPT
 #define SYM(name, ret, params) {#name, offsetof(struct hiprtc_syms, name), false},
 #define SYM_OPT(name, ret, params) {#name, offsetof(struct hiprtc_syms, name), true},
-static const struct hc_gpu_sym hiprtc_syms[] = {HIPRTC_SYMBOLS(SYM, SYM_OPT)};
+static const struct hc_gpu_sym hiprtc_syms[] = {HC_HIPRTC_SYMBOLS(SYM, SYM_OPT)};
 #undef SYM
 #undef SYM_OPT
 
@@ -166,6 +88,34 @@ static void *open_first(const char *const *names, size_t n) {
   return NULL;
 }
 
+/* "libamdhip64.so.5 (HIP 5.2.21153): 29 entry points, optional ones absent:
+ * hipStreamGetDevice" - what was loaded, for the INFO line and the "no
+ * device" text (hetccl-info, tests). */
+static void describe_library(char *buf, size_t n) {
+  char where[256] = "libamdhip64";
+  Dl_info info;
+  if (dladdr((void *)(uintptr_t)hip.hipInit, &info) && info.dli_fname)
+    snprintf(where, sizeof(where), "%s", info.dli_fname);
+  size_t required = 0, absent_optional = 0;
+  char absent_names[256] = "";
+  for (size_t i = 0; i < HC_ARRAY_LEN(hip_syms); i++) {
+    void *f;
+    memcpy(&f, (char *)&hip + hip_syms[i].offset, sizeof(f));
+    if (!hip_syms[i].optional) {
+      required++;
+    } else if (f == NULL) {
+      size_t used = strlen(absent_names);
+      snprintf(absent_names + used, sizeof(absent_names) - used, "%s%s", absent_optional ? ", " : "",
+               hip_syms[i].name);
+      absent_optional++;
+    }
+  }
+  snprintf(buf, n, "%s (HIP %d.%d.%d): all %zu required entry points resolved, %zu of %zu optional%s%s",
+           where, runtime_version / 10000000, runtime_version / 100000 % 100, runtime_version % 100000,
+           required, HC_ARRAY_LEN(hip_syms) - required - absent_optional, HC_ARRAY_LEN(hip_syms) - required,
+           absent_optional ? "; absent: " : "", absent_names);
+}
+
 static hc_result_t hip_open(int *ndev) {
   *ndev = 0;
   void *h = open_first(hip_libs, HC_ARRAY_LEN(hip_libs));
@@ -176,17 +126,22 @@ static hc_result_t hip_open(int *ndev) {
     memset(&hip, 0, sizeof(hip));
     return absent("hip: libamdhip64 lacks %s (ROCm too old)", missing);
   }
-  /* Loaded for good from here: the runtime may have started threads. */
+  /* Loaded for good from here: the runtime may have started threads. The
+   * version needs no device (hipRuntimeGetVersion works before hipInit). */
   if (hip.hipRuntimeGetVersion(&runtime_version) != hipSuccess) runtime_version = 0;
-  int e = hip.hipInit(0);
-  if (e == hipErrorNoDevice) return absent("hip: no AMD GPU (hipInit: %d)", e);
-  if (e != hipSuccess) return absent("hip: no usable AMD GPU: hipInit: %s (%d)", hip_err_str(e), e);
-  int n = 0;
-  e = hip.hipGetDeviceCount(&n);
-  if (e == hipErrorNoDevice || (e == hipSuccess && n <= 0)) return absent("hip: no AMD GPU");
-  if (e != hipSuccess) return absent("hip: hipGetDeviceCount failed: %s (%d)", hip_err_str(e), e);
-  HC_INFO(HC_DEV, "hip: runtime %d.%d, %d devices", runtime_version / 10000000,
-          runtime_version / 100000 % 100, n);
+  char lib[512];
+  describe_library(lib, sizeof(lib));
+  /* Without a GPU, ROCm 5.2's hipInit says hipErrorInvalidDevice and
+   * hipGetDeviceCount hipErrorNoDevice: both mean "no AMD GPU". */
+  int init = hip.hipInit(0), n = 0;
+  int count = hip.hipGetDeviceCount(&n);
+  if (init != hipSuccess || count != hipSuccess || n <= 0) {
+    bool none = init == hipErrorNoDevice || init == hipErrorInvalidDevice || count == hipErrorNoDevice ||
+                (count == hipSuccess && n <= 0);
+    return absent("hip: %s (hipInit: %s, hipGetDeviceCount: %s); %s",
+                  none ? "no AMD GPU" : "no usable AMD GPU", hip_err_str(init), hip_err_str(count), lib);
+  }
+  HC_INFO(HC_DEV, "hip: %s; %d devices", lib, n);
   *ndev = n;
   return HC_OK;
 }
@@ -202,6 +157,13 @@ static int hip_device_attr(int dev, enum hc_gpu_attr a, int *value) {
 
 static bool hip_has_mem_ops(void) {
   return hip.hipStreamWaitValue64 != NULL && hip.hipStreamWriteValue64 != NULL;
+}
+
+/* HIP reports an AMD GPU's gfx9.x.y as compute capability 9.x: gfx94x
+ * (MI300) is 9.4, whose fp8 instructions and RCCL use the fnuz encodings;
+ * gfx950 (MI350) and RDNA4 use the OCP ones. */
+static enum hc_fp8_layout hip_fp8_layout(int cc_major, int cc_minor) {
+  return cc_major == 9 && cc_minor == 4 ? HC_FP8_FNUZ : HC_FP8_OCP;
 }
 
 /* ---- contexts: token = device + 1 ---- */
@@ -260,7 +222,7 @@ static int hip_ptr_attrs(const void *p, enum hc_gpu_ptr_type *type, int *device)
   *device = -1;
   int e = hip.hipPointerGetAttributes(&u.a, p);
   if (e != hipSuccess) return e; /* ROCm 5: hipErrorInvalidValue for pageable memory */
-  bool rocm6 = runtime_version >= HIP_VERSION_6_0;
+  bool rocm6 = runtime_version >= HC_HIP_VERSION_6_0;
   int host = rocm6 ? HIP6_MEMORY_TYPE_HOST : HIP5_MEMORY_TYPE_HOST;
   if (rocm6 && u.a.type == HIP6_MEMORY_TYPE_UNREGISTERED && !u.a.is_managed) return hipSuccess;
   if (u.a.type == host && !u.a.is_managed) {
@@ -295,13 +257,28 @@ static int hip_event_record(void *e, void *s) { return hip.hipEventRecord(e, s);
 static int hip_event_query(void *e) { return hip.hipEventQuery(e); }
 static int hip_stream_wait_event(void *s, void *e) { return hip.hipStreamWaitEvent(s, e, 0); }
 
-/* Mapped host memory is addressed by its host pointer. */
+/* A flag's device address. ROCm documents the device pointer of mapped
+ * host memory (hipHostMallocMapped, hipHostRegisterMapped: every flag and
+ * shm window counter) as hipHostGetDevicePointer's answer, which need not
+ * be the host address for registered memory; the host address is the
+ * fallback where the entry point is missing (unified addressing). One
+ * runtime call per flag operation, as CUDA without
+ * CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM. Not run on an AMD GPU. */
+static int flag_dptr(volatile uint64_t *flag, void **d) {
+  *d = (void *)(uintptr_t)flag;
+  return hip.hipHostGetDevicePointer ? hip.hipHostGetDevicePointer(d, (void *)(uintptr_t)flag, 0) : hipSuccess;
+}
+
 static int hip_wait_value64(void *s, volatile uint64_t *flag, uint64_t v) {
-  return hip.hipStreamWaitValue64(s, (void *)(uintptr_t)flag, v, hipStreamWaitValueGte, ~0ull);
+  void *d = NULL;
+  int e = flag_dptr(flag, &d);
+  return e != hipSuccess ? e : hip.hipStreamWaitValue64(s, d, v, hipStreamWaitValueGte, ~0ull);
 }
 
 static int hip_write_value64(void *s, volatile uint64_t *flag, uint64_t v) {
-  return hip.hipStreamWriteValue64(s, (void *)(uintptr_t)flag, v, 0);
+  void *d = NULL;
+  int e = flag_dptr(flag, &d);
+  return e != hipSuccess ? e : hip.hipStreamWriteValue64(s, d, v, 0);
 }
 
 /* hipStreamAddCallback's shape, for ROCm without hipLaunchHostFunc. */
@@ -433,6 +410,7 @@ const struct hc_gpu_vendor hc_gpu_vendor_hip = {
     .err_str = hip_err_str,
     .device_attr = hip_device_attr,
     .has_mem_ops = hip_has_mem_ops,
+    .fp8_layout = hip_fp8_layout,
     .device_token = hip_device_token,
     .ctx_get = hip_ctx_get,
     .ctx_set = hip_ctx_set,

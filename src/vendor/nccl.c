@@ -9,28 +9,60 @@
 
 #include "vendor.h"
 
-/* Every function the adapter uses, resolved in one loop: the strong
- * pnccl<X> first (what NCCL itself calls), then nccl<X>. */
+/* Every function the adapter uses, resolved in one loop: field, its name
+ * in NCCL's spelling, another spelling some releases use instead ("" for
+ * none), and whether a library without it is still used. For each
+ * spelling, the strong pnccl<X> first (what the library itself calls),
+ * then nccl<X>. */
 #define HC_VENDOR_SYMBOLS(X)                                                   \
-  X(get_version, "GetVersion")                                                 \
-  X(get_unique_id, "GetUniqueId")                                              \
-  X(comm_init_rank, "CommInitRank")                                            \
-  X(comm_destroy, "CommDestroy")                                               \
-  X(comm_abort, "CommAbort")                                                   \
-  X(comm_get_async_error, "CommGetAsyncError")                                 \
-  X(get_error_string, "GetErrorString")                                        \
-  X(get_last_error, "GetLastError")                                            \
-  X(all_reduce, "AllReduce")                                                   \
-  X(broadcast, "Broadcast")                                                    \
-  X(reduce, "Reduce")                                                          \
-  X(all_gather, "AllGather")                                                   \
-  X(reduce_scatter, "ReduceScatter")                                           \
-  X(send, "Send")                                                              \
-  X(recv, "Recv")                                                              \
-  X(group_start, "GroupStart")                                                 \
-  X(group_end, "GroupEnd")                                                     \
-  X(red_op_create_pre_mul_sum, "RedOpCreatePreMulSum")                         \
-  X(red_op_destroy, "RedOpDestroy")
+  X(get_version, "GetVersion", "", true)                                       \
+  X(get_unique_id, "GetUniqueId", "", true)                                    \
+  X(comm_init_rank, "CommInitRank", "", true)                                  \
+  X(comm_destroy, "CommDestroy", "", true)                                     \
+  X(comm_abort, "CommAbort", "", true)                                         \
+  X(comm_get_async_error, "CommGetAsyncError", "", true)                       \
+  X(get_error_string, "GetErrorString", "", true)                              \
+  X(get_last_error, "GetLastError", "", true)                                  \
+  X(all_reduce, "AllReduce", "", true)                                         \
+  X(broadcast, "Broadcast", "", true)                                          \
+  X(reduce, "Reduce", "", true)                                                \
+  X(all_gather, "AllGather", "", true)                                         \
+  X(reduce_scatter, "ReduceScatter", "", true)                                 \
+  X(send, "Send", "", true)                                                    \
+  X(recv, "Recv", "", true)                                                    \
+  X(group_start, "GroupStart", "", true)                                       \
+  X(group_end, "GroupEnd", "", true)                                           \
+  X(red_op_create_pre_mul_sum, "RedOpCreatePreMulSum", "", true)               \
+  X(red_op_destroy, "RedOpDestroy", "", true)                                  \
+  X(all_to_all, "AlltoAll", "AllToAll", false)                                 \
+  X(all_to_allv, "AlltoAllv", "AllToAllv", false)
+
+/* Facts that differ between the two libraries, by version (the NCCL API
+ * version each reports: RCCL reports the NCCL release it is based on). */
+struct vendor_traits {
+  const char *name, *soname;
+  enum hc_param library_param;
+  const char *library_param_name;
+  /* A pip-installed PyTorch's own copy: folders relative to its
+   * libtorch_<gpu>.so that may hold the library. */
+  const char *torch_lib;
+  const char *torch_dirs[2];
+  int fp8_since; /* first version whose ncclDataType_t has the fp8 types */
+};
+static const struct vendor_traits traits[2] = {
+    /* NCCL 2.24.3 added ncclFloat8e4m3 / e5m2. */
+    {"nccl", "libnccl.so.2", HC_P_NCCL_LIBRARY, "HETCCL_NCCL_LIBRARY", "libtorch_cuda.so",
+     {"../../nvidia/nccl/lib", "../../nvidia/cu13/lib"}, 22400},
+    /* RCCL had them (as RCCL_FLOAT8, the same values 10 and 11) before
+     * NCCL; from its 2.20 line on, as far as hetccl knows (not run here:
+     * no AMD GPU). On gfx94x (MI300) they hold the fnuz encodings. */
+    {"rccl", "librccl.so.1", HC_P_RCCL_LIBRARY, "HETCCL_RCCL_LIBRARY", "libtorch_hip.so", {".", NULL}, 22000},
+};
+
+hc_result_t hc_vendor_result(int vendor_result) {
+  if (vendor_result >= 0 && vendor_result <= (int)HC_IN_PROGRESS) return (hc_result_t)vendor_result;
+  return HC_ERR_REMOTE;
+}
 
 /* RTLD_DEEPBIND binds the vendor library's own calls inside it; the
  * sanitizer runtimes refuse it (their interceptors must see every call), so
@@ -89,25 +121,37 @@ static bool try_open(struct hc_vendor *v, const char *path, void **out) {
   return true;
 }
 
+/* p<name>, <name>, then the same for other_name; NULL when none is there. */
+static void *resolve(void *h, const char *name, const char *other_name) {
+  const char *const names[] = {name, other_name};
+  char sym[96];
+  for (size_t i = 0; i < HC_ARRAY_LEN(names); i++) {
+    if (!names[i][0]) continue;
+    snprintf(sym, sizeof(sym), "pnccl%s", names[i]);
+    void *f = dlsym(h, sym);
+    if (f == NULL) {
+      snprintf(sym, sizeof(sym), "nccl%s", names[i]);
+      f = dlsym(h, sym);
+    }
+    if (f != NULL) return f;
+  }
+  return NULL;
+}
+
 static void load(int which) {
   struct hc_vendor *v = &vendors[which];
-  const bool rccl = which == 1;
-  v->name = rccl ? "rccl" : "nccl";
-  const char *soname = rccl ? "librccl.so.1" : "libnccl.so.2";
+  const struct vendor_traits *t = &traits[which];
+  v->name = t->name;
+  const char *soname = t->soname;
   void *h = NULL;
   char path[600];
-  const char *forced = hc_param_str(rccl ? HC_P_RCCL_LIBRARY : HC_P_NCCL_LIBRARY);
+  const char *forced = hc_param_str(t->library_param);
   if (forced[0]) try_open(v, forced, &h);
-  if (h == NULL) {
-    struct find_ctx f = {.name = "libtorch_cuda.so"};
-    if (rccl) f.name = "libtorch_hip.so";
-    if (dl_iterate_phdr(find_loaded, &f)) {
-      snprintf(path, sizeof(path), rccl ? "%s/%s" : "%s/../../nvidia/nccl/lib/%s", f.dir, soname);
+  struct find_ctx f = {.name = t->torch_lib};
+  if (h == NULL && dl_iterate_phdr(find_loaded, &f)) {
+    for (size_t i = 0; h == NULL && i < HC_ARRAY_LEN(t->torch_dirs) && t->torch_dirs[i]; i++) {
+      snprintf(path, sizeof(path), "%s/%s/%s", f.dir, t->torch_dirs[i], soname);
       try_open(v, path, &h);
-      if (h == NULL && !rccl) {
-        snprintf(path, sizeof(path), "%s/../../nvidia/cu13/lib/%s", f.dir, soname);
-        try_open(v, path, &h);
-      }
     }
   }
   const char *system_dirs[] = {"/usr/lib/x86_64-linux-gnu", "/usr/local/cuda/lib64", "/usr/lib64",
@@ -117,21 +161,15 @@ static void load(int which) {
     try_open(v, path, &h);
   }
   if (h == NULL) {
-    HC_INFO(HC_VENDOR, "%s: no %s found (HETCCL_%s_LIBRARY names one); hetccl runs its own algorithms",
-            v->name, soname, rccl ? "RCCL" : "NCCL");
+    HC_INFO(HC_VENDOR, "%s: no %s found (%s names one); hetccl runs its own algorithms", v->name, soname,
+            t->library_param_name);
     return;
   }
-  char sym[96];
   bool complete = true;
-#define RESOLVE(field, suffix)                                                 \
-  snprintf(sym, sizeof(sym), "pnccl%s", suffix);                               \
-  *(void **)&v->field = dlsym(h, sym);                                         \
-  if (v->field == NULL) {                                                      \
-    snprintf(sym, sizeof(sym), "nccl%s", suffix);                              \
-    *(void **)&v->field = dlsym(h, sym);                                       \
-  }                                                                            \
-  if (v->field == NULL) {                                                      \
-    HC_INFO(HC_VENDOR, "%s: %s lacks %s", v->name, v->path, sym);              \
+#define RESOLVE(field, spelling, other_spelling, required)                     \
+  *(void **)&v->field = resolve(h, spelling, other_spelling);                  \
+  if (v->field == NULL && (required)) {                                        \
+    HC_INFO(HC_VENDOR, "%s: %s lacks nccl%s", v->name, v->path, spelling);     \
     complete = false;                                                          \
   }
   HC_VENDOR_SYMBOLS(RESOLVE)
@@ -140,12 +178,15 @@ static void load(int which) {
     dlclose(h);
     return;
   }
+  v->has_fp8 = v->version >= t->fp8_since;
   vendor_ok[which] = true;
   if (v->shared)
     HC_INFO(HC_VENDOR, "%s %d from %s, which the program had loaded already: its calls to the nccl* names land in "
             "hetccl, which sends those on the vendor's comms back to it", v->name, v->version, v->path);
   else
-    HC_INFO(HC_VENDOR, "%s %d loaded privately from %s", v->name, v->version, v->path);
+    HC_INFO(HC_VENDOR, "%s %d loaded privately from %s; all-to-all %s, all-to-all-v %s, fp8 %s", v->name, v->version,
+            v->path, v->all_to_all ? "native" : "as send/recv", v->all_to_allv ? "native" : "as send/recv",
+            v->has_fp8 ? "yes" : "no");
 }
 
 static void load_nccl(void) { load(0); }
@@ -165,7 +206,7 @@ const struct hc_vendor *hc_vendor_get(enum hc_mem_kind kind) {
 
 hc_result_t hc_vendor_check(const struct hc_vendor *v, void *comm, int result, const char *what) {
   if (result == 0) return HC_OK;
-  return HC_FAIL((hc_result_t)result, "%s %s: %s: %s", v->name, what, v->get_error_string(result),
+  return HC_FAIL(hc_vendor_result(result), "%s %s: %s (%d): %s", v->name, what, v->get_error_string(result), result,
                  v->get_last_error(comm));
 }
 

@@ -48,14 +48,30 @@ struct hc_vendor {
   int (*group_end)(void);
   int (*red_op_create_pre_mul_sum)(int *op, void *scalar, int dtype, int residence, void *comm);
   int (*red_op_destroy)(int op, void *comm);
+  /* Optional: NULL where the library lacks them. All-to-all is RCCL's
+   * ncclAllToAll (every RCCL) or ncclAlltoAll (NCCL 2.28, newest RCCL);
+   * all-to-all-v is RCCL's only (ncclAllToAllv, newest ncclAlltoAllv).
+   * Counts and displacements in elements. Neither takes sendbuff ==
+   * recvbuff (RCCL's header says in place is not supported). */
+  int (*all_to_all)(const void *s, void *r, size_t count, int dtype, void *comm, void *stream);
+  int (*all_to_allv)(const void *s, const size_t *scounts, const size_t *sdispls, void *r, const size_t *rcounts,
+                     const size_t *rdispls, int dtype, void *comm, void *stream);
+  /* What this library's version means to hetccl (vendor.c's table). */
+  bool has_fp8; /* ncclFloat8e4m3 / e5m2 (10, 11) are in its ncclDataType_t */
 };
+
+/* hetccl's result for a code the vendor returned: 0 to 7 mean the same in
+ * every NCCL and RCCL; ncclTimeout (8 in NCCL 2.30 and the newest RCCL,
+ * where NCCL 2.28 callers read 8 as ncclNumResults) and anything newer
+ * become HC_ERR_REMOTE, hetccl's own result for a wait that timed out. */
+hc_result_t hc_vendor_result(int vendor_result);
 
 /* The vendor library for a GPU kind, loaded once per process; NULL (and an
  * INFO line) when none is found. */
 const struct hc_vendor *hc_vendor_get(enum hc_mem_kind kind);
-/* HC_OK for the vendor's result 0; otherwise its result code (the same
- * numbers as hetccl's) with a message naming what failed, the vendor's
- * error string and its last-error text for comm. */
+/* HC_OK for the vendor's result 0; otherwise hc_vendor_result of it, with
+ * a message naming what failed, the vendor's error string and code, and its
+ * last-error text for comm. */
 hc_result_t hc_vendor_check(const struct hc_vendor *v, void *comm, int result, const char *what);
 /* Any entry point of a loaded vendor library: p<name> where it has one,
  * else <name>; NULL when absent. */

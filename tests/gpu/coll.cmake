@@ -26,3 +26,16 @@ add_dependencies(test_coll_gpu hc_fake_nccl)
 add_test(NAME gpu_coll_fake_nccl COMMAND test_coll_gpu)
 set_tests_properties(gpu_coll_fake_nccl PROPERTIES LABELS "unit;gpu" TIMEOUT 600
   ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=2;FAKE_CUDA_DELAY_US=0;GPU_TEST_QUICK=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=1;HETCCL_NCCL_LIBRARY=${CMAKE_CURRENT_BINARY_DIR}/fake-nccl/libnccl.so.2;GPU_TEST_SCENARIOS=EF;TU_RANKS=threads")
+# A comm of CUDA and HIP ranks (GPU_TEST_KINDS=ch) over the fake libcuda
+# and the fake libamdhip64 at once: every scenario with the vendors
+# alternating, and G, grouped by device kind (one group per vendor).
+add_dependencies(test_coll_gpu hc_fake_hip)
+add_test(NAME gpu_coll_fake_cuda_hip COMMAND test_coll_gpu)
+set_tests_properties(gpu_coll_fake_cuda_hip PROPERTIES LABELS "unit;gpu" TIMEOUT 600
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda:${CMAKE_CURRENT_BINARY_DIR}/fake-hip;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;GPU_TEST_QUICK=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0;GPU_TEST_KINDS=ch")
+# fp8 between a CUDA rank and a gfx94x-like HIP rank (fnuz, derived from the
+# device): refused on both ranks.
+add_dependencies(test_coll_fp8_vendors hc_fake_cuda hc_fake_hip)
+add_test(NAME gpu_fp8_cuda_hip_fake COMMAND test_coll_fp8_vendors)
+set_tests_properties(gpu_fp8_cuda_hip_fake PROPERTIES LABELS "unit;gpu" TIMEOUT 120 SKIP_RETURN_CODE 77
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda:${CMAKE_CURRENT_BINARY_DIR}/fake-hip;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;FAKE_HIP_CC_MINOR=4;HETCCL_TIMEOUT=60;HETCCL_VENDOR=0")

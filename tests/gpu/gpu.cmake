@@ -40,6 +40,25 @@ add_test(NAME gpu_fake_cuda_no_nvrtc COMMAND test_device_gpu)
 set_tests_properties(gpu_fake_cuda_no_nvrtc PROPERTIES LABELS "unit;gpu" TIMEOUT 600
   ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;HETCCL_NVRTC_LIBRARY=none;GPU_TEST_QUICK=1")
 
+# - the HIP backend the same way: a fake libamdhip64.so (fake_hip.c, HIP's
+#   entry points as shims over the fake driver, and a fake hipRTC), so the
+#   whole backend suite runs through hip.c's table: ROCm 6 pointer types with
+#   stream memory operations, and ROCm 5 ones with host functions
+#   (hipStreamAddCallback) on a gfx94x-like device.
+add_library(hc_fake_hip SHARED ${CMAKE_CURRENT_SOURCE_DIR}/gpu/fake_hip.c ${CMAKE_CURRENT_SOURCE_DIR}/gpu/fake_cuda.c
+  ${CMAKE_CURRENT_BINARY_DIR}/kernels_emu.c)
+target_include_directories(hc_fake_hip PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(hc_fake_hip PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+set_target_properties(hc_fake_hip PROPERTIES OUTPUT_NAME amdhip64 NO_SONAME ON
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fake-hip)
+add_dependencies(test_device_gpu hc_fake_hip)
+add_test(NAME gpu_fake_hip COMMAND test_device_gpu --kind hip)
+set_tests_properties(gpu_fake_hip PROPERTIES LABELS "unit;gpu" TIMEOUT 600
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-hip;FAKE_CUDA_DEVICES=2;GPU_TEST_QUICK=1")
+add_test(NAME gpu_fake_hip_rocm5 COMMAND test_device_gpu --kind hip)
+set_tests_properties(gpu_fake_hip_rocm5 PROPERTIES LABELS "unit;gpu" TIMEOUT 600
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-hip;FAKE_CUDA_DEVICES=1;FAKE_CUDA_MEMOPS=0;FAKE_HIP_VERSION=50221153;FAKE_HIP_CC_MINOR=4;FAKE_CUDA_DELAY_US=0;GPU_TEST_QUICK=1")
+
 # - where the CUDA toolkit is installed, its stub libcuda (every driver
 #   symbol; cuInit fails) stands in for a driver: the backend must resolve
 #   every symbol it lists, then stay off quietly.
@@ -53,4 +72,34 @@ if(HC_CUDA_STUB_LIB)
   add_test(NAME gpu_cuda_stub_absent COMMAND test_device_gpu --expect-absent)
   set_tests_properties(gpu_cuda_stub_absent PROPERTIES LABELS "unit;gpu" TIMEOUT 60
     ENVIRONMENT "LD_LIBRARY_PATH=${stub_dir}")
+endif()
+
+# - where ROCm's headers are installed (Debian's libamdhip64-dev in CI), the
+#   constants device/hip_api.h copies are compared with theirs when this
+#   object compiles; and the HIP backend loads the real libamdhip64, resolves
+#   every entry point and, with no AMD GPU, stays off saying so.
+find_path(HC_HIP_HEADER_DIR hip/hip_runtime_api.h PATHS /opt/rocm/include /usr/include NO_DEFAULT_PATH)
+if(HC_HIP_HEADER_DIR)
+  add_library(hc_hip_constants_check OBJECT ${CMAKE_CURRENT_SOURCE_DIR}/gpu/hip_constants_check.c)
+  target_include_directories(hc_hip_constants_check PRIVATE ${HC_HIP_HEADER_DIR} ${PROJECT_SOURCE_DIR}/src)
+  # ROCm's headers are not -Wextra clean in C; the check itself is asserts.
+  target_compile_options(hc_hip_constants_check PRIVATE -w)
+  add_dependencies(test_device_gpu hc_hip_constants_check)
+else()
+  message(STATUS "hip/hip_runtime_api.h not found: hip_api.h's constants are not checked against ROCm")
+endif()
+add_test(NAME device_hip_absent COMMAND test_device_gpu --kind hip --expect-absent)
+set_tests_properties(device_hip_absent PROPERTIES LABELS "unit;gpu" TIMEOUT 60 SKIP_RETURN_CODE 77)
+
+# - where hipcc is installed (Debian's hipcc, clang-15 with the amdgcn
+#   target; not installed by scripts/install-deps.sh, since hipRTC already
+#   compiles the kernels in gpu_kernels_host), the same kernel source
+#   compiles offline for gfx90a into a code-object bundle. hipRTC gets the
+#   HIP runtime's declarations implicitly; hipcc needs them included.
+find_program(HC_HIPCC hipcc)
+if(HC_HIPCC)
+  add_test(NAME gpu_kernels_hipcc COMMAND ${HC_HIPCC} -x hip --offload-arch=gfx90a -ffp-contract=off --genco
+           -include hip/hip_runtime.h -o ${CMAKE_CURRENT_BINARY_DIR}/kernels.gfx90a.co
+           ${CMAKE_CURRENT_BINARY_DIR}/kernels_emu.c)
+  set_tests_properties(gpu_kernels_hipcc PROPERTIES LABELS "unit;gpu" TIMEOUT 120)
 endif()

@@ -20,7 +20,15 @@
  * host flag, then writes the input, then runs the collective; the call must
  * return while the stream is still held, and the result must include what
  * the stream wrote after the hold.
- * Exits 77 (skip) where no CUDA device is found.
+ * GPU_TEST_KINDS gives the vendor of each GPU rank, rank r taking letter
+ * r % length: c (CUDA, the default) or h (HIP). With "ch" a comm holds CUDA
+ * and HIP ranks (CI runs it over the fake libcuda and libamdhip64), and
+ *   G: 4 GPU ranks, CUDA and HIP alternating, grouped by device kind (the
+ *      default, no group names): one group per vendor, the hierarchical
+ *      plans across them.
+ * Ranks of mixed vendors must be processes (TU_RANKS=threads shares one
+ * backend pointer).
+ * Exits 77 (skip) where no device of the kinds asked for is found.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -36,8 +44,20 @@
 static const struct hc_dev_ops *gpu; /* set by main (threads) or in each rank's process */
 static bool as_threads;                /* TU_RANKS=threads, see main */
 
-static void rank_gpu(void) {
-  if (!as_threads) gpu = hc_dev_get(HC_MEM_CUDA);
+/* GPU_TEST_KINDS, see the header. */
+static enum hc_mem_kind gpu_kind(int rank) {
+  const char *k = getenv("GPU_TEST_KINDS");
+  if (k == NULL || !k[0]) return HC_MEM_CUDA;
+  return k[rank % (int)strlen(k)] == 'h' ? HC_MEM_HIP : HC_MEM_CUDA;
+}
+
+static bool kinds_mixed(void) {
+  const char *k = getenv("GPU_TEST_KINDS");
+  return k && strchr(k, 'c') && strchr(k, 'h');
+}
+
+static void rank_gpu(int rank) {
+  if (!as_threads) gpu = hc_dev_get(gpu_kind(rank));
 }
 
 enum { K_ALLREDUCE, K_BROADCAST, K_REDUCE, K_ALLGATHER, K_REDUCESCATTER, K_ALLTOALL, K_GATHER, K_SCATTER,
@@ -63,6 +83,8 @@ static const struct scenario scenarios[] = {
     {"E: 2 GPU (devices 0, 1) + 2 CPU, a GPU group and a CPU group", 4, {true, false, true, false}, "gcgc",
      {0, 0, 1, 0}},
     {"F: 4 GPU ranks, two groups each on devices 0 and 1", 4, {true, true, true, true}, "abab", {0, 0, 1, 1}},
+    /* only with GPU_TEST_KINDS mixing vendors */
+    {"G: 4 GPU ranks, CUDA and HIP alternating, one group per vendor", 4, {true, true, true, true}, "", {0}},
 };
 
 /* Device buffers are allocated once per run and reused: freeing device
@@ -261,11 +283,13 @@ out:
 static hetcclComm_t make_comm(int rank, int n, hetcclUniqueId id, bool on_gpu, int device, const char *groups) {
   hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
   char group[16];
-  if (groups) snprintf(group, sizeof(group), "%c", groups[rank]);
+  if (groups && groups[0]) snprintf(group, sizeof(group), "%c", groups[rank]);
   else snprintf(group, sizeof(group), "g%d", rank);
-  cfg.deviceKind = on_gpu ? hetcclDeviceCuda : hetcclDeviceHost;
+  cfg.deviceKind = !on_gpu ? hetcclDeviceHost : gpu_kind(rank) == HC_MEM_HIP ? hetcclDeviceHip : hetcclDeviceCuda;
   cfg.deviceId = device;
-  cfg.groupName = group; /* by default every rank its own group: all cross-group paths */
+  /* By default every rank its own group: all cross-group paths; "" leaves
+   * the grouping to hetccl (by device kind). */
+  cfg.groupName = groups && !groups[0] ? NULL : group;
   hetcclComm_t comm = NULL;
   CHECK_OK(hetcclCommInitRankConfig(&comm, n, id, rank, &cfg));
   return comm;
@@ -292,8 +316,8 @@ static long fake_nccl_calls(void) {
 
 static int rank_scenario(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
-  rank_gpu();
-  if (devices_needed(cur) > hc_dev_caps(HC_MEM_CUDA).device_count) {
+  rank_gpu(rank);
+  if (devices_needed(cur) > 1 && devices_needed(cur) > hc_dev_caps(HC_MEM_CUDA).device_count) {
     if (rank == 0) printf("%s: skipped, needs %d devices\n", cur->name, devices_needed(cur));
     return 0;
   }
@@ -318,7 +342,7 @@ static int rank_scenario(int rank, int n, hetcclUniqueId id, void *arg) {
 /* 1 GiB float all-reduce between two GPU ranks, with a time. */
 static int rank_big(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
-  rank_gpu();
+  rank_gpu(rank);
   gpu->set_device(0);
   struct mem m = {.on_gpu = true};
   gpu->stream_create(0, &m.stream);
@@ -353,7 +377,7 @@ static int rank_big(int rank, int n, hetcclUniqueId id, void *arg) {
  * not start before the one before it (on the other stream) is done. */
 static int rank_two_streams(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
-  rank_gpu();
+  rank_gpu(rank);
   enum { NBUF = 8 };
   const size_t count = (3u << 20) / 4 + 5; /* two pieces of a 2 MiB window, and a bit */
   gpu->set_device(0);
@@ -401,7 +425,7 @@ static int rank_two_streams(int rank, int n, hetcclUniqueId id, void *arg) {
  * all-reduce. The call must come back while the stream is held. */
 static int rank_stream_order(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
-  rank_gpu();
+  rank_gpu(rank);
   gpu->set_device(0);
   struct mem m = {.on_gpu = true};
   gpu->stream_create(0, &m.stream);
@@ -460,10 +484,10 @@ static void run_ranks(int n, tu_rank_fn fn) {
 }
 
 static bool have_gpu(void) {
-  if (as_threads) return (gpu = hc_dev_get(HC_MEM_CUDA)) != NULL;
+  if (as_threads) return !kinds_mixed() && (gpu = hc_dev_get(gpu_kind(0))) != NULL;
   fflush(stdout);
   pid_t probe = fork();
-  if (probe == 0) _exit(hc_dev_get(HC_MEM_CUDA) ? 0 : 77);
+  if (probe == 0) _exit(hc_dev_get(gpu_kind(0)) && hc_dev_get(gpu_kind(1)) ? 0 : 77);
   int st = 0;
   return probe > 0 && waitpid(probe, &st, 0) == probe && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
@@ -472,7 +496,7 @@ int main(int argc, char **argv) {
   tu_init(argc, argv);
   as_threads = getenv("TU_RANKS") && strcmp(getenv("TU_RANKS"), "threads") == 0;
   if (!have_gpu()) {
-    printf("skip: no CUDA device here (HETCCL_DEBUG=INFO says why)\n");
+    printf("skip: no %s device here (HETCCL_DEBUG=INFO says why)\n", getenv("GPU_TEST_KINDS") ? getenv("GPU_TEST_KINDS") : "CUDA");
     return 77;
   }
   ncases = build_cases(cases, (int)HC_ARRAY_LEN(cases));
@@ -481,6 +505,7 @@ int main(int argc, char **argv) {
   for (size_t s = 0; s < HC_ARRAY_LEN(scenarios); s++) {
     cur = &scenarios[s];
     if (only && strchr(only, cur->name[0]) == NULL) continue;
+    if (cur->groups && !cur->groups[0] && !kinds_mixed()) continue;
     long before = HC_MAX(fake_nccl_calls(), 0);
     run_ranks(cur->nranks, rank_scenario);
     /* With the fake NCCL, E and F must have run steps on it. */

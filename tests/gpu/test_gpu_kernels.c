@@ -10,8 +10,9 @@
  *     sm_80, sm_90, sm_100 (cubin) and compute_90 (PTX), and the PTX holds no
  *     fused multiply-add and no max/min instruction (either would change
  *     bits against the host);
- *  3. hipRTC, when its library is on this machine: the source compiles for
- *     gfx90a (reported, not required: it needs the whole ROCm toolchain).
+ *  3. hipRTC, when its library is on this machine (Debian's libamdhip64-5
+ *     has it): the source compiles for gfx90a into an AMDGPU code object
+ *     that names every kernel.
  * Run: test_gpu_kernels [C compiler]   (default: cc). No GPU needed.
  */
 #include <dlfcn.h>
@@ -246,12 +247,56 @@ struct target {
   bool required; /* else only reported: an older or newer compiler may lack it */
 };
 
+/* hipRTC inside libamdhip64 (ROCm <= 5.2, before libhiprtc.so) has the
+ * abort described below. */
+static bool hip_rtc_crashes_on_bad_target(void) {
+  void *h = dlopen("libhiprtc.so", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (h == NULL) h = dlopen("libhiprtc.so.5", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (h == NULL) h = dlopen("libhiprtc.so.6", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (h != NULL) dlclose(h);
+  return h == NULL;
+}
+
+/* hipRTC's output is an AMDGPU code object: an ELF for EM_AMDGPU (224)
+ * whose symbol table names every kernel the backend resolves. */
+static void check_amdgpu_image(const struct hc_gpu_vendor *v, const char *opt, const void *image,
+                               size_t size) {
+  const unsigned char *p = image;
+  uint16_t machine = 0;
+  if (size < 64 || memcmp(p, "\x7f" "ELF", 4) != 0) {
+    FAIL("%s %s: the image is not an ELF code object", v->rtc_name, opt);
+    return;
+  }
+  memcpy(&machine, p + 18, sizeof(machine));
+  if (machine != 224) FAIL("%s %s: ELF machine %u, expected EM_AMDGPU (224)", v->rtc_name, opt, machine);
+  int found = 0;
+  for (int t = 0; t < HC_DTYPE_COUNT; t++) {
+    for (int op = 0; op < HC_AVG + 2; op++) {
+      char name[64];
+      bool scale = op >= HC_AVG;
+      hc_gpu_kernel_name(name, sizeof(name), scale, (enum hc_dtype)t, scale ? op - HC_AVG : op);
+      if (memmem(image, size, name, strlen(name) + 1) == NULL)
+        FAIL("%s %s: no kernel %s in the code object", v->rtc_name, opt, name);
+      else
+        found++;
+    }
+  }
+  printf("%s %s: an EM_AMDGPU code object naming %d of %d kernels\n", machine == 224 ? "PASS" : "FAIL",
+         v->rtc_name, found, HC_DTYPE_COUNT * (HC_AVG + 2));
+}
+
 static void rtc_checks(const struct hc_gpu_vendor *v, const struct target *targets, size_t ntargets) {
   if (v->rtc_open() != HC_OK) {
     printf("SKIP %s: not on this machine (%s)\n", v->rtc_name, hc_last_error());
     return;
   }
-  {
+  if (v == &hc_gpu_vendor_hip && hip_rtc_crashes_on_bad_target()) {
+    /* ROCm 5.2's hipRTC aborts the process (free() of a bad pointer in
+     * amd_comgr_destroy_action_info) when the target is unknown: its bug,
+     * not ours, and hetccl never names a target for hipRTC. */
+    printf("NOTE %s: the bogus-target check is not run (hipRTC of ROCm <= 5.2 aborts on an unknown "
+           "target)\n", v->rtc_name);
+  } else {
     /* A target the compiler rejects: a clean failure, no image. */
     void *image = NULL;
     size_t size = 0;
@@ -282,6 +327,7 @@ static void rtc_checks(const struct hc_gpu_vendor *v, const struct target *targe
       printf("PASS %s %s: %zu bytes in %.0f ms%s\n", v->rtc_name, opt, size, ms,
              log && log[0] ? " (with a log, below)" : "");
       if (log && log[0]) printf("%s\n", log);
+      if (strstr(opt, "offload-arch") != NULL) check_amdgpu_image(v, opt, image, size);
       if (ptx) {
         /* The PTX text is NUL-terminated. */
         const char *p = image;
@@ -342,7 +388,8 @@ int main(int argc, char **argv) {
       {"--gpu-architecture=sm_100", false},
   };
   rtc_checks(&hc_gpu_vendor_cuda, nv, HC_ARRAY_LEN(nv));
-  static const struct target amd[] = {{"--offload-arch=gfx90a", false}};
+  /* Required wherever hipRTC loads: every ROCm since 4 targets gfx90a (MI200). */
+  static const struct target amd[] = {{"--offload-arch=gfx90a", true}};
   rtc_checks(&hc_gpu_vendor_hip, amd, HC_ARRAY_LEN(amd));
 
   printf("%s: %d failures\n", failures ? "FAILED" : "OK", failures);

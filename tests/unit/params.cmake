@@ -8,8 +8,15 @@ set_tests_properties(exported_symbols PROPERTIES LABELS unit TIMEOUT 30)
 
 # The NCCL drop-in: symbols PyTorch imports and nccl.h's functions.
 add_test(NAME nccl_symbols COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/unit/check_nccl_symbols.sh
-         $<TARGET_FILE:hetccl_nccl> ${PROJECT_SOURCE_DIR}/../shared/reference)
+         $<TARGET_FILE:hetccl_nccl> libnccl.so.2
+         ${PROJECT_SOURCE_DIR}/../shared/reference/torch-2.11-nccl-imports.txt
+         ${PROJECT_SOURCE_DIR}/../shared/reference/nccl-h-2.28.9-functions.txt)
 set_tests_properties(nccl_symbols PROPERTIES LABELS unit TIMEOUT 30 SKIP_RETURN_CODE 77)
+# The RCCL drop-in: what a ROCm PyTorch imports (the list, and where it
+# comes from, is in the repository), SONAME librccl.so.1.
+add_test(NAME rccl_symbols COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/unit/check_nccl_symbols.sh
+         $<TARGET_FILE:hetccl_rccl> librccl.so.1 ${CMAKE_CURRENT_SOURCE_DIR}/unit/torch-rocm-nccl-imports.txt)
+set_tests_properties(rccl_symbols PROPERTIES LABELS unit TIMEOUT 30)
 # Built against the real nccl.h where the CUDA toolkit provides one.
 find_path(NCCL_HEADER_DIR nccl.h PATHS /usr/local/cuda/include /usr/include NO_DEFAULT_PATH)
 find_path(CUDA_RUNTIME_HEADER_DIR cuda_runtime.h PATHS /usr/local/cuda/include /usr/include NO_DEFAULT_PATH)
