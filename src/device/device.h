@@ -109,6 +109,10 @@ struct hc_dev_ops {
   /* ops[0..n) in order on s, as flag_wait / flag_write would, in one
    * driver call where the driver has one (cuStreamBatchMemOp). */
   hc_result_t (*flag_batch)(hc_stream_t s, const struct hc_flag_op *ops, int n);
+  /* The device memory holding [p, p + n) as a dma-buf file descriptor (the
+   * caller closes it) and the offset of p in it, for an RDMA device to
+   * register (net/ib). Optional: NULL where the driver cannot export. */
+  hc_result_t (*dmabuf_export)(const void *p, size_t n, int *fd, uint64_t *offset);
 }; /* append only */
 
 #define HC_HAS_OP(ops, type, op) \
