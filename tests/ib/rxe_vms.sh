@@ -18,11 +18,11 @@
 # the VMs (not root, no apt to fetch qemu or the Debian kernel, no network
 # for the first download), saying why.
 #
-# Knobs: HETCCL_IB_VM_CACHE (downloaded debs and their extraction; default
-# /var/cache/hetccl-ib-vm), HETCCL_IB_VM_WORK (initramfs, consoles, out/;
-# default a fresh folder under /tmp), HETCCL_IB_VM_MEM (MiB per VM, 1024),
-# HETCCL_IB_VM_SMP (vCPUs per VM, 1), HETCCL_IB_VM_TIMEOUT (seconds a VM may
-# run, 900), HETCCL_IB_VM_MTU (9000: rxe's active MTU is then 4096).
+# Knobs: HC_IB_VM_CACHE (downloaded debs and their extraction; default
+# /var/cache/hetccl-ib-vm), HC_IB_VM_WORK (initramfs, consoles, out/;
+# default a fresh folder under /tmp), HC_IB_VM_MEM (MiB per VM, 1024),
+# HC_IB_VM_SMP (vCPUs per VM, 1), HC_IB_VM_TIMEOUT (seconds a VM may
+# run, 900), HC_IB_VM_MTU (9000: rxe's active MTU is then 4096).
 #
 # Facts this rests on (learnt booting it on the CI machines):
 # - their /dev/kvm, where present, runs only PVM guests, so qemu emulates the
@@ -45,12 +45,12 @@ shift
 command -v apt-get >/dev/null || skip "needs a Debian-like host (apt-get)"
 "$root/scripts/install-deps.sh" ib || skip "could not install qemu-system-x86, cpio, kmod"
 
-cache=${HETCCL_IB_VM_CACHE:-/var/cache/hetccl-ib-vm}
-work=${HETCCL_IB_VM_WORK:-$(mktemp -d /tmp/hetccl-ib-vm.XXXXXX)}
-mem=${HETCCL_IB_VM_MEM:-1024}
-smp=${HETCCL_IB_VM_SMP:-1}
-vm_timeout=${HETCCL_IB_VM_TIMEOUT:-900}
-mtu=${HETCCL_IB_VM_MTU:-9000}
+cache=${HC_IB_VM_CACHE:-/var/cache/hetccl-ib-vm}
+work=${HC_IB_VM_WORK:-$(mktemp -d /tmp/hetccl-ib-vm.XXXXXX)}
+mem=${HC_IB_VM_MEM:-1024}
+smp=${HC_IB_VM_SMP:-1}
+vm_timeout=${HC_IB_VM_TIMEOUT:-900}
+mtu=${HC_IB_VM_MTU:-9000}
 mkdir -p "$cache/debs" "$work/out"
 chmod 777 "$work/out"
 t0=$(date +%s)
