@@ -276,7 +276,7 @@ static hc_result_t ib_open(struct hetcclComm *comm, const struct hc_net_args *ar
     return HC_OK;
   }
   comm->ib_ctx = NULL;
-  if (choice == HC_NET_IB || r == HC_ERR_USAGE) return r; /* HETCCL_NET=IB, or a bad HETCCL_IB_* value */
+  if (choice == HC_NET_IB || r == HC_ERR_USAGE) return r; /* HETCCL_NET=IB, or a bad ib parameter value */
   HC_INFO(HC_NET, "ib: not used by rank %d (%s); other hosts over sockets", comm->rank, hc_last_error());
   return HC_OK;
 }

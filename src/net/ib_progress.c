@@ -10,6 +10,7 @@
  * immediate has arrived (the write of a chunk lands before its immediate).
  */
 #include <arpa/inet.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "ib_priv.h"
@@ -325,9 +326,11 @@ static hc_result_t control_check(struct hc_ib_conn *c) {
   if (c->bye_recv == NULL) return HC_OK;
   hc_result_t r = hc_net_socket.test(c->bye_recv, &done);
   if (r != HC_OK) {
+    char why[256];
+    snprintf(why, sizeof(why), "%s", hc_last_error()); /* HC_FAIL rewrites the buffer it points into */
     c->bye_recv = NULL; /* the socket conn failed; its requests die with it */
     return HC_FAIL(HC_ERR_REMOTE, "ib: rank %d closed its control connection to rank %d (it died, or failed "
-                   "and closed its connections): %s", c->peer, c->ctx->rank, hc_last_error());
+                   "and closed its connections): %s", c->peer, c->ctx->rank, why);
   }
   if (!done) return HC_OK;
   c->bye_recv = NULL;
