@@ -20,6 +20,8 @@
  * the bytes at hand allow, bounded by HETCCL_TIMEOUT from the first call.
  */
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +29,9 @@
 
 #include "ib_priv.h"
 
-#define HC_IB_SLICE_MS 1
+/* wait_blocking sleeps on the completion channel in slices this long, so
+ * that the control connections (a peer's death) and abort are looked at. */
+#define HC_IB_SLICE_MS 20
 
 /* ---- the library ---- */
 
@@ -361,7 +365,7 @@ static hc_result_t conn_create_qps(struct hc_ib_conn *c) {
   struct hc_ib_ctx *ctx = c->ctx;
   const struct hc_ib_verbs *v = ctx->v;
   int cqe = (int)(c->nqps * (HC_IB_SQ_DEPTH + HC_IB_RQ_DEPTH));
-  c->cq = v->ibv_create_cq(ctx->context, cqe, NULL, NULL, 0);
+  c->cq = v->ibv_create_cq(ctx->context, cqe, NULL, ctx->channel, 0);
   if (c->cq == NULL)
     return HC_FAIL(HC_ERR_SYSTEM, "ib: %s: cannot create a completion queue of %d entries for rank %d: %s",
                    ctx->dev.name, cqe, c->peer, strerror(errno));
@@ -597,6 +601,12 @@ static hc_result_t ib_open(const struct hc_net_args *a, struct hc_net_caps *caps
     r = HC_FAIL(HC_ERR_SYSTEM, "ib: %s: cannot allocate a protection domain: %s", ctx->dev.name, strerror(errno));
     goto fail;
   }
+  ctx->channel = v->ibv_create_comp_channel(ctx->context);
+  if (ctx->channel == NULL || fcntl(ctx->channel->fd, F_SETFL, fcntl(ctx->channel->fd, F_GETFL) | O_NONBLOCK) != 0) {
+    r = HC_FAIL(HC_ERR_SYSTEM, "ib: %s: cannot create a nonblocking completion channel: %s", ctx->dev.name,
+                strerror(errno));
+    goto fail;
+  }
   HC_TRY_GOTO(hc_ib_mem_init(ctx), r, fail);
   struct hc_net_args sa = *a;
   sa.window_bytes = 0;
@@ -646,12 +656,26 @@ static hc_result_t ib_connect(void *vctx, int peer, const struct hc_net_handle *
   return HC_OK;
 }
 
+/* Sleeps on the completion channel until an armed CQ has a completion or
+ * slice_ms passes; the events are acknowledged at once (a CQ with events
+ * not acknowledged cannot be destroyed). */
+static hc_result_t channel_sleep(struct hc_ib_ctx *ctx, int slice_ms) {
+  struct pollfd pf = {.fd = ctx->channel->fd, .events = POLLIN};
+  int k = poll(&pf, 1, slice_ms);
+  if (k < 0 && errno != EINTR) return HC_FAIL(HC_ERR_SYSTEM, "ib: rank %d: poll: %s", ctx->rank, strerror(errno));
+  struct ibv_cq *cq;
+  void *cq_context;
+  while (k > 0 && ctx->v->ibv_get_cq_event(ctx->channel, &cq, &cq_context) == 0) ctx->v->ibv_ack_cq_events(cq, 1);
+  return HC_OK;
+}
+
 static hc_result_t ib_wait_blocking(void *vctx, int timeout_ms) {
   struct hc_ib_ctx *ctx = vctx;
   uint64_t end = hc_now_ns() + (uint64_t)HC_MAX(timeout_ms, 0) * 1000000ull;
   for (;;) {
     if (aborted(ctx)) return HC_OK;
     bool moved = false;
+    int armed = 0, setting_up = 0;
     for (int p = 0; p < ctx->nranks; p++) {
       struct hc_ib_conn *c = ctx->conns[p];
       if (c == NULL) continue;
@@ -661,6 +685,7 @@ static hc_result_t ib_wait_blocking(void *vctx, int timeout_ms) {
       if (c->state != HC_IB_UP) {
         /* The peer's setup must not wait for this rank's next connect(). */
         enum hc_ib_conn_state before = c->state;
+        setting_up++;
         if (c->control != NULL) {
           hc_result_t r = conn_setup_step(c, NULL);
           if (r != HC_OK) hc_ib_conn_fail(c, r);
@@ -669,6 +694,10 @@ static hc_result_t ib_wait_blocking(void *vctx, int timeout_ms) {
         continue;
       }
       if (!busy) continue;
+      /* Arm, then poll once more: a completion that arrived before the arm
+       * raises no event, and would otherwise wait a whole slice. */
+      hc_ib_req_notify_cq(c->cq, 0);
+      armed++;
       hc_result_t r = hc_ib_conn_progress(c, &moved);
       if (r != HC_OK) {
         hc_ib_conn_fail(c, r);
@@ -679,10 +708,16 @@ static hc_result_t ib_wait_blocking(void *vctx, int timeout_ms) {
     if (moved) return HC_OK;
     uint64_t now = hc_now_ns();
     if (now >= end) return HC_OK;
-    /* Completions are polled, not waited for: sleep a slice in poll() on
-     * the control connections, which wake at once for a peer that died or a
-     * setup record. */
-    HC_TRY(hc_net_socket.wait_blocking(ctx->sock_ctx, HC_IB_SLICE_MS));
+    int left_ms = (int)HC_MIN((end - now + 999999) / 1000000, (uint64_t)HC_IB_SLICE_MS);
+    if (setting_up > 0 && armed > 0) {
+      /* Both kinds of events: short sleeps on the control sockets. */
+      HC_TRY(hc_net_socket.wait_blocking(ctx->sock_ctx, 1));
+      HC_TRY(channel_sleep(ctx, 0));
+    } else if (setting_up > 0) {
+      HC_TRY(hc_net_socket.wait_blocking(ctx->sock_ctx, left_ms));
+    } else {
+      HC_TRY(channel_sleep(ctx, left_ms));
+    }
   }
 }
 
@@ -692,6 +727,7 @@ static hc_result_t ib_close(void *vctx) {
   if (ctx->conns)
     for (int p = 0; p < ctx->nranks; p++) conn_destroy(ctx->conns[p]);
   if (ctx->sock_ctx) hc_net_socket.close(ctx->sock_ctx);
+  if (ctx->channel) ctx->v->ibv_destroy_comp_channel(ctx->channel);
   hc_ib_mem_fini(ctx);
   if (ctx->pd) ctx->v->ibv_dealloc_pd(ctx->pd);
   if (ctx->context) ctx->v->ibv_close_device(ctx->context);

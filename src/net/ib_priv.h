@@ -182,6 +182,7 @@ struct hc_ib_ctx {
   struct hc_ib_dev dev;
   struct ibv_context *context;
   struct ibv_pd *pd;
+  struct ibv_comp_channel *channel; /* every conn's CQ reports to it; nonblocking fd */
   void *sock_ctx;            /* the control connections' socket transport */
   struct hc_ib_conn **conns; /* [nranks] */
   int nqps;

@@ -23,7 +23,11 @@
 struct ibv_device;
 struct ibv_pd;
 struct ibv_srq;
-struct ibv_comp_channel;
+
+struct ibv_comp_channel {
+  struct ibv_context *context;
+  int fd, refcnt;
+};
 
 union ibv_gid {
   uint8_t raw[16];
@@ -227,7 +231,11 @@ struct ibv_wc {
   X(ibv_create_qp, struct ibv_qp *, (struct ibv_pd *pd, struct ibv_qp_init_attr *attr))                   \
   X(ibv_modify_qp, int, (struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask))                     \
   X(ibv_destroy_qp, int, (struct ibv_qp *qp))                                                             \
-  X(ibv_wc_status_str, const char *, (int status))
+  X(ibv_wc_status_str, const char *, (int status))                                                        \
+  X(ibv_create_comp_channel, struct ibv_comp_channel *, (struct ibv_context *context))                    \
+  X(ibv_destroy_comp_channel, int, (struct ibv_comp_channel *channel))                                    \
+  X(ibv_get_cq_event, int, (struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context))     \
+  X(ibv_ack_cq_events, void, (struct ibv_cq *cq, unsigned int nevents))
 
 /* Optional: rdma-core 34 and later (IBVERBS_1.12); NULL before. */
 typedef struct ibv_mr *(*hc_ibv_reg_dmabuf_mr_fn)(struct ibv_pd *pd, uint64_t offset, size_t length,
@@ -245,6 +253,9 @@ static inline int hc_ib_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, str
 }
 static inline int hc_ib_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad) {
   return qp->context->ops.post_recv(qp, wr, bad);
+}
+static inline int hc_ib_req_notify_cq(struct ibv_cq *cq, int solicited_only) {
+  return cq->context->ops.req_notify_cq(cq, solicited_only);
 }
 static inline int hc_ib_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
   return cq->context->ops.poll_cq(cq, n, wc);

@@ -48,6 +48,7 @@
 #undef ibv_send_wr
 #undef ibv_recv_wr
 #undef ibv_wc
+#undef ibv_comp_channel
 
 #define SAME_SIZE(t) _Static_assert(sizeof(struct t) == sizeof(struct real_##t), #t " size")
 #define SAME_OFF(t, f)                                                                      \
@@ -73,6 +74,8 @@ SAME_SIZE(ibv_mr);
 SAME_OFF(ibv_mr, lkey);
 SAME_OFF(ibv_mr, rkey);
 SAME_OFF(ibv_cq, context);
+SAME_OFF(ibv_cq, channel);
+SAME_OFF(ibv_comp_channel, fd);
 SAME_OFF(ibv_qp, context);
 SAME_OFF(ibv_qp, qp_num);
 SAME_OFF(ibv_qp, state);
