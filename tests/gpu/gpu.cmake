@@ -54,3 +54,8 @@ if(HC_CUDA_STUB_LIB)
   set_tests_properties(gpu_cuda_stub_absent PROPERTIES LABELS "unit;gpu" TIMEOUT 60
     ENVIRONMENT "LD_LIBRARY_PATH=${stub_dir}")
 endif()
+
+# GPU memory for net/ib: dma-buf export on the real device, and its
+# registration where an RDMA port exists too; exits 77 without a GPU.
+add_test(NAME gpu_ib_gdr COMMAND test_ib_gdr)
+set_tests_properties(gpu_ib_gdr PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 120)
