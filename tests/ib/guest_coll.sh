@@ -56,6 +56,10 @@ show_logs() { # name: the interesting lines of every rank of this VM
   done
 }
 
+echo "--- hetccl-info in VM $ROLE:"
+"$build/tools/hetccl-info" | sed 's/^/  /'
+"$build/tools/hetccl-info" | grep -q "ib: usable" || { echo "HC-IB-CASE hetccl_info FAIL (ib not usable)"; failed=1; }
+
 for c in $cases; do
   case $c in
   coll)

@@ -57,11 +57,11 @@ for d in proc sys dev; do mount --rbind /$d /host/$d; done
 mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 out /out
 mkdir -p /host/hc-out && mount --bind /out /host/hc-out
-# The guest's verbs stack over the host's (which may have none).
+# The guest's verbs stack and tools over the host's (which may have none);
+# nothing the host has is replaced.
 mkdir -p /host/usr/lib/x86_64-linux-gnu/libibverbs /host/etc/libibverbs.d
-for f in /usr/lib/x86_64-linux-gnu/libibverbs.so.1 /usr/lib/x86_64-linux-gnu/libnl-3.so.200 \
-  /usr/lib/x86_64-linux-gnu/libnl-route-3.so.200 /usr/lib/x86_64-linux-gnu/libibverbs/* \
-  /etc/libibverbs.d/rxe.driver /usr/bin/ibv_devinfo; do
+for f in /usr/lib/x86_64-linux-gnu/*.so* /usr/lib/x86_64-linux-gnu/libibverbs/* /etc/libibverbs.d/rxe.driver \
+  /usr/bin/ibv_devinfo /usr/bin/ib_write_bw; do
   [ -e "$f" ] && [ ! -e "/host$f" ] && cp "$f" "/host$f"
 done
 

@@ -65,7 +65,7 @@ fi
 [ -n "$kpkg" ] || skip "apt knows no linux-image-amd64 (no Debian archive configured?)"
 kver=${kpkg#linux-image-}
 pkgs="$kpkg busybox-static libibverbs1 ibverbs-providers libnl-3-200 libnl-route-3-200 iproute2 libmnl0
-      libbsd0 libmd0 ibverbs-utils"
+      libbsd0 libmd0 ibverbs-utils perftest librdmacm1 libibumad3 libpci3"
 missing=()
 for p in $pkgs; do ls "$cache/debs/${p}"_*.deb >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
@@ -114,7 +114,8 @@ copy_closure() { # an ELF file: its shared libraries, from the unpacked debs fir
     done
 }
 # busybox's ip sets links and addresses; iproute2's rdma adds the rxe device.
-for b in usr/bin/rdma sbin/rdma usr/sbin/rdma bin/rdma usr/bin/ibv_devinfo; do
+# ibv_devinfo and ib_write_bw (bench/ib) go to guest scripts too.
+for b in usr/bin/rdma sbin/rdma usr/sbin/rdma bin/rdma usr/bin/ibv_devinfo usr/bin/ib_write_bw; do
   [ -x "$x/$b" ] || continue
   cp "$x/$b" "$r/usr/bin/"
   copy_closure "$r/usr/bin/${b##*/}"
