@@ -213,11 +213,13 @@ static hc_result_t send_cts(struct hc_ib_conn *c, bool *moved) {
       oldest = q->seq;
       break;
     }
-  struct hc_ib_req *q = c->recvq.head;
-  while (q && q->seq < c->cts_sent) q = q->next;
-  for (; q && c->cts_sent < oldest + HC_IB_CTS_SLOTS; q = q->next) {
+  /* Requests already freed by test() left gaps in the seqs: cts_sent
+   * jumps over them. */
+  for (struct hc_ib_req *q = c->recvq.head; q; q = q->next) {
+    if (q->seq < c->cts_sent) continue;
+    if (q->seq >= oldest + HC_IB_CTS_SLOTS) break;
     if (q->complete) { /* an eager message got there first */
-      c->cts_sent++;
+      c->cts_sent = q->seq + 1;
       continue;
     }
     if (!sq_has_room(c, 0)) return HC_OK;
@@ -237,7 +239,7 @@ static hc_result_t send_cts(struct hc_ib_conn *c, bool *moved) {
     HC_TRY(post_write(c, 0, 0, rec, c->block_mr->lkey, HC_IB_CTS_BYTES,
                       c->remote.cts_addr + (uint64_t)slot * HC_IB_CTS_BYTES, c->remote.cts_rkey,
                       hc_ib_imm(HC_IB_IMM_CTS, (uint32_t)q->seq)));
-    c->cts_sent++;
+    c->cts_sent = q->seq + 1;
     *moved = true;
   }
   return HC_OK;
