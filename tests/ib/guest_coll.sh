@@ -6,11 +6,12 @@
 # "HC-IB-CASE name pass|FAIL" line per case and exits 1 if any failed.
 #   guest_coll.sh BUILD_DIR SECRET RANKS_PER_VM [CASES...]
 # CASES: coll (every collective), stress (4 queue pairs per peer, 64K chunks,
-# 2 eager slots of 1K: credits run out, chunks spread), peer_killed, qp_error
-# (default: all four).
+# 2 eager slots of 1K: credits run out, chunks spread; registrations per
+# transfer), peer_killed, qp_error
+# (default: all four), regcache (tests/ib/test_ib_regcache.c, VM a only).
 build=$1 secret=$2 per_vm=$3
 shift 3
-cases=${*:-coll stress peer_killed qp_error}
+cases=${*:-coll regcache stress peer_killed qp_error}
 perf=$build/tools/hetccl-perf
 world=$((2 * per_vm))
 base=0
@@ -77,11 +78,20 @@ for c in $cases; do
       verdict "$coll" $ok "($per_vm ranks per VM, over ib)"
     done
     ;;
+  regcache)
+    if [ "$ROLE" = a ]; then
+      HETCCL_DEBUG=INFO HETCCL_DEBUG_SUBSYS=NET "$build/tests/test_ib_regcache" >"$out/regcache.log" 2>&1
+      rc=$?
+      grep -E "PASS|FAIL|skip" "$out/regcache.log"
+      [ $rc = 0 ] || cat "$out/regcache.log"
+      verdict regcache $rc "(freed and reused memory noticed)"
+    fi
+    ;;
   stress)
     for coll in all_reduce alltoall sendrecv; do
       port=$((port + 1))
       run_ranks "stress_$coll" 300 HETCCL_NET=IB HETCCL_IB_QPS_PER_CONN=4 HETCCL_IB_CHUNK=64K \
-        HETCCL_IB_EAGER_SLOTS=2 HETCCL_IB_EAGER_BYTES=1K -- "$coll" -b 8 -e 1M -f 4 -n 3 -w 1 -c 2 -T 240
+        HETCCL_IB_EAGER_SLOTS=2 HETCCL_IB_EAGER_BYTES=1K HETCCL_IB_REG_CACHE=0 -- "$coll" -b 8 -e 1M -f 4 -n 3 -w 1 -c 2 -T 240
       rc=$?
       ok=1
       if [ $rc = 0 ] && grep -q " ib: .* up via rxe0:1, 4 queue pairs" "$out/stress_$coll.$base.log"; then
@@ -89,7 +99,7 @@ for c in $cases; do
         if [ "$ROLE" = a ] && ! grep -q "Out of bounds values : 0 OK" "$out/stress_$coll.0.log"; then ok=1; fi
       fi
       [ $ok = 0 ] || show_logs "stress_$coll"
-      verdict "stress_$coll" $ok "(4 queue pairs, 64K chunks, 2 eager slots of 1K)"
+      verdict "stress_$coll" $ok "(4 queue pairs, 64K chunks, 2 eager slots of 1K, no registration cache)"
     done
     ;;
   peer_killed)
