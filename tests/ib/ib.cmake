@@ -2,11 +2,10 @@
 # (tests/ib/rxe_vms.sh), hetccl-perf with checking for every collective with
 # two ranks in each VM (shm inside a VM, ib between them), then a peer
 # killed mid-collective and a queue pair forced into error, each ending in
-# clean errors. About 6 minutes under software CPU emulation; skips (77)
+# clean errors. About 3 minutes under software CPU emulation; skips (77)
 # where the VMs cannot be booted.
 add_test(NAME ib_two_vms COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ib/test_two_vms.sh ${CMAKE_BINARY_DIR})
-set_tests_properties(ib_two_vms PROPERTIES LABELS ib TIMEOUT 1800 SKIP_RETURN_CODE 77
-  PASS_REGULAR_EXPRESSION "two VMs: every collective correct over ib")
+set_tests_properties(ib_two_vms PROPERTIES LABELS ib TIMEOUT 1800 SKIP_RETURN_CODE 77)
 # Without an RDMA port: HETCCL_NET=IB fails init with a message, unset
 # falls back to sockets.
 add_test(NAME ib_net_choice COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ib/test_net_choice.sh
