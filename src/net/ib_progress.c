@@ -83,6 +83,29 @@ static void req_complete(struct hc_ib_conn *c, struct hc_ib_req *q) {
   }
 }
 
+static void put_le64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint64_t get_le64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* A message of sent bytes met a receive of posted bytes: the side that saw
+ * it fails, and its bye record (sent when the conn fails, ib.c) makes the
+ * peer fail with the same numbers. */
+static hc_result_t mismatch(struct hc_ib_conn *c, uint64_t sent, uint64_t posted, bool we_send) {
+  uint8_t *b = c->bye_out;
+  memset(b, 0, HC_IB_BYE_BYTES);
+  put_le64(b, HC_IB_BYE_MISMATCH);
+  put_le64(b + 8, sent);
+  put_le64(b + 16, posted);
+  return HC_FAIL(HC_ERR_USAGE, "ib: mismatched counts: a message of %llu bytes from rank %d met a receive of %llu "
+                 "bytes on rank %d", (unsigned long long)sent, we_send ? c->ctx->rank : c->peer,
+                 (unsigned long long)posted, we_send ? c->peer : c->ctx->rank);
+}
+
 /* The receive of seq (matched on its low bits: far fewer receives are ever
  * outstanding) that is not complete yet. */
 static struct hc_ib_req *recv_find(struct hc_ib_conn *c, uint32_t seq_bits, uint32_t mask) {
@@ -170,9 +193,7 @@ static hc_result_t take_eager(struct hc_ib_conn *c, bool *moved) {
     uint32_t seq_bits = (imm >> 16) & HC_IB_SEQ14, size = imm & 0xffffu;
     struct hc_ib_req *q = recv_find(c, seq_bits, HC_IB_SEQ14);
     if (q == NULL) return HC_OK; /* its receive is not posted yet */
-    if (q->n != size)
-      return HC_FAIL(HC_ERR_USAGE, "ib: mismatched counts: expected %zu bytes from rank %d, got %u", q->n, c->peer,
-                     size);
+    if (q->n != size) return mismatch(c, size, q->n, false);
     if (size > 0) memcpy(q->buf, c->eager_in + (size_t)slot * ctx->eager_bytes, size);
     c->eager_taken++;
     req_complete(c, q);
@@ -192,15 +213,6 @@ static hc_result_t report_credit(struct hc_ib_conn *c) {
                     hc_ib_imm(HC_IB_IMM_CREDIT, (uint32_t)c->eager_taken)));
   c->credit_reported = c->eager_taken;
   return HC_OK;
-}
-
-static void put_le64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint64_t get_le64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-  return v;
 }
 
 /* A cts for every posted receive, in order, at most cts_slots ahead of the
@@ -247,16 +259,6 @@ static hc_result_t send_cts(struct hc_ib_conn *c, bool *moved) {
 
 /* ---- sending direction ---- */
 
-static hc_result_t mismatch(struct hc_ib_conn *c, const struct hc_ib_req *q, uint64_t posted) {
-  uint8_t *b = c->bye_out;
-  memset(b, 0, HC_IB_BYE_BYTES);
-  put_le64(b, HC_IB_BYE_MISMATCH);
-  put_le64(b + 8, (uint64_t)q->n);
-  put_le64(b + 16, posted);
-  return HC_FAIL(HC_ERR_USAGE, "ib: mismatched counts: rank %d posted a receive of %llu bytes, rank %d sends %zu",
-                 c->peer, (unsigned long long)posted, c->ctx->rank, q->n);
-}
-
 static hc_result_t send_eager(struct hc_ib_conn *c, struct hc_ib_req *q, bool *posted) {
   const struct hc_ib_ctx *ctx = c->ctx;
   *posted = false;
@@ -289,7 +291,7 @@ static hc_result_t send_chunks(struct hc_ib_conn *c, struct hc_ib_req *q, bool *
     if (seq != q->seq)
       return HC_FAIL(HC_ERR_INTERNAL, "ib: cts slot %u from rank %d names message %llu, expected %llu", slot,
                      c->peer, (unsigned long long)seq, (unsigned long long)q->seq);
-    if (size != q->n) return mismatch(c, q, size);
+    if (size != q->n) return mismatch(c, q->n, size, true);
     HC_TRY(hc_ib_reg_get(ctx, q->buf, q->n, &q->reg));
     q->remote_addr = addr;
     q->rkey = (uint32_t)rkey;
@@ -337,9 +339,9 @@ static hc_result_t control_check(struct hc_ib_conn *c) {
   if (!done) return HC_OK;
   c->bye_recv = NULL;
   if (get_le64(c->bye_in) == HC_IB_BYE_MISMATCH)
-    return HC_FAIL(HC_ERR_USAGE, "ib: mismatched counts: expected %llu bytes from rank %d, got %llu",
-                   (unsigned long long)get_le64(c->bye_in + 16), c->peer,
-                   (unsigned long long)get_le64(c->bye_in + 8));
+    return HC_FAIL(HC_ERR_USAGE, "ib: mismatched counts: rank %d found that a message of %llu bytes met a receive "
+                   "of %llu bytes between it and rank %d", c->peer, (unsigned long long)get_le64(c->bye_in + 8),
+                   (unsigned long long)get_le64(c->bye_in + 16), c->ctx->rank);
   return HC_FAIL(HC_ERR_REMOTE, "ib: rank %d gave up on the connection with rank %d", c->peer, c->ctx->rank);
 }
 

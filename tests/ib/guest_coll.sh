@@ -8,10 +8,12 @@
 # CASES: coll (every collective), stress (4 queue pairs per peer, 64K chunks,
 # 2 eager slots of 1K: credits run out, chunks spread; registrations per
 # transfer), peer_killed, qp_error
-# (default: all four), regcache (tests/ib/test_ib_regcache.c, VM a only).
+# (default: all of these), regcache (tests/ib/test_ib_regcache.c, VM a only),
+# pair (tests/ib/test_ib_pair.c: the transport's contract, one process per
+# VM: every message path, many in flight, mismatched counts).
 build=$1 secret=$2 per_vm=$3
 shift 3
-cases=${*:-coll regcache stress peer_killed qp_error}
+cases=${*:-pair coll regcache stress peer_killed qp_error}
 perf=$build/tools/hetccl-perf
 world=$((2 * per_vm))
 base=0
@@ -77,6 +79,17 @@ for c in $cases; do
       [ "$ROLE" = a ] && grep -E "^ +[0-9]+ " "$out/$coll.0.log" | tail -2
       verdict "$coll" $ok "($per_vm ranks per VM, over ib)"
     done
+    ;;
+  pair)
+    mkdir -p "$OUT/pair"
+    r=0
+    [ "$ROLE" = b ] && r=1
+    HETCCL_DEBUG=INFO HETCCL_DEBUG_SUBSYS=NET timeout 300 "$build/tests/test_ib_pair" $r "$OUT/pair" \
+      >"$out/pair.log" 2>&1
+    rc=$?
+    grep -E "PASS|FAIL|skip" "$out/pair.log"
+    [ $rc = 0 ] || tail -30 "$out/pair.log"
+    verdict pair $rc "(transport contract: every path, 64 in flight, mismatched counts)"
     ;;
   regcache)
     if [ "$ROLE" = a ]; then
