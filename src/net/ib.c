@@ -580,6 +580,7 @@ static hc_result_t ib_open(const struct hc_net_args *a, struct hc_net_caps *caps
   ctx->ack_timeout = (int)timeout;
   ctx->fault_after = (uint64_t)HC_MAX(hc_param_int(HC_P_IB_FAULT_AFTER), 0);
   ctx->gdr_mode = gdr;
+  ctx->device_kind = a->device_kind;
   HC_TRY_GOTO(hc_calloc(&ctx->conns, (size_t)a->nranks, sizeof(ctx->conns[0]), "ib connections"), r, fail);
   HC_TRY_GOTO(hc_ib_find_device(v, &ctx->dev, &found, why, sizeof(why)), r, fail);
   if (!found) {

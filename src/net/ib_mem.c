@@ -64,23 +64,26 @@ static bool peermem_loaded(void) {
 
 /* The GPU path this host supports, HETCCL_GDR deciding among them. */
 static hc_result_t gdr_resolve(struct hc_ib_ctx *ctx) {
-  const struct hc_dev_ops *cuda = hc_dev_get(HC_MEM_CUDA), *hip = hc_dev_get(HC_MEM_HIP);
-  bool gpu = cuda != NULL || hip != NULL;
-  bool dmabuf = ctx->v->ibv_reg_dmabuf_mr != NULL &&
-                ((cuda && HC_HAS_OP(cuda, struct hc_dev_ops, dmabuf_export)) ||
-                 (hip && HC_HAS_OP(hip, struct hc_dev_ops, dmabuf_export)));
+  /* A CPU comm never loads a GPU driver for this. */
+  const struct hc_dev_ops *gpu =
+      ctx->device_kind == HC_MEM_HOST ? NULL : hc_dev_get((enum hc_mem_kind)ctx->device_kind);
+  bool dmabuf = ctx->v->ibv_reg_dmabuf_mr != NULL && gpu != NULL && HC_HAS_OP(gpu, struct hc_dev_ops, dmabuf_export);
   bool peermem = peermem_loaded();
   int want = ctx->gdr_mode;
+  if (gpu == NULL) { /* host buffers only: the mode does not matter */
+    ctx->gdr_mode = HC_IB_GDR_STAGE;
+    return HC_OK;
+  }
   if (want == HC_IB_GDR_DMABUF && !dmabuf)
     return HC_FAIL(HC_ERR_USAGE, "HETCCL_GDR=DMABUF: %s", ctx->v->ibv_reg_dmabuf_mr == NULL
                                                               ? "libibverbs has no ibv_reg_dmabuf_mr (rdma-core < 34)"
-                                                              : "no GPU backend here exports dma-bufs");
+                                                              : "this GPU backend cannot export dma-bufs");
   if (want == HC_IB_GDR_PEERMEM && !peermem)
     return HC_FAIL(HC_ERR_USAGE, "HETCCL_GDR=PEERMEM: the nvidia_peermem module is not loaded");
   if (want == HC_IB_GDR_AUTO) want = dmabuf ? HC_IB_GDR_DMABUF : peermem ? HC_IB_GDR_PEERMEM : HC_IB_GDR_STAGE;
   ctx->gdr_mode = want;
   if (gpu)
-    HC_INFO(HC_NET, "ib: GPU memory through %s (dma-buf %s, peer memory %s)",
+    HC_INFO(HC_NET, "ib: %s memory through %s (dma-buf %s, peer memory %s)", gpu->name,
             want == HC_IB_GDR_DMABUF ? "dma-buf registration" : want == HC_IB_GDR_PEERMEM ? "the peer-memory module"
                                                                                           : "pinned host staging",
             dmabuf ? "available" : "not available", peermem ? "loaded" : "not loaded");
@@ -197,7 +200,7 @@ hc_result_t hc_ib_reg_get(struct hc_ib_ctx *ctx, void *buf, size_t n, struct hc_
     return HC_OK;
   }
   struct hc_ptr_info info = {.kind = HC_MEM_HOST};
-  HC_TRY(hc_dev_ptr_query(buf, &info));
+  if (ctx->device_kind != HC_MEM_HOST) HC_TRY(hc_dev_ptr_query(buf, &info));
   struct hc_ib_reg *r;
   HC_TRY(hc_calloc(&r, 1, sizeof(*r), "an ib registration"));
   r->dmabuf_fd = -1;

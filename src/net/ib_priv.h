@@ -195,6 +195,7 @@ struct hc_ib_ctx {
   int nregs, max_regs;
   int pagemap_fd;            /* -1: page frames not visible: no cache */
   int gdr_mode;              /* enum hc_ib_gdr */
+  int device_kind;           /* hc_net_args.device_kind: host comms never query pointers */
 };
 
 /* ---- ib.c ---- */

@@ -30,6 +30,9 @@ struct hc_net_args {
   const atomic_bool *abort_flag; /* may be NULL */
   size_t window_bytes;         /* shm: the window this rank wants per direction (0: none) */
   int socket_nstreams;         /* socket: streams per peer; 0: HETCCL_SOCKET_NSTREAMS */
+  int device_kind;             /* enum hc_mem_kind of the comm's buffers here: ib looks at GPU
+                                * drivers (dma-buf) only for a GPU comm, never loading them for
+                                * a CPU one */
 };
 
 /*

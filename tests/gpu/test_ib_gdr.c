@@ -71,7 +71,7 @@ int main(void) {
   if (!usable) {
     printf("skip (ib part): no usable RDMA port here (%s): GPU memory registration with a NIC not run\n", what);
   } else {
-    struct hc_net_args a = {.rank = 0, .nranks = 1};
+    struct hc_net_args a = {.rank = 0, .nranks = 1, .device_kind = HC_MEM_CUDA};
     struct hc_net_handle h;
     void *vctx = NULL;
     hc_result_t r = hc_net_ib.open(&a, NULL, &h, &vctx);
