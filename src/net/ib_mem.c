@@ -181,12 +181,12 @@ static hc_result_t reg_device(struct hc_ib_ctx *ctx, const struct hc_ptr_info *i
                  "ib: asked to register GPU memory with HETCCL_GDR=STAGE: it must come through pinned staging");
 }
 
-hc_result_t hc_ib_reg_get(struct hc_ib_ctx *ctx, void *buf, size_t n, struct hc_ib_reg **out) {
+hc_result_t hc_ib_reg_get(struct hc_ib_ctx *ctx, void *buf, size_t n, bool need_write, struct hc_ib_reg **out) {
   uintptr_t start = (uintptr_t)buf / HC_IB_PAGE * HC_IB_PAGE;
   uintptr_t end = HC_DIV_UP((uintptr_t)buf + HC_MAX(n, (size_t)1), HC_IB_PAGE) * HC_IB_PAGE;
   *out = NULL;
   for (struct hc_ib_reg *r = ctx->regs; r; r = r->next) {
-    if (r->start > start || r->end < end) continue;
+    if (r->start > start || r->end < end || (need_write && !r->writable)) continue;
     if (!reg_still_mapped(ctx, r)) {
       HC_TRACE(HC_NET, "ib: registration [%p, %p) is stale (memory freed and mapped again): dropped",
                (void *)r->start, (void *)r->end);
@@ -206,12 +206,17 @@ hc_result_t hc_ib_reg_get(struct hc_ib_ctx *ctx, void *buf, size_t n, struct hc_
   r->dmabuf_fd = -1;
   r->start = start;
   r->end = end;
+  r->writable = true;
   hc_result_t res = HC_OK;
   if (info.kind != HC_MEM_HOST) {
     res = reg_device(ctx, &info, r);
   } else {
     r->mr = ctx->v->ibv_reg_mr(ctx->pd, (void *)start, end - start,
                                HC_IBV_ACCESS_LOCAL_WRITE | HC_IBV_ACCESS_REMOTE_WRITE);
+    if (r->mr == NULL && !need_write && (errno == EFAULT || errno == EACCES || errno == EPERM)) {
+      r->mr = ctx->v->ibv_reg_mr(ctx->pd, (void *)start, end - start, 0); /* read-only pages */
+      r->writable = false;
+    }
     if (r->mr == NULL)
       res = HC_FAIL(HC_ERR_SYSTEM, "ib: %s: cannot register %zu bytes at %p: %s", ctx->dev.name,
                     (size_t)(end - start), (void *)start, strerror(errno));

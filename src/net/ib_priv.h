@@ -92,6 +92,7 @@ struct hc_ib_reg {
   struct ibv_mr *mr;
   int refs;
   bool cached;        /* in the list; false: freed when refs drops to 0 */
+  bool writable;      /* local and remote write access (else read-only pages: sends only) */
   uint64_t pfn_first, pfn_last; /* page frames at registration, to notice reuse */
   int dmabuf_fd;      /* GPU memory registered through dma-buf, else -1 */
 };
@@ -231,10 +232,11 @@ enum hc_ib_gdr { HC_IB_GDR_AUTO, HC_IB_GDR_DMABUF, HC_IB_GDR_PEERMEM, HC_IB_GDR_
 hc_result_t hc_ib_gdr_parse(const char *s, int *mode);
 hc_result_t hc_ib_mem_init(struct hc_ib_ctx *ctx);
 void hc_ib_mem_fini(struct hc_ib_ctx *ctx);
-/* A registration covering [buf, buf + n) with local and remote write
- * access, from the cache when a live one covers it; the caller holds a
- * reference until hc_ib_reg_put. */
-hc_result_t hc_ib_reg_get(struct hc_ib_ctx *ctx, void *buf, size_t n, struct hc_ib_reg **out);
+/* A registration covering [buf, buf + n), from the cache when a live one
+ * covers it; the caller holds a reference until hc_ib_reg_put. A receive
+ * needs write access; a send may come from read-only pages (constant
+ * data), registered for reading only. */
+hc_result_t hc_ib_reg_get(struct hc_ib_ctx *ctx, void *buf, size_t n, bool need_write, struct hc_ib_reg **out);
 void hc_ib_reg_put(struct hc_ib_ctx *ctx, struct hc_ib_reg *r);
 
 #endif

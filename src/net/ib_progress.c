@@ -238,7 +238,7 @@ static hc_result_t send_cts(struct hc_ib_conn *c, bool *moved) {
     uint64_t addr = 0;
     uint32_t rkey = 0;
     if (q->n > ctx->eager_bytes) {
-      if (q->reg == NULL) HC_TRY(hc_ib_reg_get(ctx, q->buf, q->n, &q->reg));
+      if (q->reg == NULL) HC_TRY(hc_ib_reg_get(ctx, q->buf, q->n, true, &q->reg));
       addr = (uint64_t)(uintptr_t)q->buf;
       rkey = q->reg->mr->rkey;
     }
@@ -292,7 +292,7 @@ static hc_result_t send_chunks(struct hc_ib_conn *c, struct hc_ib_req *q, bool *
       return HC_FAIL(HC_ERR_INTERNAL, "ib: cts slot %u from rank %d names message %llu, expected %llu", slot,
                      c->peer, (unsigned long long)seq, (unsigned long long)q->seq);
     if (size != q->n) return mismatch(c, q->n, size, true);
-    HC_TRY(hc_ib_reg_get(ctx, q->buf, q->n, &q->reg));
+    HC_TRY(hc_ib_reg_get(ctx, q->buf, q->n, false, &q->reg));
     q->remote_addr = addr;
     q->rkey = (uint32_t)rkey;
     q->chunks = HC_MAX(HC_DIV_UP(q->n, ctx->chunk), (size_t)1);

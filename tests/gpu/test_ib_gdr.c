@@ -83,12 +83,12 @@ int main(void) {
         printf("skip (ib part): this host reaches GPU memory only through staging\n");
       } else {
         struct hc_ib_reg *r1 = NULL, *r2 = NULL;
-        r = hc_ib_reg_get(ctx, (uint8_t *)dev + 4096, 1 << 20, &r1);
+        r = hc_ib_reg_get(ctx, (uint8_t *)dev + 4096, 1 << 20, true, &r1);
         EXPECT(r == HC_OK && r1 && r1->mr, "registering 1 MiB of GPU memory");
         if (r == HC_OK) {
           printf("PASS ib registration of GPU memory: lkey 0x%x rkey 0x%x (%s)\n", r1->mr->lkey, r1->mr->rkey,
                  r1->dmabuf_fd >= 0 ? "dma-buf" : "peer memory");
-          r = hc_ib_reg_get(ctx, (uint8_t *)dev + 8192, 4096, &r2);
+          r = hc_ib_reg_get(ctx, (uint8_t *)dev + 8192, 4096, true, &r2);
           EXPECT(r == HC_OK && (ctx->max_regs == 0 || r2 == r1), "second lookup inside the same range");
           hc_ib_reg_put(ctx, r2);
           hc_ib_reg_put(ctx, r1);

@@ -5,7 +5,9 @@
  *   - memory unmapped and mapped again at the same address (what an
  *     allocator does with a freed large block) is noticed: the stale
  *     registration is dropped and a new one made (another rkey);
- *   - HETCCL_IB_REG_CACHE bounds the cache (least recently used go first).
+ *   - HETCCL_IB_REG_CACHE bounds the cache (least recently used go first);
+ *   - read-only pages register for sending (read access only) and fail,
+ *     with a message, for receiving.
  *   build/tests/test_ib_regcache
  */
 #include <stdio.h>
@@ -52,8 +54,8 @@ int main(void) {
   if (p == MAP_FAILED) return 1;
   memset(p, 1, len);
   struct hc_ib_reg *r1 = NULL, *r2 = NULL, *r3 = NULL;
-  EXPECT(hc_ib_reg_get(ctx, p, len, &r1) == HC_OK, "register 1 MiB");
-  EXPECT(hc_ib_reg_get(ctx, p + 4096, 8192, &r2) == HC_OK && r2 == r1, "a sub-range hits the cache");
+  EXPECT(hc_ib_reg_get(ctx, p, len, true, &r1) == HC_OK, "register 1 MiB");
+  EXPECT(hc_ib_reg_get(ctx, p + 4096, 8192, true, &r2) == HC_OK && r2 == r1, "a sub-range hits the cache");
   hc_ib_reg_put(ctx, r2);
   hc_ib_reg_put(ctx, r1);
   uint32_t old_rkey = r1->mr->rkey;
@@ -63,7 +65,7 @@ int main(void) {
   EXPECT(q == p, "mapped again at %p (got %p)", (void *)p, (void *)q);
   if (q == p) {
     memset(q, 2, len);
-    EXPECT(hc_ib_reg_get(ctx, q, len, &r3) == HC_OK, "register the new mapping");
+    EXPECT(hc_ib_reg_get(ctx, q, len, true, &r3) == HC_OK, "register the new mapping");
     EXPECT(r3 != NULL && r3->mr->rkey != old_rkey, "the stale registration (rkey 0x%x) was replaced (rkey 0x%x)",
            old_rkey, r3 ? r3->mr->rkey : 0);
     EXPECT(ctx->nregs == 1, "one registration cached, %d", ctx->nregs);
@@ -77,11 +79,23 @@ int main(void) {
     for (int i = 0; i < n; i++) {
       struct hc_ib_reg *r = NULL;
       many[(size_t)i * 8192] = 1;
-      EXPECT(hc_ib_reg_get(ctx, many + (size_t)i * 8192, 100, &r) == HC_OK, "range %d", i);
+      EXPECT(hc_ib_reg_get(ctx, many + (size_t)i * 8192, 100, true, &r) == HC_OK, "range %d", i);
       hc_ib_reg_put(ctx, r);
     }
     EXPECT(ctx->nregs == ctx->max_regs, "%d cached, bound %d", ctx->nregs, ctx->max_regs);
     printf("PASS: %d ranges registered, %d cached (HETCCL_IB_REG_CACHE)\n", n, ctx->nregs);
+  }
+  /* Constant data: a send may come from read-only pages. */
+  uint8_t *ro = mmap(NULL, 65536, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (ro != MAP_FAILED) {
+    struct hc_ib_reg *rs = NULL, *rw = NULL;
+    EXPECT(ro[100] == 0, "read");
+    EXPECT(hc_ib_reg_get(ctx, ro, 65536, false, &rs) == HC_OK && rs && !rs->writable, "read-only pages, for a send");
+    hc_result_t r = hc_ib_reg_get(ctx, ro, 65536, true, &rw);
+    EXPECT(r == HC_ERR_SYSTEM && rw == NULL, "read-only pages must not register for a receive");
+    if (rs && r == HC_ERR_SYSTEM) printf("PASS: read-only pages register for sends only (%s)\n", hc_last_error());
+    hc_ib_reg_put(ctx, rs);
+    munmap(ro, 65536);
   }
   hc_net_ib.close(vctx);
   if (q == p) munmap(q, len);
