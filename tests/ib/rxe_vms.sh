@@ -46,7 +46,9 @@ command -v apt-get >/dev/null || skip "needs a Debian-like host (apt-get)"
 "$root/scripts/install-deps.sh" ib || skip "could not install qemu-system-x86, cpio, kmod"
 
 cache=${HC_IB_VM_CACHE:-/var/cache/hetccl-ib-vm}
-work=${HC_IB_VM_WORK:-$(mktemp -d /tmp/hetccl-ib-vm.XXXXXX)}
+work=${HC_IB_VM_WORK:-}
+own_work=0
+[ -n "$work" ] || { work=$(mktemp -d /tmp/hetccl-ib-vm.XXXXXX); own_work=1; }
 mem=${HC_IB_VM_MEM:-1024}
 smp=${HC_IB_VM_SMP:-1}
 vm_timeout=${HC_IB_VM_TIMEOUT:-900}
@@ -57,6 +59,9 @@ t0=$(date +%s)
 say() { echo "[rxe-vms $(($(date +%s) - t0))s] $*"; }
 
 # ---- the Debian kernel, rdma-core and busybox, unpacked (never installed) ----
+# One run at a time fills the cache (ctest -j, two worktrees).
+exec 9>"$cache/.lock"
+flock 9 2>/dev/null || true
 kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
 if [ -z "$kpkg" ]; then
   apt-get update -qq >/dev/null 2>&1 || true
@@ -141,6 +146,8 @@ printf 'root:x:0:\n' >"$r/etc/group"
 cp "$here/guest_init.sh" "$r/init"
 chmod +x "$r/init"
 (cd "$r" && find . -print0 | cpio --null -o -H newc --quiet) | gzip -1 >"$work/initrd.gz"
+flock -u 9 2>/dev/null || true
+exec 9>&-
 say "initramfs $(du -h "$work/initrd.gz" | cut -f1), kernel $kver, work $work"
 
 # ---- boot both VMs on one wire ----
@@ -182,5 +189,10 @@ for n in a b; do
 done
 grep -aq 'HC-VM-SKIP' "$work/console.a.log" "$work/console.b.log" && [ $status != 0 ] &&
   skip "$(grep -ah 'HC-VM-SKIP' "$work/console.a.log" | head -1)"
-say "done: $([ $status = 0 ] && echo pass || echo FAIL); logs and out/ in $work"
+if [ $status = 0 ] && [ $own_work = 1 ]; then
+  rm -rf "$work" # everything worth reading was printed above
+  say "done: pass"
+else
+  say "done: $([ $status = 0 ] && echo pass || echo FAIL); logs and out/ in $work"
+fi
 exit $status
