@@ -20,7 +20,7 @@
 #
 # Knobs: HC_IB_VM_CACHE (downloaded debs and their extraction; default
 # /var/cache/hetccl-ib-vm), HC_IB_VM_WORK (initramfs, consoles, out/;
-# default a fresh folder under /tmp), HC_IB_VM_MEM (MiB per VM, 1024),
+# default a fresh folder under /tmp, removed after a pass), HC_IB_VM_MEM (MiB per VM, 1024),
 # HC_IB_VM_SMP (vCPUs per VM, 1), HC_IB_VM_TIMEOUT (seconds a VM may
 # run, 900), HC_IB_VM_MTU (9000: rxe's active MTU is then 4096).
 #
