@@ -90,6 +90,26 @@ static hc_result_t gdr_resolve(struct hc_ib_ctx *ctx) {
   return HC_OK;
 }
 
+void hc_net_ib_gdr_probe(int device_kind, char *what, size_t len) {
+  struct hc_ib_ctx probe = {.device_kind = device_kind};
+  probe.v = hc_ib_verbs_load();
+  if (probe.v == NULL) {
+    snprintf(what, len, "no libibverbs");
+    return;
+  }
+  if (hc_ib_gdr_parse(hc_param_str(HC_P_GDR), &probe.gdr_mode) != HC_OK || gdr_resolve(&probe) != HC_OK) {
+    snprintf(what, len, "%s", hc_last_error());
+    return;
+  }
+  const struct hc_dev_ops *gpu = hc_dev_get((enum hc_mem_kind)device_kind);
+  snprintf(what, len, "%s (dma-buf export: %s, ibv_reg_dmabuf_mr: %s, peer-memory module: %s)",
+           probe.gdr_mode == HC_IB_GDR_DMABUF    ? "dma-buf registration"
+           : probe.gdr_mode == HC_IB_GDR_PEERMEM ? "peer memory"
+                                                 : "pinned host staging",
+           gpu && HC_HAS_OP(gpu, struct hc_dev_ops, dmabuf_export) ? "built" : "no",
+           probe.v->ibv_reg_dmabuf_mr ? "yes" : "no", peermem_loaded() ? "loaded" : "not loaded");
+}
+
 hc_result_t hc_ib_mem_init(struct hc_ib_ctx *ctx) {
   ctx->max_regs = (int)HC_MAX(hc_param_int(HC_P_IB_REG_CACHE), 0);
   ctx->pagemap_fd = -1;
