@@ -122,6 +122,7 @@ struct hc_ib_conn {
   char err[320];
   bool announced;
   uint64_t deadline_ns;
+  uint64_t control_checked_ns; /* when the control connection was last looked at */
 
   struct ibv_cq *cq;
   int nqps;

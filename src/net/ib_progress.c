@@ -17,6 +17,7 @@
 
 #define HC_IB_POLL_BATCH 32
 #define HC_IB_REQ_TAG 1u
+#define HC_IB_CONTROL_NS 1000000ull
 
 static hc_result_t post_fail(struct hc_ib_conn *c, int qp, int rc) {
   return HC_FAIL(rc == ENOMEM ? HC_ERR_INTERNAL : HC_ERR_REMOTE,
@@ -346,12 +347,20 @@ static hc_result_t control_check(struct hc_ib_conn *c) {
 }
 
 hc_result_t hc_ib_conn_progress(struct hc_ib_conn *c, bool *moved) {
+  bool here = false;
   HC_TRY(hc_ib_conn_check(c));
-  HC_TRY(poll_cq(c, moved));
-  HC_TRY(take_eager(c, moved));
+  HC_TRY(poll_cq(c, &here));
+  HC_TRY(take_eager(c, &here));
   HC_TRY(report_credit(c));
-  HC_TRY(send_cts(c, moved));
-  HC_TRY(send_progress(c, moved));
+  HC_TRY(send_cts(c, &here));
+  HC_TRY(send_progress(c, &here));
+  *moved = *moved || here;
+  /* The control connection costs a syscall: looked at only when nothing
+   * moved, at most every HC_IB_CONTROL_NS (a dead peer is still noticed
+   * within a millisecond of the engine going idle). */
+  uint64_t now = here ? 0 : hc_now_ns();
+  if (here || now - c->control_checked_ns < HC_IB_CONTROL_NS) return HC_OK;
+  c->control_checked_ns = now;
   return control_check(c);
 }
 
