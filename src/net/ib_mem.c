@@ -70,6 +70,7 @@ static hc_result_t gdr_resolve(struct hc_ib_ctx *ctx) {
   bool dmabuf = ctx->v->ibv_reg_dmabuf_mr != NULL && gpu != NULL && HC_HAS_OP(gpu, struct hc_dev_ops, dmabuf_export);
   bool peermem = peermem_loaded();
   int want = ctx->gdr_mode;
+  ctx->gdr_auto = want == HC_IB_GDR_AUTO;
   if (gpu == NULL) { /* host buffers only: the mode does not matter */
     ctx->gdr_mode = HC_IB_GDR_STAGE;
     return HC_OK;
@@ -185,10 +186,19 @@ static hc_result_t reg_device(struct hc_ib_ctx *ctx, const struct hc_ptr_info *i
     uint64_t offset = 0;
     HC_TRY(d->dmabuf_export(start, len, &r->dmabuf_fd, &offset));
     r->mr = ctx->v->ibv_reg_dmabuf_mr(ctx->pd, offset, len, (uint64_t)r->start, r->dmabuf_fd, access);
-    if (r->mr == NULL)
+    if (r->mr != NULL) return HC_OK;
+    int e = errno;
+    close(r->dmabuf_fd);
+    r->dmabuf_fd = -1;
+    /* Library and driver have dma-buf, the adapter does not (soft-RoCE,
+     * older firmware): under AUTO, the next path for this and every later
+     * registration. */
+    if (!ctx->gdr_auto || (e != EOPNOTSUPP && e != ENOTSUP && e != EPROTONOSUPPORT && e != ENOSYS))
       return HC_FAIL(HC_ERR_SYSTEM, "ib: %s: ibv_reg_dmabuf_mr of %zu bytes of %s memory failed: %s", ctx->dev.name,
-                     len, d->name, strerror(errno));
-    return HC_OK;
+                     len, d->name, strerror(e));
+    ctx->gdr_mode = peermem_loaded() ? HC_IB_GDR_PEERMEM : HC_IB_GDR_STAGE;
+    HC_INFO(HC_NET, "ib: %s refuses dma-buf registrations (%s); GPU memory through %s from now on", ctx->dev.name,
+            strerror(e), ctx->gdr_mode == HC_IB_GDR_PEERMEM ? "the peer-memory module" : "pinned host staging");
   }
   if (ctx->gdr_mode == HC_IB_GDR_PEERMEM) {
     r->mr = ctx->v->ibv_reg_mr(ctx->pd, start, len, access);
@@ -197,8 +207,9 @@ static hc_result_t reg_device(struct hc_ib_ctx *ctx, const struct hc_ptr_info *i
                      ctx->dev.name, len, strerror(errno));
     return HC_OK;
   }
-  return HC_FAIL(HC_ERR_INTERNAL,
-                 "ib: asked to register GPU memory with HETCCL_GDR=STAGE: it must come through pinned staging");
+  return HC_FAIL(HC_ERR_USAGE,
+                 "ib: %s cannot register GPU memory here (HETCCL_GDR resolved to staging): it must come through pinned "
+                 "host staging", ctx->dev.name);
 }
 
 hc_result_t hc_ib_reg_get(struct hc_ib_ctx *ctx, void *buf, size_t n, bool need_write, struct hc_ib_reg **out) {

@@ -196,7 +196,8 @@ struct hc_ib_ctx {
   struct hc_ib_reg *regs;    /* LRU list */
   int nregs, max_regs;
   int pagemap_fd;            /* -1: page frames not visible: no cache */
-  int gdr_mode;              /* enum hc_ib_gdr */
+  int gdr_mode;              /* enum hc_ib_gdr, resolved */
+  bool gdr_auto;             /* HETCCL_GDR=AUTO: a refused dma-buf registration falls back */
   int device_kind;           /* hc_net_args.device_kind: host comms never query pointers */
 };
 

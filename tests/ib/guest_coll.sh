@@ -10,10 +10,13 @@
 # transfer), peer_killed, qp_error
 # (default: all of these), regcache (tests/ib/test_ib_regcache.c, VM a only),
 # pair (tests/ib/test_ib_pair.c: the transport's contract, one process per
-# VM: every message path, many in flight, mismatched counts).
+# VM: every message path, many in flight, mismatched counts), gdr
+# (tests/gpu/test_ib_gdr.c over the fake libcuda, VM a only: the dma-buf
+# export, then ibv_reg_dmabuf_mr on rxe0, which rxe refuses: AUTO must fall
+# back cleanly).
 build=$1 secret=$2 per_vm=$3
 shift 3
-cases=${*:-pair coll regcache stress peer_killed qp_error}
+cases=${*:-pair coll regcache gdr stress peer_killed qp_error}
 perf=$build/tools/hetccl-perf
 world=$((2 * per_vm))
 base=0
@@ -90,6 +93,17 @@ for c in $cases; do
     grep -E "PASS|FAIL|skip" "$out/pair.log"
     [ $rc = 0 ] || tail -30 "$out/pair.log"
     verdict pair $rc "(transport contract: every path, 64 in flight, mismatched counts)"
+    ;;
+  gdr)
+    if [ "$ROLE" = a ]; then
+      LD_LIBRARY_PATH=$build/tests/fake-cuda FAKE_CUDA_DEVICES=1 HETCCL_NVRTC_LIBRARY=none HETCCL_DEBUG=INFO \
+        HETCCL_DEBUG_SUBSYS=NET "$build/tests/test_ib_gdr" >"$out/gdr.log" 2>&1
+      rc=$?
+      grep -E "PASS|FAIL|skip|refuses" "$out/gdr.log"
+      [ $rc = 0 ] || cat "$out/gdr.log"
+      grep -qE "refused the dma-buf|PASS ib registration" "$out/gdr.log" || rc=1
+      verdict gdr $rc "(dma-buf export over the fake libcuda, ibv_reg_dmabuf_mr on rxe0)"
+    fi
     ;;
   regcache)
     if [ "$ROLE" = a ]; then
