@@ -78,8 +78,14 @@ struct hetcclComm {
   char async_error_text[512];
   bool finalized;
   struct hc_proxy *proxy;         /* GPU comms: runs their plans off the caller's thread */
-  const struct hc_vendor *vendor; /* pass-through comms: every call goes to the vendor's comm */
+  /* The vendor library of this rank's device kind, when some group runs
+   * it (plan.h, hc_plan_ctx.group_vendor). A pass-through comm (one such
+   * group) sends every call to vendor_comm; in a comm of several groups,
+   * group_vendor_comm is the one of this rank's group. */
+  const struct hc_vendor *vendor;
   void *vendor_comm;
+  void *group_vendor_comm;
+  bool *group_vendor;             /* per group */
   uint64_t magic_tail;
 };
 

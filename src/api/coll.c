@@ -74,9 +74,7 @@ static void mark_staged_sends(void) {
 }
 
 static hc_result_t vendor_check(const struct hetcclComm *comm, int vr, const char *what) {
-  if (vr == 0) return HC_OK;
-  return HC_FAIL((hc_result_t)vr, "%s %s: %s: %s", comm->vendor->name, what, comm->vendor->get_error_string(vr),
-                 comm->vendor->get_last_error(comm->vendor_comm));
+  return hc_vendor_check(comm->vendor, comm->vendor_comm, vr, what);
 }
 
 /* One call on a pass-through comm, as the vendor's own calls; the ones

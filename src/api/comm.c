@@ -115,8 +115,11 @@ void hc_comm_free(struct hetcclComm *comm) {
   if (comm->windows_registered) windows_register(comm, false);
   free(comm->plan_ctx.windows);
   free(comm->group_of);
-  if (comm->vendor_comm)
-    (atomic_load(&comm->abort_flag) ? comm->vendor->comm_abort : comm->vendor->comm_destroy)(comm->vendor_comm);
+  void *vendor_comms[2] = {comm->vendor_comm, comm->group_vendor_comm};
+  for (int k = 0; k < 2; k++)
+    if (vendor_comms[k])
+      (atomic_load(&comm->abort_flag) ? comm->vendor->comm_abort : comm->vendor->comm_destroy)(vendor_comms[k]);
+  free(comm->group_vendor);
   hc_plan_reset(&comm->plan);
   hc_scratch_pool_destroy(comm->plan.pool);
   hc_scratch_pool_destroy(comm->plan.dev_pool);
@@ -212,40 +215,81 @@ static const char *mem_kind_name(enum hc_mem_kind k) {
   return (unsigned)k < HC_ARRAY_LEN(names) ? names[k] : "?";
 }
 
-/* A comm that is one group of distinct GPUs of one vendor, whose library
- * every rank loaded, is the vendor's comm: every rank decides it from the
- * same table. */
-static bool vendor_passthrough(const struct hetcclComm *comm) {
-  const struct hc_peer_info *p = comm->peers;
-  if (comm->ngroups != 1) return false;
+/* Can the vendor's library run among the ranks of group g: each owns a
+ * distinct GPU of one vendor, and each loaded that vendor's library? Every
+ * rank decides it from the same table. */
+static bool vendor_can_run(const struct hetcclComm *comm, int g) {
+  const struct hc_peer_info *p = comm->peers, *first = NULL;
   for (int i = 0; i < comm->nranks; i++) {
-    if (!p[i].vendor_ok || p[i].device_kind != p[0].device_kind) return false;
+    if (p[i].group != g) continue;
+    if (first == NULL) first = &p[i];
+    if (!p[i].vendor_ok || p[i].device_kind != first->device_kind) return false;
     for (int j = 0; j < i; j++)
-      if (p[j].host_hash == p[i].host_hash && p[j].device_id == p[i].device_id) return false;
+      if (p[j].group == g && p[j].host_hash == p[i].host_hash && p[j].device_id == p[i].device_id) return false;
   }
-  return true;
+  return first != NULL;
 }
 
-/* The vendor's comm: its unique id travels through hetccl's bootstrap. */
-static hc_result_t vendor_init(struct hetcclComm *comm) {
+/* Which groups run the vendor's library inside: a comm that is one such
+ * group is the vendor's comm (pass-through); in a comm of several groups,
+ * those of at least two ranks. The others run hetccl's own algorithms
+ * inside, said at INFO. */
+static hc_result_t vendor_groups_choose(struct hetcclComm *comm) {
+  HC_TRY(hc_calloc(&comm->group_vendor, (size_t)comm->ngroups, sizeof(bool), "group table"));
+  const struct hc_peer_info *me = &comm->peers[comm->rank];
+  int size = 0;
+  for (int i = 0; i < comm->nranks; i++) size += comm->peers[i].group == me->group;
+  for (int g = 0; g < comm->ngroups; g++) {
+    int n = 0;
+    for (int i = 0; i < comm->nranks; i++) n += comm->peers[i].group == g;
+    comm->group_vendor[g] = vendor_can_run(comm, g) && (comm->ngroups == 1 || n > 1);
+  }
+  if (comm->ngroups > 1 && size > 1 && me->device_kind != HC_MEM_HOST && !comm->group_vendor[me->group])
+    HC_INFO(HC_VENDOR, "rank %d: group %s of %d ranks runs hetccl's own algorithms inside (%s)", comm->rank,
+            me->group_name, size,
+            !me->vendor_ok ? "no vendor library here, or HETCCL_VENDOR=0"
+                           : "some of its ranks share a GPU, or lack the vendor library, or are of another kind");
+  return HC_OK;
+}
+
+/* The vendor's communicator of this rank's group, when its group runs the
+ * vendor's library. The unique id of each such group's first rank travels
+ * through hetccl's bootstrap, in one all-gather that every rank joins. */
+static hc_result_t vendor_comms_init(struct hetcclComm *comm) {
+  const int mine = comm->peers[comm->rank].group;
+  bool any = false;
+  for (int g = 0; g < comm->ngroups; g++) any |= comm->group_vendor[g];
+  if (!any) return HC_OK;
+  int first = -1, index = 0, size = 0;
+  for (int i = 0; i < comm->nranks; i++) {
+    if (comm->peers[i].group != mine) continue;
+    if (first < 0) first = i;
+    if (i < comm->rank) index++;
+    size++;
+  }
+  const struct hc_vendor *v = comm->group_vendor[mine] ? hc_vendor_get(comm->config.device_kind) : NULL;
   hc_result_t r = HC_OK;
-  const struct hc_vendor *v = hc_vendor_get(comm->config.device_kind);
   hc_vendor_id *ids;
   HC_TRY(hc_calloc(&ids, (size_t)comm->nranks, sizeof(*ids), "vendor ids"));
-  int vr = comm->rank == 0 ? v->get_unique_id(&ids[0]) : 0;
-  if (vr != 0) {
-    r = HC_FAIL(HC_ERR_DEVICE, "%s: GetUniqueId: %s", v->name, v->get_error_string(vr));
-    goto out;
-  }
+  /* A failure here still joins the all-gather, so that no rank waits for
+   * this one; the group's other ranks then fail to reach the vendor. */
+  hc_result_t made = v && first == comm->rank ? hc_vendor_check(v, NULL, v->get_unique_id(&ids[comm->rank]),
+                                                                "GetUniqueId")
+                                              : HC_OK;
   HC_TRY_GOTO(hc_bootstrap_allgather(comm->boot, ids, sizeof(*ids)), r, out);
-  vr = v->comm_init_rank(&comm->vendor_comm, comm->nranks, ids[0], comm->rank);
-  if (vr != 0) {
-    r = HC_FAIL(HC_ERR_DEVICE, "%s: CommInitRank: %s: %s", v->name, v->get_error_string(vr), v->get_last_error(NULL));
-    comm->vendor_comm = NULL;
-    goto out;
-  }
+  HC_TRY_GOTO(made, r, out);
+  if (v == NULL) goto out;
+  void *vc = NULL;
+  HC_TRY_GOTO(hc_vendor_check(v, NULL, v->comm_init_rank(&vc, size, ids[first], index), "CommInitRank"), r, out);
   comm->vendor = v;
-  HC_INFO(HC_VENDOR, "rank %d: pass-through to %s %d (%s)", comm->rank, v->name, v->version, v->path);
+  if (comm->ngroups == 1) {
+    comm->vendor_comm = vc;
+    HC_INFO(HC_VENDOR, "rank %d: pass-through to %s %d (%s)", comm->rank, v->name, v->version, v->path);
+  } else {
+    comm->group_vendor_comm = vc;
+    HC_INFO(HC_VENDOR, "rank %d: group %s runs %s %d inside (rank %d of %d there)", comm->rank,
+            comm->peers[comm->rank].group_name, v->name, v->version, index, size);
+  }
 out:
   free(ids);
   return r;
@@ -395,16 +439,17 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
     int mine = 0;
     for (int i = 0; i < nranks; i++) mine += comm->peers[i].group == me->group;
     if (comm->ngroups < nranks)
-      HC_INFO(HC_PLAN, "rank %d: %d groups; group %s has %d ranks; large all-reduces are hierarchical, with "
-              "hetccl's own ring inside each group (the vendor library inside groups is not built)",
+      HC_INFO(HC_PLAN, "rank %d: %d groups; group %s has %d ranks; collectives are hierarchical",
               rank, comm->ngroups, me->group_name, mine);
   }
+  HC_TRY_GOTO(vendor_groups_choose(comm), r, fail);
+  if (comm->ngroups > 1) comm->plan_ctx.group_vendor = comm->group_vendor;
   HC_TRY_GOTO(windows_open(comm), r, fail);
-  if (config->device_kind != HC_MEM_HOST) {
+  if (config->device_kind != HC_MEM_HOST)
     HC_TRY_GOTO(hc_dev_get(config->device_kind)->set_device(config->device_id), r, fail);
-    if (vendor_passthrough(comm)) HC_TRY_GOTO(vendor_init(comm), r, fail);
-    else HC_TRY_GOTO(hc_proxy_create(comm, &comm->proxy), r, fail);
-  }
+  HC_TRY_GOTO(vendor_comms_init(comm), r, fail);
+  if (config->device_kind != HC_MEM_HOST && comm->vendor_comm == NULL)
+    HC_TRY_GOTO(hc_proxy_create(comm, &comm->proxy), r, fail);
   HC_INFO(HC_API,
           "comm %p rank %d of %d up: device %s:%d, group %s (%d groups), %d peers over shm, %d over ib, %d over "
           "sockets",
@@ -566,9 +611,10 @@ static hc_result_t api_CommGetAsyncError(hetcclComm_t comm, hetcclResult_t *asyn
   HC_TRY(hc_comm_check(comm, "CommGetAsyncError"));
   if (asyncError == NULL) return HC_FAIL(HC_ERR_ARG, "CommGetAsyncError: asyncError is NULL");
   *asyncError = (hetcclResult_t)atomic_load(&comm->async_error);
-  if (*asyncError == hetcclSuccess && comm->vendor_comm) {
+  void *vendor_comm = comm->vendor_comm ? comm->vendor_comm : comm->group_vendor_comm;
+  if (*asyncError == hetcclSuccess && vendor_comm) {
     int vendor_error = 0;
-    comm->vendor->comm_get_async_error(comm->vendor_comm, &vendor_error);
+    comm->vendor->comm_get_async_error(vendor_comm, &vendor_error);
     *asyncError = (hetcclResult_t)vendor_error;
   }
   return HC_OK;

@@ -128,6 +128,7 @@ hc_result_t hc_proxy_create(struct hetcclComm *comm, struct hc_proxy **out) {
   HC_TRY_GOTO(px->dev->set_device(comm->config.device_id), r, fail);
   HC_TRY_GOTO(hc_gpu_lanes_create(px->dev, comm->config.device_id, comm->rank, comm->nranks,
                                   comm->plan_ctx.chunk_bytes, &px->lanes), r, fail);
+  hc_gpu_lanes_use_vendor(px->lanes, comm->vendor, comm->group_vendor_comm);
   /* Compile and load the reduction kernels now, while nothing of ours is
    * in flight: loading a module can wait for every stream of the context. */
   hc_stream_t warm_stream = NULL;

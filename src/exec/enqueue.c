@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "enqueue.h"
+#include "../vendor/vendor.h"
 
 /* What a step is to the enqueuer: a join of dependencies (NOP), work on a
  * lane, or a transfer of the proxy's. A rank's send to itself and its
@@ -21,6 +22,8 @@ struct qref {
 
 struct hc_gpu_lanes {
   const struct hc_dev_ops *dev;
+  const struct hc_vendor *vendor; /* and its communicator of this rank's group */
+  void *vendor_comm;
   int rank, nranks, nqueues; /* queue q: peer q / 2, receives when q is odd */
   /* stream[HC_LANE_MAIN] is the caller's (the first of a group's): steps
    * go straight on it, as NCCL's kernels do. stream[HC_LANE_TO_HOST] is
@@ -172,6 +175,11 @@ hc_result_t hc_gpu_lanes_create(const struct hc_dev_ops *dev, int device, int ra
 fail:
   hc_gpu_lanes_destroy(g);
   return r;
+}
+
+void hc_gpu_lanes_use_vendor(struct hc_gpu_lanes *g, const struct hc_vendor *v, void *vendor_comm) {
+  g->vendor = v;
+  g->vendor_comm = vendor_comm;
 }
 
 hc_result_t hc_gpu_lanes_wait_idle(struct hc_gpu_lanes *g, uint64_t deadline_ns) {
@@ -489,6 +497,26 @@ static hc_result_t start_lane(struct hc_gpu_lanes *g, int lane) {
   return HC_OK;
 }
 
+/* A VENDOR step: the vendor's collective on its communicator of the group,
+ * on the lane's stream (dtype and op values are the vendor's own). */
+static hc_result_t run_vendor_step(struct hc_gpu_lanes *g, const struct hc_step *st, hc_stream_t s) {
+  const struct hc_vendor *v = g->vendor;
+  void *vc = g->vendor_comm;
+  if (v == NULL) return HC_FAIL(HC_ERR_INTERNAL, "rank %d: a vendor step, but no vendor communicator", g->rank);
+  int vr;
+  switch (st->coll) {
+  case HC_COLL_ALLREDUCE: vr = v->all_reduce(st->src0, st->dst, st->count, st->dtype, st->redop, vc, s); break;
+  case HC_COLL_BROADCAST: vr = v->broadcast(st->src0, st->dst, st->count, st->dtype, st->peer, vc, s); break;
+  case HC_COLL_REDUCE: vr = v->reduce(st->src0, st->dst, st->count, st->dtype, st->redop, st->peer, vc, s); break;
+  case HC_COLL_ALLGATHER: vr = v->all_gather(st->src0, st->dst, st->count, st->dtype, vc, s); break;
+  case HC_COLL_REDUCESCATTER:
+    vr = v->reduce_scatter(st->src0, st->dst, st->count, st->dtype, st->redop, vc, s);
+    break;
+  default: return HC_FAIL(HC_ERR_INTERNAL, "rank %d: vendor step of collective %d", g->rank, st->coll);
+  }
+  return hc_vendor_check(v, vc, vr, hc_coll_name((enum hc_coll)st->coll));
+}
+
 static hc_result_t run_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int i, int lane) {
   const struct hc_step *st = &p->steps[i];
   if (st->kind == HC_STEP_WAIT && g->partner[i] < 0)
@@ -496,6 +524,7 @@ static hc_result_t run_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int
   if (st->kind == HC_STEP_SIGNAL) return flag_op(g, lane, st->src0, st->count, false);
   HC_TRY(flush_flags(g));
   if (g->partner[i] >= 0) return g->dev->copy(st->dst, p->steps[g->partner[i]].src0, st->count, g->stream[lane]);
+  if (st->kind == HC_STEP_VENDOR) return run_vendor_step(g, st, g->stream[lane]);
   return hc_exec_local_step(g->dev, st, g->stream[lane]);
 }
 

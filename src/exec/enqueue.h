@@ -38,6 +38,10 @@ struct hc_gpu_lanes;
  * on the main lane alone. Needs 64-bit stream memory operations. */
 hc_result_t hc_gpu_lanes_create(const struct hc_dev_ops *dev, int device, int rank, int nranks,
                                 size_t one_lane_bytes, struct hc_gpu_lanes **out);
+/* The vendor library's communicator of this rank's group, which runs the
+ * plans' VENDOR steps (plan.h); without one such a step fails. */
+struct hc_vendor;
+void hc_gpu_lanes_use_vendor(struct hc_gpu_lanes *g, const struct hc_vendor *v, void *vendor_comm);
 /* Polls (until deadline_ns) until every step enqueued so far has run. */
 hc_result_t hc_gpu_lanes_wait_idle(struct hc_gpu_lanes *g, uint64_t deadline_ns);
 /* Waits (bounded) for the lanes to drain, then frees everything; takes NULL. */

@@ -271,24 +271,31 @@ static size_t input_count(const struct hc_coll_args *a, int nranks) {
   return a->coll == HC_COLL_REDUCESCATTER ? a->count * (size_t)nranks : a->count;
 }
 
+/* The hierarchical plans (hier.c): forced by HETCCL_ALGO=HIER on a comm of
+ * several groups, chosen by default when some group has several ranks (one
+ * rank per group is the flat algorithm already). */
+static bool hierarchical(const struct hc_plan_ctx *x) {
+  if (x->ngroups < 2 || x->group_of == NULL || x->members != NULL) return false;
+  return x->algo == HC_ALGO_HIER || (x->algo == HC_ALGO_AUTO && x->ngroups < x->nranks);
+}
+
 static enum hc_algo choose(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
   size_t bytes = a->count * hc_dtype_size(a->dtype);
   switch (a->coll) {
   case HC_COLL_ALLREDUCE:
     if (x->algo == HC_ALGO_RING || x->algo == HC_ALGO_RD) return x->algo;
-    /* Several groups, one of them of several ranks: each byte crosses
-     * between groups once per group, not once per rank. */
-    if (x->algo == HC_ALGO_HIER || (x->algo == HC_ALGO_AUTO && bytes >= x->ring_threshold &&
-                                    x->ngroups > 1 && x->ngroups < x->nranks))
-      return x->ngroups > 1 ? HC_ALGO_HIER : HC_ALGO_RING;
+    /* Each byte crosses between groups once per group, not once per rank;
+     * small messages take recursive doubling's few steps instead. */
+    if (hierarchical(x) && (x->algo == HC_ALGO_HIER || bytes >= x->ring_threshold)) return HC_ALGO_HIER;
     return bytes >= x->ring_threshold && a->count >= (size_t)x->nranks ? HC_ALGO_RING : HC_ALGO_RD;
   case HC_COLL_BROADCAST:
   case HC_COLL_REDUCE:
     if (x->algo == HC_ALGO_RING || x->algo == HC_ALGO_TREE) return x->algo;
+    if (hierarchical(x)) return HC_ALGO_HIER;
     return bytes >= x->ring_threshold ? HC_ALGO_RING : HC_ALGO_TREE;
   case HC_COLL_ALLGATHER:
   case HC_COLL_REDUCESCATTER:
-    return HC_ALGO_RING;
+    return hierarchical(x) ? HC_ALGO_HIER : HC_ALGO_RING;
   default:
     return HC_ALGO_AUTO; /* direct point-to-point */
   }
@@ -313,13 +320,21 @@ hc_result_t hc_plan_add(struct hc_plan *p, const struct hc_plan_ctx *x,
         : algo == HC_ALGO_RING ? hc_ring_allreduce(p, x, a, io)
                                : hc_rd_allreduce(p, x, a, io);
     break;
-  case HC_COLL_REDUCESCATTER: r = hc_ring_reducescatter(p, x, a, io); break;
-  case HC_COLL_ALLGATHER: r = hc_ring_allgather(p, x, a, io); break;
+  case HC_COLL_REDUCESCATTER:
+    r = algo == HC_ALGO_HIER ? hc_hier_reducescatter(p, x, a, io) : hc_ring_reducescatter(p, x, a, io);
+    break;
+  case HC_COLL_ALLGATHER:
+    r = algo == HC_ALGO_HIER ? hc_hier_allgather(p, x, a, io) : hc_ring_allgather(p, x, a, io);
+    break;
   case HC_COLL_BROADCAST:
-    r = algo == HC_ALGO_RING ? hc_chain_broadcast(p, x, a, io) : hc_tree_broadcast(p, x, a, io);
+    r = algo == HC_ALGO_HIER   ? hc_hier_broadcast(p, x, a, io)
+        : algo == HC_ALGO_RING ? hc_chain_broadcast(p, x, a, io)
+                               : hc_tree_broadcast(p, x, a, io);
     break;
   case HC_COLL_REDUCE:
-    r = algo == HC_ALGO_RING ? hc_chain_reduce(p, x, a, io) : hc_tree_reduce(p, x, a, io);
+    r = algo == HC_ALGO_HIER   ? hc_hier_reduce(p, x, a, io)
+        : algo == HC_ALGO_RING ? hc_chain_reduce(p, x, a, io)
+                               : hc_tree_reduce(p, x, a, io);
     break;
   case HC_COLL_ALLTOALL:
   case HC_COLL_ALLTOALLV: r = hc_p2p_alltoallv(p, x, a, io); break;

@@ -52,9 +52,14 @@ struct hc_coll_args {
 
 /* NOP does nothing: it joins several steps into one dependency. WAIT is
  * done once the counter at src0 (an atomic_ullong) is at least count;
- * SIGNAL stores count there (the window protocol, see hc_plan_window). */
+ * SIGNAL stores count there (the window protocol, see hc_plan_window).
+ * VENDOR is one collective of the vendor library's communicator of this
+ * rank's group (hc_plan_ctx.group_vendor), on the main lane: coll (ALLREDUCE,
+ * BROADCAST, REDUCE, ALLGATHER or REDUCESCATTER) from src0 into dst, count
+ * elements as the vendor counts them, redop, and peer as the root (an index
+ * among the group's members). */
 enum hc_step_kind { HC_STEP_SEND, HC_STEP_RECV, HC_STEP_REDUCE, HC_STEP_COPY, HC_STEP_SCALE, HC_STEP_NOP,
-                    HC_STEP_WAIT, HC_STEP_SIGNAL };
+                    HC_STEP_WAIT, HC_STEP_SIGNAL, HC_STEP_VENDOR };
 
 /* GPU plans: the internal stream a local step runs on. Copies into host
  * memory have their own, so that they overlap copies and kernels going
@@ -67,7 +72,8 @@ struct hc_step {
   uint8_t redop;          /* REDUCE: SUM, PROD, MAX, MIN; SCALE: enum hc_scale_kind */
   uint8_t dtype;
   uint8_t lane;           /* enum hc_lane */
-  int32_t peer;           /* SEND, RECV */
+  uint8_t coll;           /* VENDOR: enum hc_coll */
+  int32_t peer;           /* SEND, RECV; VENDOR: the root */
   void *dst;              /* RECV, REDUCE, COPY, SCALE */
   /* SEND, COPY and SCALE read src0, REDUCE both. SCALE's src1 points to
    * its factor (MUL: one element of dtype) or divisor (DIV: a uint64_t). */
@@ -117,6 +123,11 @@ struct hc_plan_ctx {
   int scratch_slots;      /* HETCCL_SCRATCH_SLOTS */
   int ngroups;            /* HETCCL_GROUP groups (plan/hier.c); 1 when there is one */
   const int *group_of;    /* per rank: its group, 0 .. ngroups - 1; NULL with one group */
+  /* Per group, or NULL for none: the group runs the vendor's library
+   * inside (its ranks each own a distinct GPU of one vendor; api/comm.c
+   * decides, the same on every rank). Its members' blocks are then the
+   * vendor's: count / size each, the last member also the rest. */
+  const bool *group_vendor;
   /* The ranks an algorithm runs over, member i being rank members[i]
    * (rank and nranks are then the index and count of members); NULL: all. */
   const int *members;

@@ -80,6 +80,10 @@ struct hc_alg_io {
   const void *in;
   void *out;
   hc_ref_t in_dep;
+  /* When not NULL (tree broadcast and reduce, for plans that continue from
+   * their result): set to the step after which out holds this rank's
+   * result. */
+  hc_ref_t *out_ready;
 };
 hc_result_t hc_ring_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
                               const struct hc_coll_args *a, struct hc_alg_io io);
@@ -92,9 +96,17 @@ typedef hc_ref_t (*hc_ring_mid_fn)(struct hc_plan *p, void *arg, size_t off, siz
 hc_result_t hc_ring_allreduce_split(struct hc_plan *p, const struct hc_plan_ctx *x,
                                     const struct hc_coll_args *a, struct hc_alg_io io, hc_ring_mid_fn mid,
                                     void *arg, hc_ref_t *done);
-/* All-reduce of a comm of several groups (hier.c). */
+/* The collectives of a comm of several groups (hier.c). */
 hc_result_t hc_hier_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
                               const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_hier_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x,
+                              const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_hier_reduce(struct hc_plan *p, const struct hc_plan_ctx *x,
+                           const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_hier_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
+                              const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_hier_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x,
+                                  const struct hc_coll_args *a, struct hc_alg_io io);
 hc_result_t hc_rd_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
                             const struct hc_coll_args *a, struct hc_alg_io io);
 hc_result_t hc_ring_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x,

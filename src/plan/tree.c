@@ -12,7 +12,9 @@
 
 #include "plan_priv.h"
 
-static int real_rank(int v, int root, int n) { return (v + root) % n; }
+/* The rank of virtual rank v: a member of x (plan.h, hc_plan_ctx.members)
+ * whose index is (v + root) mod n. */
+static int real_rank(const struct hc_plan_ctx *x, int v, int root) { return hc_member(x, (v + root) % x->nranks); }
 
 /* Recursive doubling with the usual fold for non powers of two: of the
  * first 2*rem ranks, each even one hands its data to the odd one above it
@@ -71,15 +73,17 @@ hc_result_t hc_tree_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x,
   hc_ref_t ready = io.in_dep;
   int mask = 1;
   if (v == 0) {
-    hc_push_copy(p, io.out, io.in, bytes, io.in_dep, 0);
+    hc_ref_t copied = hc_push_copy(p, io.out, io.in, bytes, io.in_dep, 0);
+    if (io.out_ready) *io.out_ready = copied;
     while (mask < n) mask <<= 1;
   } else {
     while (mask < n && !(v & mask)) mask <<= 1;
-    ready = hc_push_recv(p, real_rank(v - mask, root, n), io.out, bytes, 0, 0);
+    ready = hc_push_recv(p, real_rank(x, v - mask, root), io.out, bytes, 0, 0);
     src = io.out;
+    if (io.out_ready) *io.out_ready = ready;
   }
   for (mask >>= 1; mask > 0; mask >>= 1)
-    if (v + mask < n) hc_push_send(p, real_rank(v + mask, root, n), src, bytes, ready, 0);
+    if (v + mask < n) hc_push_send(p, real_rank(x, v + mask, root), src, bytes, ready, 0);
   return HC_OK;
 }
 
@@ -96,10 +100,10 @@ hc_result_t hc_chain_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x,
     hc_ref_t ready = io.in_dep;
     const void *src = HC_PTR(io.in, off, es);
     if (v > 0) {
-      ready = hc_push_recv(p, real_rank(v - 1, root, n), HC_PTR(io.out, off, es), len * es, 0, 0);
+      ready = hc_push_recv(p, real_rank(x, v - 1, root), HC_PTR(io.out, off, es), len * es, 0, 0);
       src = HC_PTR(io.out, off, es);
     }
-    if (v < n - 1) hc_push_send(p, real_rank(v + 1, root, n), src, len * es, ready, 0);
+    if (v < n - 1) hc_push_send(p, real_rank(x, v + 1, root), src, len * es, ready, 0);
   }
   return HC_OK;
 }
@@ -123,16 +127,19 @@ hc_result_t hc_tree_reduce(struct hc_plan *p, const struct hc_plan_ctx *x,
   int child = 0;
   for (int mask = 1; mask < n; mask <<= 1) {
     if (v & mask) {
-      hc_push_send(p, real_rank(v - mask, root, n), acc, bytes, cur, 0);
+      hc_push_send(p, real_rank(x, v - mask, root), acc, bytes, cur, 0);
       break;
     }
     if (v + mask < n) {
       void *in_child = tmp + (size_t)child++ * bytes;
-      hc_ref_t got = hc_push_recv(p, real_rank(v + mask, root, n), in_child, bytes, 0, 0);
+      hc_ref_t got = hc_push_recv(p, real_rank(x, v + mask, root), in_child, bytes, 0, 0);
       cur = hc_push_reduce(p, acc, acc, in_child, a->count, a->dtype, op, got, cur, 0);
     }
   }
-  if (v == 0) hc_push_avg(p, a, io.out, a->count, n, cur);
+  if (v == 0) {
+    cur = hc_push_avg(p, a, io.out, a->count, n, cur);
+    if (io.out_ready) *io.out_ready = cur;
+  }
   return HC_OK;
 }
 
@@ -161,16 +168,16 @@ hc_result_t hc_chain_reduce(struct hc_plan *p, const struct hc_plan_ctx *x,
     if (len == 0) continue;
     const void *mine = HC_PTR(io.in, off, es);
     if (v == n - 1) {
-      hc_push_send(p, real_rank(v - 1, root, n), mine, len * es, io.in_dep, 0);
+      hc_push_send(p, real_rank(x, v - 1, root), mine, len * es, io.in_dep, 0);
       continue;
     }
     int si = (int)(c % (size_t)nslots);
     void *slot = slots + (size_t)si * slot_bytes;
-    hc_ref_t got = hc_push_recv(p, real_rank(v + 1, root, n), slot, len * es, slot_user[si], 0);
+    hc_ref_t got = hc_push_recv(p, real_rank(x, v + 1, root), slot, len * es, slot_user[si], 0);
     void *dst = v == 0 ? HC_PTR(io.out, off, es) : slot;
     hc_ref_t red = hc_push_reduce(p, dst, mine, slot, len, a->dtype, op, got, io.in_dep, 0);
     if (v == 0) slot_user[si] = hc_push_avg(p, a, dst, len, n, red);
-    else slot_user[si] = hc_push_send(p, real_rank(v - 1, root, n), slot, len * es, red, 0);
+    else slot_user[si] = hc_push_send(p, real_rank(x, v - 1, root), slot, len * es, red, 0);
   }
   free(slot_user);
   return HC_OK;

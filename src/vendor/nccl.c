@@ -163,6 +163,12 @@ const struct hc_vendor *hc_vendor_get(enum hc_mem_kind kind) {
   return NULL;
 }
 
+hc_result_t hc_vendor_check(const struct hc_vendor *v, void *comm, int result, const char *what) {
+  if (result == 0) return HC_OK;
+  return HC_FAIL((hc_result_t)result, "%s %s: %s: %s", v->name, what, v->get_error_string(result),
+                 v->get_last_error(comm));
+}
+
 void *hc_vendor_symbol(const struct hc_vendor *v, const char *name) {
   char sym[128];
   snprintf(sym, sizeof(sym), "p%s", name);

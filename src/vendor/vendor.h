@@ -53,6 +53,10 @@ struct hc_vendor {
 /* The vendor library for a GPU kind, loaded once per process; NULL (and an
  * INFO line) when none is found. */
 const struct hc_vendor *hc_vendor_get(enum hc_mem_kind kind);
+/* HC_OK for the vendor's result 0; otherwise its result code (the same
+ * numbers as hetccl's) with a message naming what failed, the vendor's
+ * error string and its last-error text for comm. */
+hc_result_t hc_vendor_check(const struct hc_vendor *v, void *comm, int result, const char *what);
 /* Any entry point of a loaded vendor library: p<name> where it has one,
  * else <name>; NULL when absent. */
 void *hc_vendor_symbol(const struct hc_vendor *v, const char *name);

@@ -14,3 +14,15 @@ set_tests_properties(gpu_coll_fake_cuda PROPERTIES LABELS "unit;gpu" TIMEOUT 600
 add_test(NAME gpu_coll_fake_cuda_processes COMMAND test_coll_gpu)
 set_tests_properties(gpu_coll_fake_cuda_processes PROPERTIES LABELS "unit;gpu" TIMEOUT 600
   ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;GPU_TEST_QUICK=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0")
+# Scenarios E and F (a GPU group on two devices runs the vendor library
+# inside) over the fake driver with two devices and the fake NCCL
+# (fake_nccl.c: ranks as threads of one process).
+add_library(hc_fake_nccl SHARED ${CMAKE_CURRENT_SOURCE_DIR}/gpu/fake_nccl.c)
+target_link_libraries(hc_fake_nccl PRIVATE hetccl_static)
+target_include_directories(hc_fake_nccl PRIVATE ${PROJECT_SOURCE_DIR}/src)
+set_target_properties(hc_fake_nccl PROPERTIES OUTPUT_NAME nccl VERSION 2 SOVERSION 2
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fake-nccl)
+add_dependencies(test_coll_gpu hc_fake_nccl)
+add_test(NAME gpu_coll_fake_nccl COMMAND test_coll_gpu)
+set_tests_properties(gpu_coll_fake_nccl PROPERTIES LABELS "unit;gpu" TIMEOUT 600
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=2;FAKE_CUDA_DELAY_US=0;GPU_TEST_QUICK=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=1;HETCCL_NCCL_LIBRARY=${CMAKE_CURRENT_BINARY_DIR}/fake-nccl/libnccl.so.2;GPU_TEST_SCENARIOS=EF;TU_RANKS=threads")

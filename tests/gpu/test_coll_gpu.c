@@ -4,7 +4,14 @@
  *   A: 2 GPU ranks in two groups (HETCCL_GROUP-style names per rank);
  *   B: 1 GPU rank + 1 CPU rank;
  *   C: 2 GPU ranks + 2 CPU ranks;
- *   D: the same in two groups of two (GPU, CPU): the hierarchical all-reduce.
+ *   D: the same in two groups of two (GPU, CPU): the hierarchical plans;
+ *   E: as D, the GPU ranks on devices 0 and 1: their group runs the vendor
+ *      library (NCCL) inside;
+ *   F: 4 GPU ranks in two interleaved groups, each with a rank on devices 0
+ *      and 1: both groups run NCCL inside.
+ * E and F need two devices (skipped with fewer); CI runs them over the
+ * fake driver and the fake NCCL (fake_nccl.c), with ranks as threads.
+ * GPU_TEST_SCENARIOS=<letters> runs only those scenarios.
  * Every collective x datatype x op, choosing cases so that each pair of
  * (collective, datatype, op, count, in-place) is covered, compared bitwise
  * with the results the test computes itself (testutil's generators), plus
@@ -15,6 +22,7 @@
  * the stream wrote after the hold.
  * Exits 77 (skip) where no CUDA device is found.
  */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,13 +52,17 @@ struct scenario {
   int nranks;
   bool gpu_rank[4];
   const char *groups; /* a letter per rank; NULL: every rank its own group */
+  int device[4];      /* of each GPU rank */
 };
 static const struct scenario scenarios[] = {
-    {"A: 2 GPU ranks, two groups", 2, {true, true}, NULL},
-    {"B: 1 GPU + 1 CPU", 2, {true, false}, NULL},
-    {"C: 2 GPU + 2 CPU", 4, {true, false, true, false}, NULL},
-    /* groups of two: large all-reduces take the hierarchical plan */
-    {"D: 2 GPU + 2 CPU, a GPU group and a CPU group", 4, {true, false, true, false}, "gcgc"},
+    {"A: 2 GPU ranks, two groups", 2, {true, true}, NULL, {0}},
+    {"B: 1 GPU + 1 CPU", 2, {true, false}, NULL, {0}},
+    {"C: 2 GPU + 2 CPU", 4, {true, false, true, false}, NULL, {0}},
+    /* groups of two: the hierarchical plans */
+    {"D: 2 GPU + 2 CPU, a GPU group and a CPU group", 4, {true, false, true, false}, "gcgc", {0}},
+    {"E: 2 GPU (devices 0, 1) + 2 CPU, a GPU group and a CPU group", 4, {true, false, true, false}, "gcgc",
+     {0, 0, 1, 0}},
+    {"F: 4 GPU ranks, two groups each on devices 0 and 1", 4, {true, true, true, true}, "abab", {0, 0, 1, 1}},
 };
 
 /* Device buffers are allocated once per run and reused: freeing device
@@ -59,6 +71,7 @@ static const struct scenario scenarios[] = {
  * call. */
 struct mem {
   bool on_gpu;
+  int device;
   hc_stream_t stream;
   void *spare[2];
   size_t spare_bytes;
@@ -81,13 +94,14 @@ static void buf_del(struct mem *m, void *p) {
 }
 static bool spares_alloc(struct mem *m, size_t bytes) {
   m->spare_bytes = bytes;
-  return !m->on_gpu || (gpu->mem_alloc(0, bytes, &m->spare[0]) == HC_OK && gpu->mem_alloc(0, bytes, &m->spare[1]) == HC_OK);
+  return !m->on_gpu || (gpu->mem_alloc(m->device, bytes, &m->spare[0]) == HC_OK &&
+                        gpu->mem_alloc(m->device, bytes, &m->spare[1]) == HC_OK);
 }
 static void spares_free(struct mem *m) {
   tu_barrier(); /* every rank: no rank has a call in flight any more */
   if (!m->on_gpu) return;
-  gpu->mem_free(0, m->spare[0]);
-  gpu->mem_free(0, m->spare[1]);
+  gpu->mem_free(m->device, m->spare[0]);
+  gpu->mem_free(m->device, m->spare[1]);
 }
 static void to_buf(const struct mem *m, void *dst, const void *src, size_t bytes) {
   if (!bytes) return;
@@ -244,28 +258,51 @@ out:
   free(expect);
 }
 
-static hetcclComm_t make_comm(int rank, int n, hetcclUniqueId id, bool on_gpu, const char *groups) {
+static hetcclComm_t make_comm(int rank, int n, hetcclUniqueId id, bool on_gpu, int device, const char *groups) {
   hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
   char group[16];
   if (groups) snprintf(group, sizeof(group), "%c", groups[rank]);
   else snprintf(group, sizeof(group), "g%d", rank);
   cfg.deviceKind = on_gpu ? hetcclDeviceCuda : hetcclDeviceHost;
-  cfg.deviceId = 0;
+  cfg.deviceId = device;
   cfg.groupName = group; /* by default every rank its own group: all cross-group paths */
   hetcclComm_t comm = NULL;
   CHECK_OK(hetcclCommInitRankConfig(&comm, n, id, rank, &cfg));
   return comm;
 }
 
+static int devices_needed(const struct scenario *sc) {
+  int n = 1;
+  for (int r = 0; r < sc->nranks; r++)
+    if (sc->gpu_rank[r]) n = HC_MAX(n, sc->device[r] + 1);
+  return n;
+}
+
+/* Collectives the fake NCCL of this process has run (fake_nccl.c), or -1
+ * where the NCCL in use is not that fake. */
+static long fake_nccl_calls(void) {
+  const char *path = getenv("HETCCL_NCCL_LIBRARY");
+  void *h = path && as_threads ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+  long (*calls)(void) = NULL;
+  if (h) *(void **)&calls = dlsym(h, "fake_nccl_calls");
+  long n = calls ? calls() : -1;
+  if (h) dlclose(h);
+  return n;
+}
+
 static int rank_scenario(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
   rank_gpu();
-  struct mem m = {.on_gpu = cur->gpu_rank[rank]};
-  if (m.on_gpu) {
-    gpu->set_device(0);
-    if (!CHECK(gpu->stream_create(0, &m.stream) == HC_OK, "stream_create")) return 1;
+  if (devices_needed(cur) > hc_dev_caps(HC_MEM_CUDA).device_count) {
+    if (rank == 0) printf("%s: skipped, needs %d devices\n", cur->name, devices_needed(cur));
+    return 0;
   }
-  hetcclComm_t comm = make_comm(rank, n, id, m.on_gpu, cur->groups);
+  struct mem m = {.on_gpu = cur->gpu_rank[rank], .device = cur->device[rank]};
+  if (m.on_gpu) {
+    gpu->set_device(m.device);
+    if (!CHECK(gpu->stream_create(m.device, &m.stream) == HC_OK, "stream_create")) return 1;
+  }
+  hetcclComm_t comm = make_comm(rank, n, id, m.on_gpu, m.device, cur->groups);
   if (comm == NULL) return 1;
   /* The largest case: all-to-all of the largest count on n ranks. */
   if (!CHECK(spares_alloc(&m, counts[HC_ARRAY_LEN(counts) - 1] * 8 * (size_t)n), "device memory")) return 1;
@@ -285,7 +322,7 @@ static int rank_big(int rank, int n, hetcclUniqueId id, void *arg) {
   gpu->set_device(0);
   struct mem m = {.on_gpu = true};
   gpu->stream_create(0, &m.stream);
-  hetcclComm_t comm = make_comm(rank, n, id, true, NULL);
+  hetcclComm_t comm = make_comm(rank, n, id, true, 0, NULL);
   const size_t count = (1ull << 30) / 4;
   struct tu_red red = {HC_FLOAT32, HC_SUM, n, 99};
   float *host = malloc(count * 4), *expect = malloc(count * 4);
@@ -326,7 +363,7 @@ static int rank_two_streams(int rank, int n, hetcclUniqueId id, void *arg) {
   bool ok = host && expect;
   for (int k = 0; k < 2; k++) ok &= gpu->stream_create(0, &s[k]) == HC_OK;
   for (int b = 0; b < NBUF; b++) ok &= gpu->mem_alloc(0, count * 4, &d[b]) == HC_OK;
-  hetcclComm_t comm = make_comm(rank, n, id, true, NULL);
+  hetcclComm_t comm = make_comm(rank, n, id, true, 0, NULL);
   if (!CHECK(ok && comm, "setup")) return 1;
   for (int b = 0; b < NBUF; b++) {
     struct tu_red red = {HC_FLOAT32, HC_SUM, n, 40 + b};
@@ -368,7 +405,7 @@ static int rank_stream_order(int rank, int n, hetcclUniqueId id, void *arg) {
   gpu->set_device(0);
   struct mem m = {.on_gpu = true};
   gpu->stream_create(0, &m.stream);
-  hetcclComm_t comm = make_comm(rank, n, id, true, NULL);
+  hetcclComm_t comm = make_comm(rank, n, id, true, 0, NULL);
   const size_t count = 1 << 20;
   float *host = malloc(count * 4), *zeros = calloc(count, 4);
   uint64_t *flag = NULL;
@@ -440,9 +477,20 @@ int main(int argc, char **argv) {
   }
   ncases = build_cases(cases, (int)HC_ARRAY_LEN(cases));
   printf("%d cases cover every pair of collective, datatype, op, count and in-place\n", ncases);
+  const char *only = getenv("GPU_TEST_SCENARIOS");
   for (size_t s = 0; s < HC_ARRAY_LEN(scenarios); s++) {
     cur = &scenarios[s];
+    if (only && strchr(only, cur->name[0]) == NULL) continue;
+    long before = HC_MAX(fake_nccl_calls(), 0);
     run_ranks(cur->nranks, rank_scenario);
+    /* With the fake NCCL, E and F must have run steps on it. */
+    const char *vendor = getenv("HETCCL_VENDOR");
+    if (as_threads && getenv("HETCCL_NCCL_LIBRARY") && !(vendor && !strcmp(vendor, "0")) &&
+        devices_needed(cur) > 1 && devices_needed(cur) <= hc_dev_caps(HC_MEM_CUDA).device_count) {
+      long ran = fake_nccl_calls() - before;
+      printf("%s: %ld collectives ran on the fake NCCL\n", cur->name, ran);
+      CHECK(ran > 0, "%s: no collective ran on the vendor library", cur->name);
+    }
   }
   tu_set_case("two streams");
   run_ranks(2, rank_two_streams);

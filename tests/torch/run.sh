@@ -4,10 +4,12 @@
 # Builds hetccl, then runs the same scripts with and without LD_PRELOAD:
 #  1. every nccl* symbol that the installed torch imports is exported;
 #  2. ops.py with 2 ranks on cuda:0 in different HETCCL_GROUPs (hetccl's own
-#     cross-group path; NCCL alone refuses two ranks on one GPU), and with
+#     cross-group path; NCCL alone refuses two ranks on one GPU), with 4
+#     ranks in two interleaved groups (the hierarchical plans), and with
 #     world size 1;
-#  3. ddp.py: 2 ranks in different groups under hetccl against the
-#     single-process reference without hetccl; final-loss relative error.
+#  3. ddp.py: 2 ranks in different groups, and 4 ranks in two groups, under
+#     hetccl against the single-process reference without hetccl;
+#     final-loss relative error.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-/tmp/hetccl-torch}
@@ -31,6 +33,9 @@ done
 echo "== 2. torch.distributed ops, 2 ranks on cuda:0 in two groups, under hetccl"
 LD_PRELOAD=$lib $run -n 2 --timeout 300 --rank-env 0:HETCCL_GROUP=a --rank-env 1:HETCCL_GROUP=b \
   $py "$root/tests/torch/ops.py" || fail=1
+echo "== 2a. 4 ranks on cuda:0 in two interleaved groups (a b a b): the hierarchical plans"
+LD_PRELOAD=$lib $run -n 4 --timeout 300 --rank-env 0:HETCCL_GROUP=a --rank-env 1:HETCCL_GROUP=b \
+  --rank-env 2:HETCCL_GROUP=a --rank-env 3:HETCCL_GROUP=b $py "$root/tests/torch/ops.py" || fail=1
 echo "== 2b. world size 1, under hetccl"
 LD_PRELOAD=$lib $run -n 1 --timeout 300 $py "$root/tests/torch/ops.py" || fail=1
 echo "== 2c. world size 1, native NCCL (same script)"
@@ -47,6 +52,22 @@ het = [float(x) for x in open(sys.argv[2])]
 rel = abs(het[-1] - ref[-1]) / abs(ref[-1])
 print("step  reference   hetccl(2 groups)")
 for i in list(range(0, len(ref), 20)) + [len(ref) - 1]:
+    print(f"{i:4d}  {ref[i]:.6f}  {het[i]:.6f}")
+print(f"final loss relative error {rel:.2e} (bound 1e-3)")
+sys.exit(0 if rel <= 1e-3 else 1)
+PY
+
+echo "== 3b. DDP: 4 ranks in two interleaved groups under hetccl (gradient buckets take the hierarchical all-reduce)"
+LOSS_FILE=$out/loss_hetccl4.txt LD_PRELOAD=$lib $run -n 4 --timeout 600 --rank-env 0:HETCCL_GROUP=a \
+  --rank-env 1:HETCCL_GROUP=b --rank-env 2:HETCCL_GROUP=a --rank-env 3:HETCCL_GROUP=b \
+  $py "$root/tests/torch/ddp.py" || fail=1
+$py - "$out/loss_ref.txt" "$out/loss_hetccl4.txt" <<'PY' || fail=1
+import sys
+ref = [float(x) for x in open(sys.argv[1])]
+het = [float(x) for x in open(sys.argv[2])]
+rel = abs(het[-1] - ref[-1]) / abs(ref[-1])
+print("step  reference   hetccl(4 ranks, groups a b a b)")
+for i in list(range(0, len(ref), 40)) + [len(ref) - 1]:
     print(f"{i:4d}  {ref[i]:.6f}  {het[i]:.6f}")
 print(f"final loss relative error {rel:.2e} (bound 1e-3)")
 sys.exit(0 if rel <= 1e-3 else 1)

@@ -1,0 +1,112 @@
+/*
+ * The bytes that plans send between groups, counted in the plans every
+ * rank builds for one call (nothing runs): the hierarchical plans
+ * (plan/hier.c) must cross exactly
+ *   all-reduce                2 (G - 1) B   (a ring of one rank per group per segment)
+ *   broadcast, reduce         (G - 1) B     (small: leaders' tree; large: chain by group)
+ *   all-gather, reduce-scatter  sum over groups g of (n - |g|) b
+ *   all-to-all                (n^2 - sum over g of |g|^2) b
+ * for G groups, n ranks, B the buffer's bytes and b one rank's block; the
+ * last three are the least possible (each block enters each group that
+ * lacks it once). The flat algorithms over the same layouts are printed
+ * beside them, and must cross more where groups interleave.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan.h"
+#include "testutil.h"
+
+struct layout {
+  const char *name;
+  const char *groups; /* one letter per rank: its group */
+};
+static const struct layout layouts[] = {
+    {"groups of 3 and 2, interleaved", "abaab"},
+    {"groups of 3, 2 and 1", "abcaba"},
+    {"two groups of 2", "aabb"},
+    {"groups of 1 and 2", "abb"},
+    {"four groups of 2, interleaved", "abcdabcd"},
+};
+
+enum { RING_THRESHOLD = 64 << 10 };
+
+/* Bytes that all ranks' plans for call a send to a rank of another group. */
+static size_t crossing_bytes(const struct layout *l, enum hc_algo algo, struct hc_coll_args a, int *group_of,
+                             int ngroups, struct hc_scratch_pool *pool) {
+  const int n = (int)strlen(l->groups);
+  const size_t es = hc_dtype_size(a.dtype);
+  const size_t span = (a.coll == HC_COLL_BROADCAST || a.coll == HC_COLL_REDUCE || a.coll == HC_COLL_ALLREDUCE)
+                          ? a.count * es
+                          : a.count * es * (size_t)n;
+  char *in = calloc(1, span), *out = calloc(1, span);
+  a.sendbuf = in;
+  a.recvbuf = out;
+  size_t crossed = 0;
+  for (int r = 0; r < n; r++) {
+    struct hc_plan_ctx x = {.rank = r, .nranks = n, .algo = algo, .chunk_bytes = 4096,
+                            .ring_threshold = RING_THRESHOLD, .scratch_slots = 3, .ngroups = ngroups,
+                            .group_of = group_of};
+    struct hc_plan p = {.pool = pool};
+    if (!CHECK_OK((hetcclResult_t)hc_plan_add(&p, &x, &a))) break;
+    for (int i = 0; i < p.nsteps; i++)
+      if (p.steps[i].kind == HC_STEP_SEND && group_of[p.steps[i].peer] != group_of[r]) crossed += p.steps[i].count;
+    hc_plan_reset(&p);
+  }
+  free(in);
+  free(out);
+  return crossed;
+}
+
+int main(int argc, char **argv) {
+  tu_init(argc, argv);
+  struct hc_scratch_pool *pool;
+  if (!CHECK_OK((hetcclResult_t)hc_scratch_pool_create(HC_POOL_HOST, NULL, 0, &pool))) return tu_finish("test_plan_groups");
+  printf("%-32s %-14s %8s %12s %12s %12s\n", "layout", "collective", "count", "least", "hierarchy", "flat");
+  for (size_t li = 0; li < HC_ARRAY_LEN(layouts); li++) {
+    const struct layout *l = &layouts[li];
+    const int n = (int)strlen(l->groups);
+    int group_of[16], size[16] = {0}, G = 0;
+    for (int i = 0; i < n; i++) { /* groups numbered in order of their lowest rank, as comm.c does */
+      group_of[i] = -1;
+      for (int j = 0; j < i && group_of[i] < 0; j++)
+        if (l->groups[j] == l->groups[i]) group_of[i] = group_of[j];
+      if (group_of[i] < 0) group_of[i] = G++;
+      size[group_of[i]]++;
+    }
+    size_t lacking = 0, pairs = (size_t)n * (size_t)n; /* blocks that must enter groups; block pairs across */
+    for (int g = 0; g < G; g++) {
+      lacking += (size_t)(n - size[g]);
+      pairs -= (size_t)size[g] * (size_t)size[g];
+    }
+    const enum hc_coll colls[] = {HC_COLL_ALLREDUCE, HC_COLL_BROADCAST, HC_COLL_REDUCE,
+                                  HC_COLL_ALLGATHER, HC_COLL_REDUCESCATTER, HC_COLL_ALLTOALL};
+    const size_t counts[] = {100, 50000}; /* float32: below and above the ring threshold */
+    for (size_t ci = 0; ci < HC_ARRAY_LEN(colls); ci++)
+      for (size_t k = 0; k < HC_ARRAY_LEN(counts); k++) {
+        struct hc_coll_args a = {.coll = colls[ci], .count = counts[k], .dtype = HC_FLOAT32, .op = HC_SUM,
+                                 .root = n - 1};
+        const size_t B = a.count * 4;
+        size_t least;
+        switch (a.coll) {
+        case HC_COLL_ALLREDUCE: least = 2 * (size_t)(G - 1) * B; break;
+        case HC_COLL_BROADCAST:
+        case HC_COLL_REDUCE: least = (size_t)(G - 1) * B; break;
+        case HC_COLL_ALLTOALL: least = pairs * B; break;
+        default: least = lacking * B; break;
+        }
+        tu_set_case("%s: %s count %zu", l->name, hc_coll_name(a.coll), a.count);
+        size_t hier = crossing_bytes(l, HC_ALGO_HIER, a, group_of, G, pool);
+        size_t flat = crossing_bytes(l, HC_ALGO_RING, a, group_of, G, pool);
+        printf("%-32s %-14s %8zu %12zu %12zu %12zu\n", l->name, hc_coll_name(a.coll), a.count, least, hier, flat);
+        CHECK(hier == least, "%s: %s count %zu crosses %zu bytes between groups, expected %zu", l->name,
+              hc_coll_name(a.coll), a.count, hier, least);
+        if (a.coll != HC_COLL_ALLTOALL && strstr(l->name, "interleaved"))
+          CHECK(flat > hier, "%s: %s count %zu: the flat plan crosses %zu bytes, the hierarchy %zu", l->name,
+                hc_coll_name(a.coll), a.count, flat, hier);
+      }
+  }
+  hc_scratch_pool_destroy(pool);
+  return tu_finish("test_plan_groups");
+}
