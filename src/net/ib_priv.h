@@ -81,9 +81,7 @@ struct hc_ib_setup {
 #define HC_IB_BYE_BYTES 24
 enum hc_ib_bye_reason { HC_IB_BYE_MISMATCH = 1 };
 
-/* The record's wire form, and the pure parser tests can feed hostile bytes. */
-void hc_ib_setup_encode(const struct hc_ib_setup *s, uint8_t out[HC_IB_SETUP_BYTES]);
-bool hc_ib_setup_parse(const uint8_t *buf, size_t n, struct hc_ib_setup *out);
+/* Its wire form and parser: ib_wire.h. */
 
 /* One registration of the cache (ib_mem.c). */
 struct hc_ib_reg {

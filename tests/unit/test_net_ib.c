@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "net/ib_priv.h"
+#include "net/ib_wire.h"
 #include "testutil.h"
 
 static int failures;
