@@ -10,6 +10,10 @@
 # constants hip.c copies are checked against the headers at compile time.
 # hipcc (clang-15 with the amdgcn target) is left out: hipRTC already
 # compiles the kernels, and it would add LLVM's development packages.
+#
+#   scripts/install-deps.sh      building and the test suite
+#   scripts/install-deps.sh ib   the soft-RoCE VM tests (tests/ib/rxe_vms.sh):
+#                                qemu, cpio and kmod (depmod, modprobe) too
 set -euo pipefail
 need=()
 command -v cmake >/dev/null || need+=(cmake)
@@ -21,13 +25,18 @@ if grep -qs bookworm /etc/os-release; then
   dpkg -s libamdhip64-5 >/dev/null 2>&1 || hip+=(libamdhip64-5)
   dpkg -s libamdhip64-dev >/dev/null 2>&1 || hip+=(libamdhip64-dev)
 fi
+if [ "${1:-}" = ib ]; then
+  command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+  command -v cpio >/dev/null || need+=(cpio)
+  command -v depmod >/dev/null || need+=(kmod)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: missing ${need[*]}; run as root or install them" >&2
     exit 1
   fi
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 # Optional: without them the HIP tests skip (saying so), nothing fails.
 if [ ${#hip[@]} -gt 0 ]; then

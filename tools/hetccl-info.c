@@ -26,6 +26,10 @@ static void print_params(void) {
 }
 
 int main(int argc, char **argv) {
+  if (hc_params_load() != HC_OK) {
+    fprintf(stderr, "hetccl-info: %s\n", hc_last_error());
+    return 2;
+  }
   if (argc > 1 && !strcmp(argv[1], "--params")) {
     print_params();
     return 0;
@@ -50,6 +54,20 @@ int main(int argc, char **argv) {
     const char *why = hc_dev_absent_reason((enum hc_mem_kind)k);
     if (why) printf("\n  %s: off: %s", kind_names[k], why[0] ? why : "not loaded");
   }
-  printf("\ntransports: %s\n", hc_net_socket.name);
+  printf("\ntransports: %s, %s (same host)", hc_net_socket.name, hc_net_shm.name);
+  bool ib_usable;
+  char ib_what[256];
+  hc_net_ib_probe(&ib_usable, ib_what, sizeof(ib_what));
+  printf(", %s: %s\n", hc_net_ib.name, ib_usable ? "usable" : "not usable");
+  printf("ib: %s\n", ib_what);
+  for (int k = HC_MEM_HOST + 1; k < HC_MEM_KIND_COUNT; k++) {
+    const struct hc_dev_ops *d = hc_dev_get((enum hc_mem_kind)k);
+    if (d == NULL) continue;
+    hc_net_ib_gdr_probe(k, ib_what, sizeof(ib_what));
+    printf("ib and %s memory: %s\n", d->name, ib_what);
+  }
+  const char *net = hc_param_str(HC_P_NET);
+  printf("between hosts: %s\n", net[0] ? net : ib_usable ? "ib where every rank has it, else socket (HETCCL_NET unset)"
+                                                          : "socket (no usable RDMA port here; HETCCL_NET unset)");
   return 0;
 }

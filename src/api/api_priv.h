@@ -36,6 +36,8 @@ struct hc_peer_info {
   int32_t has_shm;
   int32_t shm_window;  /* asked shm for windows: a pair with such a rank has them */
   int32_t fp8_layout;  /* enum hc_fp8_layout: what this rank's fp8 buffers hold */
+  struct hc_net_handle ib_handle; /* valid when has_ib */
+  int32_t has_ib;      /* found a usable RDMA port and opened the ib transport */
 };
 
 struct hc_premul_op {
@@ -69,6 +71,7 @@ struct hetcclComm {
   struct hc_links links;
   void *socket_ctx;
   void *shm_ctx;
+  void *ib_ctx;
   struct hc_plan_ctx plan_ctx;
   bool windows_registered;        /* plan_ctx.windows, with this rank's GPU driver */
   struct hc_plan plan;            /* reused call after call */

@@ -4,6 +4,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -40,7 +41,8 @@ void hc_comm_fail(struct hetcclComm *comm, hc_result_t r) {
    * on every survivor without each one waiting for its deadline. */
   if (comm->socket_ctx) hc_net_socket.close(comm->socket_ctx);
   if (comm->shm_ctx) hc_net_shm.close(comm->shm_ctx);
-  comm->socket_ctx = comm->shm_ctx = NULL;
+  if (comm->ib_ctx) hc_net_ib.close(comm->ib_ctx);
+  comm->socket_ctx = comm->shm_ctx = comm->ib_ctx = NULL;
   for (int i = 0; i < comm->nranks && comm->links.peer; i++) comm->links.peer[i] = (struct hc_link){0};
   hc_bootstrap_destroy(comm->boot);
   comm->boot = NULL;
@@ -123,6 +125,7 @@ void hc_comm_free(struct hetcclComm *comm) {
   hc_scratch_pool_destroy(comm->plan.dev_pool);
   if (comm->socket_ctx) hc_net_socket.close(comm->socket_ctx);
   if (comm->shm_ctx) hc_net_shm.close(comm->shm_ctx);
+  if (comm->ib_ctx) hc_net_ib.close(comm->ib_ctx);
   hc_bootstrap_destroy(comm->boot);
   free(comm->links.peer);
   free(comm->peers);
@@ -316,6 +319,36 @@ out:
   return r;
 }
 
+/* HETCCL_NET: which transport crosses between hosts. */
+enum hc_net_choice { HC_NET_AUTO, HC_NET_IB, HC_NET_SOCKET };
+
+static hc_result_t net_choice_parse(enum hc_net_choice *out) {
+  const char *s = hc_param_str(HC_P_NET);
+  if (s[0] == '\0') *out = HC_NET_AUTO;
+  else if (strcasecmp(s, "IB") == 0) *out = HC_NET_IB;
+  else if (strcasecmp(s, "SOCKET") == 0) *out = HC_NET_SOCKET;
+  else return HC_FAIL(HC_ERR_USAGE, "HETCCL_NET=%s: must be IB or SOCKET (or empty: ib where usable)", s);
+  return HC_OK;
+}
+
+/* Opens the ib transport unless HETCCL_NET says socket; a host without a
+ * usable RDMA port goes on without it (INFO), unless HETCCL_NET=IB. */
+static hc_result_t ib_open(struct hetcclComm *comm, const struct hc_net_args *args, enum hc_net_choice choice,
+                           struct hc_net_handle *handle, bool *has_ib) {
+  *has_ib = false;
+  if (choice == HC_NET_SOCKET || comm->nranks < 2) return HC_OK;
+  struct hc_net_caps caps;
+  hc_result_t r = hc_net_ib.open(args, &caps, handle, &comm->ib_ctx);
+  if (r == HC_OK) {
+    *has_ib = true;
+    return HC_OK;
+  }
+  comm->ib_ctx = NULL;
+  if (choice == HC_NET_IB || r == HC_ERR_USAGE) return r; /* HETCCL_NET=IB, or a bad ib parameter value */
+  HC_INFO(HC_NET, "ib: not used by rank %d (%s); other hosts over sockets", comm->rank, hc_last_error());
+  return HC_OK;
+}
+
 static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t id[HC_UNIQUE_ID_BYTES],
                              int rank, const struct hc_config *config) {
   hc_result_t r;
@@ -333,7 +366,8 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
   hc_log_set_rank(rank);
 
   HC_TRY_GOTO(hc_bootstrap_create(id, rank, nranks, &comm->abort_flag, &comm->boot), r, fail);
-  struct hc_net_args net_args = {.rank = rank, .nranks = nranks, .abort_flag = &comm->abort_flag};
+  struct hc_net_args net_args = {.rank = rank, .nranks = nranks, .abort_flag = &comm->abort_flag,
+                                 .device_kind = (int)config->device_kind};
   HC_TRY_GOTO(hc_bootstrap_id_secret(id, net_args.secret), r, fail);
   struct hc_net_caps caps;
   struct hc_net_handle handle;
@@ -348,13 +382,20 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
     if (!has_shm) HC_INFO(HC_NET, "shm: not available here (%s); local peers use sockets", hc_last_error());
   }
 
+  enum hc_net_choice net_choice;
+  struct hc_net_handle ib_handle = {0};
+  bool has_ib = false;
+  HC_TRY_GOTO(net_choice_parse(&net_choice), r, fail);
+  HC_TRY_GOTO(ib_open(comm, &net_args, net_choice, &ib_handle, &has_ib), r, fail);
+
   HC_TRY_GOTO(hc_calloc(&comm->peers, (size_t)nranks, sizeof(*comm->peers), "peer table"), r, fail);
   struct hc_peer_info *me = &comm->peers[rank];
   *me = (struct hc_peer_info){.magic = HC_PEER_INFO_MAGIC, .rank = rank, .host_hash = host_hash(),
                               .pid = (int32_t)getpid(), .device_kind = config->device_kind,
                               .shm_window = net_args.window_bytes > 0,
                               .device_id = config->device_id, .socket_handle = handle,
-                              .shm_handle = shm_handle, .has_shm = has_shm};
+                              .shm_handle = shm_handle, .has_shm = has_shm, .ib_handle = ib_handle,
+                              .has_ib = has_ib};
   snprintf(me->group_name, sizeof(me->group_name), "%s",
            config->group_name[0] ? config->group_name : mem_kind_name(config->device_kind));
   const struct hc_vendor *my_vendor = config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_VENDOR)
@@ -389,15 +430,23 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
   for (int i = 0; i < nranks; i++) local_ranks += comm->peers[i].host_hash == me->host_hash;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   comm->links.spin_ns = local_ranks <= cores ? (uint64_t)hc_param_int(HC_P_SPIN_US) * 1000 : 0;
-  /* Same host (and both ends have shared memory): shm; else sockets. Both
-   * ends decide from the same two records. */
-  int nshm = 0;
+  /* Same host (and both ends have shared memory): shm; other hosts: ib when
+   * both ends opened it (HETCCL_NET), else sockets. Both ends decide from
+   * the same two records. */
+  int nshm = 0, nib = 0;
   for (int i = 0; i < nranks; i++) {
     if (i == rank) continue;
     const struct hc_peer_info *p = &comm->peers[i];
     if (p->host_hash == me->host_hash && p->has_shm && me->has_shm) {
       comm->links.peer[i] = (struct hc_link){.net = &hc_net_shm, .ctx = comm->shm_ctx, .handle = p->shm_handle};
       nshm++;
+    } else if (p->has_ib && me->has_ib) {
+      comm->links.peer[i] = (struct hc_link){.net = &hc_net_ib, .ctx = comm->ib_ctx, .handle = p->ib_handle};
+      nib++;
+    } else if (net_choice == HC_NET_IB) {
+      r = HC_FAIL(HC_ERR_USAGE, "HETCCL_NET=IB: rank %d has no usable RDMA port, so rank %d cannot reach it over ib",
+                  i, rank);
+      goto fail;
     } else {
       comm->links.peer[i] = (struct hc_link){.net = &hc_net_socket, .ctx = comm->socket_ctx,
                                              .handle = p->socket_handle};
@@ -437,9 +486,11 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
   HC_TRY_GOTO(vendor_comms_init(comm), r, fail);
   if (config->device_kind != HC_MEM_HOST && comm->vendor_comm == NULL)
     HC_TRY_GOTO(hc_proxy_create(comm, &comm->proxy), r, fail);
-  HC_INFO(HC_API, "comm %p rank %d of %d up: device %s:%d, group %s (%d groups), %d peers over shm, %d over sockets",
-          (void *)comm, rank, nranks, mem_kind_name(config->device_kind), config->device_id,
-          me->group_name, comm->ngroups, nshm, nranks - 1 - nshm);
+  HC_INFO(HC_API,
+          "comm %p rank %d of %d up: device %s:%d, group %s (%d groups), %d peers over shm, %d over ib, %d over "
+          "sockets",
+          (void *)comm, rank, nranks, mem_kind_name(config->device_kind), config->device_id, me->group_name,
+          comm->ngroups, nshm, nib, nranks - 1 - nshm - nib);
   *out = comm;
   return HC_OK;
 fail:

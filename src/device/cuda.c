@@ -198,6 +198,27 @@ static int cuda_host_register(void *p, size_t n) {
 
 static int cuda_host_unregister(void *p) { return cu.cuMemHostUnregister(p); }
 
+/* CUDA 11.7's dma-buf export; the range must cover whole host pages of one
+ * allocation, so it runs from p's page to the allocation's end, rounded to
+ * a page (allocations are made in pages of at least 2 MiB). */
+static int cuda_dmabuf_export(const void *p, size_t n, int *fd, uint64_t *offset) {
+  const uint64_t page = 4096;
+  CUdeviceptr base = 0, start = dptr(p) / page * page;
+  size_t size = 0;
+  (void)n;
+  if (cu.cuMemGetAddressRange_v2 == NULL || cu.cuMemGetHandleForAddressRange == NULL)
+    return CUDA_ERROR_NOT_SUPPORTED; /* a driver older than CUDA 11.7 */
+  int e = cu.cuMemGetAddressRange_v2(&base, &size, dptr(p));
+  if (e != 0) return e;
+  size_t len = (size_t)(HC_DIV_UP(base + size, page) * page - start);
+  int handle = -1;
+  e = cu.cuMemGetHandleForAddressRange(&handle, start, len, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+  if (e != 0) return e;
+  *fd = handle;
+  *offset = 0; /* the dma-buf starts at p's page */
+  return 0;
+}
+
 static int cuda_ptr_attrs(const void *p, enum hc_gpu_ptr_type *type, int *device) {
   /* Each result slot is 8 zeroed bytes: wide enough whatever size the
    * driver writes (little-endian). */
@@ -619,6 +640,7 @@ const struct hc_gpu_vendor hc_gpu_vendor_cuda = {
     .host_free = cuda_host_free,
     .host_register = cuda_host_register,
     .host_unregister = cuda_host_unregister,
+    .dmabuf_export = cuda_dmabuf_export,
     .ptr_attrs = cuda_ptr_attrs,
     .copy_async = cuda_copy_async,
     .stream_create = cuda_stream_create,

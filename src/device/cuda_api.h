@@ -62,6 +62,7 @@ _Static_assert(offsetof(CUstreamBatchMemOpParams, value.value64) == 16 &&
                offsetof(CUstreamBatchMemOpParams, value.alias) == 32, "CUstreamMemOpWaitValueParams_st layout");
 
 /* CUpointer_attribute (cuda.h) */
+#define CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 1 /* CUmemRangeHandleType, CUDA 11.7 */
 #define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2 /* unsigned int, a CUmemorytype */
 #define CU_POINTER_ATTRIBUTE_IS_MANAGED 8  /* bool-sized flag (read as 0/non-0) */
 #define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9 /* int */
@@ -133,7 +134,10 @@ typedef struct _nvrtcProgram *nvrtcProgram;
      unsigned bz, unsigned shmem, CUstream s, void **params, void **extra))            \
   OPT(cuStreamWaitValue64_v2, CUresult, (CUstream s, CUdeviceptr p, uint64_t v, unsigned flags)) \
   OPT(cuStreamWriteValue64_v2, CUresult, (CUstream s, CUdeviceptr p, uint64_t v, unsigned flags)) \
-  OPT(cuStreamBatchMemOp_v2, CUresult, (CUstream s, unsigned n, CUstreamBatchMemOpParams *ops, unsigned flags))
+  OPT(cuStreamBatchMemOp_v2, CUresult, (CUstream s, unsigned n, CUstreamBatchMemOpParams *ops, unsigned flags)) \
+  OPT(cuMemGetAddressRange_v2, CUresult, (CUdeviceptr * base, size_t *size, CUdeviceptr p))       \
+  OPT(cuMemGetHandleForAddressRange, CUresult,                                           \
+      (void *handle, CUdeviceptr p, size_t size, int type, unsigned long long flags))
 
 /* NVRTC, the same way. nvrtcGetCUBIN appeared in CUDA 11.1; without it the
  * kernels are compiled to PTX and the driver finishes the job. The

@@ -122,6 +122,10 @@ struct hc_dev_ops {
    * a current context (what cudaSetDevice / torch.cuda.set_device make);
    * HIP, always (its runtime gives every thread a current device). */
   hc_result_t (*thread_bound)(bool *bound);
+  /* The device memory holding [p, p + n) as a dma-buf file descriptor (the
+   * caller closes it) and the offset of p in it, for an RDMA device to
+   * register (net/ib). Optional: NULL where the driver cannot export. */
+  hc_result_t (*dmabuf_export)(const void *p, size_t n, int *fd, uint64_t *offset);
 }; /* append only */
 
 #define HC_HAS_OP(ops, type, op) \

@@ -219,6 +219,25 @@ hc_result_t hc_gpu_host_register(struct hc_gpu *g, void *p, size_t n) {
   return HC_OK;
 }
 
+hc_result_t hc_gpu_dmabuf_export(struct hc_gpu *g, const void *p, size_t n, int *fd, uint64_t *offset) {
+  *fd = -1;
+  *offset = 0;
+  if (g->v->dmabuf_export == NULL)
+    return HC_FAIL(HC_ERR_DEVICE, "%s: this driver cannot export device memory as a dma-buf", g->v->name);
+  struct hc_gpu_scope sc;
+  HC_TRY(hc_gpu_scope_device(g, -1, &sc));
+  int e = g->v->dmabuf_export(p, n, fd, offset);
+  hc_gpu_scope_exit(g, &sc);
+  if (e != 0) {
+    *fd = -1;
+    return HC_FAIL(HC_ERR_DEVICE, "%s: exporting %zu bytes of device memory at %p as a dma-buf: %s (%d)",
+                   g->v->name, n, p, g->v->err_str(e), e);
+  }
+  HC_INFO(HC_DEV, "%s: %zu bytes at %p exported as dma-buf fd %d (offset %llu)", g->v->name, n, p, *fd,
+          (unsigned long long)*offset);
+  return HC_OK;
+}
+
 hc_result_t hc_gpu_host_unregister(struct hc_gpu *g, void *p) {
   IN_SCOPE(g, hc_gpu_scope_device(g, -1, &sc_), g->v->host_unregister(p), "unregister host memory");
 }

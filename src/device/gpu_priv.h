@@ -107,6 +107,10 @@ struct hc_gpu_vendor {
   /* fn(arg) on a driver thread once prior work is done; fn makes no calls
    * into the vendor library. */
   int (*launch_host_func)(void *s, void (*fn)(void *), void *arg);
+  /* The device allocation holding p, from p's page to the page holding
+   * p + n - 1, exported as a dma-buf file descriptor; *offset: where p's
+   * page lies in it. Optional (NULL: the driver cannot export dma-bufs). */
+  int (*dmabuf_export)(const void *p, size_t n, int *fd, uint64_t *offset);
 
   /* ---- modules ---- */
   int (*module_load)(const void *image, void **mod);
@@ -181,6 +185,8 @@ hc_result_t hc_gpu_set_device(struct hc_gpu *g, int device);
 hc_result_t hc_gpu_host_alloc(struct hc_gpu *g, size_t n, void **p);
 hc_result_t hc_gpu_host_free(struct hc_gpu *g, void *p);
 hc_result_t hc_gpu_host_register(struct hc_gpu *g, void *p, size_t n);
+/* hc_dev_ops.dmabuf_export; HC_ERR_DEVICE when the vendor has none. */
+hc_result_t hc_gpu_dmabuf_export(struct hc_gpu *g, const void *p, size_t n, int *fd, uint64_t *offset);
 hc_result_t hc_gpu_host_unregister(struct hc_gpu *g, void *p);
 hc_result_t hc_gpu_stream_create(struct hc_gpu *g, int device, hc_stream_t *s);
 hc_result_t hc_gpu_stream_destroy(struct hc_gpu *g, hc_stream_t s);
@@ -306,6 +312,9 @@ extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
     return hc_gpu_fp8_layout(&st, d, o);                                                   \
   }                                                                                        \
   static hc_result_t st##_thread_bound(bool *b) { return hc_gpu_thread_bound(&st, b); }     \
+  static hc_result_t st##_dmabuf_export(const void *p, size_t n, int *fd, uint64_t *off) { \
+    return hc_gpu_dmabuf_export(&st, p, n, fd, off);                                       \
+  }                                                                                        \
   const struct hc_dev_ops sym = {                                                          \
       .size = sizeof(struct hc_dev_ops),                                                   \
       .abi = HC_DEV_ABI,                                                                   \
@@ -338,6 +347,7 @@ extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
       .flag_batch = st##_flag_batch,                                                       \
       .fp8_layout = st##_fp8_layout,                                                       \
       .thread_bound = st##_thread_bound,                                                   \
+      .dmabuf_export = st##_dmabuf_export,                                                 \
   };
 
 #endif

@@ -211,6 +211,26 @@ static int hip_host_register(void *p, size_t n) {
 
 static int hip_host_unregister(void *p) { return hip.hipHostUnregister(p); }
 
+/* ROCm's dma-buf export (hipMemRangeHandleTypeDmaBufFd = 1), the range
+ * taken as CUDA's is (cuda.c). */
+static int hip_dmabuf_export(const void *p, size_t n, int *fd, uint64_t *offset) {
+  const uintptr_t page = 4096;
+  void *base = NULL;
+  size_t size = 0;
+  (void)n;
+  if (hip.hipMemGetAddressRange == NULL || hip.hipMemGetHandleForAddressRange == NULL) return hipErrorNotSupported;
+  int e = hip.hipMemGetAddressRange(&base, &size, (void *)p);
+  if (e != 0) return e;
+  uintptr_t start = (uintptr_t)p / page * page;
+  size_t len = (size_t)(HC_DIV_UP((uintptr_t)base + size, page) * page - start);
+  int handle = -1;
+  e = hip.hipMemGetHandleForAddressRange(&handle, (void *)start, len, 1, 0);
+  if (e != 0) return e;
+  *fd = handle;
+  *offset = 0;
+  return 0;
+}
+
 static int hip_ptr_attrs(const void *p, enum hc_gpu_ptr_type *type, int *device) {
   /* Room past the known fields, in case a release appends some. */
   union {
@@ -421,6 +441,7 @@ const struct hc_gpu_vendor hc_gpu_vendor_hip = {
     .host_alloc = hip_host_alloc,
     .host_free = hip_host_free,
     .host_register = hip_host_register,
+    .dmabuf_export = hip_dmabuf_export,
     .host_unregister = hip_host_unregister,
     .ptr_attrs = hip_ptr_attrs,
     .copy_async = hip_copy_async,

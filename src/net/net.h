@@ -1,6 +1,6 @@
 /*
  * net: transports that move bytes between buffers of two ranks. They know
- * bytes, not collectives. socket (TCP) and shm (same host) today; ib later.
+ * bytes, not collectives: socket (TCP), shm (same host), ib (RDMA verbs).
  *
  * Matching: messages between one pair of ranks on one transport are matched
  * in the order they are posted, sends against receives, like NCCL's p2p. A
@@ -29,6 +29,10 @@ struct hc_net_args {
   uint8_t secret[16];          /* from the unique id */
   const atomic_bool *abort_flag; /* may be NULL */
   size_t window_bytes;         /* shm: the window this rank wants per direction (0: none) */
+  int socket_nstreams;         /* socket: streams per peer; 0: HETCCL_SOCKET_NSTREAMS */
+  int device_kind;             /* enum hc_mem_kind of the comm's buffers here: ib looks at GPU
+                                * drivers (dma-buf) only for a GPU comm, never loading them for
+                                * a CPU one */
 };
 
 /*
@@ -83,6 +87,16 @@ struct hc_net_ops {
 }; /* append only */
 
 extern const struct hc_net_ops hc_net_socket;
+/* RDMA verbs (InfiniBand, RoCE v2) over libibverbs opened at run time;
+ * open fails (HC_ERR_SYSTEM, saying why) where no usable device exists.
+ * See net/ib.c. */
+extern const struct hc_net_ops hc_net_ib;
+/* What ib finds on this host without opening a transport: *usable, and a
+ * line saying which device and port, or why none (hetccl-info, init). */
+void hc_net_ib_probe(bool *usable, char *what, size_t len);
+/* How ib would reach memory of device_kind (a GPU kind) under HETCCL_GDR:
+ * a line naming the path and what the host has (hetccl-info). */
+void hc_net_ib_gdr_probe(int device_kind, char *what, size_t len);
 /* Ranks of one host (same pid namespace and /dev/shm); see net/shm.c. */
 extern const struct hc_net_ops hc_net_shm;
 

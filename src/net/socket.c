@@ -563,7 +563,8 @@ static hc_result_t sock_open(const struct hc_net_args *a, struct hc_net_caps *ca
   if (a == NULL || a->nranks < 1 || a->rank < 0 || a->rank >= a->nranks)
     return HC_FAIL(HC_ERR_ARG, "socket: open with rank %d of %d", a ? a->rank : -1, a ? a->nranks : -1);
   HC_TRY(hc_params_load());
-  int64_t nstreams = hc_param_int(HC_P_SOCKET_NSTREAMS), chunk = hc_param_int(HC_P_SOCKET_CHUNK);
+  int64_t nstreams = a->socket_nstreams > 0 ? a->socket_nstreams : hc_param_int(HC_P_SOCKET_NSTREAMS);
+  int64_t chunk = hc_param_int(HC_P_SOCKET_CHUNK);
   if (nstreams < 1 || nstreams > HC_SOCK_MAX_STREAMS)
     return HC_FAIL(HC_ERR_USAGE, "HETCCL_SOCKET_NSTREAMS=%lld: must be 1 to %d", (long long)nstreams,
                    HC_SOCK_MAX_STREAMS);

@@ -154,6 +154,22 @@ add("socket_frames", "zero_bytes", frames(2, 8, [b"", b""]))
 add("socket_frames", "count_mismatch", frames(2, 5, [m1, m3], hdr_lens=[37, 99]))
 add("socket_frames", "truncated", frames(3, 7, [m3], cut=5))
 
+# ---- ib setup record (src/net/ib_wire.c, little endian, 136 bytes) ----
+def ib_setup(magic=0x42494348, rank=1, nqps=2, slots=16, eager=8192, cts=64, chunk=1 << 19, mtu=5):
+    rec = struct.pack("<IIIIII", magic, rank, nqps, slots, eager, cts) + struct.pack("<Q", chunk)
+    rec += struct.pack("<III", 7, 2, mtu) + bytes(range(16))
+    rec += struct.pack("<8I", *[100 + i for i in range(8)])
+    rec += struct.pack("<QIQI", 0x7F0000001000, 0x1234, 0x7F0000002000, 0x1235)
+    return rec + bytes(136 - len(rec))
+
+
+add("ib_setup", "valid", ib_setup())
+add("ib_setup", "one_qp_infiniband", ib_setup(nqps=1, mtu=3))
+add("ib_setup", "too_many_qps", ib_setup(nqps=9))
+add("ib_setup", "zero_slots", ib_setup(slots=0))
+add("ib_setup", "bad_magic", ib_setup(magic=0))
+add("ib_setup", "short", ib_setup()[:100])
+
 names = sys.argv[1:] or sorted(corpus)
 for name in names:
     d = os.path.join(root, name)

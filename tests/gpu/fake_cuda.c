@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -462,6 +463,44 @@ EXPORT CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, CUde
     default: return CUDA_ERROR_INVALID_VALUE;
     }
   }
+  return CUDA_SUCCESS;
+}
+
+/* dma-buf export (CUDA 11.7): the fake's device memory is host memory, so
+ * the "dma-buf" is a memfd of the range's size; what is checked is what the
+ * real driver requires: device memory, a whole-page range inside one
+ * allocation (pages of the allocation's page-rounded span). */
+EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
+  pthread_mutex_lock(&mem_lock);
+  struct range *r = find_locked((uintptr_t)p);
+  struct range copy = r ? *r : (struct range){0};
+  pthread_mutex_unlock(&mem_lock);
+  if (r == NULL || copy.type != R_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+  *base = (CUdeviceptr)copy.base;
+  *size = copy.n;
+  return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p, size_t size, int type,
+                                              unsigned long long flags) {
+  CUdeviceptr base = 0;
+  size_t n = 0;
+  if (type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags != 0 || size == 0 || p % 4096 || size % 4096)
+    return CUDA_ERROR_INVALID_VALUE;
+  /* p was rounded down to its page from a pointer inside the allocation, so
+   * it may lie before the fake's 256-byte-aligned base: the page's last
+   * 256-byte unit is looked up too. */
+  if (cuMemGetAddressRange_v2(&base, &n, p) != CUDA_SUCCESS &&
+      cuMemGetAddressRange_v2(&base, &n, p + 4096 - 256) != CUDA_SUCCESS)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (p < base / 4096 * 4096 || p + size > (base + n + 4095) / 4096 * 4096) return CUDA_ERROR_INVALID_VALUE;
+  int fd = memfd_create("fake-cuda-dmabuf", MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (ftruncate(fd, (off_t)size) != 0) {
+    close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *(int *)handle = fd;
   return CUDA_SUCCESS;
 }
 

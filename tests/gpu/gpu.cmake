@@ -103,3 +103,12 @@ if(HC_HIPCC)
            ${CMAKE_CURRENT_BINARY_DIR}/kernels_emu.c)
   set_tests_properties(gpu_kernels_hipcc PROPERTIES LABELS "unit;gpu" TIMEOUT 120)
 endif()
+# GPU memory for net/ib: dma-buf export on the real device, and its
+# registration where an RDMA port exists too; exits 77 without a GPU.
+add_test(NAME gpu_ib_gdr COMMAND test_ib_gdr)
+set_tests_properties(gpu_ib_gdr PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 120)
+# The same over the fake libcuda (everywhere): the export's range rules.
+add_dependencies(test_ib_gdr hc_fake_cuda)
+add_test(NAME gpu_ib_gdr_fake_cuda COMMAND test_ib_gdr)
+set_tests_properties(gpu_ib_gdr_fake_cuda PROPERTIES LABELS "unit;gpu" TIMEOUT 120
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;HETCCL_NVRTC_LIBRARY=none")

@@ -1,0 +1,242 @@
+/*
+ * net/ib internals shared by ib.c (loading, devices, setup, close),
+ * ib_progress.c (the data protocol) and ib_mem.c (registrations). Nothing
+ * outside src/net/ and its tests includes this.
+ *
+ * Terms:
+ *   control   a socket-transport connection of one stream per pair, made by
+ *             the socket transport itself (so authenticated with the job's
+ *             secret exactly like every other connection). It carries the
+ *             one setup record each way, then stays open with a receive
+ *             posted: its end (EOF, or an error record) tells a rank at once
+ *             that its peer died or gave up, whatever the queue pairs say.
+ *   seq       the number of a message in its direction of a pair, from 0;
+ *             both ends count sends and receives alike.
+ *   eager     a message of at most eager_bytes: the sender writes it into
+ *             slot (e % eager_slots) of the receiver's eager ring (e counts
+ *             eager messages) and completes at once; the receiver copies it
+ *             out when the matching receive is posted and frees the slot.
+ *   credit    a free eager slot the sender knows of. The receiver reports
+ *             its count of freed slots (a CREDIT write) so that a sender
+ *             never overwrites a slot not yet copied out.
+ *   cts       clear to send: for every receive, the receiver writes one
+ *             record {buffer address, rkey, size, seq} into slot
+ *             (seq % cts_slots) of the sender's cts ring. A large message
+ *             waits for its cts, then goes straight into that buffer.
+ *   chunk     one RDMA write of a large message (chunk_bytes, the last one
+ *             shorter), each with an immediate naming the seq; chunks go
+ *             round-robin over the pair's queue pairs, and the receive is
+ *             complete when all of them have arrived.
+ *
+ * Every notification is an RDMA WRITE WITH IMMEDIATE; the immediate (32
+ * bits, network order on the wire) is type (2 bits) then:
+ *   EAGER   seq % 2^14, size (16 bits)     CTS     seq % 2^30
+ *   DATA    seq % 2^30                     CREDIT  freed slots % 2^30
+ *
+ * Threading: like net/socket, a ctx and its conns are used by one thread at
+ * a time; nothing here takes a lock except the process-wide library load.
+ */
+#ifndef HC_NET_IB_PRIV_H_
+#define HC_NET_IB_PRIV_H_
+
+#include "ib_verbs.h"
+#include "net.h"
+
+#define HC_IB_MAGIC 0x42494348u /* "HCIB" */
+#define HC_IB_MAX_QPS 8
+#define HC_IB_MAX_EAGER (32u << 10)
+#define HC_IB_CTS_SLOTS 64u
+#define HC_IB_SQ_DEPTH 128u
+#define HC_IB_RQ_DEPTH 256u
+#define HC_IB_CTS_BYTES 32u
+
+enum hc_ib_imm_type { HC_IB_IMM_EAGER = 0, HC_IB_IMM_CTS = 1, HC_IB_IMM_DATA = 2, HC_IB_IMM_CREDIT = 3 };
+#define HC_IB_SEQ30 0x3fffffffu
+#define HC_IB_SEQ14 0x3fffu
+
+static inline uint32_t hc_ib_imm(enum hc_ib_imm_type t, uint32_t v) { return ((uint32_t)t << 30) | (v & HC_IB_SEQ30); }
+static inline uint32_t hc_ib_imm_eager(uint64_t seq, size_t n) {
+  return ((uint32_t)HC_IB_IMM_EAGER << 30) | (((uint32_t)seq & HC_IB_SEQ14) << 16) | (uint32_t)n;
+}
+
+/* The setup record each side sends over the control connection (all
+ * integers little endian). */
+struct hc_ib_setup {
+  uint32_t magic, rank, nqps, eager_slots;
+  uint32_t eager_bytes, cts_slots;
+  uint64_t chunk;
+  uint32_t lid;
+  uint32_t link_layer, mtu;
+  uint8_t gid[16];
+  uint32_t qpn[HC_IB_MAX_QPS];
+  uint64_t eager_addr;
+  uint32_t eager_rkey;
+  uint64_t cts_addr;
+  uint32_t cts_rkey;
+  uint64_t credit_addr; /* unused today (credits travel as immediates) */
+};
+#define HC_IB_SETUP_BYTES 136
+/* What a rank sends over control when it gives up on the pair, so that its
+ * peer fails with the same reason instead of a bare "connection closed". */
+#define HC_IB_BYE_BYTES 24
+enum hc_ib_bye_reason { HC_IB_BYE_MISMATCH = 1 };
+
+/* Its wire form and parser: ib_wire.h. */
+
+/* One registration of the cache (ib_mem.c). */
+struct hc_ib_reg {
+  struct hc_ib_reg *prev, *next; /* LRU list of the ctx; most recent first */
+  uintptr_t start, end;
+  struct ibv_mr *mr;
+  int refs;
+  bool cached;        /* in the list; false: freed when refs drops to 0 */
+  bool writable;      /* local and remote write access (else read-only pages: sends only) */
+  uint64_t pfn_first, pfn_last; /* page frames at registration, to notice reuse */
+  int dmabuf_fd;      /* GPU memory registered through dma-buf, else -1 */
+};
+
+struct hc_ib_req;
+
+struct hc_ib_queue {
+  struct hc_ib_req *head, *tail;
+};
+
+enum hc_ib_conn_state {
+  HC_IB_CONTROL,  /* the control connection is coming up */
+  HC_IB_EXCHANGE, /* setup records in flight */
+  HC_IB_UP
+};
+
+struct hc_ib_conn {
+  struct hc_ib_ctx *ctx;
+  int peer;
+  enum hc_ib_conn_state state;
+  void *control;          /* socket conn */
+  void *setup_send, *setup_recv, *bye_recv; /* socket requests */
+  uint8_t setup_out[HC_IB_SETUP_BYTES], setup_in[HC_IB_SETUP_BYTES];
+  uint8_t bye_in[HC_IB_BYE_BYTES], bye_out[HC_IB_BYE_BYTES];
+  struct hc_ib_setup remote;
+  hc_result_t failed;
+  char err[320];
+  bool announced;
+  uint64_t deadline_ns;
+  uint64_t control_checked_ns; /* when the control connection was last looked at */
+
+  struct ibv_cq *cq;
+  int nqps;
+  struct ibv_qp *qps[HC_IB_MAX_QPS];
+  uint32_t sq_used[HC_IB_MAX_QPS];
+  uint32_t max_inline;
+  uint64_t writes_posted; /* for HETCCL_IB_FAULT_AFTER */
+
+  /* One registered block: eager ring in (receiving), eager staging out
+   * (sending), cts ring in (sending side reads it), cts staging out. */
+  uint8_t *block;
+  size_t block_bytes;
+  struct ibv_mr *block_mr;
+  uint8_t *eager_in, *eager_out, *cts_in, *cts_out;
+
+  /* sending direction */
+  struct hc_ib_queue sendq;
+  uint64_t send_posted;   /* seqs handed out */
+  struct hc_ib_req *send_cur; /* oldest send not fully posted */
+  uint64_t eager_sent, eager_freed_remote;
+  uint32_t cts_have[HC_IB_CTS_SLOTS]; /* seq30 + 1 of the cts in each slot, 0: none */
+  /* receiving direction */
+  struct hc_ib_queue recvq;
+  uint64_t recv_posted;
+  uint64_t cts_sent;      /* seqs whose cts went out */
+  uint64_t eager_arrived; /* eager messages landed in our ring */
+  uint64_t eager_taken;   /* of those, copied out (slots freed) */
+  uint64_t credit_reported;
+  uint32_t eager_meta[64]; /* per slot: the immediate that filled it (slots <= 64) */
+  int n_complete;
+};
+
+struct hc_ib_req {
+  struct hc_ib_conn *conn;
+  struct hc_ib_req *prev, *next;
+  uint8_t *buf;
+  size_t n;
+  bool is_send, complete;
+  uint64_t seq;
+  struct hc_ib_reg *reg;  /* large messages: the buffer's registration */
+  /* send: chunks posted and completions awaited; recv: chunks arrived */
+  size_t chunks, chunks_posted, chunks_done;
+  uint64_t remote_addr;
+  uint32_t rkey;
+};
+
+struct hc_ib_dev {
+  char name[64];
+  int port;
+  int link_layer, active_mtu, gid_index;
+  uint16_t lid;
+  union ibv_gid gid;
+};
+
+struct hc_ib_ctx {
+  int rank, nranks;
+  const atomic_bool *abort_flag;
+  const struct hc_ib_verbs *v;
+  struct hc_ib_dev dev;
+  struct ibv_context *context;
+  struct ibv_pd *pd;
+  struct ibv_comp_channel *channel; /* every conn's CQ reports to it; nonblocking fd */
+  void *sock_ctx;            /* the control connections' socket transport */
+  struct hc_ib_conn **conns; /* [nranks] */
+  int nqps;
+  size_t chunk, eager_bytes;
+  uint32_t eager_slots;
+  int ack_timeout;
+  uint64_t fault_after;
+  /* registration cache (ib_mem.c) */
+  struct hc_ib_reg *regs;    /* LRU list */
+  int nregs, max_regs;
+  int pagemap_fd;            /* -1: page frames not visible: no cache */
+  int gdr_mode;              /* enum hc_ib_gdr, resolved */
+  bool gdr_auto;             /* HETCCL_GDR=AUTO: a refused dma-buf registration falls back */
+  int device_kind;           /* hc_net_args.device_kind: host comms never query pointers */
+};
+
+/* ---- ib.c ---- */
+/* The process-wide libibverbs table, loaded once; NULL with an INFO line
+ * when the library or a symbol is missing. */
+const struct hc_ib_verbs *hc_ib_verbs_load(void);
+/* The device and port HETCCL_IB_HCA selects, the first active one; HC_OK
+ * with *found = false when none (the reason is this thread's last error
+ * text, not logged as a WARN). */
+hc_result_t hc_ib_find_device(const struct hc_ib_verbs *v, struct hc_ib_dev *dev, bool *found, char *why,
+                              size_t why_len);
+/* Whether a device/port matches an NCCL_IB_HCA-style spec ("" matches all). */
+bool hc_ib_hca_matches(const char *spec, const char *dev, int port);
+/* Makes r (just returned by HC_FAIL) c's sticky failure, tells the peer when
+ * there is a reason to send, and moves c's queue pairs to the error state.
+ * Returns r. */
+hc_result_t hc_ib_conn_fail(struct hc_ib_conn *c, hc_result_t r);
+hc_result_t hc_ib_conn_check(const struct hc_ib_conn *c);
+
+/* ---- ib_progress.c ---- */
+hc_result_t hc_ib_isend(void *conn, const void *buf, size_t n, void **req);
+hc_result_t hc_ib_irecv(void *conn, void *buf, size_t n, void **req);
+hc_result_t hc_ib_test(void *req, int *done);
+/* Polls c's completion queue and moves both directions as far as they go.
+ * *moved: something happened. */
+hc_result_t hc_ib_conn_progress(struct hc_ib_conn *c, bool *moved);
+/* Posts the receive work requests of a new queue pair. */
+hc_result_t hc_ib_post_recvs(struct hc_ib_conn *c, int qp, uint32_t n);
+void hc_ib_conn_free_reqs(struct hc_ib_conn *c);
+
+/* ---- ib_mem.c ---- */
+enum hc_ib_gdr { HC_IB_GDR_AUTO, HC_IB_GDR_DMABUF, HC_IB_GDR_PEERMEM, HC_IB_GDR_STAGE };
+hc_result_t hc_ib_gdr_parse(const char *s, int *mode);
+hc_result_t hc_ib_mem_init(struct hc_ib_ctx *ctx);
+void hc_ib_mem_fini(struct hc_ib_ctx *ctx);
+/* A registration covering [buf, buf + n), from the cache when a live one
+ * covers it; the caller holds a reference until hc_ib_reg_put. A receive
+ * needs write access; a send may come from read-only pages (constant
+ * data), registered for reading only. */
+hc_result_t hc_ib_reg_get(struct hc_ib_ctx *ctx, void *buf, size_t n, bool need_write, struct hc_ib_reg **out);
+void hc_ib_reg_put(struct hc_ib_ctx *ctx, struct hc_ib_reg *r);
+
+#endif
