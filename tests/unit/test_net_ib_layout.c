@@ -64,7 +64,12 @@ _Static_assert(offsetof(struct ibv_context_ops, post_recv) == offsetof(struct re
 SAME_OFF(ibv_context, device);
 SAME_OFF(ibv_context, ops);
 SAME_OFF(ibv_context, num_comp_vectors);
-SAME_SIZE(ibv_port_attr);
+/* The exported ibv_query_port fills rdma-core's _compat_ibv_port_attr,
+ * which ends at `flags`; verbs.h's struct has grown past that
+ * (port_cap_flags2, then active_speed_ex in newer rdma-core), so the
+ * fields up to `flags` must match and ours must hold them. */
+_Static_assert(sizeof(struct ibv_port_attr) >= offsetof(struct real_ibv_port_attr, flags) + 1, "ibv_port_attr size");
+SAME_OFF(ibv_port_attr, flags);
 SAME_OFF(ibv_port_attr, state);
 SAME_OFF(ibv_port_attr, active_mtu);
 SAME_OFF(ibv_port_attr, gid_tbl_len);
