@@ -338,14 +338,22 @@ static hc_result_t ib_open(struct hetcclComm *comm, const struct hc_net_args *ar
   *has_ib = false;
   if (choice == HC_NET_SOCKET || comm->nranks < 2) return HC_OK;
   struct hc_net_caps caps;
+  char earlier_error[512]; /* a host without ib is no error of the caller's: its text goes back */
+  snprintf(earlier_error, sizeof(earlier_error), "%s", hc_last_error());
   hc_result_t r = hc_net_ib.open(args, &caps, handle, &comm->ib_ctx);
   if (r == HC_OK) {
     *has_ib = true;
     return HC_OK;
   }
   comm->ib_ctx = NULL;
-  if (choice == HC_NET_IB || r == HC_ERR_USAGE) return r; /* HETCCL_NET=IB, or a bad ib parameter value */
+  if (r == HC_ERR_USAGE) return r; /* a bad ib parameter value */
+  if (choice == HC_NET_IB) {
+    char why[512];
+    snprintf(why, sizeof(why), "%s", hc_last_error());
+    return HC_FAIL(r, "rank %d: HETCCL_NET=IB, but %s", comm->rank, why);
+  }
   HC_INFO(HC_NET, "ib: not used by rank %d (%s); other hosts over sockets", comm->rank, hc_last_error());
+  hc_set_last_error(earlier_error);
   return HC_OK;
 }
 

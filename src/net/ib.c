@@ -469,6 +469,16 @@ static hc_result_t conn_setup_step(struct hc_ib_conn *c, const struct hc_net_han
 
 static hc_result_t ib_close(void *vctx);
 
+/* A host without libibverbs or without an active port simply has no ib:
+ * the reason becomes the last-error text for the caller to report (INFO,
+ * or an error under HETCCL_NET=IB), without the WARN of a failure. */
+static hc_result_t ib_absent(const char *why) {
+  char text[320];
+  snprintf(text, sizeof(text), "ib: %s", why);
+  hc_set_last_error(text);
+  return HC_ERR_SYSTEM;
+}
+
 static hc_result_t ib_open(const struct hc_net_args *a, struct hc_net_caps *caps, struct hc_net_handle *handle,
                            void **out) {
   hc_result_t r;
@@ -495,7 +505,7 @@ static hc_result_t ib_open(const struct hc_net_args *a, struct hc_net_caps *caps
   int gdr;
   HC_TRY(hc_ib_gdr_parse(hc_param_str(HC_P_GDR), &gdr));
   const struct hc_ib_verbs *v = hc_ib_verbs_load();
-  if (v == NULL) return HC_FAIL(HC_ERR_SYSTEM, "ib: %s", verbs_why);
+  if (v == NULL) return ib_absent(verbs_why);
   HC_TRY(hc_calloc(&ctx, 1, sizeof(*ctx), "the ib transport"));
   ctx->pagemap_fd = -1;
   ctx->v = v;
@@ -513,7 +523,9 @@ static hc_result_t ib_open(const struct hc_net_args *a, struct hc_net_caps *caps
   HC_TRY_GOTO(hc_calloc(&ctx->conns, (size_t)a->nranks, sizeof(ctx->conns[0]), "ib connections"), r, fail);
   HC_TRY_GOTO(hc_ib_find_device(v, &ctx->dev, &found, why, sizeof(why)), r, fail);
   if (!found) {
-    r = HC_FAIL(HC_ERR_SYSTEM, "ib: no usable RDMA port: %s", why);
+    char text[260];
+    snprintf(text, sizeof(text), "no usable RDMA port: %s", why);
+    r = ib_absent(text);
     goto fail;
   }
   /* The device is opened again by name: find_device closed what it probed. */

@@ -133,14 +133,17 @@ static void run(void *arg) {
 }
 
 typedef int (*launch_host_fn)(void *stream, void (*fn)(void *), void *arg);
+static launch_host_fn launch; /* the fake driver's cuLaunchHostFunc */
+static pthread_once_t launch_once = PTHREAD_ONCE_INIT;
+
+static void find_launch(void) {
+  void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (cuda) *(void **)&launch = dlsym(cuda, "cuLaunchHostFunc");
+}
 
 static int enqueue(struct op o, void *stream) {
-  static launch_host_fn launch;
-  if (launch == NULL) {
-    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (cuda) *(void **)&launch = dlsym(cuda, "cuLaunchHostFunc");
-    if (launch == NULL) return NCCL_SYSTEM_ERROR;
-  }
+  pthread_once(&launch_once, find_launch);
+  if (launch == NULL) return NCCL_SYSTEM_ERROR;
   if (o.comm == NULL || o.redop < 0 || o.redop > 3 || o.dtype < 0 || o.dtype >= HC_DTYPE_COUNT)
     return NCCL_INVALID_ARGUMENT;
   struct op *copy = malloc(sizeof(*copy));
