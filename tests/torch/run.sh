@@ -22,6 +22,22 @@ py=${PYTHON:-python3}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 fail=0
 
+# The loss curve of a hetccl run next to the reference's (every k-th step),
+# and the relative error of the final loss, which must be at most 1e-3.
+compare_losses() { # reference hetccl label k
+  $py - "$@" <<'PY'
+import sys
+ref = [float(x) for x in open(sys.argv[1])]
+het = [float(x) for x in open(sys.argv[2])]
+rel = abs(het[-1] - ref[-1]) / abs(ref[-1])
+print(f"step  reference   hetccl({sys.argv[3]})")
+for i in list(range(0, len(ref), int(sys.argv[4]))) + [len(ref) - 1]:
+    print(f"{i:4d}  {ref[i]:.6f}  {het[i]:.6f}")
+print(f"final loss relative error {rel:.2e} (bound 1e-3)")
+sys.exit(0 if rel <= 1e-3 else 1)
+PY
+}
+
 echo "== 1. symbols torch imports"
 torch_cuda=$($py -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cuda.so"))')
 missing=0
@@ -45,33 +61,13 @@ echo "== 3. DDP: reference (1 process, native NCCL) vs 2 ranks in two groups und
 LOSS_FILE=$out/loss_ref.txt $run -n 1 --timeout 600 $py "$root/tests/torch/ddp.py" || fail=1
 LOSS_FILE=$out/loss_hetccl.txt LD_PRELOAD=$lib $run -n 2 --timeout 600 \
   --rank-env 0:HETCCL_GROUP=a --rank-env 1:HETCCL_GROUP=b $py "$root/tests/torch/ddp.py" || fail=1
-$py - "$out/loss_ref.txt" "$out/loss_hetccl.txt" <<'PY' || fail=1
-import sys
-ref = [float(x) for x in open(sys.argv[1])]
-het = [float(x) for x in open(sys.argv[2])]
-rel = abs(het[-1] - ref[-1]) / abs(ref[-1])
-print("step  reference   hetccl(2 groups)")
-for i in list(range(0, len(ref), 20)) + [len(ref) - 1]:
-    print(f"{i:4d}  {ref[i]:.6f}  {het[i]:.6f}")
-print(f"final loss relative error {rel:.2e} (bound 1e-3)")
-sys.exit(0 if rel <= 1e-3 else 1)
-PY
+compare_losses "$out/loss_ref.txt" "$out/loss_hetccl.txt" "2 groups" 20 || fail=1
 
 echo "== 3b. DDP: 4 ranks in two interleaved groups under hetccl (gradient buckets take the hierarchical all-reduce)"
 LOSS_FILE=$out/loss_hetccl4.txt LD_PRELOAD=$lib $run -n 4 --timeout 600 --rank-env 0:HETCCL_GROUP=a \
   --rank-env 1:HETCCL_GROUP=b --rank-env 2:HETCCL_GROUP=a --rank-env 3:HETCCL_GROUP=b \
   $py "$root/tests/torch/ddp.py" || fail=1
-$py - "$out/loss_ref.txt" "$out/loss_hetccl4.txt" <<'PY' || fail=1
-import sys
-ref = [float(x) for x in open(sys.argv[1])]
-het = [float(x) for x in open(sys.argv[2])]
-rel = abs(het[-1] - ref[-1]) / abs(ref[-1])
-print("step  reference   hetccl(4 ranks, groups a b a b)")
-for i in list(range(0, len(ref), 40)) + [len(ref) - 1]:
-    print(f"{i:4d}  {ref[i]:.6f}  {het[i]:.6f}")
-print(f"final loss relative error {rel:.2e} (bound 1e-3)")
-sys.exit(0 if rel <= 1e-3 else 1)
-PY
+compare_losses "$out/loss_ref.txt" "$out/loss_hetccl4.txt" "4 ranks, groups a b a b" 40 || fail=1
 
 echo "== 4. the real NCCL stays private: LD_DEBUG=bindings"
 LD_DEBUG=bindings LD_DEBUG_OUTPUT=$out/bindings LD_PRELOAD=$lib $run -n 1 --timeout 300 \
