@@ -314,10 +314,6 @@ static hc_result_t check_size(size_t count, hetcclDataType_t t, int factor, cons
  *  - a reduction by hetccl's own kernels (not the vendor's) of fnuz data:
  *    they implement the OCP encodings only.
  */
-static bool coll_reduces(enum hc_coll c) {
-  return c == HC_COLL_ALLREDUCE || c == HC_COLL_REDUCE || c == HC_COLL_REDUCESCATTER;
-}
-
 static hc_result_t check_fp8(const struct hetcclComm *comm, const struct hc_coll_args *a, const char *fn) {
   if (a->dtype != HC_FP8_E4M3 && a->dtype != HC_FP8_E5M2) return HC_OK;
   const char *t = hc_dtype_name(a->dtype);
@@ -334,7 +330,7 @@ static hc_result_t check_fp8(const struct hetcclComm *comm, const struct hc_coll
                      comm->vendor->version, comm->vendor->path);
     return HC_OK;
   }
-  if (coll_reduces(a->coll) && comm->peers[0].fp8_layout == HC_FP8_FNUZ)
+  if (hc_coll_reduces(a->coll) && comm->peers[0].fp8_layout == HC_FP8_FNUZ)
     return HC_FAIL(HC_ERR_ARG, "%s: %s reduction of fnuz data (every rank holds e4m3fnuz / e5m2fnuz): hetccl's "
                    "own kernels reduce the OCP encodings only; convert first", fn, t);
   return HC_OK;

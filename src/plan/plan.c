@@ -219,6 +219,10 @@ const char *hc_coll_name(enum hc_coll c) {
   return (unsigned)c < HC_COLL_COUNT ? names[c] : "?";
 }
 
+bool hc_coll_reduces(enum hc_coll c) {
+  return c == HC_COLL_ALLREDUCE || c == HC_COLL_REDUCE || c == HC_COLL_REDUCESCATTER;
+}
+
 const char *hc_algo_name(enum hc_algo a) {
   static const char *const names[] = {"AUTO", "RING", "RD", "TREE", "HIER"};
   return (unsigned)a < HC_ARRAY_LEN(names) ? names[a] : "?";
@@ -304,8 +308,7 @@ static enum hc_algo choose(const struct hc_plan_ctx *x, const struct hc_coll_arg
 hc_result_t hc_plan_add(struct hc_plan *p, const struct hc_plan_ctx *x,
                         const struct hc_coll_args *a) {
   struct hc_alg_io io = {.in = a->sendbuf, .out = a->recvbuf};
-  bool reducing = a->coll == HC_COLL_ALLREDUCE || a->coll == HC_COLL_REDUCE ||
-                  a->coll == HC_COLL_REDUCESCATTER;
+  bool reducing = hc_coll_reduces(a->coll);
   size_t esize = hc_dtype_size(a->dtype);
   if (a->coll != HC_COLL_ALLTOALLV && a->coll != HC_COLL_SEND && a->coll != HC_COLL_RECV &&
       a->count == 0)

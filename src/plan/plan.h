@@ -29,6 +29,8 @@ enum hc_coll {
   HC_COLL_SCATTER, HC_COLL_SEND, HC_COLL_RECV, HC_COLL_COUNT
 };
 const char *hc_coll_name(enum hc_coll c);
+/* All-reduce, reduce and reduce-scatter: the collectives that combine. */
+bool hc_coll_reduces(enum hc_coll c);
 
 enum hc_algo { HC_ALGO_AUTO, HC_ALGO_RING, HC_ALGO_RD, HC_ALGO_TREE, HC_ALGO_HIER };
 const char *hc_algo_name(enum hc_algo a);
