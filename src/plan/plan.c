@@ -13,9 +13,10 @@
 /* A host pool keeps its HC_POOL_KEEP largest free buffers and frees the
  * rest. A pinned or device pool frees nothing before it is destroyed:
  * freeing such memory (cuMemFreeHost, cuMemFree) waits for every stream of
- * the context, and the proxy thread, which returns a plan's buffers, runs
- * while the caller's stream waits for it: a deadlock. Its buffers are
- * reused by size. */
+ * the context, and a GPU call returns its plan's buffers on the calling
+ * thread as soon as the call is enqueued (api/proxy.c), while its stream
+ * may still wait for the proxy thread: a free there would make every GPU
+ * call wait for its own completion. Its buffers are reused by size. */
 #define HC_POOL_KEEP 8
 struct hc_scratch_pool {
   pthread_mutex_t lock;
