@@ -3,13 +3,13 @@
 #include <hetccl.h>
 #include <stdio.h>
 
-#define CHECK(call)                                                            \
-  do {                                                                         \
-    hetcclResult_t r_ = (call);                                                \
-    if (r_ != hetcclSuccess) {                                                 \
-      fprintf(stderr, "%s: %s\n", #call, hetcclGetLastError(NULL));            \
-      return 1;                                                                \
-    }                                                                          \
+#define CHECK(call)                                                 \
+  do {                                                              \
+    hetcclResult_t r_ = (call);                                     \
+    if (r_ != hetcclSuccess) {                                      \
+      fprintf(stderr, "%s: %s\n", #call, hetcclGetLastError(NULL)); \
+      return 1;                                                     \
+    }                                                               \
   } while (0)
 
 int main(void) {

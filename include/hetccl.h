@@ -83,8 +83,8 @@ typedef enum {
 } hetcclDataType_t;
 
 typedef enum {
-  hetcclScalarDevice = 0,        /* read at each collective call (see below) */
-  hetcclScalarHostImmediate = 1  /* read once, before the create call returns */
+  hetcclScalarDevice = 0,       /* read at each collective call (see below) */
+  hetcclScalarHostImmediate = 1 /* read once, before the create call returns */
 } hetcclScalarResidence_t;
 
 /* Where a rank's buffers live. */
