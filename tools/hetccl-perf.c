@@ -91,13 +91,12 @@ static struct {
   int op;    /* enum hc_redop, or -1 for all */
   int dtype; /* enum hc_dtype, or -1 for all */
   int timeout_s;
-  enum hc_mem_kind devices[64]; /* -G: rank r's kind is devices[r % ndevices] */
-  int ndevices;
+  enum hc_mem_kind devices[64]; /* -G: rank r's kind is devices[r % ndevices]; */
+  int ndevices;                 /* 0 without -G: every rank on the host */
 } opt = {
     .min_bytes = 32 << 20, .max_bytes = 32 << 20, .step_bytes = 1 << 20, .step_factor = 1,
     .iters = 20, .warmup_iters = 1, .agg_iters = 1, .check = 1, .average = 1, .blocking = 0,
     .run_cycles = 1, .root = 0, .op = HC_SUM, .dtype = HC_FLOAT32, .timeout_s = 0,
-    .devices = {HC_MEM_HOST}, .ndevices = 1,
 };
 
 /* ---- the run: one communicator, two buffers ---- */
@@ -688,8 +687,8 @@ struct rank_info {
 
 /* Every rank's rank_info, this rank's last known state in it. */
 static struct rank_info *gather_ranks(void) {
-  struct rank_info mine = {.rank = B.rank, .pid = (int32_t)getpid(), .kind = B.gpu ? (int32_t)B.gpu->kind : 0,
-                           .device = B.device};
+  struct rank_info mine = {
+      .rank = B.rank, .pid = (int32_t)getpid(), .kind = B.gpu ? (int32_t)B.gpu->kind : 0, .device = B.device};
   gethostname(mine.host, sizeof(mine.host) - 1);
   mine.host[strcspn(mine.host, ".")] = 0;
   struct rank_info *all = calloc((size_t)B.n, sizeof(*all));
@@ -701,9 +700,7 @@ static struct rank_info *gather_ranks(void) {
   return all;
 }
 
-static const char *kind_name(int kind) {
-  return kind == HC_MEM_CUDA ? "cuda" : kind == HC_MEM_HIP ? "hip" : "host";
-}
+static const char *kind_name(int kind) { return kind == HC_MEM_CUDA ? "cuda" : kind == HC_MEM_HIP ? "hip" : "host"; }
 
 static void print_banner(const char *coll_name) {
   struct rank_info *all = gather_ranks();
@@ -738,20 +735,19 @@ static void print_banner(const char *coll_name) {
 /* ---- command line ---- */
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: hetccl-perf <collective> [flags]\n"
-          "  collective: all_reduce all_gather reduce_scatter broadcast reduce alltoall\n"
-          "              gather scatter sendrecv\n"
-          "  -b,--minbytes S (32M)  -e,--maxbytes S (32M)  -i,--stepbytes S (1M)\n"
-          "  -f,--stepfactor F (1)  -n,--iters N (20)  -w,--warmup_iters N (1)\n"
-          "  -m,--agg_iters N (1)  -N,--run_cycles N (1; 0 = forever)  -c,--check N (1)\n"
-          "  -o,--op sum|prod|min|max|avg|mulsum|all (sum)\n"
-          "  -d,--datatype int8|uint8|int32|uint32|int64|uint64|half|float|double|\n"
-          "                bfloat16|f8e4m3|f8e5m2|all (float)\n"
-          "  -r,--root R (0; -1 = every rank)  -a,--average 0|1|2|3 (1: mean)\n"
-          "  -z,--blocking Z (ignored)  -T,--timeout SECONDS (0)  -t,--nthreads 1  -g,--ngpus 1\n"
-          "  -G,--device host|cuda|hip[,...] (host; rank r takes entry r mod the count)\n"
-          "  -h,--help\n");
+  fprintf(f, "usage: hetccl-perf <collective> [flags]\n"
+             "  collective: all_reduce all_gather reduce_scatter broadcast reduce alltoall\n"
+             "              gather scatter sendrecv\n"
+             "  -b,--minbytes S (32M)  -e,--maxbytes S (32M)  -i,--stepbytes S (1M)\n"
+             "  -f,--stepfactor F (1)  -n,--iters N (20)  -w,--warmup_iters N (1)\n"
+             "  -m,--agg_iters N (1)  -N,--run_cycles N (1; 0 = forever)  -c,--check N (1)\n"
+             "  -o,--op sum|prod|min|max|avg|mulsum|all (sum)\n"
+             "  -d,--datatype int8|uint8|int32|uint32|int64|uint64|half|float|double|\n"
+             "                bfloat16|f8e4m3|f8e5m2|all (float)\n"
+             "  -r,--root R (0; -1 = every rank)  -a,--average 0|1|2|3 (1: mean)\n"
+             "  -z,--blocking Z (ignored)  -T,--timeout SECONDS (0)  -t,--nthreads 1  -g,--ngpus 1\n"
+             "  -G,--device host|cuda|hip[,...] (host; rank r takes entry r mod the count)\n"
+             "  -h,--help\n");
 }
 
 static const struct {
@@ -826,15 +822,24 @@ static bool parse_long(const char *s, long lo, long hi, long *out) {
 /* Returns the collective, or exits: 0 after -h, 2 on a usage error. */
 static const struct coll *parse_args(int argc, char **argv) {
   static const struct option longopts[] = {
-      {"nthreads", required_argument, NULL, 't'},     {"ngpus", required_argument, NULL, 'g'},
-      {"minbytes", required_argument, NULL, 'b'},     {"maxbytes", required_argument, NULL, 'e'},
-      {"stepbytes", required_argument, NULL, 'i'},    {"stepfactor", required_argument, NULL, 'f'},
-      {"iters", required_argument, NULL, 'n'},        {"agg_iters", required_argument, NULL, 'm'},
-      {"warmup_iters", required_argument, NULL, 'w'}, {"run_cycles", required_argument, NULL, 'N'},
-      {"check", required_argument, NULL, 'c'},        {"op", required_argument, NULL, 'o'},
-      {"datatype", required_argument, NULL, 'd'},     {"root", required_argument, NULL, 'r'},
-      {"blocking", required_argument, NULL, 'z'},     {"timeout", required_argument, NULL, 'T'},
-      {"average", required_argument, NULL, 'a'},      {"device", required_argument, NULL, 'G'},
+      {"nthreads", required_argument, NULL, 't'},
+      {"ngpus", required_argument, NULL, 'g'},
+      {"minbytes", required_argument, NULL, 'b'},
+      {"maxbytes", required_argument, NULL, 'e'},
+      {"stepbytes", required_argument, NULL, 'i'},
+      {"stepfactor", required_argument, NULL, 'f'},
+      {"iters", required_argument, NULL, 'n'},
+      {"agg_iters", required_argument, NULL, 'm'},
+      {"warmup_iters", required_argument, NULL, 'w'},
+      {"run_cycles", required_argument, NULL, 'N'},
+      {"check", required_argument, NULL, 'c'},
+      {"op", required_argument, NULL, 'o'},
+      {"datatype", required_argument, NULL, 'd'},
+      {"root", required_argument, NULL, 'r'},
+      {"blocking", required_argument, NULL, 'z'},
+      {"timeout", required_argument, NULL, 'T'},
+      {"average", required_argument, NULL, 'a'},
+      {"device", required_argument, NULL, 'G'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -860,8 +865,10 @@ static const struct coll *parse_args(int argc, char **argv) {
     case 'T': ok = parse_long(optarg, 0, INT32_MAX, &v); opt.timeout_s = (int)v; break;
     case 'G':
       if (!parse_devices(optarg)) {
-        fprintf(stderr, "hetccl-perf: -G %s: expected host, cuda or hip, or a comma list of them "
-                        "(nccl-tests' -G, CUDA graphs, is not supported)\n", optarg);
+        fprintf(stderr,
+                "hetccl-perf: -G %s: expected host, cuda or hip, or a comma list of them "
+                "(nccl-tests' -G, CUDA graphs, is not supported)\n",
+                optarg);
         exit(2);
       }
       break;
@@ -927,8 +934,7 @@ static void setup_buffers(void) {
   memset(B.host_recv, 0, alloc);
   B.sendbuf = B.host_send, B.recvbuf = B.host_recv;
   B.comm = B.ctl;
-  bool with_devices = opt.ndevices > 1 || opt.devices[0] != HC_MEM_HOST;
-  if (!with_devices) return;
+  if (opt.ndevices == 0) return;
 
   const enum hc_mem_kind kind = opt.devices[B.rank % opt.ndevices];
   struct rank_info *all = gather_ranks();

@@ -129,7 +129,6 @@ static hc_result_t translate_config(const ncclConfig_t *in, hetcclConfig_t *out)
     if (r_ != HC_OK) return R(r_);                                             \
   } while (0)
 
-
 /* ---- calls of the real NCCL that land here ----
  *
  * Where the program loaded the real library globally before hetccl opened

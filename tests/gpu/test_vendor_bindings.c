@@ -107,8 +107,8 @@ static int check_bindings(void *lib, bool lands_here, const char *mode) {
     }
   }
   dlclose(program);
-  printf("%s: %d GOT slots of %s name a nccl* function hetccl exports; bound to hetccl:%s\n", mode, slots,
-         lm->l_name, here[0] ? here : " none");
+  printf("%s: %d GOT slots of %s name a nccl* function hetccl exports; bound to hetccl:%s\n", mode, slots, lm->l_name,
+         here[0] ? here : " none");
   return slots;
 }
 
