@@ -38,7 +38,7 @@
 #include "testutil.h"
 #include "vendor/vendor.h"
 
-enum { FAKE_VERSION = 22807, HETCCL_REPORTED_VERSION = 22809 };
+enum { FAKE_VERSION = 22807, ABI_VERSION = 22809 };
 
 /* The ABI layer's exports (src/abi/nccl.c), linked into this program. */
 int ncclGetVersion(int *version);
@@ -174,8 +174,8 @@ int main(int argc, char **argv) {
   CHECK(version == FAKE_VERSION, "the fake's own ncclGetVersion call got %d, want its own %d", version, FAKE_VERSION);
   CHECK(count == 1, "the fake's own ncclCommCount call got %d, want 1", count);
   int program_version = 0;
-  CHECK(ncclGetVersion(&program_version) == 0 && program_version == HETCCL_REPORTED_VERSION,
-        "the program's ncclGetVersion got %d, want hetccl's %d", program_version, HETCCL_REPORTED_VERSION);
+  CHECK(ncclGetVersion(&program_version) == 0 && program_version == ABI_VERSION,
+        "the program's ncclGetVersion got %d, want hetccl's %d", program_version, ABI_VERSION);
 
   CHECK(v->comm_destroy(comm) == 0, "fake ncclCommDestroy");
   if (preloaded) dlclose(preloaded);
