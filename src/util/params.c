@@ -126,6 +126,11 @@ static const char *env_text(enum hc_param p, char *var, size_t len) {
 
 static bool is_nccl(const char *var) { return strncmp(var, "NCCL_", 5) == 0; }
 
+const char *hc_param_source(enum hc_param p, char *buf, size_t len) {
+  if (env_text(p, buf, len) == NULL) snprintf(buf, len, "HETCCL_%s", hc_param_table[p].name);
+  return buf;
+}
+
 /* Levenshtein distance of a (length an) and b, for "did you mean". */
 static size_t edit_distance(const char *a, size_t an, const char *b) {
   size_t bn = strlen(b), row[64];
@@ -202,6 +207,7 @@ static void log_load(const bool *nccl_rejected) {
               hc_param_table[p].def[0] ? hc_param_table[p].def : "(empty)");
     else if (is_nccl(var))
       HC_INFO(HC_ENV, "HETCCL_%s unset: taken from %s=%s", hc_param_table[p].name, var, text);
+    else if (p == HC_P_SECRET) HC_INFO(HC_ENV, "%s set (not logged: it admits to the job)", var);
     else HC_INFO(HC_ENV, "%s set to %s", var, text);
   }
   warn_unknown_names();

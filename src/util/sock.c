@@ -83,7 +83,11 @@ static hc_result_t param_family(int *family) {
   if (f[0] == 0) *family = AF_UNSPEC;
   else if (!strcasecmp(f, "AF_INET") || !strcasecmp(f, "INET") || !strcmp(f, "4")) *family = AF_INET;
   else if (!strcasecmp(f, "AF_INET6") || !strcasecmp(f, "INET6") || !strcmp(f, "6")) *family = AF_INET6;
-  else return HC_FAIL(HC_ERR_USAGE, "HETCCL_SOCKET_FAMILY=\"%s\" is not AF_INET or AF_INET6", f);
+  else {
+    char var[64];
+    return HC_FAIL(HC_ERR_USAGE, "%s=\"%s\" is not AF_INET or AF_INET6",
+                   hc_param_source(HC_P_SOCKET_FAMILY, var, sizeof(var)), f);
+  }
   return HC_OK;
 }
 
@@ -214,10 +218,11 @@ hc_result_t hc_sock_local_addr(union hc_sockaddr *out, char *ifname, size_t ifna
       if (w > 0) o += (size_t)w;
     }
     freeifaddrs(ifs);
-    return HC_FAIL(HC_ERR_USAGE,
-                   "no usable interface: HETCCL_SOCKET_IFNAME=\"%s\" HETCCL_SOCKET_FAMILY=\"%s\"; "
-                   "interfaces that are up with an address: %s",
-                   spec, hc_param_str(HC_P_SOCKET_FAMILY), seen[0] ? seen : "none");
+    char ifname_var[64], family_var[64];
+    return HC_FAIL(HC_ERR_USAGE, "no usable interface: %s=\"%s\" %s=\"%s\"; interfaces that are up with an address: %s",
+                   hc_param_source(HC_P_SOCKET_IFNAME, ifname_var, sizeof(ifname_var)), spec,
+                   hc_param_source(HC_P_SOCKET_FAMILY, family_var, sizeof(family_var)),
+                   hc_param_str(HC_P_SOCKET_FAMILY), seen[0] ? seen : "none");
   }
   take_addr(best, out, ifname, ifname_len);
   char buf[64];

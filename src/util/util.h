@@ -121,6 +121,9 @@ struct hc_param_rule {
 extern const struct hc_param_rule hc_param_rules[HC_P_COUNT];
 /* "an integer from 1 to 1000000000", "one of NONE,WARN,INFO,TRACE"... into buf. */
 const char *hc_param_accepts(enum hc_param p, char *buf, size_t len);
+/* The variable a value came from, for messages: "NCCL_SOCKET_IFNAME" when
+ * that one stood in, else "HETCCL_SOCKET_IFNAME". Into buf. */
+const char *hc_param_source(enum hc_param p, char *buf, size_t len);
 /* Parses every set HETCCL_* variable (or its NCCL_* stand-in) once; a value
  * that does not parse or lies outside what the table accepts fails with
  * HC_ERR_USAGE naming the variable, the value and what is accepted; an
