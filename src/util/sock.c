@@ -326,13 +326,17 @@ static void set_fresh_fd(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-hc_result_t hc_sock_connect_blocking(const union hc_sockaddr *addr, uint64_t deadline_ns,
+/* How often a connect that keeps being refused says so. */
+#define CONNECT_REPORT_NS (10ull * 1000000000ull)
+
+hc_result_t hc_sock_connect_blocking(const union hc_sockaddr *addr, const char *what, uint64_t deadline_ns,
                                      const atomic_bool *abort_flag, int *fd) {
-  char who[80];
-  hc_sock_str(addr, who, sizeof(who));
+  char who[160], at[80];
+  snprintf(who, sizeof(who), "%s %s", what ? what : "a peer", hc_sock_str(addr, at, sizeof(at)));
   *fd = -1;
   int backoff_ms = 5, last_err = 0, tries = 0;
   enum wait_status st = WAIT_OK;
+  uint64_t start = hc_now_ns(), next_report = start + CONNECT_REPORT_NS;
   for (;;) {
     int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (s < 0) return HC_FAIL(HC_ERR_SYSTEM, "connect to %s: socket: %s", who, strerror(errno));
@@ -364,6 +368,13 @@ hc_result_t hc_sock_connect_blocking(const union hc_sockaddr *addr, uint64_t dea
       break;
     }
     HC_TRACE(HC_UTIL, "connect to %s: %s, retrying in %d ms", who, strerror(e), backoff_ms);
+    uint64_t now = hc_now_ns();
+    if (now >= next_report) {
+      next_report = now + CONNECT_REPORT_NS;
+      HC_WARN(HC_UTIL, "%s has not answered for %llu s (%s; not started yet?); retrying for %llu s more "
+              "(HETCCL_TIMEOUT)", who, (unsigned long long)((now - start) / 1000000000ull), strerror(e),
+              (unsigned long long)((deadline_ns - now) / 1000000000ull));
+    }
     if ((st = nap(backoff_ms, deadline_ns, abort_flag)) != WAIT_OK) break;
     backoff_ms = HC_MIN(backoff_ms * 2, SLICE_MS);
   }

@@ -161,7 +161,7 @@ static void *stranger_thread(void *arg) {
   static const uint8_t wrong[16] = {0xde, 0xad};
   int fd;
   uint64_t dl = hc_now_ns() + 3000000000ull;
-  s->r = hc_sock_connect_blocking(&s->root, dl, NULL, &fd);
+  s->r = hc_sock_connect_blocking(&s->root, "the root", dl, NULL, &fd);
   if (s->r != HC_OK) return NULL;
   switch (s->kind) {
   case 0: s->r = hc_auth_client_blocking(fd, wrong, HC_AUTH_BOOT_ROOT, dl, NULL); break;
