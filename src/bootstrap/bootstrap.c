@@ -157,8 +157,8 @@ bool hc_bootstrap_hello_check(const struct hc_bootstrap_hello *h, int root_nrank
   else if (rank >= nranks)
     snprintf(msg, msg_len, "rank %u at %s is out of range for nranks = %u", rank, who, nranks);
   else if (root_nranks != 0 && (int)nranks != root_nranks)
-    snprintf(msg, msg_len, "rank %u at %s says nranks = %u, but earlier ranks said %d", rank, who, nranks,
-             root_nranks);
+    snprintf(msg, msg_len, "ranks disagree on nranks (WORLD_SIZE, or the count passed to init): rank %u at %s says %u, "
+             "earlier ranks said %d", rank, who, nranks, root_nranks);
   else if (nranks > 1 && !h->ring_ok)
     snprintf(msg, msg_len, "rank %u at %s sent no valid ring address", rank, who);
   else
