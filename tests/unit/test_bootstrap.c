@@ -239,9 +239,10 @@ static void test_strangers(void) {
 
 /* 50 connections that stay open through the whole rendezvous, silent or
  * sending half a record of garbage: the root serves the ranks meanwhile.
- * HETCCL_TIMEOUT=20 makes this a hang detector without a timing threshold:
- * a root that gave each stranger its 5 s handshake window in turn would need
- * 250 s, and the ranks would fail. */
+ * HETCCL_TIMEOUT=4, below the 5 s handshake window, makes this a check
+ * without a timing threshold: a root that waited out any stranger's window
+ * before serving the ranks (one after another: 250 s; or all at once: 5 s)
+ * would fail them, while the rendezvous itself takes milliseconds. */
 enum { CROWD = 50 };
 
 static void crowd_rendezvous(bool garbage) {
@@ -268,6 +269,9 @@ static void crowd_rendezvous(bool garbage) {
     }
   }
   CHECK(connected == CROWD, "only %d of %d strangers connected", connected, CROWD);
+  /* Lets the root take them in before the ranks queue behind them (were
+   * it slower, the check would only be weaker, never fail wrongly). */
+  usleep(200000);
   struct rank_arg args[3] = {0};
   uint64_t t0 = hc_now_ns();
   run_ranks(id, 3, args, WORK_FULL, NULL);
@@ -281,7 +285,7 @@ static void crowd_rendezvous(bool garbage) {
 }
 
 static void test_crowd(void) {
-  set_param("HETCCL_TIMEOUT", "20");
+  set_param("HETCCL_TIMEOUT", "4");
   crowd_rendezvous(false);
   crowd_rendezvous(true);
   set_param("HETCCL_TIMEOUT", NULL);
