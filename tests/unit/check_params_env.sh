@@ -59,7 +59,7 @@ check timeout_huge 2 "${P}_TIMEOUT=\"99999999999\" is not accepted" "" info -- "
 check shm_disable_maybe 2 "${P}_SHM_DISABLE=\"maybe\" is not accepted: expected a boolean \(1, 0, true" "" info -- "${P}_SHM_DISABLE=maybe"
 check chunk_bytes_1Q 2 "${P}_CHUNK_BYTES=\"1Q\" is not accepted: expected a size" "" info -- "${P}_CHUNK_BYTES=1Q"
 check chunk_bytes_zero 2 "${P}_CHUNK_BYTES=\"0\" is not accepted: expected a size .* of at least 1" "" info -- "${P}_CHUNK_BYTES=0"
-check debug_loud 2 "${P}_DEBUG=\"LOUD\" is not accepted: expected one of NONE,WARN,INFO,TRACE" "" info -- "${P}_DEBUG=LOUD"
+check debug_loud 2 "${P}_DEBUG=\"LOUD\" is not accepted: expected one of NONE, WARN, INFO, TRACE" "" info -- "${P}_DEBUG=LOUD"
 check spin_negative 2 "${P}_SPIN_US=\"-5\" is not accepted: expected an integer from 0 to" "" info -- "${P}_SPIN_US=-5"
 check typo_and_bad_value 2 "${P}_TIMEOUT=\"abc\" is not accepted" "" info -- "${P}_TIMOUT=10" "${P}_TIMEOUT=abc"
 check debug_lowercase 0 "${P}_DEBUG set to info" "" info -- "${P}_DEBUG=info"
@@ -70,7 +70,7 @@ check coll_typo 0 "did you mean ${P}_TIMEOUT\?" "" coll -- "${P}_TIMOUT=10"
 
 # NCCL_* stand-ins: read when the HETCCL_* name is unset, HETCCL_* wins.
 check nccl_debug_info 0 "${P}_DEBUG unset: taken from NCCL_DEBUG=INFO" "" info -- NCCL_DEBUG=INFO
-check nccl_debug_version 0 "NCCL_DEBUG=\"VERSION\" ignored: ${P}_DEBUG .* accepts one of NONE,WARN,INFO,TRACE" "" info -- NCCL_DEBUG=VERSION
+check nccl_debug_version 0 "NCCL_DEBUG=\"VERSION\" ignored: ${P}_DEBUG .* accepts one of NONE, WARN, INFO, TRACE" "" info -- NCCL_DEBUG=VERSION
 check nccl_debug_loses 0 "^hetccl [0-9]" "taken from NCCL_DEBUG| INFO " info -- "${P}_DEBUG=WARN" NCCL_DEBUG=INFO
 check nccl_ib_timeout_bad 0 "NCCL_IB_TIMEOUT=\"abc\" ignored" "" info -- NCCL_IB_TIMEOUT=abc
 # The stand-in reaches the code that uses it: a socket comm over the
