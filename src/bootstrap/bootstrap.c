@@ -670,8 +670,9 @@ static hc_result_t accept_prev(struct hc_bootstrap *b, int listen_fd, const uint
       break;
     }
     if (now >= deadline_ns) {
-      r = HC_FAIL(HC_ERR_REMOTE, "bootstrap rank %d: rank %d did not connect to the ring within HETCCL_TIMEOUT (%lld s)",
-                  b->rank, w.prev, (long long)hc_param_int(HC_P_TIMEOUT));
+      r = HC_FAIL(HC_ERR_REMOTE,
+                  "bootstrap rank %d: rank %d did not connect to the ring within HETCCL_TIMEOUT (%lld s)", b->rank,
+                  w.prev, (long long)hc_param_int(HC_P_TIMEOUT));
       break;
     }
     if (now >= next_report) {

@@ -104,18 +104,22 @@ const char *hc_param_accepts(enum hc_param p, char *buf, size_t len) {
   const struct hc_param_rule *rule = &hc_param_rules[p];
   static const char *const kinds[] = {"a string", "an integer", "a size (bytes, or with K, M, G: 512K, 4M)",
                                       "a boolean (1, 0, true, false, yes, no, on, off)"};
+  const char *kind = kinds[hc_param_table[p].type];
   if (rule->choices) {
+    /* "A,B,C" -> "one of A, B, C" */
     size_t o = (size_t)snprintf(buf, len, "one of ");
     for (const char *c = rule->choices; *c && o + 3 < len; c++) {
       if (*c == ',') buf[o++] = ',', buf[o++] = ' ';
       else buf[o++] = *c;
     }
     buf[HC_MIN(o, len - 1)] = 0;
+  } else if (rule->ranged && rule->hi == INT64_MAX) {
+    snprintf(buf, len, "%s of at least %lld", kind, (long long)rule->lo);
+  } else if (rule->ranged) {
+    snprintf(buf, len, "%s from %lld to %lld", kind, (long long)rule->lo, (long long)rule->hi);
+  } else {
+    snprintf(buf, len, "%s", kind);
   }
-  else if (rule->ranged && rule->hi == INT64_MAX) snprintf(buf, len, "%s of at least %lld", kinds[hc_param_table[p].type], (long long)rule->lo);
-  else if (rule->ranged)
-    snprintf(buf, len, "%s from %lld to %lld", kinds[hc_param_table[p].type], (long long)rule->lo, (long long)rule->hi);
-  else snprintf(buf, len, "%s", kinds[hc_param_table[p].type]);
   return buf;
 }
 
