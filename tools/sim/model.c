@@ -705,7 +705,9 @@ static void advance(struct replay *R, double t) {
   }
   for (long i = 0; i < R->nactive; i++) {
     const long id = R->active[i];
-    if (R->flows[id].rem > 1e-6) R->active[kept++] = id;
+    /* Within a picosecond of done: time (tens of thousands of us) cannot
+     * move by less in a double. */
+    if (R->flows[id].rem > 1e-6 * (R->flows[id].rate + 1)) R->active[kept++] = id;
     else finished[nfinished++] = id;
   }
   R->nactive = kept;
