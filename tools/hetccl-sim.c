@@ -24,20 +24,9 @@
 static const struct coll {
   const char *name;
   enum hc_coll coll;
-  bool split; /* count per rank (nccl-tests' base) */
-  double (*busbw_factor)(int n);
-} *coll;
-
-static double factor_one(int n) { (void)n; return 1; }
-static double factor_ring(int n) { return (double)(n - 1) / n; }
-static double factor_allreduce(int n) { return 2.0 * (n - 1) / n; }
-
-static const struct coll colls[] = {
-    {"all_reduce", HC_COLL_ALLREDUCE, false, factor_allreduce},
-    {"all_gather", HC_COLL_ALLGATHER, true, factor_ring},
-    {"reduce_scatter", HC_COLL_REDUCESCATTER, true, factor_ring},
-    {"broadcast", HC_COLL_BROADCAST, false, factor_one},
-    {"reduce", HC_COLL_REDUCE, false, factor_one},
+} *coll, colls[] = {
+    {"all_reduce", HC_COLL_ALLREDUCE}, {"all_gather", HC_COLL_ALLGATHER}, {"reduce_scatter", HC_COLL_REDUCESCATTER},
+    {"broadcast", HC_COLL_BROADCAST},  {"reduce", HC_COLL_REDUCE},
 };
 
 static struct {
@@ -112,32 +101,25 @@ static void print_links(const struct sim_result *r) {
              r->busy_us[c], r->vendor_bytes[c]);
 }
 
-/* One row; returns its efficiency, or -1 on failure. */
-static double row(const struct sim_cluster *c, int n, int64_t nominal) {
-  const size_t ts = hc_dtype_size((enum hc_dtype)opt.dtype);
-  size_t count = (size_t)nominal / ts;
-  if (coll->split) count = (count / (size_t)n) & ~(16 / ts - 1);
-  if (count == 0) return -2;
-  struct hc_coll_args a = {.coll = coll->coll, .count = count, .dtype = (enum hc_dtype)opt.dtype,
-                           .op = (enum hc_redop)opt.op, .root = opt.root};
-  if (a.op == HC_PREMULSUM) a.op = HC_SUM; /* the factor changes no byte */
-  struct sim_result r;
-  if (sim_run(c, &a, &r) != HC_OK) {
+/* One row; returns its efficiency, -2 when the size is too small, -1 on
+ * failure. */
+static double row(const struct sim_cluster *c, int64_t nominal) {
+  struct sim_row w;
+  const enum hc_dtype t = (enum hc_dtype)opt.dtype;
+  if (sim_row(c, coll->coll, t, (enum hc_redop)opt.op, opt.root, (size_t)nominal, &w) != HC_OK) {
     fprintf(stderr, "hetccl-sim: %s\n", hc_last_error());
     return -1;
   }
-  const double bytes = (double)count * (double)ts * (coll->split ? n : 1);
-  const double algbw = bytes / r.us / 1e3, busbw = algbw * coll->busbw_factor(n);
-  const double vbusbw = bytes / r.vendor_us / 1e3 * coll->busbw_factor(n), eff = busbw / vbusbw;
+  if (w.count == 0) return -2;
   const bool rooted = coll->coll == HC_COLL_BROADCAST || coll->coll == HC_COLL_REDUCE;
-  char t[32], ab[32], bb[32], vt[32], vb[32];
-  printf("%12.0f  %12zu  %8s  %6s  %6d  %7s  %6s  %6s  %7s  %6s  %5.3f  %-4s\n", bytes, count,
-         hc_dtype_name(a.dtype), hc_coll_reduces(a.coll) ? hc_redop_name((enum hc_redop)opt.op) : "none",
-         rooted ? opt.root : -1, nt_fmt_num(t, sizeof(t), r.us, 7), nt_fmt_num(ab, sizeof(ab), algbw, 6),
-         nt_fmt_num(bb, sizeof(bb), busbw, 6), nt_fmt_num(vt, sizeof(vt), r.vendor_us, 7),
-         nt_fmt_num(vb, sizeof(vb), vbusbw, 6), eff, r.vendor_algo);
-  if (opt.links) print_links(&r);
-  return eff;
+  char tm[32], ab[32], bb[32], vt[32], vb[32];
+  printf("%12.0f  %12zu  %8s  %6s  %6d  %7s  %6s  %6s  %7s  %6s  %5.3f  %-4s\n", w.bytes, w.count, hc_dtype_name(t),
+         hc_coll_reduces(coll->coll) ? hc_redop_name((enum hc_redop)opt.op) : "none", rooted ? opt.root : -1,
+         nt_fmt_num(tm, sizeof(tm), w.r.us, 7), nt_fmt_num(ab, sizeof(ab), w.algbw, 6),
+         nt_fmt_num(bb, sizeof(bb), w.busbw, 6), nt_fmt_num(vt, sizeof(vt), w.r.vendor_us, 7),
+         nt_fmt_num(vb, sizeof(vb), w.vendor_busbw, 6), w.efficiency, w.r.vendor_algo);
+  if (opt.links) print_links(&w.r);
+  return w.efficiency;
 }
 
 static void banner(const struct sim_cluster *c, int n) {
@@ -167,7 +149,7 @@ int main(int argc, char **argv) {
   int rows = 0;
   for (int64_t size = opt.minbytes; size <= opt.maxbytes;
        size = opt.factor > 1 ? (int64_t)((double)size * opt.factor) : size + opt.stepbytes) {
-    double eff = row(&c, n, size);
+    double eff = row(&c, size);
     if (eff == -1) return 1;
     if (eff < 0) continue;
     sum += eff;

@@ -23,7 +23,7 @@ static const char kim2026[] =
     "nodes = 2\nvendor = nvidia\ngpus = 4\nfabric = pcie\n"
     "pcie_gbs = 12.5  # PCIe 3.0 x16: 15.75 peak, 12-13 achievable\npcie_us = 1.0\n"
     "hbm_gbs = 350    # 900 GB/s HBM2 x 0.39 (the H200's measured copy rate over its peak)\n"
-    "host_gbs = 100\nnics = 1\nnic_gbs = 25  # HDR 200 Gb/s\nnic_us = 1.0\ngdr = 1\n"
+    "host_gbs = 197   # 2 sockets x 6 channels DDR4-2933 (282 GB/s peak) x 0.7\nnics = 1\nnic_gbs = 25  # HDR 200 Gb/s\nnic_us = 1.0\ngdr = 1\n"
     "nodes = 2\nvendor = amd\n"
     "pcie_gbs = 25    # PCIe 4.0 x16: 31.5 peak, about 25 achievable\n"
     "hbm_gbs = 337    # 864 GB/s GDDR6 x 0.39\n";
@@ -34,11 +34,13 @@ static const char h100_mi300[] =
     "nodes = 2\nvendor = nvidia\ngpus = 8\nfabric = link\n"
     "fabric_gbs = 450 # NVLink 4: 900 GB/s both directions\nfabric_us = 0.5\n"
     "pcie_gbs = 55    # PCIe 5.0 x16: pinned copies measured on the H200 machine\npcie_us = 1.0\n"
-    "hbm_gbs = 1306   # 3.35 TB/s x 0.39\nhost_gbs = 200\n"
+    "hbm_gbs = 1306   # 3.35 TB/s x 0.39\n"
+    "host_gbs = 430   # 2 sockets x 8 channels DDR5-4800 (614 GB/s peak) x 0.7\n"
     "nics = 8\nnic_gbs = 50   # ConnectX-7 NDR 400 Gb/s\nnic_us = 1.0\ngdr = 1\n"
     "nodes = 2\nvendor = amd\n"
     "fabric_gbs = 448 # xGMI: 7 links, about 896 GB/s both directions\n"
-    "hbm_gbs = 2067   # 5.3 TB/s x 0.39\n";
+    "hbm_gbs = 2067   # 5.3 TB/s x 0.39\n"
+    "host_gbs = 645   # 2 sockets x 12 channels DDR5-4800 (922 GB/s peak) x 0.7\n";
 
 static const char h200_2ranks[] =
     "# Two ranks in two groups on one H200, staged through host memory (bench/gpu, case A)\n"
@@ -46,7 +48,8 @@ static const char h200_2ranks[] =
     "nodes = 1\nvendor = nvidia\ngpus = 1\nranks_per_gpu = 2\nfabric = link\n"
     "fabric_gbs = 450\nfabric_us = 0.5\n"
     "pcie_gbs = 55.2  # pinned copies, measured: 55.3 down, 55.2 up\npcie_us = 1.0\n"
-    "hbm_gbs = 1870   # device-to-device copy, measured\nhost_gbs = 200\n"
+    "hbm_gbs = 1870   # device-to-device copy, measured\n"
+    "host_gbs = 215   # 1 socket x 8 channels DDR5-4800 (307 GB/s peak) x 0.7 (not measured; not binding)\n"
     "nics = 1\nnic_gbs = 50\nnic_us = 1.0\ngdr = 0\n";
 
 static const struct {

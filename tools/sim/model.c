@@ -1003,6 +1003,37 @@ hc_result_t sim_run(const struct sim_cluster *c, const struct hc_coll_args *a, s
   return r;
 }
 
+/* nccl-tests' busbw over algbw (shared/reference/nccl-tests.md, section 5). */
+static double busbw_factor(enum hc_coll c, int n) {
+  switch (c) {
+  case HC_COLL_ALLREDUCE: return 2.0 * (n - 1) / n;
+  case HC_COLL_ALLGATHER:
+  case HC_COLL_REDUCESCATTER:
+  case HC_COLL_ALLTOALL: return (double)(n - 1) / n;
+  default: return 1;
+  }
+}
+
+hc_result_t sim_row(const struct sim_cluster *c, enum hc_coll coll, enum hc_dtype t, enum hc_redop op, int root,
+                    size_t nominal, struct sim_row *out) {
+  const int n = sim_cluster_ranks(c);
+  const size_t ts = hc_dtype_size(t);
+  const bool split = coll == HC_COLL_ALLGATHER || coll == HC_COLL_REDUCESCATTER;
+  *out = (struct sim_row){.count = nominal / ts};
+  if (split) out->count = (out->count / (size_t)n) & ~(16 / ts - 1);
+  if (out->count == 0) return HC_OK;
+  /* PREMULSUM's factor changes no byte that moves. */
+  struct hc_coll_args a = {.coll = coll, .count = out->count, .dtype = t, .op = op == HC_PREMULSUM ? HC_SUM : op,
+                           .root = root};
+  HC_TRY(sim_run(c, &a, &out->r));
+  out->bytes = (double)out->count * (double)ts * (split ? n : 1);
+  out->algbw = out->bytes / out->r.us / 1e3;
+  out->busbw = out->algbw * busbw_factor(coll, n);
+  out->vendor_busbw = out->bytes / out->r.vendor_us / 1e3 * busbw_factor(coll, n);
+  out->efficiency = out->busbw / out->vendor_busbw;
+  return HC_OK;
+}
+
 /* hetccl's init: every rank tells the root its address and gets its ring
  * neighbour's (the root answers one rank at a time), connects to it, then
  * the ring all-gathers of the peer table and of the vendor groups' ids:

@@ -77,6 +77,18 @@ struct sim_result {
 
 /* One call (a->count as the library takes it) on every rank. */
 hc_result_t sim_run(const struct sim_cluster *c, const struct hc_coll_args *a, struct sim_result *out);
+/* One row of the table: nominal size S of coll as nccl-tests sizes it
+ * (shared/reference/nccl-tests.md, section 3), simulated, with nccl-tests'
+ * bandwidths. count == 0: S is too small for this many ranks. */
+struct sim_row {
+  size_t count;             /* nccl-tests' count column (per rank for split collectives) */
+  double bytes;             /* its size column */
+  double algbw, busbw, vendor_busbw, efficiency; /* GB/s; efficiency = busbw / vendor_busbw */
+  struct sim_result r;
+};
+hc_result_t sim_row(const struct sim_cluster *c, enum hc_coll coll, enum hc_dtype t, enum hc_redop op, int root,
+                    size_t nominal, struct sim_row *out);
+
 /* hetccl's init on every rank: the bootstrap's rendezvous and all-gathers. */
 double sim_bootstrap_us(const struct sim_cluster *c);
 
