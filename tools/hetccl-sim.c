@@ -8,7 +8,11 @@
  *     NAME: kim2026, h100x8+mi300x8, h200-2ranks; FILE: key = value lines
  *     collective: all_reduce all_gather reduce_scatter broadcast reduce
  *     --nodes N    scale the preset's node sets to N nodes in all
- *     --links      after each row, bytes and busiest-link time per link class
+ *     --what-if-gdr  transfers between nodes read and write GPU memory through
+ *                  the NIC where the cluster allows it (not yet the library's
+ *                  plan: it stages every transfer of GPU memory)
+ *     --links      after each row, per link class: bytes, and of its links the
+ *                  longest busy (carrying a flow) and loaded (bytes / rate) times
  *     -b,-e,-i,-f  sizes as nccl-tests (32M, 32M, 1M, 1); -d datatype (float);
  *     -o op (sum); -r root (0)
  */
@@ -32,14 +36,14 @@ static const struct coll {
 static struct {
   const char *cluster;
   int nodes;
-  bool links;
+  bool links, what_if_gdr;
   int64_t minbytes, maxbytes, stepbytes;
   double factor;
   int dtype, op, root;
 } opt = {.minbytes = 32 << 20, .maxbytes = 32 << 20, .stepbytes = 1 << 20, .factor = 1, .dtype = HC_FLOAT32};
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: hetccl-sim --cluster NAME|FILE [--nodes N] [--links] <collective> [-b S] [-e S] [-i S] [-f F]\n"
+  fprintf(f, "usage: hetccl-sim --cluster NAME|FILE [--nodes N] [--links] [--what-if-gdr] <collective> [-b S] [-e S] [-i S] [-f F]\n"
              "                  [-d datatype] [-o op] [-r root]\n"
              "  presets: kim2026 h100x8+mi300x8 h200-2ranks; collectives: all_reduce all_gather reduce_scatter\n"
              "  broadcast reduce\n");
@@ -51,7 +55,7 @@ static bool parse_size(const char *s, int64_t *out) { return hc_parse_size(s, ou
 static int parse_args(int argc, char **argv) {
   static const struct option longs[] = {
       {"cluster", required_argument, NULL, 'C'}, {"nodes", required_argument, NULL, 'N'},
-      {"links", no_argument, NULL, 'L'},         {"minbytes", required_argument, NULL, 'b'},
+      {"links", no_argument, NULL, 'L'},         {"what-if-gdr", no_argument, NULL, 'G'},         {"minbytes", required_argument, NULL, 'b'},
       {"maxbytes", required_argument, NULL, 'e'}, {"stepbytes", required_argument, NULL, 'i'},
       {"stepfactor", required_argument, NULL, 'f'}, {"datatype", required_argument, NULL, 'd'},
       {"op", required_argument, NULL, 'o'},      {"root", required_argument, NULL, 'r'},
@@ -63,6 +67,7 @@ static int parse_args(int argc, char **argv) {
     case 'C': opt.cluster = optarg; break;
     case 'N': ok = (opt.nodes = atoi(optarg)) > 0; break;
     case 'L': opt.links = true; break;
+    case 'G': opt.what_if_gdr = true; break;
     case 'b': ok = parse_size(optarg, &opt.minbytes); break;
     case 'e': ok = parse_size(optarg, &opt.maxbytes); break;
     case 'i': ok = parse_size(optarg, &opt.stepbytes); break;
@@ -97,8 +102,8 @@ static hc_result_t load_cluster(struct sim_cluster *c) {
 static void print_links(const struct sim_result *r) {
   for (int c = 0; c < SIM_CLASSES; c++)
     if (r->bytes[c] > 0 || r->vendor_bytes[c] > 0)
-      printf("#   %-6s hetccl %10.4g B, busiest link %9.1f us; vendor steps %10.4g B\n", sim_class_names[c], r->bytes[c],
-             r->busy_us[c], r->vendor_bytes[c]);
+      printf("#   %-6s hetccl %10.4g B, busiest link busy %9.1f us, loaded %9.1f us; vendor steps %10.4g B\n",
+             sim_class_names[c], r->bytes[c], r->busy_us[c], r->load_us[c], r->vendor_bytes[c]);
 }
 
 /* One row; returns its efficiency, -2 when the size is too small, -1 on
@@ -127,6 +132,7 @@ static void banner(const struct sim_cluster *c, int n) {
   for (int i = 0; i < c->nsets; i++) nodes += c->sets[i].count;
   printf("# hetccl-sim: %s on cluster %s: %d ranks, %d GPUs, %d nodes\n", coll->name, c->name, n,
          sim_cluster_gpus(c), nodes);
+  if (c->what_if_gdr) printf("# what if: transfers between nodes through the NIC straight from GPU memory\n");
   printf("# init (bootstrap rendezvous and all-gathers): %.1f us\n", sim_bootstrap_us(c));
   printf("# time, algbw, busbw: hetccl's plans; vtime, vbusbw: the vendor's library on every rank (algo); eff = busbw / vbusbw\n");
   printf("#\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %7s  %6s  %5s  %4s\n", "size", "count", "type", "redop", "root",
@@ -143,6 +149,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "hetccl-sim: %s\n", hc_last_error());
     return 2;
   }
+  c.what_if_gdr = opt.what_if_gdr;
   const int n = sim_cluster_ranks(&c);
   banner(&c, n);
   double sum = 0;

@@ -328,6 +328,12 @@ static struct hc_plan_ctx library_ctx(const struct topo *t, int r, size_t chunk,
                               .group_vendor = groups ? t->group_vendor : NULL, .windows = win};
 }
 
+static bool gdr_everywhere(const struct topo *t) {
+  bool all = t->c->what_if_gdr;
+  for (int i = 0; i < t->c->nsets; i++) all &= t->c->sets[i].gdr;
+  return all;
+}
+
 /* Builds and stages rank r's plan and appends it. */
 static hc_result_t plan_rank(const struct topo *t, const struct hc_coll_args *a, int r, const struct window_mem *wm,
                              size_t chunk, struct hc_plan_window *win, struct hc_scratch_pool *pools[2],
@@ -339,8 +345,9 @@ static hc_result_t plan_rank(const struct topo *t, const struct hc_coll_args *a,
   for (int i = 0; res == HC_OK && i < p.nsteps; i++)
     if (p.steps[i].kind == HC_STEP_SEND && t->group_of[p.steps[i].peer] != t->group_of[r])
       ps->cross_group_bytes += (double)p.steps[i].count;
-  /* As api/proxy.c stages a GPU plan: no transport reaches device memory. */
-  if (res == HC_OK) res = hc_plan_stage(&p, &x, true);
+  /* As api/proxy.c stages a GPU plan: no transport reaches device memory
+   * (unless the what-if says otherwise). */
+  if (res == HC_OK) res = hc_plan_stage(&p, &x, !gdr_everywhere(t));
   if (res == HC_OK) res = plans_append(ps, &p, wm);
   hc_plan_reset(&p);
   return res;
@@ -948,6 +955,7 @@ static void link_stats(const struct topo *t, struct sim_result *out) {
     const struct link *l = &t->links[i];
     out->bytes[l->cls] += l->bytes;
     out->busy_us[l->cls] = HC_MAX(out->busy_us[l->cls], l->busy_us);
+    out->load_us[l->cls] = HC_MAX(out->load_us[l->cls], l->bytes / l->cap);
   }
 }
 

@@ -42,6 +42,10 @@ struct sim_costs {
 struct sim_cluster {
   char name[64];
   bool group_per_rank; /* HETCCL_GROUP set per rank; otherwise one group per vendor */
+  /* What if: transfers between nodes move GPU memory through the NIC
+   * (staging leaves them alone) where every node has gdr. Not what the
+   * library does yet: api/proxy.c stages every transfer of GPU memory. */
+  bool what_if_gdr;
   struct sim_costs costs;
   int nsets;
   struct sim_nodeset sets[SIM_MAX_SETS];
@@ -68,7 +72,10 @@ struct sim_result {
   double us;          /* hetccl's plan on this cluster */
   double vendor_us;   /* the vendor's library on every rank of the same cluster */
   const char *vendor_algo; /* "ring" or "tree" */
-  double bytes[SIM_CLASSES], busy_us[SIM_CLASSES]; /* hetccl's own steps: busy_us is the busiest link's */
+  /* hetccl's own steps, per class: bytes on its links; busy_us, the longest
+   * time one of its links carried a flow; load_us, the longest time one of
+   * its links needs for its bytes at full rate (a lower bound on us). */
+  double bytes[SIM_CLASSES], busy_us[SIM_CLASSES], load_us[SIM_CLASSES];
   double vendor_bytes[SIM_CLASSES];                /* its VENDOR steps (or the whole call, pass-through) */
   double cross_group_bytes;  /* bytes of hetccl's transfers between ranks of different groups */
   long nsteps;
