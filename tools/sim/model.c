@@ -678,14 +678,15 @@ static void flow_activate(struct replay *R, long id) {
   R->rates_stale = true;
 }
 
+/* Completing a step may start flows (and move R->flows): read first. */
 static void flow_finish(struct replay *R, long id) {
-  const struct flow *f = &R->flows[id];
-  if (f->task >= 0) {
-    task_done(R, f->task);
+  const long task = R->flows[id].task, xfer = R->flows[id].xfer;
+  if (task >= 0) {
+    task_done(R, task);
     return;
   }
-  task_done(R, R->xfers[f->xfer].send);
-  task_done(R, R->xfers[f->xfer].recv);
+  task_done(R, R->xfers[xfer].send);
+  task_done(R, R->xfers[xfer].recv);
 }
 
 /* Moves time to t: flows progress, links count their busy time, finished
