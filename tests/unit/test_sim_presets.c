@@ -119,12 +119,39 @@ static void check_measured(const char *floors) {
   CHECK(n > 0, "%s has no measured lines", floors);
 }
 
+/* The file format refuses what it cannot model, and a set inherits the
+ * previous set's links. */
+static void check_parser(void) {
+  static const char *const bad[] = {
+      "nodes = 1\nvendor = intel\npcie_gbs = 1\nhbm_gbs = 1\nhost_gbs = 1\nnic_gbs = 1\nfabric = pcie\n",
+      "nodes = 1\ngpus = 4\n",                                  /* no bandwidths */
+      "name = x\n",                                              /* no nodes */
+      "nodes = 1\nfabric = pcie\npcie_gbs = -3\nhbm_gbs = 1\nhost_gbs = 1\nnic_gbs = 1\n",
+      "nodes = 1\nfabric = pcie\npcie_gbs = 1\nhbm_gbs = 1\nhost_gbs = 1\nnic_gbs = 1\nwarp = 9\n",
+  };
+  struct sim_cluster c;
+  for (size_t i = 0; i < HC_ARRAY_LEN(bad); i++) {
+    tu_set_case("parser: bad text %zu", i);
+    CHECK(sim_cluster_parse(bad[i], "bad", &c) == HC_ERR_USAGE, "a bad description was accepted");
+  }
+  tu_set_case("parser: inheritance");
+  const char *two = "nodes = 2\ngpus = 4\nfabric = pcie\npcie_gbs = 12\nhbm_gbs = 300\nhost_gbs = 100\n"
+                    "nic_gbs = 25 # one per node\nnodes = 3\nvendor = amd\npcie_gbs = 25\n";
+  if (CHECK_OK((hetcclResult_t)sim_cluster_parse(two, "two", &c))) {
+    CHECK(c.nsets == 2 && c.sets[1].count == 3 && c.sets[1].gpus == 4 && c.sets[1].pcie_gbs == 25 &&
+              c.sets[1].nic_gbs == 25 && c.sets[1].vendor == SIM_AMD && c.sets[0].vendor == SIM_NVIDIA,
+          "the second set is not the first with its own keys");
+    CHECK(sim_cluster_ranks(&c) == 20, "%d ranks, expected 20", sim_cluster_ranks(&c));
+  }
+}
+
 int main(int argc, char **argv) {
   tu_init(argc, argv);
   if (argc < 2) {
     fprintf(stderr, "usage: test_sim_presets FLOORS_FILE\n");
     return 2;
   }
+  check_parser();
   check_preset("kim2026", argv[1]);
   check_preset("h100x8+mi300x8", argv[1]);
   check_measured(argv[1]);

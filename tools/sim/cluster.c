@@ -190,7 +190,9 @@ hc_result_t sim_cluster_preset(const char *name, struct sim_cluster *out) {
 
 hc_result_t sim_cluster_load(const char *path, struct sim_cluster *out) {
   FILE *f = fopen(path, "r");
-  if (f == NULL) return HC_FAIL(HC_ERR_USAGE, "%s: %s", path, strerror(errno));
+  if (f == NULL)
+    return HC_FAIL(HC_ERR_USAGE, "%s: no preset of that name (kim2026, h100x8+mi300x8, h200-2ranks) and no file: %s", path,
+                   strerror(errno));
   char *text = calloc(1, 1 << 20);
   size_t n = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
   bool big = !feof(f);
