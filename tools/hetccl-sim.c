@@ -79,7 +79,7 @@ static int parse_args(int argc, char **argv) {
     default: ok = false;
     }
     if (!ok) {
-      fprintf(stderr, "hetccl-sim: bad value for -%c: %s\n", c == 'C' ? 'C' : c, optarg ? optarg : "");
+      fprintf(stderr, "hetccl-sim: bad option or value: %s\n", argv[optind - 1]);
       usage(stderr);
       return 2;
     }
