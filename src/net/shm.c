@@ -596,6 +596,7 @@ static hc_result_t shm_net_open(const struct hc_net_args *a, struct hc_net_caps 
   ctx->nranks = a->nranks;
   memcpy(ctx->secret, a->secret, sizeof(ctx->secret));
   ctx->abort_flag = a->abort_flag;
+  ctx->sig_explain = a->sig_explain;
   HC_TRY_GOTO(read_settings(ctx), r, fail);
   HC_TRY_GOTO(hc_calloc(&ctx->conns, (size_t)a->nranks, sizeof(ctx->conns[0]), "shm connections"), r, fail);
   HC_TRY_GOTO(hc_random_bytes(&ctx->probe_value, sizeof(ctx->probe_value)), r, fail);
@@ -809,6 +810,8 @@ const struct hc_net_ops hc_net_shm = {
     .connect = shm_net_connect,
     .isend = hc_net_shm_isend,
     .irecv = hc_net_shm_irecv,
+    .isend_sig = hc_net_shm_isend_sig,
+    .irecv_sig = hc_net_shm_irecv_sig,
     .test = hc_net_shm_test,
     .wait_blocking = shm_net_wait_blocking,
     .close = shm_net_close,

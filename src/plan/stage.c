@@ -190,7 +190,9 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
         first.dst = slot;
         first.src0 = (const char *)s.src0 + off;
         hc_ref_t copied = hc_plan_push(p, first);
-        rg->last_user[si] = pieces[k] = hc_push_send(p, s.peer, slot, len, copied, 0);
+        struct hc_step send_slot = {.kind = HC_STEP_SEND, .peer = s.peer, .call = s.call, .src0 = slot,
+                                    .count = len, HC_DEPS(copied)};
+        rg->last_user[si] = pieces[k] = hc_plan_push(p, send_slot);
       } else {
         first.dst = slot;
         hc_ref_t got = hc_plan_push(p, first);
