@@ -36,8 +36,9 @@ static void model_expect(const struct model *m, const size_t *n, int nrecv, uint
   bool ok = true;
   for (int r = 0; r < nrecv; r++) {
     complete[r] = false;
-    /* The receives carry the zero signature: a header must too. */
-    static const uint8_t zero_sig[HC_SOCK_HDR_BYTES - 8];
+    /* The receives carry the zero signature: a header must too (its
+     * second signature, want, is a notice's only). */
+    static const uint8_t zero_sig[16];
     if (!ok || m->len[0] - off[0] < HC_SOCK_HDR_BYTES || hc_sock_get_le64(m->data[0] + off[0]) != n[r] ||
         memcmp(m->data[0] + off[0] + 8, zero_sig, sizeof(zero_sig))) {
       ok = false;
