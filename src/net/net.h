@@ -69,10 +69,15 @@ struct hc_net_args {
  * driver, so that its copies move the bytes in and out directly: no host
  * copy between two GPU ranks of one host.
  */
+#define HC_NET_WINDOW_SIGS 8   /* signature slots per direction (at least a plan's window slots) */
 struct hc_net_window {
   uint8_t *tx, *rx;            /* this rank writes tx and reads rx */
   size_t bytes;                /* of each; 0: the pair has no window */
   atomic_ullong *tx_filled, *tx_freed, *rx_filled, *rx_freed;
+  /* Control words beside the counters: 2 x HC_NET_WINDOW_SIGS words per
+   * direction, slot k's signature (hc_net_sig) at [2k, 2k + 1], written by
+   * the sender before it publishes filled, read by the receiver after. */
+  atomic_ullong *tx_sig, *rx_sig;
   /* The mapping that holds both windows and the four counters: what a GPU
    * rank registers with its driver, so that its streams copy into the
    * slots and wait on and write the counters. */

@@ -95,6 +95,7 @@ struct hc_shm_chan {
   /* The window (net.h, hc_net_window), owned by the plans that use it. */
   _Alignas(HC_SHM_LINE) atomic_ullong win_filled; /* sender: pieces written */
   _Alignas(HC_SHM_LINE) atomic_ullong win_freed;  /* receiver: pieces read */
+  _Alignas(HC_SHM_LINE) atomic_ullong win_sig[2 * HC_NET_WINDOW_SIGS]; /* sender: hc_net_window.tx_sig */
 };
 
 /* Page 0 of a segment. Everything but the atomics is written by the

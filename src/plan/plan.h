@@ -66,7 +66,9 @@ void hc_plan_sig_explain(char *buf, size_t len, int me, const struct hc_net_sig 
                          const struct hc_net_sig *theirs, bool me_sends);
 
 /* NOP does nothing: it joins several steps into one dependency. WAIT is
- * done once the counter at src0 (an atomic_ullong) is at least count;
+ * done once the counter at src0 (an atomic_ullong) is at least count (a
+ * window receive's also names at src1 the two control words that must then
+ * hold sigs[call], the signature of the piece from peer);
  * SIGNAL stores count there (the window protocol, see hc_plan_window).
  * VENDOR is one collective of the vendor library's communicator of this
  * rank's group (hc_plan_ctx.group_vendor), on the main lane: coll (ALLREDUCE,
@@ -163,6 +165,7 @@ struct hc_plan_window {
   int32_t last_signal[2]; /* staging's own: the plan's latest signal per direction */
 };
 #define HC_WINDOW_SLOTS 4
+_Static_assert(HC_WINDOW_SLOTS <= HC_NET_WINDOW_SIGS, "a window slot without a signature slot");
 
 /* A step reference: 1 + step index, 0 = none (see hc_step.deps). */
 typedef int32_t hc_ref_t;

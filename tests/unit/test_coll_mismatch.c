@@ -29,18 +29,28 @@
  * (coll_mismatch_socket). HETCCL_TIMEOUT bounds every wait, so a hang
  * fails the test instead of blocking it.
  *
- * Usage: test_coll_mismatch [--case NAME]
+ * --gpu (ctest coll_mismatch_gpu_window, over the fake libcuda): rank 0 is
+ * a GPU rank, rank 1 a CPU rank; they exchange through the shm window, the
+ * signature in the window's control words. Rank 0's part is only sends
+ * (so that its stream never waits for rank 1), rank 1 receives and checks:
+ * kind, count, datatype and op. Rank 1 must fail naming both calls; rank 0
+ * must not hang. (A GPU rank that receives does not check the control
+ * words yet: its streams wait on the window with no host thread looking;
+ * that is the progress engine's, issue 15.)
+ *
+ * Usage: test_coll_mismatch [--gpu] [--case NAME]
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/device.h"
 #include "testutil.h"
 
 #define COUNT 1000
 
 struct call {
-  enum { K_ALLREDUCE, K_BROADCAST, K_SEND, K_RECV, K_SKIP } kind; /* SKIP: a zero-count AllReduce, then rank 0's call */
+  enum { K_ALLREDUCE, K_BROADCAST, K_REDUCE, K_SEND, K_RECV, K_SKIP } kind; /* SKIP: a zero-count AllReduce, then rank 0's call */
   size_t count;
   hetcclDataType_t dtype;
   hetcclRedOp_t op;
@@ -82,6 +92,7 @@ static hetcclResult_t make_call(hetcclComm_t comm, const struct call *c, void *b
   switch (c->kind) {
   case K_ALLREDUCE: return hetcclAllReduce(buf, buf, c->count, c->dtype, c->op, comm, NULL);
   case K_BROADCAST: return hetcclBroadcast(buf, buf, c->count, c->dtype, c->root, comm, NULL);
+  case K_REDUCE: return hetcclReduce(buf, buf, c->count, c->dtype, c->op, c->root, comm, NULL);
   case K_SEND: return hetcclSend(buf, c->count, c->dtype, c->root, comm, NULL);
   case K_RECV: return hetcclRecv(buf, c->count, c->dtype, c->root, comm, NULL);
   case K_SKIP: return hetcclSuccess;
@@ -98,15 +109,48 @@ static bool names_all(const char *text, const char *expect) {
   return true;
 }
 
+/* GPU windows: rank 0 (GPU) only sends, rank 1 (CPU) receives. */
+static const struct mcase gpu_cases[] = {
+    {"kind", 2, {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, AR(COUNT, hetcclFloat32, hetcclSum)},
+     {"", "rank 1 called AllReduce(sum, 1000 float)|rank 0 called Broadcast(root 0, 1000 float)"}},
+    {"count", 2, {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, {K_BROADCAST, 500, hetcclFloat32, hetcclSum, 0}},
+     {"", "rank 1 called Broadcast(root 0, 500 float)|rank 0 called Broadcast(root 0, 1000 float)"}},
+    {"dtype", 2, {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, {K_BROADCAST, COUNT, hetcclInt32, hetcclSum, 0}},
+     {"", "rank 1 called Broadcast(root 0, 1000 int32)|rank 0 called Broadcast(root 0, 1000 float)"}},
+    {"op", 2, {{K_REDUCE, COUNT, hetcclFloat32, hetcclSum, 1}, {K_REDUCE, COUNT, hetcclFloat32, hetcclMax, 1}},
+     {"", "rank 1 called Reduce(max, root 1, 1000 float)|rank 0 called Reduce(sum, root 1, 1000 float)"}},
+};
+
 static const struct mcase *cur;
+static bool gpu_mode;
+
+/* The GPU rank of --gpu: its call returns (enqueued), its stream drains
+ * (it only sends, into window slots that are free); nothing more yet. */
+static int gpu_sender(int rank, int nranks, hetcclUniqueId id) {
+  const struct hc_dev_ops *gpu = hc_dev_get(HC_MEM_CUDA);
+  if (!CHECK(gpu != NULL, "no CUDA backend (the fake libcuda on LD_LIBRARY_PATH?)")) return 1;
+  hetcclComm_t comm = NULL;
+  hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
+  cfg.deviceKind = hetcclDeviceCuda;
+  if (!CHECK_OK(hetcclCommInitRankConfig(&comm, nranks, id, rank, &cfg))) return 1;
+  void *buf = NULL;
+  CHECK(gpu->mem_alloc(0, COUNT * sizeof(double), &buf) == HC_OK, "cuMemAlloc");
+  tu_set_case("gpu %s, rank %d", cur->name, rank);
+  CHECK_OK(make_call(comm, &cur->calls[rank], buf));
+  CHECK(gpu->stream_sync(NULL) == HC_OK, "the GPU rank's stream drains");
+  hetcclCommAbort(comm);
+  gpu->mem_free(0, buf);
+  return 0;
+}
 
 static int mismatch_rank(int rank, int nranks, hetcclUniqueId id, void *arg) {
   (void)arg;
+  if (gpu_mode && rank == 0) return gpu_sender(rank, nranks, id);
   hetcclComm_t comm = NULL;
   if (!CHECK_OK(hetcclCommInitRank(&comm, nranks, id, rank))) return 1;
   float *buf = calloc(COUNT * 2, sizeof(float));
   const struct call *mine = &cur->calls[rank];
-  tu_set_case("%s, rank %d", cur->name, rank);
+  tu_set_case("%s%s, rank %d", gpu_mode ? "gpu " : "", cur->name, rank);
   hetcclResult_t r = hetcclSuccess;
   /* The "seq" case: rank 1 makes one call more, of nothing, first. */
   if (mine->kind == K_SKIP) CHECK_OK(make_call(comm, &(struct call)AR(0, hetcclFloat32, hetcclSum), buf));
@@ -153,16 +197,20 @@ static int matching_rank(int rank, int nranks, hetcclUniqueId id, void *arg) {
 
 int main(int argc, char **argv) {
   tu_init(argc, argv);
-  const char *only = argc > 2 && !strcmp(argv[1], "--case") ? argv[2] : NULL;
-  for (size_t k = 0; k < HC_ARRAY_LEN(cases); k++) {
-    cur = &cases[k];
+  int a = 1;
+  if (a < argc && !strcmp(argv[a], "--gpu")) gpu_mode = true, a++;
+  const char *only = a + 1 < argc && !strcmp(argv[a], "--case") ? argv[a + 1] : NULL;
+  const struct mcase *list = gpu_mode ? gpu_cases : cases;
+  const size_t ncases = gpu_mode ? HC_ARRAY_LEN(gpu_cases) : HC_ARRAY_LEN(cases);
+  for (size_t k = 0; k < ncases; k++) {
+    cur = &list[k];
     if (only && strcmp(only, cur->name)) continue;
-    tu_set_repro("--case %s", cur->name);
+    tu_set_repro("%s--case %s", gpu_mode ? "--gpu " : "", cur->name);
     double t0 = tu_seconds();
     tu_run_rank_processes(cur->nranks, mismatch_rank, NULL);
     printf("case %s: %.2f s\n", cur->name, tu_seconds() - t0);
   }
-  if (only == NULL) {
+  if (only == NULL && !gpu_mode) {
     tu_run_rank_processes(2, matching_rank, NULL);
     tu_run_rank_processes(3, matching_rank, NULL);
   }
