@@ -169,7 +169,7 @@ static hc_result_t window_sig_check(const struct job_state *st, const struct hc_
   const struct hc_net_sig got = {{atomic_load_explicit(&words[0], memory_order_relaxed),
                                   atomic_load_explicit(&words[1], memory_order_relaxed)}};
   const struct hc_net_sig *want = s->call < p->nsigs ? &p->sigs[s->call] : &no_sig;
-  if (!memcmp(&got, want, sizeof(got))) return HC_OK;
+  if (hc_net_sig_equal(&got, want)) return HC_OK;
   return hc_net_sig_fail(hc_plan_sig_explain, st->job->links->rank, want, s->peer, &got, false);
 }
 

@@ -215,7 +215,7 @@ static hc_result_t take_eager(struct hc_ib_conn *c, bool *moved) {
     if (q == NULL) return HC_OK; /* its receive is not posted yet */
     const uint8_t *in = c->eager_in + (size_t)slot * hc_ib_eager_stride(ctx->eager_bytes);
     struct hc_net_sig sig = sig_get(in);
-    if (memcmp(&sig, &q->sig, sizeof(sig))) return sig_mismatch(c, &q->sig, &sig, false);
+    if (!hc_net_sig_equal(&sig, &q->sig)) return sig_mismatch(c, &q->sig, &sig, false);
     if (q->n != size) return mismatch(c, size, q->n, false);
     if (size > 0) memcpy(q->buf, in + HC_IB_SIG_BYTES, size);
     c->eager_taken++;
@@ -317,7 +317,7 @@ static hc_result_t send_chunks(struct hc_ib_conn *c, struct hc_ib_req *q, bool *
       return HC_FAIL(HC_ERR_INTERNAL, "ib: cts slot %u from rank %d names message %llu, expected %llu", slot,
                      c->peer, (unsigned long long)seq, (unsigned long long)q->seq);
     struct hc_net_sig want = sig_get(rec + 32);
-    if (memcmp(&want, &q->sig, sizeof(want))) return sig_mismatch(c, &q->sig, &want, true);
+    if (!hc_net_sig_equal(&want, &q->sig)) return sig_mismatch(c, &q->sig, &want, true);
     if (size != q->n) return mismatch(c, q->n, size, true);
     HC_TRY(hc_ib_reg_get(ctx, q->buf, q->n, false, &q->reg));
     q->remote_addr = addr;

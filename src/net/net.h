@@ -32,6 +32,9 @@
 struct hc_net_sig {
   uint64_t w[2];
 };
+static inline bool hc_net_sig_equal(const struct hc_net_sig *a, const struct hc_net_sig *b) {
+  return a->w[0] == b->w[0] && a->w[1] == b->w[1];
+}
 /* Writes into buf the text of a mismatch: rank me called what mine says,
  * rank peer what theirs says; me_sends: me is the sending end. */
 typedef void (*hc_net_sig_explain_fn)(char *buf, size_t len, int me, const struct hc_net_sig *mine, int peer,

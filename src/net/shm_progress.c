@@ -240,7 +240,7 @@ static hc_result_t recv_progress(struct hc_shm_conn *c, bool *published) {
     }
     const struct hc_shm_desc *d = desc_at(c->rx_desc, c, c->rx_tail);
     if (!q->matched) {
-      if (memcmp(&d->sig, &q->sig, sizeof(q->sig))) {
+      if (!hc_net_sig_equal(&d->sig, &q->sig)) {
         /* Before closed (hc_net_shm_conn_fail), which publishes it. */
         c->me->mismatch_got = d->sig;
         c->me->mismatch_want = q->sig;

@@ -66,7 +66,7 @@ bool hc_net_socket_hdr_parse(const uint8_t *buf, size_t n, size_t posted, const 
   *out = (struct hc_sock_hdr){.len = hc_sock_get_le64(buf),
                               .sig = {{hc_sock_get_le64(buf + 8), hc_sock_get_le64(buf + 16)}},
                               .want = {{hc_sock_get_le64(buf + 24), hc_sock_get_le64(buf + 32)}}};
-  return out->len == (uint64_t)posted && !memcmp(&out->sig, sig, sizeof(*sig));
+  return out->len == (uint64_t)posted && hc_net_sig_equal(&out->sig, sig);
 }
 
 /* A receive met a message of another call: tell the sender what was
@@ -139,7 +139,7 @@ static hc_result_t stream_progress(struct hc_sock_conn *c, struct hc_sock_stream
       if (!hc_net_socket_hdr_parse(q->hdr, sizeof(q->hdr), q->n, &q->sig, &hdr)) {
         if (hdr.len == HC_SOCK_NOTICE) /* what this rank sent met another call there */
           return hc_net_sig_fail(ctx->sig_explain, ctx->rank, &hdr.sig, c->peer, &hdr.want, true);
-        if (memcmp(&hdr.sig, &q->sig, sizeof(q->sig))) return sig_mismatch(c, q, &hdr);
+        if (!hc_net_sig_equal(&hdr.sig, &q->sig)) return sig_mismatch(c, q, &hdr);
         return HC_FAIL(HC_ERR_USAGE, "socket: mismatched counts: expected %zu bytes from rank %d, got %llu", q->n,
                        c->peer, (unsigned long long)hdr.len);
       }

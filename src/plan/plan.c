@@ -199,7 +199,7 @@ bool hc_plan_in_host_scratch(const struct hc_plan *p, const void *ptr) {
 
 uint32_t hc_plan_sig_add(struct hc_plan *p, const struct hc_net_sig *sig) {
   if (plan_failed(p)) return 0;
-  if (p->nsigs > 0 && !memcmp(&p->sigs[p->nsigs - 1], sig, sizeof(*sig))) return p->nsigs - 1;
+  if (p->nsigs > 0 && hc_net_sig_equal(&p->sigs[p->nsigs - 1], sig)) return p->nsigs - 1;
   if (p->nsigs == p->sigs_cap) {
     uint32_t cap = p->sigs_cap ? p->sigs_cap * 2 : 4;
     struct hc_net_sig *sigs = realloc(p->sigs, (size_t)cap * sizeof(*sigs));
