@@ -298,7 +298,8 @@ static hc_result_t conn_create_qps(struct hc_ib_conn *c) {
   if (c->cq == NULL)
     return HC_FAIL(HC_ERR_SYSTEM, "ib: %s: cannot create a completion queue of %d entries for rank %d: %s",
                    ctx->dev.name, cqe, c->peer, strerror(errno));
-  size_t eager = (size_t)ctx->eager_slots * hc_ib_eager_stride(ctx->eager_bytes), cts = HC_IB_CTS_SLOTS * HC_IB_CTS_BYTES;
+  size_t eager = (size_t)ctx->eager_slots * hc_ib_eager_stride(ctx->eager_bytes);
+  size_t cts = HC_IB_CTS_SLOTS * HC_IB_CTS_BYTES;
   c->block_bytes = 2 * eager + 2 * cts;
   if (posix_memalign((void **)&c->block, 4096, c->block_bytes) != 0) {
     c->block = NULL;

@@ -445,7 +445,9 @@ hc_result_t hc_ib_isend(void *conn, const void *buf, size_t n, void **req) {
   return hc_ib_isend_sig(conn, buf, n, NULL, req);
 }
 
-hc_result_t hc_ib_irecv(void *conn, void *buf, size_t n, void **req) { return hc_ib_irecv_sig(conn, buf, n, NULL, req); }
+hc_result_t hc_ib_irecv(void *conn, void *buf, size_t n, void **req) {
+  return hc_ib_irecv_sig(conn, buf, n, NULL, req);
+}
 
 static void req_unlink(struct hc_ib_conn *c, struct hc_ib_req *q) {
   struct hc_ib_queue *fifo = q->is_send ? &c->sendq : &c->recvq;

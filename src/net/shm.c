@@ -799,7 +799,8 @@ static void shm_net_window(void *vconn, struct hc_net_window *w) {
   *w = (struct hc_net_window){.tx = c->seg + h->win_off[c->side], .rx = c->seg + h->win_off[1 - c->side],
                               .bytes = h->win_bytes, .tx_filled = &c->tx->win_filled, .tx_freed = &c->tx->win_freed,
                               .rx_filled = &c->rx->win_filled, .rx_freed = &c->rx->win_freed,
-                              .tx_sig = c->tx->win_sig, .rx_sig = c->rx->win_sig, .mapping = c->seg, .mapping_bytes = c->seg_bytes};
+                              .tx_sig = c->tx->win_sig, .rx_sig = c->rx->win_sig, .mapping = c->seg,
+                              .mapping_bytes = c->seg_bytes};
 }
 
 const struct hc_net_ops hc_net_shm = {

@@ -280,7 +280,8 @@ static void sig_describe(char *buf, size_t len, const struct hc_net_sig *sig, in
   if (c == HC_COLL_SEND && root != me) c = HC_COLL_RECV;
   if (c == HC_COLL_SEND) snprintf(args, sizeof(args), "to %d, %llu %s", other, count, hc_dtype_name(t));
   else if (c == HC_COLL_RECV) snprintf(args, sizeof(args), "from %d, %llu %s", root, count, hc_dtype_name(t));
-  else if (c == HC_COLL_REDUCE) snprintf(args, sizeof(args), "%s, root %d, %llu %s", hc_redop_name(op), root, count, hc_dtype_name(t));
+  else if (c == HC_COLL_REDUCE)
+    snprintf(args, sizeof(args), "%s, root %d, %llu %s", hc_redop_name(op), root, count, hc_dtype_name(t));
   else if (hc_coll_reduces(c)) snprintf(args, sizeof(args), "%s, %llu %s", hc_redop_name(op), count, hc_dtype_name(t));
   else if (coll_rooted(c)) snprintf(args, sizeof(args), "root %d, %llu %s", root, count, hc_dtype_name(t));
   else if (c == HC_COLL_ALLTOALLV) snprintf(args, sizeof(args), "%s", hc_dtype_name(t));

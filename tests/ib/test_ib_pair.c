@@ -222,14 +222,20 @@ int main(int argc, char **argv) {
   /* Signatures, without an explain function: the raw words. */
   ctx = open_and_connect(argv[2], 2, &conn);
   if (ctx) {
-    mismatch(ctx, conn, 1000, 1000, 2, g_rank == 0 ? "mismatched calls: rank 0 called 00000000000003e8:0000000000000001, rank 1 called 00000000000003e8:0000000000000002"
-                                                   : "mismatched calls: rank 1 called 00000000000003e8:0000000000000002, rank 0 called 00000000000003e8:0000000000000001");
+    mismatch(ctx, conn, 1000, 1000, 2,
+             g_rank == 0 ? "rank 0 called 00000000000003e8:0000000000000001, "
+                           "rank 1 called 00000000000003e8:0000000000000002"
+                         : "rank 1 called 00000000000003e8:0000000000000002, "
+                           "rank 0 called 00000000000003e8:0000000000000001");
     hc_net_ib.close(ctx);
   }
   ctx = open_and_connect(argv[2], 3, &conn);
   if (ctx) {
-    mismatch(ctx, conn, 1 << 20, 1 << 20, 2, g_rank == 0 ? "mismatched calls: rank 0 called 0000000000100000:0000000000000001, rank 1 called 0000000000100000:0000000000000002"
-                                                         : "mismatched calls: rank 1 called 0000000000100000:0000000000000002, rank 0 called 0000000000100000:0000000000000001");
+    mismatch(ctx, conn, 1 << 20, 1 << 20, 2,
+             g_rank == 0 ? "rank 0 called 0000000000100000:0000000000000001, "
+                           "rank 1 called 0000000000100000:0000000000000002"
+                         : "rank 1 called 0000000000100000:0000000000000002, "
+                           "rank 0 called 0000000000100000:0000000000000001");
     hc_net_ib.close(ctx);
   }
   printf("%s rank %d\n", failures ? "test_ib_pair: FAILED" : "test_ib_pair: ok", g_rank);

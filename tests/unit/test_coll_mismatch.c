@@ -50,7 +50,8 @@
 #define COUNT 1000
 
 struct call {
-  enum { K_ALLREDUCE, K_BROADCAST, K_REDUCE, K_SEND, K_RECV, K_SKIP } kind; /* SKIP: a zero-count AllReduce, then rank 0's call */
+  /* SKIP: a zero-count AllReduce, then rank 0's call */
+  enum { K_ALLREDUCE, K_BROADCAST, K_REDUCE, K_SEND, K_RECV, K_SKIP } kind;
   size_t count;
   hetcclDataType_t dtype;
   hetcclRedOp_t op;
@@ -165,8 +166,8 @@ static int mismatch_rank(int rank, int nranks, hetcclUniqueId id, void *arg) {
     snprintf(text, sizeof(text), "%s", hetcclGetLastError(comm));
   }
   CHECK(r == hetcclInvalidUsage, "expected ncclInvalidUsage (%d), got %d: %s", (int)hetcclInvalidUsage, (int)r, text);
-  CHECK(strstr(text, "mismatched calls") && names_all(text, cur->expect[rank]), "error text \"%s\" does not name \"%s\"",
-        text, cur->expect[rank]);
+  CHECK(strstr(text, "mismatched calls") && names_all(text, cur->expect[rank]),
+        "error text \"%s\" does not name \"%s\"", text, cur->expect[rank]);
   hetcclCommAbort(comm);
   free(buf);
   return 0;
