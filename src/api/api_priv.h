@@ -75,6 +75,7 @@ struct hetcclComm {
   struct hc_plan_ctx plan_ctx;
   bool windows_registered;        /* plan_ctx.windows, with this rank's GPU driver */
   struct hc_plan plan;            /* reused call after call */
+  uint32_t coll_seq;              /* collectives made so far (hc_coll_args.seq) */
   struct hc_premul_op premul[HC_MAX_PREMUL_OPS];
   atomic_bool abort_flag;
   atomic_int active_calls;        /* calls inside the library on this comm */

@@ -42,6 +42,9 @@ static hc_result_t group_record(struct hetcclComm *comm, const struct hc_coll_ar
   }
   struct group_call *c = &group_calls[group_ncalls];
   *c = (struct group_call){.comm = comm, .args = *a, .stream = stream};
+  /* Numbered when made, so a group's calls keep the order of the calls. */
+  c->args.seq = comm->coll_seq;
+  if (a->coll != HC_COLL_SEND && a->coll != HC_COLL_RECV) comm->coll_seq++;
   if (a->coll == HC_COLL_ALLTOALLV) {
     /* The caller may reuse its arrays before GroupEnd. */
     HC_TRY(hc_calloc(&c->v_arrays, 4 * (size_t)comm->nranks, sizeof(size_t), "alltoallv counts"));

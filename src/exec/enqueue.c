@@ -391,6 +391,8 @@ static hc_result_t build_host_plan(struct hc_gpu_lanes *g, const struct hc_plan 
     }
     for (int x = 0; x < need->q_count; x++) g->refs[nrefs++] = g->host_ref[g->qrefs[need->q_first + x].step];
     struct hc_step t = p->steps[i];
+    /* The host plan outlives p: it keeps its own copy of the signature. */
+    if (t.call < p->nsigs) t.call = hc_plan_sig_add(host, &p->sigs[t.call]);
     memset(t.deps, 0, sizeof(t.deps));
     t.deps[0] = hc_plan_join(host, g->refs, nrefs);
     t.lane = 0;

@@ -13,6 +13,8 @@
 
 enum { DIR_SEND = 0, DIR_RECV = 1 };
 
+static const struct hc_net_sig no_sig;
+
 struct job_state {
   struct hc_exec_job *job;
   const struct hc_dev_ops *dev;
@@ -158,6 +160,19 @@ hc_result_t hc_exec_local_step(const struct hc_dev_ops *dev, const struct hc_ste
   }
 }
 
+/* A window receive's piece has arrived: its control words must hold the
+ * signature of this rank's call (plan.h, HC_STEP_WAIT) before the data is
+ * used. */
+static hc_result_t window_sig_check(const struct job_state *st, const struct hc_step *s) {
+  const struct hc_plan *p = st->job->plan;
+  const atomic_ullong *words = s->src1;
+  const struct hc_net_sig got = {{atomic_load_explicit(&words[0], memory_order_relaxed),
+                                  atomic_load_explicit(&words[1], memory_order_relaxed)}};
+  const struct hc_net_sig *want = s->call < p->nsigs ? &p->sigs[s->call] : &no_sig;
+  if (hc_net_sig_equal(&got, want)) return HC_OK;
+  return hc_net_sig_fail(hc_plan_sig_explain, st->job->links->rank, want, s->peer, &got, false);
+}
+
 /* Runs the local steps whose dependencies are done. WAIT steps are done
  * once their counter has got there. */
 static hc_result_t run_ready_local(struct job_state *st, bool *moved) {
@@ -168,6 +183,7 @@ static hc_result_t run_ready_local(struct job_state *st, bool *moved) {
       k++;
       continue;
     }
+    if (s->src1 != NULL) HC_TRY(window_sig_check(st, s));
     HC_TRACE(HC_EXEC, "step %d: counter at %llu", st->waits[k], (unsigned long long)s->count);
     step_done(st, st->waits[k]);
     st->waits[k] = st->waits[--st->nwaits];
@@ -232,8 +248,11 @@ static hc_result_t job_progress(struct job_state *st, bool *moved) {
         *moved = true;
       }
       const struct hc_step *s = &p->steps[i];
-      if (st->q_dir[q] == DIR_SEND) HC_TRY(l->net->isend(l->conn, s->src0, s->count, &st->req[i]));
-      else HC_TRY(l->net->irecv(l->conn, s->dst, s->count, &st->req[i]));
+      /* The signature travels with the bytes; the receiving transport
+       * checks it before it delivers any (net.h). */
+      const struct hc_net_sig *sig = s->call < p->nsigs ? &p->sigs[s->call] : &no_sig;
+      if (st->q_dir[q] == DIR_SEND) HC_TRY(l->net->isend_sig(l->conn, s->src0, s->count, sig, &st->req[i]));
+      else HC_TRY(l->net->irecv_sig(l->conn, s->dst, s->count, sig, &st->req[i]));
       st->q_head[q]++;
       *moved = true;
     }

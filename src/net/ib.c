@@ -244,7 +244,7 @@ hc_result_t hc_ib_conn_fail(struct hc_ib_conn *c, hc_result_t r) {
   c->failed = r;
   snprintf(c->err, sizeof(c->err), "%s", hc_last_error());
   /* A mismatch is this side's finding: say so to the peer, whose receive
-   * would otherwise see only a closed connection. 24 bytes go into an empty
+   * would otherwise see only a closed connection. 40 bytes go into an empty
    * socket buffer on the first try. */
   if (r == HC_ERR_USAGE && c->control != NULL && c->state == HC_IB_UP) {
     void *req = NULL;
@@ -298,7 +298,8 @@ static hc_result_t conn_create_qps(struct hc_ib_conn *c) {
   if (c->cq == NULL)
     return HC_FAIL(HC_ERR_SYSTEM, "ib: %s: cannot create a completion queue of %d entries for rank %d: %s",
                    ctx->dev.name, cqe, c->peer, strerror(errno));
-  size_t eager = (size_t)ctx->eager_slots * ctx->eager_bytes, cts = HC_IB_CTS_SLOTS * HC_IB_CTS_BYTES;
+  size_t eager = (size_t)ctx->eager_slots * hc_ib_eager_stride(ctx->eager_bytes);
+  size_t cts = HC_IB_CTS_SLOTS * HC_IB_CTS_BYTES;
   c->block_bytes = 2 * eager + 2 * cts;
   if (posix_memalign((void **)&c->block, 4096, c->block_bytes) != 0) {
     c->block = NULL;
@@ -512,6 +513,7 @@ static hc_result_t ib_open(const struct hc_net_args *a, struct hc_net_caps *caps
   ctx->rank = a->rank;
   ctx->nranks = a->nranks;
   ctx->abort_flag = a->abort_flag;
+  ctx->sig_explain = a->sig_explain;
   ctx->nqps = (int)nqps;
   ctx->chunk = (size_t)chunk;
   ctx->eager_bytes = (size_t)eager;
@@ -686,6 +688,8 @@ const struct hc_net_ops hc_net_ib = {
     .connect = ib_connect,
     .isend = hc_ib_isend,
     .irecv = hc_ib_irecv,
+    .isend_sig = hc_ib_isend_sig,
+    .irecv_sig = hc_ib_irecv_sig,
     .test = hc_ib_test,
     .wait_blocking = ib_wait_blocking,
     .close = ib_close,

@@ -12,15 +12,17 @@
  *             that its peer died or gave up, whatever the queue pairs say.
  *   seq       the number of a message in its direction of a pair, from 0;
  *             both ends count sends and receives alike.
- *   eager     a message of at most eager_bytes: the sender writes it into
- *             slot (e % eager_slots) of the receiver's eager ring (e counts
- *             eager messages) and completes at once; the receiver copies it
- *             out when the matching receive is posted and frees the slot.
+ *   eager     a message of at most eager_bytes: the sender writes its
+ *             signature (net.h, 16 bytes) and payload into slot
+ *             (e % eager_slots) of the receiver's eager ring (e counts eager
+ *             messages) and completes at once; the receiver checks the
+ *             signature and copies the payload out when the matching
+ *             receive is posted and frees the slot.
  *   credit    a free eager slot the sender knows of. The receiver reports
  *             its count of freed slots (a CREDIT write) so that a sender
  *             never overwrites a slot not yet copied out.
  *   cts       clear to send: for every receive, the receiver writes one
- *             record {buffer address, rkey, size, seq} into slot
+ *             record {buffer address, rkey, size, seq, signature} into slot
  *             (seq % cts_slots) of the sender's cts ring. A large message
  *             waits for its cts, then goes straight into that buffer.
  *   chunk     one RDMA write of a large message (chunk_bytes, the last one
@@ -48,7 +50,8 @@
 #define HC_IB_CTS_SLOTS 64u
 #define HC_IB_SQ_DEPTH 128u
 #define HC_IB_RQ_DEPTH 256u
-#define HC_IB_CTS_BYTES 32u
+#define HC_IB_CTS_BYTES 48u
+#define HC_IB_SIG_BYTES 16u /* struct hc_net_sig, little endian, before an eager payload */
 
 enum hc_ib_imm_type { HC_IB_IMM_EAGER = 0, HC_IB_IMM_CTS = 1, HC_IB_IMM_DATA = 2, HC_IB_IMM_CREDIT = 3 };
 #define HC_IB_SEQ30 0x3fffffffu
@@ -78,8 +81,10 @@ struct hc_ib_setup {
 #define HC_IB_SETUP_BYTES 136
 /* What a rank sends over control when it gives up on the pair, so that its
  * peer fails with the same reason instead of a bare "connection closed". */
-#define HC_IB_BYE_BYTES 24
-enum hc_ib_bye_reason { HC_IB_BYE_MISMATCH = 1 };
+#define HC_IB_BYE_BYTES 40
+/* MISMATCH: sent u64 | posted u64 (bytes). SIG: the writer's signature |
+ * the one it met (2 x u64 each). */
+enum hc_ib_bye_reason { HC_IB_BYE_MISMATCH = 1, HC_IB_BYE_SIG = 2 };
 
 /* Its wire form and parser: ib_wire.h. */
 
@@ -158,6 +163,7 @@ struct hc_ib_req {
   struct hc_ib_req *prev, *next;
   uint8_t *buf;
   size_t n;
+  struct hc_net_sig sig;
   bool is_send, complete;
   uint64_t seq;
   struct hc_ib_reg *reg;  /* large messages: the buffer's registration */
@@ -178,6 +184,7 @@ struct hc_ib_dev {
 struct hc_ib_ctx {
   int rank, nranks;
   const atomic_bool *abort_flag;
+  hc_net_sig_explain_fn sig_explain;
   const struct hc_ib_verbs *v;
   struct hc_ib_dev dev;
   struct ibv_context *context;
@@ -219,6 +226,10 @@ hc_result_t hc_ib_conn_check(const struct hc_ib_conn *c);
 /* ---- ib_progress.c ---- */
 hc_result_t hc_ib_isend(void *conn, const void *buf, size_t n, void **req);
 hc_result_t hc_ib_irecv(void *conn, void *buf, size_t n, void **req);
+hc_result_t hc_ib_isend_sig(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req);
+hc_result_t hc_ib_irecv_sig(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req);
+/* Bytes of one eager slot: signature, then up to eager_bytes of payload. */
+static inline size_t hc_ib_eager_stride(size_t eager_bytes) { return HC_IB_SIG_BYTES + eager_bytes; }
 hc_result_t hc_ib_test(void *req, int *done);
 /* Polls c's completion queue and moves both directions as far as they go.
  * *moved: something happened. */

@@ -107,6 +107,25 @@ static hc_result_t mismatch(struct hc_ib_conn *c, uint64_t sent, uint64_t posted
                  (unsigned long long)posted, we_send ? c->peer : c->ctx->rank);
 }
 
+/* A transfer of the call sig met one of the call got: the side that saw it
+ * fails, and its bye record makes the peer fail naming both calls. */
+static hc_result_t sig_mismatch(struct hc_ib_conn *c, const struct hc_net_sig *mine, const struct hc_net_sig *got,
+                                bool we_send) {
+  uint8_t *b = c->bye_out;
+  put_le64(b, HC_IB_BYE_SIG);
+  for (int i = 0; i < 2; i++) {
+    put_le64(b + 8 + 8 * i, mine->w[i]);
+    put_le64(b + 24 + 8 * i, got->w[i]);
+  }
+  return hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, mine, c->peer, got, we_send);
+}
+
+static struct hc_net_sig sig_get(const uint8_t *p) { return (struct hc_net_sig){{get_le64(p), get_le64(p + 8)}}; }
+static void sig_put(uint8_t *p, const struct hc_net_sig *s) {
+  put_le64(p, s->w[0]);
+  put_le64(p + 8, s->w[1]);
+}
+
 /* The receive of seq (matched on its low bits: far fewer receives are ever
  * outstanding) that is not complete yet. */
 static struct hc_ib_req *recv_find(struct hc_ib_conn *c, uint32_t seq_bits, uint32_t mask) {
@@ -194,8 +213,11 @@ static hc_result_t take_eager(struct hc_ib_conn *c, bool *moved) {
     uint32_t seq_bits = (imm >> 16) & HC_IB_SEQ14, size = imm & 0xffffu;
     struct hc_ib_req *q = recv_find(c, seq_bits, HC_IB_SEQ14);
     if (q == NULL) return HC_OK; /* its receive is not posted yet */
+    const uint8_t *in = c->eager_in + (size_t)slot * hc_ib_eager_stride(ctx->eager_bytes);
+    struct hc_net_sig sig = sig_get(in);
+    if (!hc_net_sig_equal(&sig, &q->sig)) return sig_mismatch(c, &q->sig, &sig, false);
     if (q->n != size) return mismatch(c, size, q->n, false);
-    if (size > 0) memcpy(q->buf, c->eager_in + (size_t)slot * ctx->eager_bytes, size);
+    if (size > 0) memcpy(q->buf, in + HC_IB_SIG_BYTES, size);
     c->eager_taken++;
     req_complete(c, q);
     *moved = true;
@@ -249,6 +271,7 @@ static hc_result_t send_cts(struct hc_ib_conn *c, bool *moved) {
     put_le64(rec + 8, (uint64_t)q->n);
     put_le64(rec + 16, (uint64_t)rkey);
     put_le64(rec + 24, q->seq);
+    sig_put(rec + 32, &q->sig);
     HC_TRY(post_write(c, 0, 0, rec, c->block_mr->lkey, HC_IB_CTS_BYTES,
                       c->remote.cts_addr + (uint64_t)slot * HC_IB_CTS_BYTES, c->remote.cts_rkey,
                       hc_ib_imm(HC_IB_IMM_CTS, (uint32_t)q->seq)));
@@ -265,14 +288,15 @@ static hc_result_t send_eager(struct hc_ib_conn *c, struct hc_ib_req *q, bool *p
   *posted = false;
   if (c->eager_sent - c->eager_freed_remote >= ctx->eager_slots || !sq_has_room(c, 0)) return HC_OK;
   uint32_t slot = (uint32_t)(c->eager_sent % ctx->eager_slots);
-  const void *src = q->buf;
-  if (q->n > c->max_inline) { /* inline copies at post time; otherwise stage it */
-    memcpy(c->eager_out + (size_t)slot * ctx->eager_bytes, q->buf, q->n);
-    src = c->eager_out + (size_t)slot * ctx->eager_bytes;
-  }
+  const size_t stride = hc_ib_eager_stride(ctx->eager_bytes);
+  /* Signature and payload are one write, from the staging slot (inline
+   * when they fit: the adapter copies at post time). */
+  uint8_t *out = c->eager_out + (size_t)slot * stride;
+  sig_put(out, &q->sig);
+  if (q->n > 0) memcpy(out + HC_IB_SIG_BYTES, q->buf, q->n);
   q->chunks = 1;
-  HC_TRY(post_write(c, 0, (uint64_t)(uintptr_t)q | HC_IB_REQ_TAG, src, c->block_mr->lkey, q->n,
-                    c->remote.eager_addr + (uint64_t)slot * ctx->eager_bytes, c->remote.eager_rkey,
+  HC_TRY(post_write(c, 0, (uint64_t)(uintptr_t)q | HC_IB_REQ_TAG, out, c->block_mr->lkey, HC_IB_SIG_BYTES + q->n,
+                    c->remote.eager_addr + (uint64_t)slot * stride, c->remote.eager_rkey,
                     hc_ib_imm_eager(q->seq, q->n)));
   q->chunks_posted = 1;
   c->eager_sent++;
@@ -292,6 +316,8 @@ static hc_result_t send_chunks(struct hc_ib_conn *c, struct hc_ib_req *q, bool *
     if (seq != q->seq)
       return HC_FAIL(HC_ERR_INTERNAL, "ib: cts slot %u from rank %d names message %llu, expected %llu", slot,
                      c->peer, (unsigned long long)seq, (unsigned long long)q->seq);
+    struct hc_net_sig want = sig_get(rec + 32);
+    if (!hc_net_sig_equal(&want, &q->sig)) return sig_mismatch(c, &q->sig, &want, true);
     if (size != q->n) return mismatch(c, q->n, size, true);
     HC_TRY(hc_ib_reg_get(ctx, q->buf, q->n, false, &q->reg));
     q->remote_addr = addr;
@@ -339,6 +365,10 @@ static hc_result_t control_check(struct hc_ib_conn *c) {
   }
   if (!done) return HC_OK;
   c->bye_recv = NULL;
+  if (get_le64(c->bye_in) == HC_IB_BYE_SIG) {
+    struct hc_net_sig theirs = sig_get(c->bye_in + 8), mine = sig_get(c->bye_in + 24);
+    return hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, &mine, c->peer, &theirs, false);
+  }
   if (get_le64(c->bye_in) == HC_IB_BYE_MISMATCH)
     return HC_FAIL(HC_ERR_USAGE, "ib: mismatched counts: rank %d found that a message of %llu bytes met a receive "
                    "of %llu bytes between it and rank %d", c->peer, (unsigned long long)get_le64(c->bye_in + 8),
@@ -366,7 +396,8 @@ hc_result_t hc_ib_conn_progress(struct hc_ib_conn *c, bool *moved) {
 
 /* ---- ops ---- */
 
-static hc_result_t post(struct hc_ib_conn *c, void *buf, size_t n, bool is_send, void **out) {
+static hc_result_t post(struct hc_ib_conn *c, void *buf, size_t n, const struct hc_net_sig *sig, bool is_send,
+                        void **out) {
   const char *what = is_send ? "isend" : "irecv";
   *out = NULL;
   if (c == NULL) return HC_FAIL(HC_ERR_ARG, "ib: %s on a NULL connection", what);
@@ -379,6 +410,7 @@ static hc_result_t post(struct hc_ib_conn *c, void *buf, size_t n, bool is_send,
   q->conn = c;
   q->buf = buf;
   q->n = n;
+  if (sig != NULL) q->sig = *sig;
   q->is_send = is_send;
   struct hc_ib_queue *fifo = is_send ? &c->sendq : &c->recvq;
   if (is_send) {
@@ -400,12 +432,22 @@ static hc_result_t post(struct hc_ib_conn *c, void *buf, size_t n, bool is_send,
   return HC_OK;
 }
 
-hc_result_t hc_ib_isend(void *conn, const void *buf, size_t n, void **req) {
+hc_result_t hc_ib_isend_sig(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req) {
   /* The cast drops const only to share post(); a send never writes buf. */
-  return post(conn, (void *)buf, n, true, req);
+  return post(conn, (void *)buf, n, sig, true, req);
 }
 
-hc_result_t hc_ib_irecv(void *conn, void *buf, size_t n, void **req) { return post(conn, buf, n, false, req); }
+hc_result_t hc_ib_irecv_sig(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req) {
+  return post(conn, buf, n, sig, false, req);
+}
+
+hc_result_t hc_ib_isend(void *conn, const void *buf, size_t n, void **req) {
+  return hc_ib_isend_sig(conn, buf, n, NULL, req);
+}
+
+hc_result_t hc_ib_irecv(void *conn, void *buf, size_t n, void **req) {
+  return hc_ib_irecv_sig(conn, buf, n, NULL, req);
+}
 
 static void req_unlink(struct hc_ib_conn *c, struct hc_ib_req *q) {
   struct hc_ib_queue *fifo = q->is_send ? &c->sendq : &c->recvq;

@@ -7,6 +7,14 @@
  * receive posted for n bytes that meets a message of another length fails
  * with HC_ERR_USAGE naming both lengths ("mismatched counts").
  *
+ * Signatures: isend_sig / irecv_sig carry a short record of the call a
+ * transfer belongs to (struct hc_net_sig, filled by plan/). The transports
+ * carry it in a header they send anyway and compare it, as bytes, with the
+ * receive's before they deliver anything; on a difference both ends fail
+ * with HC_ERR_USAGE and the text of hc_net_args.sig_explain, the receiver
+ * at once, the sender once it hears of it (its receive from that peer, or
+ * its next call: a send that was handed over completes before the check).
+ *
  * Nothing here blocks: connect returns NULL until the connection is up, test
  * reports done = 0 until the request completes. The one call that sleeps is
  * wait_blocking, which the progress engine calls when it has nothing to do.
@@ -17,6 +25,24 @@
 #include <stdatomic.h>
 
 #include "../util/util.h"
+
+/* What call of the comm a transfer belongs to; opaque here (plan.h,
+ * hc_plan_sig, packs and explains it). All zeroes: "none", what isend and
+ * irecv carry. */
+struct hc_net_sig {
+  uint64_t w[2];
+};
+static inline bool hc_net_sig_equal(const struct hc_net_sig *a, const struct hc_net_sig *b) {
+  return a->w[0] == b->w[0] && a->w[1] == b->w[1];
+}
+/* Writes into buf the text of a mismatch: rank me called what mine says,
+ * rank peer what theirs says; me_sends: me is the sending end. */
+typedef void (*hc_net_sig_explain_fn)(char *buf, size_t len, int me, const struct hc_net_sig *mine, int peer,
+                                      const struct hc_net_sig *theirs, bool me_sends);
+/* The failure both ends of a mismatch report, through explain (NULL: the
+ * raw words). Returns HC_ERR_USAGE. */
+hc_result_t hc_net_sig_fail(hc_net_sig_explain_fn explain, int me, const struct hc_net_sig *mine, int peer,
+                            const struct hc_net_sig *theirs, bool me_sends);
 
 #define HC_NET_HANDLE_BYTES 64
 /* What peers need to reach this rank's transport; published at init. */
@@ -33,6 +59,7 @@ struct hc_net_args {
   int device_kind;             /* enum hc_mem_kind of the comm's buffers here: ib looks at GPU
                                 * drivers (dma-buf) only for a GPU comm, never loading them for
                                 * a CPU one */
+  hc_net_sig_explain_fn sig_explain; /* may be NULL */
 };
 
 /*
@@ -45,10 +72,15 @@ struct hc_net_args {
  * driver, so that its copies move the bytes in and out directly: no host
  * copy between two GPU ranks of one host.
  */
+#define HC_NET_WINDOW_SIGS 8   /* signature slots per direction (at least a plan's window slots) */
 struct hc_net_window {
   uint8_t *tx, *rx;            /* this rank writes tx and reads rx */
   size_t bytes;                /* of each; 0: the pair has no window */
   atomic_ullong *tx_filled, *tx_freed, *rx_filled, *rx_freed;
+  /* Control words beside the counters: 2 x HC_NET_WINDOW_SIGS words per
+   * direction, slot k's signature (hc_net_sig) at [2k, 2k + 1], written by
+   * the sender before it publishes filled, read by the receiver after. */
+  atomic_ullong *tx_sig, *rx_sig;
   /* The mapping that holds both windows and the four counters: what a GPU
    * rank registers with its driver, so that its streams copy into the
    * slots and wait on and write the counters. */
@@ -84,6 +116,10 @@ struct hc_net_ops {
   hc_result_t (*close)(void *ctx);
   /* Optional (NULL: never a window). The pair's window, once conn is up. */
   void (*window)(void *conn, struct hc_net_window *w);
+  /* isend / irecv with the signature of the transfer's call (see the top
+   * of this file); *sig is copied. */
+  hc_result_t (*isend_sig)(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req);
+  hc_result_t (*irecv_sig)(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req);
 }; /* append only */
 
 extern const struct hc_net_ops hc_net_socket;

@@ -596,6 +596,7 @@ static hc_result_t shm_net_open(const struct hc_net_args *a, struct hc_net_caps 
   ctx->nranks = a->nranks;
   memcpy(ctx->secret, a->secret, sizeof(ctx->secret));
   ctx->abort_flag = a->abort_flag;
+  ctx->sig_explain = a->sig_explain;
   HC_TRY_GOTO(read_settings(ctx), r, fail);
   HC_TRY_GOTO(hc_calloc(&ctx->conns, (size_t)a->nranks, sizeof(ctx->conns[0]), "shm connections"), r, fail);
   HC_TRY_GOTO(hc_random_bytes(&ctx->probe_value, sizeof(ctx->probe_value)), r, fail);
@@ -798,7 +799,8 @@ static void shm_net_window(void *vconn, struct hc_net_window *w) {
   *w = (struct hc_net_window){.tx = c->seg + h->win_off[c->side], .rx = c->seg + h->win_off[1 - c->side],
                               .bytes = h->win_bytes, .tx_filled = &c->tx->win_filled, .tx_freed = &c->tx->win_freed,
                               .rx_filled = &c->rx->win_filled, .rx_freed = &c->rx->win_freed,
-                              .mapping = c->seg, .mapping_bytes = c->seg_bytes};
+                              .tx_sig = c->tx->win_sig, .rx_sig = c->rx->win_sig, .mapping = c->seg,
+                              .mapping_bytes = c->seg_bytes};
 }
 
 const struct hc_net_ops hc_net_shm = {
@@ -809,6 +811,8 @@ const struct hc_net_ops hc_net_shm = {
     .connect = shm_net_connect,
     .isend = hc_net_shm_isend,
     .irecv = hc_net_shm_irecv,
+    .isend_sig = hc_net_shm_isend_sig,
+    .irecv_sig = hc_net_shm_irecv_sig,
     .test = hc_net_shm_test,
     .wait_blocking = shm_net_wait_blocking,
     .close = shm_net_close,

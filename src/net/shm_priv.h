@@ -35,7 +35,7 @@
 
 #define HC_SHM_MAGIC 0x4d534348u  /* "HCSM": handles */
 #define HC_SHM_READY 0x59445248u  /* segment header: the creator finished it */
-#define HC_SHM_VERSION 2
+#define HC_SHM_VERSION 3
 #define HC_SHM_LINE 128           /* two cache lines: the adjacent-line prefetcher pairs them */
 #define HC_SHM_NDESC 64           /* descriptors per channel */
 #define HC_SHM_DESC_HDR 64        /* descriptor bytes before its inline payload */
@@ -79,6 +79,11 @@ struct hc_shm_side {
   uint64_t probe_addr; /* address, in the owner, of probe_value */
   uint64_t probe_value;
   uint8_t proof[32];   /* HMAC(secret, role | segment name) */
+  /* A signature mismatch the owner found as a receiver (net.h): written
+   * before closed, so that the peer, once it sees closed, names both
+   * calls: got is what it sent, want what the owner expected. */
+  uint32_t mismatch;
+  struct hc_net_sig mismatch_got, mismatch_want;
 };
 
 /* One direction. Counters only grow; index = counter % ring size. */
@@ -90,6 +95,7 @@ struct hc_shm_chan {
   /* The window (net.h, hc_net_window), owned by the plans that use it. */
   _Alignas(HC_SHM_LINE) atomic_ullong win_filled; /* sender: pieces written */
   _Alignas(HC_SHM_LINE) atomic_ullong win_freed;  /* receiver: pieces read */
+  _Alignas(HC_SHM_LINE) atomic_ullong win_sig[2 * HC_NET_WINDOW_SIGS]; /* sender: hc_net_window.tx_sig */
 };
 
 /* Page 0 of a segment. Everything but the atomics is written by the
@@ -118,7 +124,7 @@ struct hc_shm_desc {
   uint64_t reg_id;    /* REG: the segment's random id (its header says it too) */
   uint64_t reg_bytes; /* REG: size of the whole segment */
   uint64_t reg_off;   /* REG: offset of the payload in the segment */
-  uint8_t reserved[HC_SHM_DESC_HDR - 48];
+  struct hc_net_sig sig; /* of the send's call (net.h): checked before the length */
   /* inline payload follows (inline_bytes) */
 };
 _Static_assert(sizeof(struct hc_shm_desc) == HC_SHM_DESC_HDR, "descriptor header size");
@@ -141,6 +147,7 @@ struct hc_shm_req {
   struct hc_shm_req *prev, *next;
   uint8_t *buf;
   size_t n;
+  struct hc_net_sig sig;
   bool is_send;
   bool posted;   /* send: its descriptor is in the ring */
   bool matched;  /* receive: met its descriptor, lengths agree */
@@ -205,6 +212,7 @@ struct hc_shm_ctx {
   int rank, nranks;
   uint8_t secret[16];
   const atomic_bool *abort_flag;
+  hc_net_sig_explain_fn sig_explain;
   struct hc_shm_handle handle;
   /* Settings, read at open. The creator's layout wins for a pair; the
    * window is the larger of the two ranks' wishes. */
@@ -224,6 +232,8 @@ static inline bool hc_shm_aborted(const struct hc_shm_ctx *ctx) {
 /* shm_progress.c */
 hc_result_t hc_net_shm_isend(void *conn, const void *buf, size_t n, void **req);
 hc_result_t hc_net_shm_irecv(void *conn, void *buf, size_t n, void **req);
+hc_result_t hc_net_shm_isend_sig(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req);
+hc_result_t hc_net_shm_irecv_sig(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req);
 hc_result_t hc_net_shm_test(void *req, int *done);
 /* One pass over both directions of c; *moved (may be NULL): it moved
  * bytes, completed requests or stopped on its budget. */

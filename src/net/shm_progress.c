@@ -87,6 +87,7 @@ static void send_progress(struct hc_shm_conn *c, bool *published) {
       struct hc_shm_desc *d = desc_at(c->tx_desc, c, c->tx_head);
       d->len = q->n;
       d->kind = q->kind;
+      d->sig = q->sig;
       if (q->kind == HC_SHM_INLINE && q->n > 0) memcpy(d + 1, q->buf, q->n);
       if (q->kind == HC_SHM_CMA) d->addr = (uint64_t)(uintptr_t)q->buf;
       if (q->kind == HC_SHM_REG) {
@@ -239,6 +240,13 @@ static hc_result_t recv_progress(struct hc_shm_conn *c, bool *published) {
     }
     const struct hc_shm_desc *d = desc_at(c->rx_desc, c, c->rx_tail);
     if (!q->matched) {
+      if (!hc_net_sig_equal(&d->sig, &q->sig)) {
+        /* Before closed (hc_net_shm_conn_fail), which publishes it. */
+        c->me->mismatch_got = d->sig;
+        c->me->mismatch_want = q->sig;
+        c->me->mismatch = 1;
+        return hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, &q->sig, c->peer, &d->sig, false);
+      }
       if (d->len != (uint64_t)q->n)
         return HC_FAIL(HC_ERR_USAGE, "shm: mismatched counts: expected %zu bytes from rank %d, got %llu", q->n,
                        c->peer, (unsigned long long)d->len);
@@ -310,6 +318,9 @@ hc_result_t hc_net_shm_conn_progress(struct hc_shm_conn *c, bool *moved) {
   if (moved) *moved = after != before || c->more;
   if (r != HC_OK) return r;
   if (!hc_net_shm_conn_busy(c)) return HC_OK;
+  if (peer_closed && c->them->mismatch)
+    return hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, &c->them->mismatch_got, c->peer,
+                           &c->them->mismatch_want, true);
   if (peer_closed)
     return HC_FAIL(HC_ERR_REMOTE, "shm: rank %d closed the connection (rank %d still had requests pending)", c->peer,
                    c->ctx->rank);
@@ -319,7 +330,8 @@ hc_result_t hc_net_shm_conn_progress(struct hc_shm_conn *c, bool *moved) {
 
 /* ---- requests ---- */
 
-static hc_result_t post(struct hc_shm_conn *c, void *buf, size_t n, bool is_send, void **out) {
+static hc_result_t post(struct hc_shm_conn *c, void *buf, size_t n, const struct hc_net_sig *sig, bool is_send,
+                        void **out) {
   const char *what = is_send ? "isend" : "irecv";
   *out = NULL;
   if (c == NULL) return HC_FAIL(HC_ERR_ARG, "shm: %s on a NULL connection", what);
@@ -334,6 +346,7 @@ static hc_result_t post(struct hc_shm_conn *c, void *buf, size_t n, bool is_send
   q->conn = c;
   q->buf = buf;
   q->n = n;
+  if (sig != NULL) q->sig = *sig;
   q->is_send = is_send;
   if (is_send) {
     const struct hc_shm_ctx *ctx = c->ctx;
@@ -358,12 +371,22 @@ static hc_result_t post(struct hc_shm_conn *c, void *buf, size_t n, bool is_send
   return HC_OK;
 }
 
-hc_result_t hc_net_shm_isend(void *conn, const void *buf, size_t n, void **req) {
+hc_result_t hc_net_shm_isend_sig(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req) {
   /* The cast drops const only to share post(); a send never writes buf. */
-  return post(conn, (void *)buf, n, true, req);
+  return post(conn, (void *)buf, n, sig, true, req);
 }
 
-hc_result_t hc_net_shm_irecv(void *conn, void *buf, size_t n, void **req) { return post(conn, buf, n, false, req); }
+hc_result_t hc_net_shm_irecv_sig(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req) {
+  return post(conn, buf, n, sig, false, req);
+}
+
+hc_result_t hc_net_shm_isend(void *conn, const void *buf, size_t n, void **req) {
+  return hc_net_shm_isend_sig(conn, buf, n, NULL, req);
+}
+
+hc_result_t hc_net_shm_irecv(void *conn, void *buf, size_t n, void **req) {
+  return hc_net_shm_irecv_sig(conn, buf, n, NULL, req);
+}
 
 static void req_unlink(struct hc_shm_conn *c, struct hc_shm_req *q) {
   struct hc_shm_queue *fifo = q->is_send ? &c->sendq : &c->recvq;

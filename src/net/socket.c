@@ -577,6 +577,7 @@ static hc_result_t sock_open(const struct hc_net_args *a, struct hc_net_caps *ca
   ctx->chunk = (size_t)chunk;
   memcpy(ctx->secret, a->secret, sizeof(ctx->secret));
   ctx->abort_flag = a->abort_flag;
+  ctx->sig_explain = a->sig_explain;
   HC_TRY_GOTO(hc_calloc(&ctx->conns, (size_t)a->nranks, sizeof(ctx->conns[0]), "socket connections"), r, fail);
   HC_TRY_GOTO(hc_sock_local_addr(&local, ctx->ifname, sizeof(ctx->ifname)), r, fail);
   HC_TRY_GOTO(hc_sock_listen(&local, &ctx->listen_fd, &ctx->addr), r, fail);
@@ -742,6 +743,8 @@ const struct hc_net_ops hc_net_socket = {
     .connect = sock_connect,
     .isend = hc_net_socket_isend,
     .irecv = hc_net_socket_irecv,
+    .isend_sig = hc_net_socket_isend_sig,
+    .irecv_sig = hc_net_socket_irecv_sig,
     .test = hc_net_socket_test,
     .wait_blocking = sock_wait_blocking,
     .close = sock_close,

@@ -6,8 +6,8 @@
  *
  * Terms:
  *   stream  one of the HETCCL_SOCKET_NSTREAMS TCP connections of a pair.
- *   message what one isend carries: an 8-byte little-endian length header,
- *           always on stream 0, then the payload.
+ *   message what one isend carries: a 40-byte header (length and
+ *           signature, socket_wire.h), always on stream 0, then the payload.
  *   stripe  a slice of the payload, chunk bytes long (the last one shorter).
  *           Stripe i goes to stream i % nstreams. With one stream, or a
  *           payload of at most one chunk, the payload is one stripe on
@@ -35,7 +35,7 @@
 
 #define HC_SOCK_MAGIC 0x4b534348u /* "HCSK" */
 #define HC_SOCK_MAX_STREAMS 64
-#define HC_SOCK_HDR_BYTES 8
+#define HC_SOCK_HDR_BYTES 40
 
 /* What hc_net_handle holds; both fields in host order (handles only travel
  * between processes of one job, and the bootstrap copies bytes verbatim). */
@@ -109,6 +109,7 @@ struct hc_sock_req {
   struct hc_sock_req *prev, *next;
   uint8_t *buf;
   size_t n; /* posted bytes */
+  struct hc_net_sig sig;
   bool is_send;
   bool len_known; /* receive: stream 0 read a header that matched n */
   bool complete;
@@ -140,6 +141,7 @@ struct hc_sock_ctx {
   size_t chunk;
   uint8_t secret[HC_SECRET_BYTES];
   const atomic_bool *abort_flag;
+  hc_net_sig_explain_fn sig_explain;
   int listen_fd;
   union hc_sockaddr addr;
   char ifname[64];
@@ -171,6 +173,8 @@ static inline uint64_t hc_sock_get_le64(const uint8_t *p) {
 /* socket_progress.c */
 hc_result_t hc_net_socket_isend(void *conn, const void *buf, size_t n, void **req);
 hc_result_t hc_net_socket_irecv(void *conn, void *buf, size_t n, void **req);
+hc_result_t hc_net_socket_isend_sig(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req);
+hc_result_t hc_net_socket_irecv_sig(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req);
 hc_result_t hc_net_socket_test(void *req, int *done);
 /* poll() events that would let stream s of c progress (0: none). */
 short hc_net_socket_stream_events(const struct hc_sock_conn *c, int s);

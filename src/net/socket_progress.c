@@ -54,11 +54,36 @@ static void cursor_finish(struct hc_sock_conn *c, const struct hc_sock_stream *s
   cur->off = 0;
 }
 
-bool hc_net_socket_hdr_parse(const uint8_t *buf, size_t n, size_t posted, uint64_t *len) {
-  *len = 0;
+void hc_net_socket_hdr_put(uint8_t *buf, const struct hc_sock_hdr *h) {
+  const uint64_t words[5] = {h->len, h->sig.w[0], h->sig.w[1], h->want.w[0], h->want.w[1]};
+  for (int i = 0; i < 5; i++) hc_sock_put_le64(buf + 8 * i, words[i]);
+}
+
+bool hc_net_socket_hdr_parse(const uint8_t *buf, size_t n, size_t posted, const struct hc_net_sig *sig,
+                             struct hc_sock_hdr *out) {
+  *out = (struct hc_sock_hdr){0};
   if (n != HC_SOCK_HDR_BYTES) return false;
-  *len = hc_sock_get_le64(buf);
-  return *len == (uint64_t)posted;
+  *out = (struct hc_sock_hdr){.len = hc_sock_get_le64(buf),
+                              .sig = {{hc_sock_get_le64(buf + 8), hc_sock_get_le64(buf + 16)}},
+                              .want = {{hc_sock_get_le64(buf + 24), hc_sock_get_le64(buf + 32)}}};
+  return out->len == (uint64_t)posted && hc_net_sig_equal(&out->sig, sig);
+}
+
+/* A receive met a message of another call: tell the sender what was
+ * expected (a notice on stream 0, if it is between messages there and the
+ * socket takes it now: best effort, the connection fails right after),
+ * then fail. */
+static hc_result_t sig_mismatch(struct hc_sock_conn *c, const struct hc_sock_req *q, const struct hc_sock_hdr *h) {
+  const struct hc_sock_stream *st = &c->streams[0];
+  const struct hc_sock_req *out = st->send.req;
+  if (out == NULL || (out->hdr_off == 0 && st->send.off == 0 && st->send.stripe == 0)) {
+    uint8_t notice[HC_SOCK_HDR_BYTES];
+    hc_net_socket_hdr_put(notice, &(struct hc_sock_hdr){.len = HC_SOCK_NOTICE, .sig = h->sig, .want = q->sig});
+    ssize_t k;
+    do k = send(st->fd, notice, sizeof(notice), MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (k < 0 && errno == EINTR);
+  }
+  return hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, &q->sig, c->peer, &h->sig, false);
 }
 
 static hc_result_t io_fail(const struct hc_sock_conn *c, const struct hc_sock_stream *st, bool sending, int e) {
@@ -110,10 +135,14 @@ static hc_result_t stream_progress(struct hc_sock_conn *c, struct hc_sock_stream
     size_t h = HC_MIN((size_t)k, hdr_left);
     q->hdr_off += h;
     if (!sending && h > 0 && q->hdr_off == HC_SOCK_HDR_BYTES) {
-      uint64_t len;
-      if (!hc_net_socket_hdr_parse(q->hdr, sizeof(q->hdr), q->n, &len))
+      struct hc_sock_hdr hdr;
+      if (!hc_net_socket_hdr_parse(q->hdr, sizeof(q->hdr), q->n, &q->sig, &hdr)) {
+        if (hdr.len == HC_SOCK_NOTICE) /* what this rank sent met another call there */
+          return hc_net_sig_fail(ctx->sig_explain, ctx->rank, &hdr.sig, c->peer, &hdr.want, true);
+        if (!hc_net_sig_equal(&hdr.sig, &q->sig)) return sig_mismatch(c, q, &hdr);
         return HC_FAIL(HC_ERR_USAGE, "socket: mismatched counts: expected %zu bytes from rank %d, got %llu", q->n,
-                       c->peer, (unsigned long long)len);
+                       c->peer, (unsigned long long)hdr.len);
+      }
       q->len_known = true;
     }
     cursor_advance(ctx, cur, q->n, (size_t)k - h);
@@ -129,7 +158,8 @@ static hc_result_t conn_progress(struct hc_sock_conn *c) {
   return HC_OK;
 }
 
-static hc_result_t post(struct hc_sock_conn *c, void *buf, size_t n, bool is_send, void **out) {
+static hc_result_t post(struct hc_sock_conn *c, void *buf, size_t n, const struct hc_net_sig *sig, bool is_send,
+                        void **out) {
   const char *what = is_send ? "isend" : "irecv";
   *out = NULL;
   if (c == NULL) return HC_FAIL(HC_ERR_ARG, "socket: %s on a NULL connection", what);
@@ -142,8 +172,9 @@ static hc_result_t post(struct hc_sock_conn *c, void *buf, size_t n, bool is_sen
   q->conn = c;
   q->buf = buf;
   q->n = n;
+  if (sig != NULL) q->sig = *sig;
   q->is_send = is_send;
-  if (is_send) hc_sock_put_le64(q->hdr, (uint64_t)n);
+  if (is_send) hc_net_socket_hdr_put(q->hdr, &(struct hc_sock_hdr){.len = n, .sig = q->sig});
   struct hc_sock_queue *fifo = is_send ? &c->sendq : &c->recvq;
   q->prev = fifo->tail;
   if (fifo->tail) fifo->tail->next = q;
@@ -158,13 +189,22 @@ static hc_result_t post(struct hc_sock_conn *c, void *buf, size_t n, bool is_sen
   return HC_OK;
 }
 
-hc_result_t hc_net_socket_isend(void *conn, const void *buf, size_t n, void **req) {
+hc_result_t hc_net_socket_isend_sig(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig,
+                                    void **req) {
   /* The cast drops const only to share post(); a send never writes buf. */
-  return post(conn, (void *)buf, n, true, req);
+  return post(conn, (void *)buf, n, sig, true, req);
+}
+
+hc_result_t hc_net_socket_irecv_sig(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req) {
+  return post(conn, buf, n, sig, false, req);
+}
+
+hc_result_t hc_net_socket_isend(void *conn, const void *buf, size_t n, void **req) {
+  return hc_net_socket_isend_sig(conn, buf, n, NULL, req);
 }
 
 hc_result_t hc_net_socket_irecv(void *conn, void *buf, size_t n, void **req) {
-  return post(conn, buf, n, false, req);
+  return hc_net_socket_irecv_sig(conn, buf, n, NULL, req);
 }
 
 static void req_unlink(struct hc_sock_conn *c, struct hc_sock_req *q) {

@@ -7,7 +7,11 @@
  * Records (integers little-endian, see socket_priv.h):
  *   handle      struct hc_sock_handle, host order, in hc_net_handle's bytes
  *   conn hello  magic u32 | rank u32 | stream u32 | nstreams u32 | chunk u64   24 B
- *   msg header  payload length u64                                              8 B
+ *   msg header  payload length u64 | sig 2 x u64 | want 2 x u64                 40 B
+ *               sig: the signature of the send's call (net.h); want: zero.
+ *   notice      a msg header of length HC_SOCK_NOTICE, no payload: the peer's
+ *               receive met this rank's message of signature sig but wanted
+ *               want; it fails right after (net.h, "Signatures").
  *
  * buf holds n bytes and is only read inside them; a record of another
  * length is rejected.
@@ -36,10 +40,19 @@ struct hc_sock_hello {
  * is the peer expected, configured alike, is the caller's to check. */
 bool hc_net_socket_hello_parse(const uint8_t *buf, size_t n, struct hc_sock_hello *out);
 
+/* A message header's fields. */
+struct hc_sock_hdr {
+  uint64_t len;
+  struct hc_net_sig sig, want;
+};
+#define HC_SOCK_NOTICE UINT64_MAX
 /* Whether buf is a message header (n == HC_SOCK_HDR_BYTES) announcing
- * exactly the posted number of bytes; *len gets the announced length (0
- * when n is wrong). A receive must fail on false before it places a byte
- * by any other length than its own. */
-bool hc_net_socket_hdr_parse(const uint8_t *buf, size_t n, size_t posted, uint64_t *len);
+ * exactly the posted number of bytes with the posted signature; *out gets
+ * the fields (zeroes when n is wrong). A receive must fail on false before
+ * it places a byte by any other length than its own. */
+bool hc_net_socket_hdr_parse(const uint8_t *buf, size_t n, size_t posted, const struct hc_net_sig *sig,
+                             struct hc_sock_hdr *out);
+/* Writes a header (HC_SOCK_HDR_BYTES) into buf. */
+void hc_net_socket_hdr_put(uint8_t *buf, const struct hc_sock_hdr *h);
 
 #endif

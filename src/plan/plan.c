@@ -3,6 +3,7 @@
  * collective. The algorithms live in ring.c, tree.c and p2p.c.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
 
@@ -197,9 +198,27 @@ bool hc_plan_in_host_scratch(const struct hc_plan *p, const void *ptr) {
   return false;
 }
 
+uint32_t hc_plan_sig_add(struct hc_plan *p, const struct hc_net_sig *sig) {
+  if (plan_failed(p)) return 0;
+  if (p->nsigs > 0 && hc_net_sig_equal(&p->sigs[p->nsigs - 1], sig)) return p->nsigs - 1;
+  if (p->nsigs == p->sigs_cap) {
+    uint32_t cap = p->sigs_cap ? p->sigs_cap * 2 : 4;
+    struct hc_net_sig *sigs = realloc(p->sigs, (size_t)cap * sizeof(*sigs));
+    if (sigs == NULL) {
+      p->cap = -1;
+      return 0;
+    }
+    p->sigs = sigs;
+    p->sigs_cap = cap;
+  }
+  p->sigs[p->nsigs] = *sig;
+  return p->nsigs++;
+}
+
 void hc_plan_reset(struct hc_plan *p) {
   for (int i = 0; i < p->nscratch; i++) pool_put(p->scratch[i].pool, p->scratch[i].buf, p->scratch[i].bytes);
   free(p->scratch);
+  free(p->sigs);
   free(p->steps);
   *p = (struct hc_plan){.pool = p->pool, .dev_pool = p->dev_pool};
 }
@@ -222,6 +241,62 @@ const char *hc_coll_name(enum hc_coll c) {
 
 bool hc_coll_reduces(enum hc_coll c) {
   return c == HC_COLL_ALLREDUCE || c == HC_COLL_REDUCE || c == HC_COLL_REDUCESCATTER;
+}
+
+/* ---- signatures ----
+ * w[0]: count (0 for ALLTOALLV, whose counts are per peer: the transports
+ * compare those as lengths). w[1]: bits 0-3 the collective + 1 (0: no
+ * signature), 4-7 datatype, 8-11 op, 12-31 root (ranks below 2^20), 32-63
+ * seq. */
+
+static bool coll_rooted(enum hc_coll c) {
+  return c == HC_COLL_BROADCAST || c == HC_COLL_REDUCE || c == HC_COLL_GATHER || c == HC_COLL_SCATTER;
+}
+
+struct hc_net_sig hc_plan_sig(const struct hc_coll_args *a, int rank) {
+  enum hc_coll kind = a->coll == HC_COLL_RECV ? HC_COLL_SEND : a->coll;
+  uint64_t root = 0, op = hc_coll_reduces(a->coll) ? (uint64_t)a->op : 0;
+  if (coll_rooted(a->coll) || a->coll == HC_COLL_RECV) root = (uint64_t)a->root;
+  if (a->coll == HC_COLL_SEND) root = (uint64_t)rank;
+  struct hc_net_sig sig = {{a->coll == HC_COLL_ALLTOALLV ? 0 : (uint64_t)a->count,
+                            ((uint64_t)kind + 1) | (uint64_t)a->dtype << 4 | op << 8 | (root & 0xfffff) << 12 |
+                                (uint64_t)a->seq << 32}};
+  return sig;
+}
+
+/* One side's call, as the user made it: p2p from the point of view of me,
+ * which is one end of the pair (me and other). */
+static void sig_describe(char *buf, size_t len, const struct hc_net_sig *sig, int me, int other) {
+  unsigned kind = (unsigned)(sig->w[1] & 0xf), seq = (unsigned)(sig->w[1] >> 32);
+  if (kind == 0) {
+    snprintf(buf, len, "a transfer of no collective");
+    return;
+  }
+  enum hc_coll c = (enum hc_coll)(kind - 1);
+  enum hc_dtype t = (enum hc_dtype)((sig->w[1] >> 4) & 0xf);
+  enum hc_redop op = (enum hc_redop)((sig->w[1] >> 8) & 0xf);
+  int root = (int)((sig->w[1] >> 12) & 0xfffff);
+  unsigned long long count = (unsigned long long)sig->w[0];
+  char args[96];
+  if (c == HC_COLL_SEND && root != me) c = HC_COLL_RECV;
+  if (c == HC_COLL_SEND) snprintf(args, sizeof(args), "to %d, %llu %s", other, count, hc_dtype_name(t));
+  else if (c == HC_COLL_RECV) snprintf(args, sizeof(args), "from %d, %llu %s", root, count, hc_dtype_name(t));
+  else if (c == HC_COLL_REDUCE)
+    snprintf(args, sizeof(args), "%s, root %d, %llu %s", hc_redop_name(op), root, count, hc_dtype_name(t));
+  else if (hc_coll_reduces(c)) snprintf(args, sizeof(args), "%s, %llu %s", hc_redop_name(op), count, hc_dtype_name(t));
+  else if (coll_rooted(c)) snprintf(args, sizeof(args), "root %d, %llu %s", root, count, hc_dtype_name(t));
+  else if (c == HC_COLL_ALLTOALLV) snprintf(args, sizeof(args), "%s", hc_dtype_name(t));
+  else snprintf(args, sizeof(args), "%llu %s", count, hc_dtype_name(t));
+  snprintf(buf, len, "%s(%s) #%u", hc_coll_name(c), args, seq);
+}
+
+void hc_plan_sig_explain(char *buf, size_t len, int me, const struct hc_net_sig *mine, int peer,
+                         const struct hc_net_sig *theirs, bool me_sends) {
+  (void)me_sends; /* a p2p signature names its sender */
+  char a[160], b[160];
+  sig_describe(a, sizeof(a), mine, me, peer);
+  sig_describe(b, sizeof(b), theirs, peer, me);
+  snprintf(buf, len, "rank %d called %s, rank %d called %s", me, a, peer, b);
 }
 
 const char *hc_algo_name(enum hc_algo a) {
@@ -316,6 +391,9 @@ hc_result_t hc_plan_add(struct hc_plan *p, const struct hc_plan_ctx *x,
     return HC_OK; /* as NCCL: a count of 0 is a no-op */
   if (reducing && a->op == HC_PREMULSUM) io.in_dep = push_premul(p, a, input_count(a, x->nranks), &io.in);
   enum hc_algo algo = choose(x, a);
+  const int first_step = p->nsteps;
+  const struct hc_net_sig sig = hc_plan_sig(a, x->rank);
+  const uint32_t call = hc_plan_sig_add(p, &sig);
   p->algo = algo;
   hc_result_t r = HC_OK;
   switch (a->coll) {
@@ -363,6 +441,8 @@ hc_result_t hc_plan_add(struct hc_plan *p, const struct hc_plan_ctx *x,
   }
   if (r != HC_OK) return r;
   if (plan_failed(p)) return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory building %s", hc_coll_name(a->coll));
+  for (int i = first_step; i < p->nsteps; i++)
+    if (p->steps[i].kind == HC_STEP_SEND || p->steps[i].kind == HC_STEP_RECV) p->steps[i].call = call;
   HC_TRACE(HC_PLAN, "%s count %zu %s %s: %s, %d steps so far", hc_coll_name(a->coll), a->count,
            hc_dtype_name(a->dtype), hc_redop_name(a->op), hc_algo_name(algo), p->nsteps);
   return HC_OK;

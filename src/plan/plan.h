@@ -50,10 +50,25 @@ struct hc_coll_args {
   const size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* alltoallv */
   bool stage_send; /* SEND: copy the data aside first (a receive of the same
                       group overwrites the buffer: in-place send/recv) */
+  /* Collectives made on the comm before this call (api/): a collective's
+   * own number; send and receive carry the count they follow. Every rank
+   * makes the same collectives in the same order, so the numbers agree. */
+  uint32_t seq;
 };
 
+/* The signature of a's transfers on rank `rank` (net.h, hc_net_sig):
+ * collective, count, datatype, op, root and seq, in 16 bytes. Both ends of
+ * a send/recv pair carry the same one (kind SEND, root = the sender). */
+struct hc_net_sig hc_plan_sig(const struct hc_coll_args *a, int rank);
+/* hc_net_sig_explain_fn: "rank 1 called Broadcast(root 0, 1000 float) #4,
+ * rank 0 called AllReduce(sum, 1000 float) #4". */
+void hc_plan_sig_explain(char *buf, size_t len, int me, const struct hc_net_sig *mine, int peer,
+                         const struct hc_net_sig *theirs, bool me_sends);
+
 /* NOP does nothing: it joins several steps into one dependency. WAIT is
- * done once the counter at src0 (an atomic_ullong) is at least count;
+ * done once the counter at src0 (an atomic_ullong) is at least count (a
+ * window receive's also names at src1 the two control words that must then
+ * hold sigs[call], the signature of the piece from peer);
  * SIGNAL stores count there (the window protocol, see hc_plan_window).
  * VENDOR is one collective of the vendor library's communicator of this
  * rank's group (hc_plan_ctx.group_vendor), on the main lane: coll (ALLREDUCE,
@@ -76,6 +91,7 @@ struct hc_step {
   uint8_t lane;           /* enum hc_lane */
   uint8_t coll;           /* VENDOR: enum hc_coll */
   int32_t peer;           /* SEND, RECV; VENDOR: the root */
+  uint32_t call;          /* SEND, RECV: its call's signature, hc_plan.sigs[call] */
   void *dst;              /* RECV, REDUCE, COPY, SCALE */
   /* SEND, COPY and SCALE read src0, REDUCE both. SCALE's src1 points to
    * its factor (MUL: one element of dtype) or divisor (DIV: a uint64_t). */
@@ -102,6 +118,8 @@ struct hc_plan {
   struct hc_scratch_pool *pool, *dev_pool;
   struct hc_scratch *scratch;
   int nscratch;
+  struct hc_net_sig *sigs; /* of the calls whose transfers the plan holds */
+  uint32_t nsigs, sigs_cap;
   enum hc_algo algo;       /* what ran, for logs and benchmarks */
   enum hc_mem_kind mem;    /* where the buffers live */
 };
@@ -148,6 +166,7 @@ struct hc_plan_window {
   int32_t last_signal[2]; /* staging's own: the plan's latest signal per direction */
 };
 #define HC_WINDOW_SLOTS 4
+_Static_assert(HC_WINDOW_SLOTS <= HC_NET_WINDOW_SIGS, "a window slot without a signature slot");
 
 /* A step reference: 1 + step index, 0 = none (see hc_step.deps). */
 typedef int32_t hc_ref_t;
@@ -158,6 +177,10 @@ hc_ref_t hc_plan_push(struct hc_plan *p, struct hc_step s);
 /* One reference that stands for refs[0..n) (NOP steps of up to
  * HC_STEP_MAX_DEPS deps each); overwrites refs. 0 when n is 0. */
 hc_ref_t hc_plan_join(struct hc_plan *p, hc_ref_t *refs, int n);
+
+/* Appends a signature to p->sigs; returns its index for hc_step.call (0,
+ * with p->cap < 0, when out of memory). */
+uint32_t hc_plan_sig_add(struct hc_plan *p, const struct hc_net_sig *sig);
 
 /* Copies an ALLTOALLV call's four count arrays (nranks each) into store
  * (4 * nranks) and points the call at the copies: the caller may reuse its

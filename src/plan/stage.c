@@ -24,7 +24,9 @@
  * involved. Piece k of a send: wait until the receiver has freed piece
  * k - SLOTS, copy into tx slot k % SLOTS, publish filled = k + 1. Piece k
  * of a receive: wait until filled > k, copy out of rx slot k % SLOTS,
- * publish freed = k + 1. The copies are the device's own (a GPU's DMA
+ * publish freed = k + 1. Before filled, the sender also writes the piece's
+ * signature (net.h) into the slot's two control words, which the receiver
+ * checks once filled has passed k, before it uses the data (exec.c). The copies are the device's own (a GPU's DMA
  * engines, memcpy on a CPU rank), so between two GPU ranks of one host the
  * bytes cross host memory once. The signals of one counter are chained so
  * that they are published in piece order.
@@ -66,6 +68,9 @@ static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w
     } else {
       wait.src0 = w->w.rx_filled;
       wait.count = piece + 1;
+      wait.src1 = w->w.rx_sig + 2 * (piece % HC_WINDOW_SLOTS);
+      wait.call = s->call;
+      wait.peer = s->peer;
     }
     if (wait.count == 0) wait.kind = HC_STEP_NOP; /* the counter is there already */
     hc_ref_t ready = hc_plan_push(p, wait);
@@ -78,6 +83,12 @@ static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w
       copy.src0 = slot;
     }
     hc_ref_t copied = hc_plan_push(p, copy);
+    if (send) /* the signature words, then filled: one lane, in order */
+      for (int word = 0; word < 2; word++)
+        copied = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SIGNAL, .lane = lane,
+                                                  .src0 = w->w.tx_sig + 2 * (piece % HC_WINDOW_SLOTS) + word,
+                                                  .count = s->call < p->nsigs ? p->sigs[s->call].w[word] : 0,
+                                                  HC_DEPS(copied)});
     hc_ref_t *last = &w->last_signal[!send];
     *last = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SIGNAL, .lane = lane,
                                              .src0 = send ? w->w.tx_filled : w->w.rx_freed,
@@ -190,7 +201,9 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
         first.dst = slot;
         first.src0 = (const char *)s.src0 + off;
         hc_ref_t copied = hc_plan_push(p, first);
-        rg->last_user[si] = pieces[k] = hc_push_send(p, s.peer, slot, len, copied, 0);
+        struct hc_step send_slot = {.kind = HC_STEP_SEND, .peer = s.peer, .call = s.call, .src0 = slot,
+                                    .count = len, HC_DEPS(copied)};
+        rg->last_user[si] = pieces[k] = hc_plan_push(p, send_slot);
       } else {
         first.dst = slot;
         hc_ref_t got = hc_plan_push(p, first);

@@ -1,6 +1,6 @@
 /*
  * The socket transport's receive path (socket_progress.c) fed hostile
- * bytes: the 8-byte length header, and payload striped over up to 4
+ * bytes: the 40-byte header (length, signature; a notice), and payload striped over up to 4
  * streams. A connection is built by hand over socketpairs; the receives
  * are posted, the peer's bytes arrive in two portions per stream, and
  * test() runs until every receive completed or the connection failed.
@@ -36,7 +36,11 @@ static void model_expect(const struct model *m, const size_t *n, int nrecv, uint
   bool ok = true;
   for (int r = 0; r < nrecv; r++) {
     complete[r] = false;
-    if (!ok || m->len[0] - off[0] < HC_SOCK_HDR_BYTES || hc_sock_get_le64(m->data[0] + off[0]) != n[r]) {
+    /* The receives carry the zero signature: a header must too (its
+     * second signature, want, is a notice's only). */
+    static const uint8_t zero_sig[16];
+    if (!ok || m->len[0] - off[0] < HC_SOCK_HDR_BYTES || hc_sock_get_le64(m->data[0] + off[0]) != n[r] ||
+        memcmp(m->data[0] + off[0] + 8, zero_sig, sizeof(zero_sig))) {
       ok = false;
       continue;
     }

@@ -124,12 +124,15 @@ add("socket_hello", "bad_magic", sock_hello(0, 0, 1, 1, magic=0x48434131))
 add("socket_hello", "short", sock_hello(0, 0, 1, 1)[:23])
 
 
-def frames(nstreams, chunk, msgs, hdr_lens=None, cut=0):
-    """Input of fuzz_socket_frames: messages striped as the transport does."""
+def frames(nstreams, chunk, msgs, hdr_lens=None, cut=0, sigs=None):
+    """Input of fuzz_socket_frames: messages striped as the transport does.
+    Header: length u64 | signature 2 x u64 | want 2 x u64 (40 bytes); the
+    harness posts its receives with the zero signature."""
     streams = [bytearray() for _ in range(nstreams)]
     for i, payload in enumerate(msgs):
         n = len(payload)
-        streams[0] += struct.pack("<Q", hdr_lens[i] if hdr_lens else n)
+        sig = sigs[i] if sigs else (0, 0)
+        streams[0] += struct.pack("<QQQQQ", hdr_lens[i] if hdr_lens else n, sig[0], sig[1], 0, 0)
         sb = max(n, 1) if nstreams == 1 else chunk
         k = 0
         while k * sb < n:
@@ -154,6 +157,8 @@ add("socket_frames", "four_streams", frames(4, 16, [m3, m1, m2, m1]))
 add("socket_frames", "zero_bytes", frames(2, 8, [b"", b""]))
 add("socket_frames", "count_mismatch", frames(2, 5, [m1, m3], hdr_lens=[37, 99]))
 add("socket_frames", "truncated", frames(3, 7, [m3], cut=5))
+add("socket_frames", "sig_mismatch", frames(2, 5, [m1, m3], sigs=[(0, 0), (1000, 1 | 7 << 4)]))
+add("socket_frames", "notice", frames(1, 1, [m1], hdr_lens=[2**64 - 1], sigs=[(1000, 1 | 7 << 4)]))
 
 # ---- ib setup record (src/net/ib_wire.c, little endian, 136 bytes) ----
 def ib_setup(magic=0x42494348, rank=1, nqps=2, slots=16, eager=8192, cts=64, chunk=1 << 19, mtu=5):

@@ -92,7 +92,7 @@ for c in $cases; do
     rc=$?
     grep -E "PASS|FAIL|skip" "$out/pair.log"
     [ $rc = 0 ] || tail -30 "$out/pair.log"
-    verdict pair $rc "(transport contract: every path, 64 in flight, mismatched counts)"
+    verdict pair $rc "(transport contract: every path, 64 in flight, mismatched counts and calls)"
     ;;
   gdr)
     if [ "$ROLE" = a ]; then

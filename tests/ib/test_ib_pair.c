@@ -8,7 +8,11 @@
  *   2. 64 messages of mixed sizes in flight both ways at once, more than
  *      the eager slots and the cts ring hold, completed in any order;
  *   3. mismatched counts on the eager path and, on a second connection, on
- *      the large path: both ranks fail with HC_ERR_USAGE naming both sizes.
+ *      the large path: both ranks fail with HC_ERR_USAGE naming both sizes;
+ *   4. the same sizes with mismatched signatures (net.h), on the eager path
+ *      (checked by the receiver in the slot) and, on a fourth connection,
+ *      the large path (checked by the sender in the cts): both ranks fail
+ *      with HC_ERR_USAGE, "mismatched calls", naming both signatures.
  * Exit 77 without a usable RDMA port.
  *   test_ib_pair RANK SHARED_DIR
  */
@@ -145,11 +149,15 @@ static void both_ways(void *ctx, void *conn) {
 
 /* Rank 0 sends sent bytes, rank 1 receives posted: both must fail with
  * HC_ERR_USAGE and "mismatched counts". */
-static void mismatch(void *ctx, void *conn, size_t sent, size_t posted) {
+/* Rank 0 sends sent bytes with signature {sent, 1}, rank 1 receives posted
+ * bytes with {posted, sig1}; expect is the text both must report. */
+static void mismatch(void *ctx, void *conn, size_t sent, size_t posted, uint64_t sig1, const char *expect) {
   size_t n = g_rank == 0 ? sent : posted;
   uint8_t *buf = calloc(1, n);
   void *req = NULL;
-  hc_result_t r = g_rank == 0 ? hc_net_ib.isend(conn, buf, n, &req) : hc_net_ib.irecv(conn, buf, n, &req);
+  const struct hc_net_sig sig = {{n, g_rank == 0 ? 1 : sig1}};
+  hc_result_t r = g_rank == 0 ? hc_net_ib.isend_sig(conn, buf, n, &sig, &req)
+                              : hc_net_ib.irecv_sig(conn, buf, n, &sig, &req);
   if (r == HC_OK) r = wait_all(ctx, &req, 1);
   /* The sender of an eager message completes before the receiver looks:
    * it learns of the mismatch on its next request. */
@@ -158,8 +166,9 @@ static void mismatch(void *ctx, void *conn, size_t sent, size_t posted) {
     r = hc_net_ib.irecv(conn, &b, 1, &req);
     if (r == HC_OK) r = wait_all(ctx, &req, 1);
   }
-  EXPECT(r == HC_ERR_USAGE && strstr(hc_last_error(), "mismatched counts") != NULL,
-         "a message of %zu bytes against a receive of %zu: result %d", sent, posted, (int)r);
+  EXPECT(r == HC_ERR_USAGE && strstr(hc_last_error(), expect) != NULL,
+         "a message of %zu bytes against a receive of %zu: result %d, expected \"%s\"", sent, posted, (int)r,
+         expect);
   if (r == HC_ERR_USAGE) printf("PASS rank %d: %s\n", g_rank, hc_last_error());
   free(buf);
 }
@@ -202,12 +211,31 @@ int main(int argc, char **argv) {
   if (ctx) {
     one_way(ctx, conn);
     both_ways(ctx, conn);
-    mismatch(ctx, conn, 1000, 2000); /* eager path */
+    mismatch(ctx, conn, 1000, 2000, 1, "mismatched counts"); /* eager path */
     hc_net_ib.close(ctx);
   }
   ctx = open_and_connect(argv[2], 1, &conn);
   if (ctx) {
-    mismatch(ctx, conn, 1 << 20, (1 << 20) + 4096); /* large path: the cts says another size */
+    mismatch(ctx, conn, 1 << 20, (1 << 20) + 4096, 1, "mismatched counts"); /* large path: the cts says another size */
+    hc_net_ib.close(ctx);
+  }
+  /* Signatures, without an explain function: the raw words. */
+  ctx = open_and_connect(argv[2], 2, &conn);
+  if (ctx) {
+    mismatch(ctx, conn, 1000, 1000, 2,
+             g_rank == 0 ? "rank 0 called 00000000000003e8:0000000000000001, "
+                           "rank 1 called 00000000000003e8:0000000000000002"
+                         : "rank 1 called 00000000000003e8:0000000000000002, "
+                           "rank 0 called 00000000000003e8:0000000000000001");
+    hc_net_ib.close(ctx);
+  }
+  ctx = open_and_connect(argv[2], 3, &conn);
+  if (ctx) {
+    mismatch(ctx, conn, 1 << 20, 1 << 20, 2,
+             g_rank == 0 ? "rank 0 called 0000000000100000:0000000000000001, "
+                           "rank 1 called 0000000000100000:0000000000000002"
+                         : "rank 1 called 0000000000100000:0000000000000002, "
+                           "rank 0 called 0000000000100000:0000000000000001");
     hc_net_ib.close(ctx);
   }
   printf("%s rank %d\n", failures ? "test_ib_pair: FAILED" : "test_ib_pair: ok", g_rank);

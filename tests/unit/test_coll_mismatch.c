@@ -1,0 +1,219 @@
+/*
+ * Mismatched calls (issue 15, part 5): ranks that make different calls on
+ * one comm must all fail with a message naming both calls, never return
+ * success with garbage, never hang. Every transfer carries its call's
+ * signature (collective, count, datatype, op, root, the comm's number of
+ * the call; net.h) and the receiving transport checks it first.
+ *
+ * Cases (each on a fresh comm of 2 or 3 ranks, ranks as processes):
+ *   kind     AllReduce on rank 0, Broadcast(root 0) on rank 1
+ *   count    AllReduce of 1000 and of 500 floats
+ *   dtype    AllReduce of float and of int32
+ *   op       AllReduce sum and max
+ *   root     Broadcast(root 0) on rank 0, Broadcast(root 1) on rank 1: both
+ *            only send, so both calls complete; each rank's next call
+ *            (AllReduce #1) meets the other's broadcast and names it
+ *   seq      rank 1 made one more call (a zero-count AllReduce, which
+ *            moves nothing): AllReduce #0 meets AllReduce #1
+ * (A root mismatch where both sides wait to receive, Reduce with 2 ranks,
+ * exchanges nothing to compare: it ends at HETCCL_TIMEOUT, not here.)
+ *   p2p      Send of 1000 floats meets a Recv of 500
+ * Each rank checks that its call failed, or, a rank whose part was only
+ * sends (which complete once handed over, before the peer checks), that
+ * its next call fails; and that the text names both calls ("rank A called
+ * X, rank B called Y"). Then matching calls on a fresh comm must pass
+ * (bitwise against values computed here).
+ *
+ * The transport is the environment's: shm between processes of one host
+ * (ctest coll_mismatch_shm), sockets under HETCCL_SHM_DISABLE=1
+ * (coll_mismatch_socket). HETCCL_TIMEOUT bounds every wait, so a hang
+ * fails the test instead of blocking it.
+ *
+ * --gpu (ctest coll_mismatch_gpu_window, over the fake libcuda): rank 0 is
+ * a GPU rank, rank 1 a CPU rank; they exchange through the shm window, the
+ * signature in the window's control words. Rank 0's part is only sends
+ * (so that its stream never waits for rank 1), rank 1 receives and checks:
+ * kind, count, datatype and op. Rank 1 must fail naming both calls; rank 0
+ * must not hang. (A GPU rank that receives does not check the control
+ * words yet: its streams wait on the window with no host thread looking;
+ * that is the progress engine's, issue 15.)
+ *
+ * Usage: test_coll_mismatch [--gpu] [--case NAME]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device.h"
+#include "testutil.h"
+
+#define COUNT 1000
+
+struct call {
+  /* SKIP: a zero-count AllReduce, then rank 0's call */
+  enum { K_ALLREDUCE, K_BROADCAST, K_REDUCE, K_SEND, K_RECV, K_SKIP } kind;
+  size_t count;
+  hetcclDataType_t dtype;
+  hetcclRedOp_t op;
+  int root; /* rooted calls; the peer of send/recv */
+};
+
+struct mcase {
+  const char *name;
+  int nranks;
+  struct call calls[3];    /* per rank */
+  const char *expect[3];   /* per rank: substrings its error must hold, '|'-separated */
+};
+
+#define AR(n, t, o) {K_ALLREDUCE, n, t, o, 0}
+static const struct mcase cases[] = {
+    {"kind", 2, {AR(COUNT, hetcclFloat32, hetcclSum), {K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}},
+     {"rank 0 called AllReduce(sum, 1000 float)|rank 1 called Broadcast(root 0, 1000 float)",
+      "rank 1 called Broadcast(root 0, 1000 float)|rank 0 called AllReduce(sum, 1000 float)"}},
+    {"count", 2, {AR(COUNT, hetcclFloat32, hetcclSum), AR(500, hetcclFloat32, hetcclSum)},
+     {"rank 0 called AllReduce(sum, 1000 float)|rank 1 called AllReduce(sum, 500 float)",
+      "rank 1 called AllReduce(sum, 500 float)|rank 0 called AllReduce(sum, 1000 float)"}},
+    {"dtype", 2, {AR(COUNT, hetcclFloat32, hetcclSum), AR(COUNT, hetcclInt32, hetcclSum)},
+     {"rank 0 called AllReduce(sum, 1000 float)|rank 1 called AllReduce(sum, 1000 int32)",
+      "rank 1 called AllReduce(sum, 1000 int32)|rank 0 called AllReduce(sum, 1000 float)"}},
+    {"op", 2, {AR(COUNT, hetcclFloat32, hetcclSum), AR(COUNT, hetcclFloat32, hetcclMax)},
+     {"rank 0 called AllReduce(sum, 1000 float)|rank 1 called AllReduce(max, 1000 float)",
+      "rank 1 called AllReduce(max, 1000 float)|rank 0 called AllReduce(sum, 1000 float)"}},
+    {"root", 2, {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, {K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 1}},
+     {"rank 1 called Broadcast(root 1, 1000 float) #0", "rank 0 called Broadcast(root 0, 1000 float) #0"}},
+    {"seq", 2, {AR(COUNT, hetcclFloat32, hetcclSum), {K_SKIP, COUNT, hetcclFloat32, hetcclSum, 0}},
+     {"rank 0 called AllReduce(sum, 1000 float) #0|rank 1 called AllReduce(sum, 1000 float) #1",
+      "rank 1 called AllReduce(sum, 1000 float) #1|rank 0 called AllReduce(sum, 1000 float) #0"}},
+    {"p2p", 2, {{K_SEND, COUNT, hetcclFloat32, hetcclSum, 1}, {K_RECV, 500, hetcclFloat32, hetcclSum, 0}},
+     {"rank 0 called Send(to 1, 1000 float)|rank 1 called Recv(from 0, 500 float)",
+      "rank 1 called Recv(from 0, 500 float)|rank 0 called Send(to 1, 1000 float)"}},
+};
+
+static hetcclResult_t make_call(hetcclComm_t comm, const struct call *c, void *buf) {
+  switch (c->kind) {
+  case K_ALLREDUCE: return hetcclAllReduce(buf, buf, c->count, c->dtype, c->op, comm, NULL);
+  case K_BROADCAST: return hetcclBroadcast(buf, buf, c->count, c->dtype, c->root, comm, NULL);
+  case K_REDUCE: return hetcclReduce(buf, buf, c->count, c->dtype, c->op, c->root, comm, NULL);
+  case K_SEND: return hetcclSend(buf, c->count, c->dtype, c->root, comm, NULL);
+  case K_RECV: return hetcclRecv(buf, c->count, c->dtype, c->root, comm, NULL);
+  case K_SKIP: return hetcclSuccess;
+  }
+  return hetcclInternalError;
+}
+
+/* Every '|'-separated part of expect occurs in text. */
+static bool names_all(const char *text, const char *expect) {
+  char parts[256];
+  snprintf(parts, sizeof(parts), "%s", expect);
+  for (char *save = NULL, *p = strtok_r(parts, "|", &save); p; p = strtok_r(NULL, "|", &save))
+    if (strstr(text, p) == NULL) return false;
+  return true;
+}
+
+/* GPU windows: rank 0 (GPU) only sends, rank 1 (CPU) receives. */
+static const struct mcase gpu_cases[] = {
+    {"kind", 2, {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, AR(COUNT, hetcclFloat32, hetcclSum)},
+     {"", "rank 1 called AllReduce(sum, 1000 float)|rank 0 called Broadcast(root 0, 1000 float)"}},
+    {"count", 2, {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, {K_BROADCAST, 500, hetcclFloat32, hetcclSum, 0}},
+     {"", "rank 1 called Broadcast(root 0, 500 float)|rank 0 called Broadcast(root 0, 1000 float)"}},
+    {"dtype", 2, {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, {K_BROADCAST, COUNT, hetcclInt32, hetcclSum, 0}},
+     {"", "rank 1 called Broadcast(root 0, 1000 int32)|rank 0 called Broadcast(root 0, 1000 float)"}},
+    {"op", 2, {{K_REDUCE, COUNT, hetcclFloat32, hetcclSum, 1}, {K_REDUCE, COUNT, hetcclFloat32, hetcclMax, 1}},
+     {"", "rank 1 called Reduce(max, root 1, 1000 float)|rank 0 called Reduce(sum, root 1, 1000 float)"}},
+};
+
+static const struct mcase *cur;
+static bool gpu_mode;
+
+/* The GPU rank of --gpu: its call returns (enqueued), its stream drains
+ * (it only sends, into window slots that are free); nothing more yet. */
+static int gpu_sender(int rank, int nranks, hetcclUniqueId id) {
+  const struct hc_dev_ops *gpu = hc_dev_get(HC_MEM_CUDA);
+  if (!CHECK(gpu != NULL, "no CUDA backend (the fake libcuda on LD_LIBRARY_PATH?)")) return 1;
+  hetcclComm_t comm = NULL;
+  hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
+  cfg.deviceKind = hetcclDeviceCuda;
+  if (!CHECK_OK(hetcclCommInitRankConfig(&comm, nranks, id, rank, &cfg))) return 1;
+  void *buf = NULL;
+  CHECK(gpu->mem_alloc(0, COUNT * sizeof(double), &buf) == HC_OK, "cuMemAlloc");
+  tu_set_case("gpu %s, rank %d", cur->name, rank);
+  CHECK_OK(make_call(comm, &cur->calls[rank], buf));
+  CHECK(gpu->stream_sync(NULL) == HC_OK, "the GPU rank's stream drains");
+  hetcclCommAbort(comm);
+  gpu->mem_free(0, buf);
+  return 0;
+}
+
+static int mismatch_rank(int rank, int nranks, hetcclUniqueId id, void *arg) {
+  (void)arg;
+  if (gpu_mode && rank == 0) return gpu_sender(rank, nranks, id);
+  hetcclComm_t comm = NULL;
+  if (!CHECK_OK(hetcclCommInitRank(&comm, nranks, id, rank))) return 1;
+  float *buf = calloc(COUNT * 2, sizeof(float));
+  const struct call *mine = &cur->calls[rank];
+  tu_set_case("%s%s, rank %d", gpu_mode ? "gpu " : "", cur->name, rank);
+  hetcclResult_t r = hetcclSuccess;
+  /* The "seq" case: rank 1 makes one call more, of nothing, first. */
+  if (mine->kind == K_SKIP) CHECK_OK(make_call(comm, &(struct call)AR(0, hetcclFloat32, hetcclSum), buf));
+  r = make_call(comm, mine->kind == K_SKIP ? &cur->calls[0] : mine, buf);
+  char text[1024] = "";
+  if (r != hetcclSuccess) {
+    snprintf(text, sizeof(text), "%s", hetcclGetLastError(comm));
+  } else {
+    /* Only sends: handed over, so the call completed; the next one on
+     * this comm must fail with the same message. */
+    r = hetcclAllReduce(buf, buf, 1, hetcclFloat32, hetcclSum, comm, NULL);
+    snprintf(text, sizeof(text), "%s", hetcclGetLastError(comm));
+  }
+  CHECK(r == hetcclInvalidUsage, "expected ncclInvalidUsage (%d), got %d: %s", (int)hetcclInvalidUsage, (int)r, text);
+  CHECK(strstr(text, "mismatched calls") && names_all(text, cur->expect[rank]),
+        "error text \"%s\" does not name \"%s\"", text, cur->expect[rank]);
+  hetcclCommAbort(comm);
+  free(buf);
+  return 0;
+}
+
+/* Matching calls still pass: an all-reduce and a send/recv ring. */
+static int matching_rank(int rank, int nranks, hetcclUniqueId id, void *arg) {
+  (void)arg;
+  hetcclComm_t comm = NULL;
+  if (!CHECK_OK(hetcclCommInitRank(&comm, nranks, id, rank))) return 1;
+  tu_set_case("matching, rank %d", rank);
+  int32_t *a = calloc(COUNT, sizeof(int32_t)), *in = calloc(COUNT, sizeof(int32_t));
+  for (int i = 0; i < COUNT; i++) a[i] = rank * 1000 + i;
+  CHECK_OK(hetcclAllReduce(a, a, COUNT, hetcclInt32, hetcclSum, comm, NULL));
+  bool ok = true;
+  for (int i = 0; i < COUNT; i++) ok &= a[i] == nranks * i + 1000 * nranks * (nranks - 1) / 2;
+  CHECK(ok, "all-reduce result wrong");
+  CHECK_OK(hetcclGroupStart());
+  CHECK_OK(hetcclSend(a, COUNT, hetcclInt32, (rank + 1) % nranks, comm, NULL));
+  CHECK_OK(hetcclRecv(in, COUNT, hetcclInt32, (rank + nranks - 1) % nranks, comm, NULL));
+  CHECK_OK(hetcclGroupEnd());
+  CHECK(!memcmp(in, a, COUNT * sizeof(int32_t)), "send/recv ring result wrong");
+  CHECK_OK(hetcclCommDestroy(comm));
+  free(a);
+  free(in);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  tu_init(argc, argv);
+  int a = 1;
+  if (a < argc && !strcmp(argv[a], "--gpu")) gpu_mode = true, a++;
+  const char *only = a + 1 < argc && !strcmp(argv[a], "--case") ? argv[a + 1] : NULL;
+  const struct mcase *list = gpu_mode ? gpu_cases : cases;
+  const size_t ncases = gpu_mode ? HC_ARRAY_LEN(gpu_cases) : HC_ARRAY_LEN(cases);
+  for (size_t k = 0; k < ncases; k++) {
+    cur = &list[k];
+    if (only && strcmp(only, cur->name)) continue;
+    tu_set_repro("%s--case %s", gpu_mode ? "--gpu " : "", cur->name);
+    double t0 = tu_seconds();
+    tu_run_rank_processes(cur->nranks, mismatch_rank, NULL);
+    printf("case %s: %.2f s\n", cur->name, tu_seconds() - t0);
+  }
+  if (only == NULL && !gpu_mode) {
+    tu_run_rank_processes(2, matching_rank, NULL);
+    tu_run_rank_processes(3, matching_rank, NULL);
+  }
+  return tu_finish("coll_mismatch");
+}
