@@ -195,9 +195,15 @@ hc_result_t hc_gpu_lanes_wait_idle(struct hc_gpu_lanes *g, uint64_t deadline_ns)
   }
 }
 
+bool hc_gpu_lanes_idle(struct hc_gpu_lanes *g) {
+  int done = 0;
+  return g->dev->event_query(g->exit[HC_LANE_TO_HOST], &done) == HC_OK && done &&
+         atomic_load(lane_counter(g, HC_LANE_MAIN)) >= g->lane_pos[HC_LANE_MAIN];
+}
+
 void hc_gpu_lanes_release(struct hc_gpu_lanes *g, const uint64_t *xfer_end) {
   for (int q = 0; q < g->nqueues; q++) {
-    const uint64_t end = xfer_end ? xfer_end[q] : g->queue_pos[q];
+    const uint64_t end = xfer_end ? xfer_end[q] : HC_GPU_RELEASED;
     if (atomic_load(queue_counter(g, q)) < end) atomic_store(queue_counter(g, q), end);
   }
 }

@@ -61,9 +61,13 @@ hc_result_t hc_gpu_prepare(struct hc_gpu_lanes *g, const struct hc_plan *plan, s
 hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *plan, hc_stream_t *user,
                            int nuser);
 
+/* Whether every step enqueued so far has run (the calling thread's). */
+bool hc_gpu_lanes_idle(struct hc_gpu_lanes *g);
+
 /* After a failure: moves every queue counter to at least xfer_end (NULL:
- * every transfer prepared so far; the calling thread's), so no stream
- * waits forever for a transfer that will not happen. */
+ * HC_GPU_RELEASED, past any position; any thread), so no stream waits
+ * forever for a transfer that will not happen. */
+#define HC_GPU_RELEASED (1ull << 62) /* still >= under cuStreamWaitValue64's cyclic comparison */
 void hc_gpu_lanes_release(struct hc_gpu_lanes *g, const uint64_t *xfer_end);
 
 #endif

@@ -49,6 +49,11 @@ struct hc_net_window {
   uint8_t *tx, *rx;            /* this rank writes tx and reads rx */
   size_t bytes;                /* of each; 0: the pair has no window */
   atomic_ullong *tx_filled, *tx_freed, *rx_filled, *rx_freed;
+  /* Liveness between the pair's progress engines (exec/engine.c): each
+   * side bumps its own heartbeat while it runs, and on a failure stores
+   * the culprit's rank + 1 in its notice; the peer reads both. */
+  atomic_ullong *heartbeat, *peer_heartbeat;
+  atomic_int *notice, *peer_notice;
   /* The mapping that holds both windows and the four counters: what a GPU
    * rank registers with its driver, so that its streams copy into the
    * slots and wait on and write the counters. */

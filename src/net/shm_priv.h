@@ -35,7 +35,7 @@
 
 #define HC_SHM_MAGIC 0x4d534348u  /* "HCSM": handles */
 #define HC_SHM_READY 0x59445248u  /* segment header: the creator finished it */
-#define HC_SHM_VERSION 2
+#define HC_SHM_VERSION 3
 #define HC_SHM_LINE 128           /* two cache lines: the adjacent-line prefetcher pairs them */
 #define HC_SHM_NDESC 64           /* descriptors per channel */
 #define HC_SHM_DESC_HDR 64        /* descriptor bytes before its inline payload */
@@ -79,6 +79,9 @@ struct hc_shm_side {
   uint64_t probe_addr; /* address, in the owner, of probe_value */
   uint64_t probe_value;
   uint8_t proof[32];   /* HMAC(secret, role | segment name) */
+  /* The window's liveness words (net.h, hc_net_window), the owner's. */
+  _Alignas(HC_SHM_LINE) atomic_ullong heartbeat;
+  atomic_int notice;
 };
 
 /* One direction. Counters only grow; index = counter % ring size. */

@@ -150,6 +150,13 @@ hc_result_t hc_calloc(void *out_ptr, size_t n, size_t size, const char *what);
 /* 16 random bytes or more from getrandom(). */
 hc_result_t hc_random_bytes(void *buf, size_t n);
 
+/* Process liveness (same pid namespace). A pidfd of pid (close-on-exec),
+ * or -1 where the kernel has none (liveness then falls back to /proc), or
+ * -2 when pid is gone already. */
+int hc_pidfd_open(int pid);
+/* Whether pid has exited (a zombie counts), by its pidfd when >= 0. */
+bool hc_pid_exited(int pid, int pidfd);
+
 /* dlopen helpers: a missing library is an INFO line, never a crash. */
 void *hc_dl_open(const char *path_or_name, int flags);
 void *hc_dl_sym(void *handle, const char *name);
