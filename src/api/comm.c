@@ -38,7 +38,12 @@ void hc_comm_fail(struct hetcclComm *comm, hc_result_t r) {
   hc_comm_set_async_error(comm, r);
   /* Closing every connection now makes each peer's next wait on this rank
    * fail at once, and so on round the job: a dead rank becomes an error
-   * on every survivor without each one waiting for its deadline. */
+   * on every survivor without each one waiting for its deadline. A notice
+   * first names the rank this one blames, so that the others blame it too
+   * rather than this rank, which only saw it first. */
+  const int culprit = hc_blamed();
+  if (culprit >= 0 && comm->socket_ctx) hc_net_socket_notice(comm->socket_ctx, culprit);
+  if (culprit >= 0 && comm->shm_ctx) hc_net_shm_notice(comm->shm_ctx, culprit);
   if (comm->socket_ctx) hc_net_socket.close(comm->socket_ctx);
   if (comm->ib_ctx) hc_net_ib.close(comm->ib_ctx);
   comm->socket_ctx = comm->ib_ctx = NULL;

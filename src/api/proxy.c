@@ -108,13 +108,15 @@ static hc_result_t submit(struct hc_proxy *px, const struct hc_coll_args *calls,
     hc_plan_reset(&px->plan);
     return r;
   }
-  r = hc_gpu_enqueue(px->lanes, &px->plan, streams, nstreams);
-  hc_plan_reset(&px->plan);
+  /* The engine watches the window waits before the streams may block on
+   * them (a host reduction fallback waits for the stream in enqueue). */
   for (int peer = 0; x->windows && peer < x->nranks; peer++) {
     px->window_end[2 * peer] = x->windows[peer].tx_pieces;
     px->window_end[2 * peer + 1] = x->windows[peer].rx_pieces;
   }
   hc_engine_expect(px->engine, px->window_end);
+  r = hc_gpu_enqueue(px->lanes, &px->plan, streams, nstreams);
+  hc_plan_reset(&px->plan);
   HC_TRACE(HC_EXEC, "proxy: call %u enqueued", seq);
   return r;
 }

@@ -145,6 +145,7 @@ static void run_end(struct hc_engine_comm *c) {
 static void comm_fail(struct hc_engine_comm *c, hc_result_t r, int culprit) {
   if (atomic_load(&c->failed)) return;
   c->culprit = culprit;
+  hc_blame(culprit);
   c->d.fail(c->d.arg, r);
   atomic_store(&c->failed, true);
   for (int p = 0; p < c->nranks; p++) {
@@ -268,11 +269,14 @@ static void watch(struct hc_engine_comm *c, uint64_t now, bool *outstanding) {
 static bool run_pass(struct hc_engine_comm *c, uint64_t now) {
   if (c->run == NULL) return false;
   bool done = false, moved = false;
+  hc_blame(-1);
   hc_result_t r = hc_exec_poll(c->run, &done, &moved);
   if (r != HC_OK) {
+    /* The transport names whom it blames (a peer's notice included). */
     struct hc_exec_state st;
     hc_exec_describe(c->run, &st);
-    comm_fail(c, r, blame(c, now, st.failed_peer >= 0 ? st.failed_peer : c->rank));
+    const int culprit = hc_blamed() >= 0 ? hc_blamed() : blame(c, now, st.failed_peer >= 0 ? st.failed_peer : c->rank);
+    comm_fail(c, r, culprit);
     return true;
   }
   if (moved) c->run_moved_ns = now;
@@ -326,9 +330,11 @@ static void dump(struct hc_engine_comm *c, uint64_t now) {
   }
 }
 
-/* A comm that unregister may take away: its calls have run, or it failed. */
+/* A comm that unregister may take away: its calls have run, or it failed
+ * (an aborted one once the watch has failed it, streams released). */
 static bool settled(const struct hc_engine_comm *c) {
-  return c->leaving && (atomic_load(&c->failed) || (c->head == NULL && !c->busy));
+  const bool aborted = c->d.links->abort_flag && atomic_load(c->d.links->abort_flag);
+  return c->leaving && (atomic_load(&c->failed) || (!aborted && c->head == NULL && !c->busy));
 }
 
 static void *engine_main(void *arg) {

@@ -259,6 +259,8 @@ static int awaited_peer(const struct job_state *st) {
     if (st->q_tail[q] < st->q_head[q]) return st->q_peer[q];
   for (int q = 0; q < st->nqueues; q++)
     if (st->q_head[q] < st->q_end[q] && st->q_peer[q] != st->job->links->rank) return st->q_peer[q];
+  for (int q = 0; q < st->nqueues; q++) /* a send to itself that no receive matches, or the reverse */
+    if (st->q_head[q] < st->q_end[q]) return st->q_peer[q];
   return -1;
 }
 
@@ -308,6 +310,7 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
   for (int j = 0; j < njobs; j++) each[j] = &states[j];
   hc_result_t r = HC_OK;
   int built = 0;
+  hc_blame(-1);
   for (; built < njobs; built++) HC_TRY_GOTO(job_state_create(&jobs[built], &states[built]), r, out);
 
   uint64_t spin_ns = UINT64_MAX;
@@ -337,8 +340,18 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
     if (now > deadline_ns) {
       struct job_state *st = &states[0];
       for (int j = 0; j < njobs && st->ndone == st->nsteps; j++) st = &states[j];
-      r = HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d",
-                  st->job->links->rank, (long long)hc_param_int(HC_P_TIMEOUT), awaited_peer(st));
+      const int me = st->job->links->rank, peer = awaited_peer(st);
+      hc_blame(peer != me ? peer : -1);
+      if (peer == me)
+        r = HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for self: a send to "
+                    "itself that no receive of the same call matches (or the reverse)", me,
+                    (long long)hc_param_int(HC_P_TIMEOUT));
+      else if (peer < 0)
+        r = HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for its own device",
+                    me, (long long)hc_param_int(HC_P_TIMEOUT));
+      else
+        r = HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d", me,
+                    (long long)hc_param_int(HC_P_TIMEOUT), peer);
       goto out;
     }
     if (idle_since == 0) idle_since = now;

@@ -104,6 +104,12 @@ void hc_net_ib_probe(bool *usable, char *what, size_t len);
 void hc_net_ib_gdr_probe(int device_kind, char *what, size_t len);
 /* Ranks of one host (same pid namespace and /dev/shm); see net/shm.c. */
 extern const struct hc_net_ops hc_net_shm;
+/* Before a failing comm closes its connections: tells every peer that the
+ * failure was caused by rank culprit, so that a peer whose connection to
+ * this rank then fails blames culprit (hc_blame) rather than this rank.
+ * Best effort, never blocks. */
+void hc_net_socket_notice(void *ctx, int culprit);
+void hc_net_shm_notice(void *ctx, int culprit);
 
 /* Registered host memory (hetcclMemAlloc / hetcclMemFree; net/shm_mem.c):
  * page-aligned host memory that shm peers on this host read directly when

@@ -171,6 +171,19 @@ void hc_net_shm_notify(struct hc_shm_conn *c) {
 hc_result_t hc_net_shm_conn_fail(struct hc_shm_conn *c, hc_result_t r) {
   if (c->failed != HC_OK) return r;
   c->failed = r;
+  /* A peer that failed because of another rank said so before closing. */
+  const int notice = c->them ? atomic_load(&c->them->notice) : 0;
+  c->culprit = r != HC_ERR_REMOTE ? -1 : notice > 0 ? notice - 1 : c->peer;
+  if (c->culprit >= 0 && c->culprit != c->peer) {
+    char text[sizeof(c->err)];
+    snprintf(text, sizeof(text), "%s; rank %d failed because of rank %d", hc_last_error(), c->peer, c->culprit);
+    hc_set_last_error(text);
+  }
+  hc_blame(c->culprit);
+  if (c->me != NULL && c->culprit >= 0) {
+    int none = 0;
+    atomic_compare_exchange_strong(&c->me->notice, &none, c->culprit + 1);
+  }
   snprintf(c->err, sizeof(c->err), "%s", hc_last_error());
   if (c->linked) unlink(c->name);
   c->linked = false;
@@ -184,6 +197,7 @@ hc_result_t hc_net_shm_conn_fail(struct hc_shm_conn *c, hc_result_t r) {
 hc_result_t hc_net_shm_conn_check(const struct hc_shm_conn *c) {
   if (c->failed == HC_OK) return HC_OK;
   hc_set_last_error(c->err);
+  hc_blame(c->culprit);
   return c->failed;
 }
 
@@ -753,6 +767,15 @@ static hc_result_t shm_net_close(void *vctx) {
   free(ctx->conns);
   free(ctx);
   return HC_OK;
+}
+
+void hc_net_shm_notice(void *vctx, int culprit) {
+  struct hc_shm_ctx *ctx = vctx;
+  for (int p = 0; ctx && ctx->conns && p < ctx->nranks; p++) {
+    struct hc_shm_conn *c = ctx->conns[p];
+    int none = 0;
+    if (c && c->me) atomic_compare_exchange_strong(&c->me->notice, &none, culprit + 1);
+  }
 }
 
 static void shm_net_window(void *vconn, struct hc_net_window *w) {

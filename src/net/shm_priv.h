@@ -172,6 +172,7 @@ struct hc_shm_conn {
   enum hc_shm_conn_state state;
   struct hc_shm_handle peer_handle;
   int pidfd;       /* of the peer, -1 where pidfd_open is missing */
+  int culprit;     /* once failed: the rank the failure blames */
   int seg_fd;      /* closed once the handshake is over */
   char name[96];   /* "/hetccl-..." */
   bool linked;     /* creator: the name may still exist in /dev/shm */

@@ -111,7 +111,13 @@ static hc_result_t stream_progress(struct hc_sock_conn *c, struct hc_sock_stream
     q->hdr_off += h;
     if (!sending && h > 0 && q->hdr_off == HC_SOCK_HDR_BYTES) {
       uint64_t len;
-      if (!hc_net_socket_hdr_parse(q->hdr, sizeof(q->hdr), q->n, &len))
+      const bool ok = hc_net_socket_hdr_parse(q->hdr, sizeof(q->hdr), q->n, &len);
+      if (!ok && len >> HC_SOCK_NOTICE_SHIFT == HC_SOCK_NOTICE_TAG) {
+        c->noticed = (int)(uint32_t)len;
+        return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d failed and closed the connection (rank %d's receive)",
+                       c->peer, ctx->rank);
+      }
+      if (!ok)
         return HC_FAIL(HC_ERR_USAGE, "socket: mismatched counts: expected %zu bytes from rank %d, got %llu", q->n,
                        c->peer, (unsigned long long)len);
       q->len_known = true;

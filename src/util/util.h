@@ -33,6 +33,11 @@ hc_result_t hc_fail_at(hc_result_t r, const char *file, int line, const char *fm
 const char *hc_last_error(void);
 /* Sets the last-error text without logging (to copy an async error). */
 void hc_set_last_error(const char *text);
+/* The rank this thread's last failure blames: the one that died, stopped
+ * or failed first, as far as this rank can tell (-1: none). Transports
+ * set it with their failures; a failing comm names it to its peers. */
+void hc_blame(int rank);
+int hc_blamed(void);
 const char *hc_result_str(hc_result_t r);
 
 /* Callers of a failing call only leave a TRACE line: the first place that saw
