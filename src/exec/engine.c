@@ -17,6 +17,14 @@
 #define HC_ENGINE_BEAT_NS 50000000ull         /* heartbeat period */
 #define HC_ENGINE_STALE_NS 1000000000ull      /* a heartbeat this old: its engine is stopped or stuck */
 #define HC_ENGINE_VENDOR_POLL_NS 100000000ull /* vendor async error */
+/* After a failure the streams are released this much later (at once on
+ * abort and destroy): a released stream completes its work with wrong
+ * data, and a framework that polls the async error (PyTorch's watchdog)
+ * must see the error while the work is still pending, as with NCCL, not a
+ * completed collective. Measured on the H200 with immediate release: 1 try
+ * in 8 of a 4-rank kill, the survivors read the wrong data of a work that
+ * had completed before the watchdog looked. */
+#define HC_ENGINE_RELEASE_GRACE_NS 2000000000ull
 
 enum { TX = 0, RX = 1 };
 
@@ -45,6 +53,7 @@ struct hc_engine_comm {
   uint64_t run_moved_ns, next_vendor_poll_ns;
   uint32_t last_done;        /* seq of the latest job that completed */
   int culprit;
+  uint64_t release_at_ns;    /* once failed: when the streams are released */
 };
 
 static struct {
@@ -144,6 +153,8 @@ static void run_end(struct hc_engine_comm *c) {
 /* The failure path (engine.h); the message is this thread's last error. */
 static void comm_fail(struct hc_engine_comm *c, hc_result_t r, int culprit) {
   if (atomic_load(&c->failed)) return;
+  const bool aborted = c->d.links->abort_flag && atomic_load(c->d.links->abort_flag);
+  c->release_at_ns = hc_now_ns() + (aborted ? 0 : HC_ENGINE_RELEASE_GRACE_NS);
   c->culprit = culprit;
   hc_blame(culprit);
   c->d.fail(c->d.arg, r);
@@ -163,7 +174,7 @@ static void comm_fail(struct hc_engine_comm *c, hc_result_t r, int culprit) {
     next = dropped->next;
     job_drop(dropped);
   }
-  hc_engine_release(c);
+  if (aborted) hc_engine_release(c);
 }
 
 /* Once failed: a vendor kernel waiting for a dead peer ends only when its
@@ -381,7 +392,10 @@ static void *engine_main(void *arg) {
         moved = true;
       }
       if (atomic_load(&c->failed)) {
-        hc_engine_release(c); /* a live peer may still write what was released */
+        const bool aborted = c->d.links->abort_flag && atomic_load(c->d.links->abort_flag);
+        /* Again on each tick: a live peer may still write what was released. */
+        if (aborted || now >= c->release_at_ns) hc_engine_release(c);
+        else outstanding = true; /* tick soon */
         vendor_abort(c);
         continue;
       }

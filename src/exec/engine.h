@@ -18,10 +18,12 @@
  *
  * The failure path, the same for every cause: the comm's fail callback
  * (the API's: async error, connections closed so that other ranks learn),
- * a notice naming the culprit in every window, every counter this rank's
- * streams may wait on moved past any position (again on each tick, since
- * a live peer may still write them), queued transfers dropped, and the
- * vendor sub-comm aborted once no call of the comm is inside the library.
+ * a notice naming the culprit in every window, queued transfers dropped,
+ * the vendor sub-comm aborted once no call of the comm is inside the
+ * library, and every counter this rank's streams may wait on moved past
+ * any position (again on each tick, since a live peer may still write
+ * them): at once on abort and destroy, else after a grace of 2 s, so that
+ * a framework polling the async error sees it while the work is pending.
  *
  * HETCCL_DUMP_SIGNAL (e.g. USR1) makes the engine print the state of every
  * comm: calls queued, the one in flight and its step, the peer and the

@@ -79,6 +79,13 @@ for ((t = 1; t <= tries; t++)); do
   limit=$hang_s
   [ $kind = 3 ] && limit=$((stop_timeout + hang_s))
   line="torch n=$n $what rank $victim:"
+  # A kill at a random moment may land in init, where the survivors wait
+  # for the missing rank in the rendezvous (hetccl's bootstrap, bounded by
+  # HETCCL_TIMEOUT, or PyTorch's TCPStore, by its own timeout).
+  if [ $kind = 1 ] && ! grep -q LOOP "$tmp/out.$victim" 2>/dev/null; then
+    limit=$((timeout_env + hang_s))
+    line="torch n=$n $what rank $victim (in init):"
+  fi
   for ((r = 0; r < n; r++)); do
     [ $r = $victim ] && continue
     for ((w = 0; w < limit * 20; w++)); do kill -0 "${pids[r]}" 2>/dev/null || break; sleep 0.05; done
