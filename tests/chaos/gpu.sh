@@ -58,6 +58,7 @@ for ((t = 1; t <= tries; t++)); do
   timeout_env=60
   [ $kind = 3 ] && timeout_env=$stop_timeout
   pids=()
+  rm -f "$tmp"/out.*
   for ((r = 0; r < n; r++)); do
     [ $((r % 2)) = 0 ] && g=a || g=b
     MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r HETCCL_GROUP=$g \
