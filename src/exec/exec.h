@@ -5,7 +5,7 @@
  * dependencies are done. Knows nothing of the API.
  *
  * For host buffers the calling thread drives the engine (no hand-off to a
- * proxy thread, so a small all-reduce costs the wire and nothing else). It
+ * helper thread, so a small all-reduce costs the wire and nothing else). It
  * spins for HETCCL_SPIN_US when nothing moves, then sleeps in the
  * transport's wait, so ranks that outnumber cores leave them to each other.
  */
@@ -35,7 +35,7 @@ struct hc_links {
 
 /* One plan of host memory to run on one comm's links. (A GPU comm's plans
  * are split by enqueue.h: its streams take the local steps, and this
- * engine, on the proxy thread, the transfers.) */
+ * engine, on the progress engine's thread (engine.h), the transfers.) */
 struct hc_exec_job {
   struct hc_links *links;
   struct hc_plan *plan;
