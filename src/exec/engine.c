@@ -50,7 +50,7 @@ struct hc_engine_comm {
   /* The engine thread's: */
   struct hc_engine_job *job; /* in flight */
   struct hc_exec_run *run;
-  uint64_t run_moved_ns, next_vendor_poll_ns;
+  uint64_t run_moved_ns, next_vendor_poll_ns, next_pid_check_ns;
   uint32_t last_done;        /* seq of the latest job that completed */
   int culprit;
   uint64_t release_at_ns;    /* once failed: when the streams are released */
@@ -199,6 +199,9 @@ static void watch(struct hc_engine_comm *c, uint64_t now, bool *outstanding) {
     return;
   }
   int stalled = -1, stalled_dir = TX;
+  /* A syscall per peer: once a tick, not on every pass of a busy loop. */
+  const bool check_pids = now >= c->next_pid_check_ns;
+  if (check_pids) c->next_pid_check_ns = now + HC_ENGINE_TICK_MS * 1000000ull;
   for (int p = 0; p < c->nranks; p++) {
     const struct hc_net_window *w = window_of(c, p);
     if (w == NULL) continue;
@@ -234,7 +237,7 @@ static void watch(struct hc_engine_comm *c, uint64_t now, bool *outstanding) {
       }
     }
     *outstanding |= waits;
-    if (waits && c->d.peer_pid[p] > 0 && hc_pid_exited(c->d.peer_pid[p], pw->pidfd)) {
+    if (waits && check_pids && c->d.peer_pid[p] > 0 && hc_pid_exited(c->d.peer_pid[p], pw->pidfd)) {
       HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d (pid %d) exited while this rank's streams waited for it", me, p,
               (int)c->d.peer_pid[p]);
       comm_fail(c, HC_ERR_REMOTE, p);
