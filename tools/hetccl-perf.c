@@ -60,6 +60,7 @@
 #include "hetccl.h"
 #include "device/device.h"
 #include "util/util.h"
+#include "nccl_tests.h"
 
 #define SENTINEL 0xA5 /* fills output buffers before a check */
 #define NO_OP (-1)    /* the op column of a data-moving collective */
@@ -531,19 +532,6 @@ static uint64_t sum_over_ranks(uint64_t v) {
   return out;
 }
 
-/* nccl-tests' number format: width w with 2 decimals, else 1, else 0, else
- * exponent notation. */
-static const char *fmt_num(char *s, size_t len, double v, int w) {
-  int digits = 0;
-  for (double p = 1; v >= p && digits < 40; p *= 10) digits++;
-  if (digits < w - 2) snprintf(s, len, "%*.2f", w, v);
-  else if (digits < w - 1) snprintf(s, len, "%*.1f", w, v);
-  else if (digits < w + 1) snprintf(s, len, "%*.0f", w, v);
-  else if (w >= 7) snprintf(s, len, "%*.1e", w, v);
-  else snprintf(s, len, "%*.0e", w, v);
-  return s;
-}
-
 /* One half-row: nccl-tests' BenchTime. */
 static void bench_half(bool in_place) {
   arm_timeout();
@@ -580,8 +568,8 @@ static void bench_half(bool in_place) {
 
   if (B.rank == 0) {
     char t[32], a[32], b[32];
-    printf("  %7s  %6s  %6s", fmt_num(t, sizeof(t), sec * 1e6, 7), fmt_num(a, sizeof(a), algbw, 6),
-           fmt_num(b, sizeof(b), busbw, 6));
+    printf("  %7s  %6s  %6s", nt_fmt_num(t, sizeof(t), sec * 1e6, 7), nt_fmt_num(a, sizeof(a), algbw, 6),
+           nt_fmt_num(b, sizeof(b), busbw, 6));
     if (opt.check) printf("  %6g", (double)wrong);
     else printf("    N/A");
   }
@@ -683,50 +671,6 @@ static void usage(FILE *f) {
           "  -h,--help\n");
 }
 
-static const struct {
-  const char *name;
-  enum hc_dtype dtype;
-} dtype_names[] = {
-    {"int8", HC_INT8},        {"char", HC_INT8},        {"uint8", HC_UINT8},
-    {"int32", HC_INT32},      {"int", HC_INT32},        {"uint32", HC_UINT32},
-    {"int64", HC_INT64},      {"uint64", HC_UINT64},    {"half", HC_FLOAT16},
-    {"float16", HC_FLOAT16},  {"fp16", HC_FLOAT16},     {"float", HC_FLOAT32},
-    {"float32", HC_FLOAT32},  {"fp32", HC_FLOAT32},     {"double", HC_FLOAT64},
-    {"float64", HC_FLOAT64},  {"fp64", HC_FLOAT64},     {"bfloat16", HC_BFLOAT16},
-    {"bf16", HC_BFLOAT16},    {"f8e4m3", HC_FP8_E4M3},  {"e4m3", HC_FP8_E4M3},
-    {"fp8_e4m3", HC_FP8_E4M3}, {"float8e4m3", HC_FP8_E4M3}, {"f8e5m2", HC_FP8_E5M2},
-    {"e5m2", HC_FP8_E5M2},    {"fp8_e5m2", HC_FP8_E5M2}, {"float8e5m2", HC_FP8_E5M2},
-};
-
-static bool parse_dtype(const char *s, int *out) {
-  if (strcasecmp(s, "all") == 0) {
-    *out = -1;
-    return true;
-  }
-  for (size_t i = 0; i < HC_ARRAY_LEN(dtype_names); i++) {
-    if (strcasecmp(s, dtype_names[i].name) == 0) {
-      *out = dtype_names[i].dtype;
-      return true;
-    }
-  }
-  return false;
-}
-
-static bool parse_op(const char *s, int *out) {
-  if (strcasecmp(s, "all") == 0) {
-    *out = -1;
-    return true;
-  }
-  if (strcasecmp(s, "premulsum") == 0) s = "mulsum";
-  for (int op = 0; op < HC_REDOP_COUNT; op++) {
-    if (strcasecmp(s, hc_redop_name((enum hc_redop)op)) == 0) {
-      *out = op;
-      return true;
-    }
-  }
-  return false;
-}
-
 static bool parse_long(const char *s, long lo, long hi, long *out) {
   char *end;
   errno = 0;
@@ -764,8 +708,8 @@ static const struct coll *parse_args(int argc, char **argv) {
     case 'm': ok = parse_long(optarg, 1, 1 << 20, &v); opt.agg_iters = (int)v; break;
     case 'N': ok = parse_long(optarg, 0, INT32_MAX, &v); opt.run_cycles = v; break;
     case 'c': ok = parse_long(optarg, 0, INT32_MAX, &v); opt.check = (int)v; break;
-    case 'o': ok = parse_op(optarg, &opt.op); break;
-    case 'd': ok = parse_dtype(optarg, &opt.dtype); break;
+    case 'o': ok = nt_parse_op(optarg, &opt.op); break;
+    case 'd': ok = nt_parse_dtype(optarg, &opt.dtype); break;
     case 'r': ok = parse_long(optarg, -1, INT32_MAX, &v); opt.root = (int)v; break;
     case 'a': ok = parse_long(optarg, 0, 3, &v); opt.average = (int)v; break;
     case 'z': ok = parse_long(optarg, 0, 3, &v); opt.blocking = (int)v; break;

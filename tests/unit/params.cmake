@@ -29,3 +29,8 @@ if(NCCL_HEADER_DIR AND CUDA_RUNTIME_HEADER_DIR)
 else()
   message(STATUS "nccl.h not found: the NCCL ABI test is not built")
 endif()
+# Bad HETCCL_* names and values, and NCCL_* stand-ins, against hetccl-info
+# and a 2-rank comm init under hetccl-run; each case has its own deadline.
+add_test(NAME params_env COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/unit/check_params_env.sh
+         $<TARGET_FILE:hetccl-info> $<TARGET_FILE:hetccl-run> $<TARGET_FILE:hetccl-perf>)
+set_tests_properties(params_env PROPERTIES LABELS unit TIMEOUT 300)
