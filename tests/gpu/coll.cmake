@@ -39,3 +39,10 @@ add_dependencies(test_coll_fp8_vendors hc_fake_cuda hc_fake_hip)
 add_test(NAME gpu_fp8_cuda_hip_fake COMMAND test_coll_fp8_vendors)
 set_tests_properties(gpu_fp8_cuda_hip_fake PROPERTIES LABELS "unit;gpu" TIMEOUT 120 SKIP_RETURN_CODE 77
   ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda:${CMAKE_CURRENT_BINARY_DIR}/fake-hip;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;FAKE_HIP_CC_MINOR=4;HETCCL_TIMEOUT=60;HETCCL_VENDOR=0")
+# The training shapes in 2 groups x 2 GPUs over the fake driver and the
+# fake NCCL: FSDP (all-gather + reduce-scatter), MoE (all-to-all, -v),
+# pipeline send/recv; the group mates' part must run on the fake NCCL.
+add_dependencies(test_coll_shapes hc_fake_cuda hc_fake_nccl)
+add_test(NAME gpu_coll_groups_shapes_fake_nccl COMMAND test_coll_shapes)
+set_tests_properties(gpu_coll_groups_shapes_fake_nccl PROPERTIES LABELS "unit;gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=2;FAKE_CUDA_DELAY_US=0;HETCCL_TIMEOUT=120;HETCCL_VENDOR=1;HETCCL_NCCL_LIBRARY=${CMAKE_CURRENT_BINARY_DIR}/fake-nccl/libnccl.so.2;TU_RANKS=threads")
