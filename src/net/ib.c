@@ -254,6 +254,45 @@ void hc_net_ib_probe(bool *usable, char *what, size_t len) {
              128 << d.active_mtu);
 }
 
+/* The PCI bus id of a GPU comm's device ("" for a CPU comm, or where the
+ * driver cannot say: the NIC is then the first active port). */
+static void gpu_pci_bus_id(const struct hc_net_args *a, char *out, size_t len) {
+  out[0] = 0;
+  if (a->device_kind == HC_MEM_HOST) return;
+  const struct hc_dev_ops *gpu = hc_dev_get((enum hc_mem_kind)a->device_kind);
+  if (gpu == NULL || !HC_HAS_OP(gpu, struct hc_dev_ops, pci_bus_id) || gpu->pci_bus_id == NULL) return;
+  char saved[256];
+  snprintf(saved, sizeof(saved), "%s", hc_last_error());
+  if (gpu->pci_bus_id(a->device_id, out, len) != HC_OK) {
+    HC_INFO(HC_NET, "ib: no PCI bus id for %s device %d (%s): the first active port serves", gpu->name, a->device_id,
+            hc_last_error());
+    out[0] = 0;
+    hc_set_last_error(saved);
+  }
+}
+
+void hc_net_ib_gpu_ports(int device_kind, char *out, size_t len) {
+  size_t at = 0;
+  out[0] = 0;
+  const struct hc_ib_verbs *v = hc_ib_verbs_load();
+  const struct hc_dev_ops *gpu = hc_dev_get((enum hc_mem_kind)device_kind);
+  if (v == NULL || gpu == NULL) return;
+  const int ngpus = hc_dev_caps((enum hc_mem_kind)device_kind).device_count;
+  for (int g = 0; g < ngpus && at < len; g++) {
+    struct hc_net_args a = {.device_kind = device_kind, .device_id = g};
+    char bus[32], why[200], near[200];
+    struct hc_ib_dev d;
+    bool found = false;
+    gpu_pci_bus_id(&a, bus, sizeof(bus));
+    if (hc_ib_find_device(v, bus, g, &d, &found, why, sizeof(why), near, sizeof(near)) != HC_OK)
+      snprintf(why, sizeof(why), "%s", hc_last_error());
+    int n = found ? snprintf(out + at, len - at, "  %s %d (%s) -> %s:%d (%s)\n", gpu->name, g, bus[0] ? bus : "no bus id",
+                             d.name, d.port, near)
+                  : snprintf(out + at, len - at, "  %s %d -> none: %s\n", gpu->name, g, why);
+    at += n > 0 ? (size_t)n : 0;
+  }
+}
+
 /* ---- connections ---- */
 
 static bool aborted(const struct hc_ib_ctx *ctx) {
@@ -506,23 +545,6 @@ static hc_result_t ib_absent(const char *why) {
   snprintf(text, sizeof(text), "ib: %s", why);
   hc_set_last_error(text);
   return HC_ERR_SYSTEM;
-}
-
-/* The PCI bus id of a GPU comm's device ("" for a CPU comm, or where the
- * driver cannot say: the NIC is then the first active port). */
-static void gpu_pci_bus_id(const struct hc_net_args *a, char *out, size_t len) {
-  out[0] = 0;
-  if (a->device_kind == HC_MEM_HOST) return;
-  const struct hc_dev_ops *gpu = hc_dev_get((enum hc_mem_kind)a->device_kind);
-  if (gpu == NULL || !HC_HAS_OP(gpu, struct hc_dev_ops, pci_bus_id) || gpu->pci_bus_id == NULL) return;
-  char saved[256];
-  snprintf(saved, sizeof(saved), "%s", hc_last_error());
-  if (gpu->pci_bus_id(a->device_id, out, len) != HC_OK) {
-    HC_INFO(HC_NET, "ib: no PCI bus id for %s device %d (%s): the first active port serves", gpu->name, a->device_id,
-            hc_last_error());
-    out[0] = 0;
-    hc_set_last_error(saved);
-  }
 }
 
 static hc_result_t ib_open(const struct hc_net_args *a, struct hc_net_caps *caps, struct hc_net_handle *handle,

@@ -95,6 +95,9 @@ extern const struct hc_net_ops hc_net_ib;
 /* What ib finds on this host without opening a transport: *usable, and a
  * line saying which device and port, or why none (hetccl-info, init). */
 void hc_net_ib_probe(bool *usable, char *what, size_t len);
+/* Which port ib would give each GPU of device_kind (a GPU kind) and why,
+ * one line per GPU into out (hetccl-info). */
+void hc_net_ib_gpu_ports(int device_kind, char *out, size_t len);
 /* How ib would reach memory of device_kind (a GPU kind) under HETCCL_GDR:
  * a line naming the path and what the host has (hetccl-info). */
 void hc_net_ib_gdr_probe(int device_kind, char *what, size_t len);
