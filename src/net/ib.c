@@ -286,10 +286,10 @@ void hc_net_ib_gpu_ports(int device_kind, char *out, size_t len) {
     gpu_pci_bus_id(&a, bus, sizeof(bus));
     if (hc_ib_find_device(v, bus, g, &d, &found, why, sizeof(why), near, sizeof(near)) != HC_OK)
       snprintf(why, sizeof(why), "%s", hc_last_error());
-    int n = found ? snprintf(out + at, len - at, "  %s %d (%s) -> %s:%d (%s)\n", gpu->name, g, bus[0] ? bus : "no bus id",
-                             d.name, d.port, near)
+    int n = found ? snprintf(out + at, len - at, "  %s %d (%s) -> %s:%d (%s)\n", gpu->name, g,
+                             bus[0] ? bus : "no bus id", d.name, d.port, near)
                   : snprintf(out + at, len - at, "  %s %d -> none: %s\n", gpu->name, g, why);
-    at += n > 0 ? (size_t)n : 0;
+    at = HC_MIN(at + (n > 0 ? (size_t)n : 0), len);
   }
 }
 

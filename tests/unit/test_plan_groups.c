@@ -87,6 +87,33 @@ static size_t crossing_bytes(const struct layout *l, enum hc_algo algo, struct h
   return plans_move(l, algo, a, group_of, ngroups, NULL, pool).crossed;
 }
 
+/* A layout as the expected figures need it. */
+struct facts {
+  int n, G;
+  const int *group_of, *size;
+  size_t lacking, pairs; /* blocks that must enter groups; block pairs across */
+};
+
+/* The bytes call a must cross between groups (its root the last rank; for
+ * send/recv, root is the distance to the peer). */
+static size_t least_crossing(const struct facts *f, const struct hc_coll_args *a) {
+  const size_t B = a->count * 4;
+  size_t least = 0;
+  switch (a->coll) {
+  case HC_COLL_ALLREDUCE: return 2 * (size_t)(f->G - 1) * B;
+  case HC_COLL_BROADCAST:
+  case HC_COLL_REDUCE: return (size_t)(f->G - 1) * B;
+  case HC_COLL_ALLTOALL: return f->pairs * B;
+  case HC_COLL_GATHER:
+  case HC_COLL_SCATTER: return (size_t)(f->n - f->size[f->group_of[f->n - 1]]) * B;
+  case HC_COLL_SEND:
+  case HC_COLL_RECV:
+    for (int r = 0; r < f->n; r++) least += f->group_of[r] != f->group_of[(r + a->root) % f->n] ? B : 0;
+    return least;
+  default: return f->lacking * B;
+  }
+}
+
 int main(int argc, char **argv) {
   tu_init(argc, argv);
   struct hc_scratch_pool *pool;
@@ -108,6 +135,7 @@ int main(int argc, char **argv) {
       lacking += (size_t)(n - size[g]);
       pairs -= (size_t)size[g] * (size_t)size[g];
     }
+    const struct facts f = {n, G, group_of, size, lacking, pairs};
     const enum hc_coll colls[] = {HC_COLL_ALLREDUCE, HC_COLL_BROADCAST, HC_COLL_REDUCE,
                                   HC_COLL_ALLGATHER, HC_COLL_REDUCESCATTER, HC_COLL_ALLTOALL};
     const size_t counts[] = {100, 50000}; /* float32: below and above the ring threshold */
@@ -115,15 +143,7 @@ int main(int argc, char **argv) {
       for (size_t k = 0; k < HC_ARRAY_LEN(counts); k++) {
         struct hc_coll_args a = {.coll = colls[ci], .count = counts[k], .dtype = HC_FLOAT32, .op = HC_SUM,
                                  .root = n - 1};
-        const size_t B = a.count * 4;
-        size_t least;
-        switch (a.coll) {
-        case HC_COLL_ALLREDUCE: least = 2 * (size_t)(G - 1) * B; break;
-        case HC_COLL_BROADCAST:
-        case HC_COLL_REDUCE: least = (size_t)(G - 1) * B; break;
-        case HC_COLL_ALLTOALL: least = pairs * B; break;
-        default: least = lacking * B; break;
-        }
+        const size_t least = least_crossing(&f, &a);
         tu_set_case("%s: %s count %zu", l->name, hc_coll_name(a.coll), a.count);
         size_t hier = crossing_bytes(l, HC_ALGO_HIER, a, group_of, G, pool);
         size_t flat = crossing_bytes(l, HC_ALGO_RING, a, group_of, G, pool);
@@ -144,24 +164,10 @@ int main(int argc, char **argv) {
       for (size_t k = 0; k < HC_ARRAY_LEN(counts); k++) {
         struct hc_coll_args a = {.coll = vcolls[ci], .count = counts[k], .dtype = HC_FLOAT32, .op = HC_SUM,
                                  .root = n - 1};
-        const size_t B = a.count * 4;
-        size_t least;
-        bool mates = true; /* some transfer is between two ranks of one group */
-        switch (a.coll) {
-        case HC_COLL_ALLREDUCE: least = 2 * (size_t)(G - 1) * B; break;
-        case HC_COLL_BROADCAST:
-        case HC_COLL_REDUCE: least = (size_t)(G - 1) * B; break;
-        case HC_COLL_ALLTOALL: least = pairs * B; break;
-        case HC_COLL_GATHER:
-        case HC_COLL_SCATTER: least = (size_t)(n - size[group_of[n - 1]]) * B; break;
-        case HC_COLL_SEND:
-        case HC_COLL_RECV: /* each rank to the one after it (send) or from the one before (recv) */
-          a.root = 1, least = 0;
-          for (int r = 0; r < n; r++) least += group_of[r] != group_of[(r + 1) % n] ? B : 0;
-          mates = least < (size_t)n * B;
-          break;
-        default: least = lacking * B; break;
-        }
+        const bool p2p = a.coll == HC_COLL_SEND || a.coll == HC_COLL_RECV;
+        if (p2p) a.root = 1; /* to the next rank, from the one before */
+        const size_t least = least_crossing(&f, &a);
+        const bool mates = !p2p || least < (size_t)n * a.count * 4; /* some pair is of one group */
         tu_set_case("%s: %s count %zu, vendor groups", l->name, hc_coll_name(a.coll), a.count);
         struct moved m = plans_move(l, HC_ALGO_AUTO, a, group_of, G, vendor, pool);
         printf("%-32s %-14s %8zu %12zu %12zu vendor steps %d, bytes inside vendor groups %zu\n", l->name,
