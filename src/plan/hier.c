@@ -242,7 +242,7 @@ hc_result_t hc_hier_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
     struct hc_coll_args in_group = *a;
     in_group.op = hc_step_op(a->op); /* AVG divides once, after the groups' sums meet */
     r = hc_runs_vendor(x, x->group_of[x->rank]) ? vendor_allreduce(p, &xg, &in_group, io, &h)
-                                               : hc_ring_allreduce_split(p, &xg, &in_group, io, across, &h, NULL);
+                                                  : hc_ring_allreduce_split(p, &xg, &in_group, io, across, &h, NULL);
   }
   free(h.owners);
   free(h.done);
