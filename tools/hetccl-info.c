@@ -81,6 +81,11 @@ int main(int argc, char **argv) {
     if (d == NULL) continue;
     hc_net_ib_gdr_probe(k, ib_what, sizeof(ib_what));
     printf("ib and %s memory: %s\n", d->name, ib_what);
+    if (ib_usable) {
+      char ports[4096];
+      hc_net_ib_gpu_ports(k, ports, sizeof(ports));
+      printf("ib port of each %s GPU:\n%s", d->name, ports);
+    }
   }
   const char *net = hc_param_str(HC_P_NET);
   printf("between hosts: %s\n", net[0] ? net : ib_usable ? "ib where every rank has it, else socket (HETCCL_NET unset)"

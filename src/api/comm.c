@@ -389,7 +389,8 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
 
   HC_TRY_GOTO(hc_bootstrap_create(id, rank, nranks, &comm->abort_flag, &comm->boot), r, fail);
   struct hc_net_args net_args = {.rank = rank, .nranks = nranks, .abort_flag = &comm->abort_flag,
-                                 .device_kind = (int)config->device_kind, .sig_explain = hc_plan_sig_explain};
+                                 .device_kind = (int)config->device_kind, .device_id = config->device_id,
+                                 .sig_explain = hc_plan_sig_explain};
   HC_TRY_GOTO(hc_bootstrap_id_secret(id, net_args.secret), r, fail);
   struct hc_net_caps caps;
   struct hc_net_handle handle;

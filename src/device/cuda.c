@@ -121,6 +121,13 @@ static int cuda_device_attr(int dev, enum hc_gpu_attr a, int *value) {
   return e != CUDA_SUCCESS ? e : cu.cuDeviceGetAttribute(value, attrs[a], d);
 }
 
+static int cuda_pci_bus_id(int dev, char *out, int len) {
+  CUdevice d;
+  if (cu.cuDeviceGetPCIBusId == NULL) return CUDA_ERROR_NOT_SUPPORTED;
+  int e = cu.cuDeviceGet(&d, dev);
+  return e != CUDA_SUCCESS ? e : cu.cuDeviceGetPCIBusId(out, len, d);
+}
+
 /* The v2 entry points need no kernel-module option (CUDA 11.7 and later);
  * the 64-bit forms also need the device's word (device 0 stands for all:
  * hetccl's flags are 64-bit). */
@@ -629,6 +636,7 @@ const struct hc_gpu_vendor hc_gpu_vendor_cuda = {
     .device_attr = cuda_device_attr,
     .has_mem_ops = cuda_has_mem_ops,
     .fp8_layout = cuda_fp8_layout,
+    .pci_bus_id = cuda_pci_bus_id,
     .device_token = cuda_device_token,
     .ctx_get = cuda_ctx_get,
     .ctx_set = cuda_ctx_set,

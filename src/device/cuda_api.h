@@ -135,6 +135,7 @@ typedef struct _nvrtcProgram *nvrtcProgram;
   OPT(cuStreamWaitValue64_v2, CUresult, (CUstream s, CUdeviceptr p, uint64_t v, unsigned flags)) \
   OPT(cuStreamWriteValue64_v2, CUresult, (CUstream s, CUdeviceptr p, uint64_t v, unsigned flags)) \
   OPT(cuStreamBatchMemOp_v2, CUresult, (CUstream s, unsigned n, CUstreamBatchMemOpParams *ops, unsigned flags)) \
+  OPT(cuDeviceGetPCIBusId, CUresult, (char *id, int len, CUdevice dev))                 \
   OPT(cuMemGetAddressRange_v2, CUresult, (CUdeviceptr * base, size_t *size, CUdeviceptr p))       \
   OPT(cuMemGetHandleForAddressRange, CUresult,                                           \
       (void *handle, CUdeviceptr p, size_t size, int type, unsigned long long flags))

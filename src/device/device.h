@@ -126,6 +126,10 @@ struct hc_dev_ops {
    * caller closes it) and the offset of p in it, for an RDMA device to
    * register (net/ib). Optional: NULL where the driver cannot export. */
   hc_result_t (*dmabuf_export)(const void *p, size_t n, int *fd, uint64_t *offset);
+  /* The device's PCI bus id as its driver spells it ("0000:3B:00.0"), for
+   * net/topo's choice of the nearest NIC. Optional: NULL, or HC_ERR_DEVICE
+   * where the driver cannot say. */
+  hc_result_t (*pci_bus_id)(int device, char *out, size_t len);
 }; /* append only */
 
 #define HC_HAS_OP(ops, type, op) \

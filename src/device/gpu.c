@@ -8,6 +8,7 @@
  * found it (hc_gpu_scope_*), except set_device, whose job is to change it.
  */
 #include <dlfcn.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -440,6 +441,16 @@ hc_result_t hc_gpu_flag_batch(struct hc_gpu *g, hc_stream_t s, const struct hc_f
                      g->v->err_str(e), e);
   }
   for (int i = 0; i < n; i++) HC_TRY(flag_op(g, s, ops[i].flag, ops[i].value, ops[i].wait));
+  return HC_OK;
+}
+
+hc_result_t hc_gpu_pci_bus_id(struct hc_gpu *g, int device, char *out, size_t len) {
+  if (len) out[0] = 0;
+  HC_TRY(check_device(g, device));
+  if (g->v->pci_bus_id == NULL)
+    return HC_FAIL(HC_ERR_DEVICE, "%s: this driver cannot name a device's PCI bus id", g->v->name);
+  int e = g->v->pci_bus_id(device, out, (int)HC_MIN(len, (size_t)INT_MAX));
+  if (e != 0) return hc_gpu_fail(g, e, "PCI bus id");
   return HC_OK;
 }
 

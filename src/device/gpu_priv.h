@@ -63,6 +63,8 @@ struct hc_gpu_vendor {
   /* The vendor's text for a result code; never NULL. */
   const char *(*err_str)(int e);
   int (*device_attr)(int dev, enum hc_gpu_attr a, int *value);
+  /* The device's PCI bus id, NUL-terminated in out. Optional (NULL). */
+  int (*pci_bus_id)(int dev, char *out, int len);
   /* Whether stream wait/write value can run on the GPU (entry points found). */
   bool (*has_mem_ops)(void);
   /* The fp8 encodings of a device of this compute capability: a table
@@ -202,6 +204,7 @@ hc_result_t hc_gpu_stream_sync(struct hc_gpu *g, hc_stream_t s);
 hc_result_t hc_gpu_stream_capturing(struct hc_gpu *g, hc_stream_t s, bool *capturing);
 hc_result_t hc_gpu_current_device(struct hc_gpu *g, int *device);
 hc_result_t hc_gpu_fp8_layout(struct hc_gpu *g, int device, enum hc_fp8_layout *out);
+hc_result_t hc_gpu_pci_bus_id(struct hc_gpu *g, int device, char *out, size_t len);
 hc_result_t hc_gpu_thread_bound(struct hc_gpu *g, bool *bound);
 
 /* ---- shared between gpu.c and gpu_reduce.c ---- */
@@ -315,6 +318,9 @@ extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
   static hc_result_t st##_dmabuf_export(const void *p, size_t n, int *fd, uint64_t *off) { \
     return hc_gpu_dmabuf_export(&st, p, n, fd, off);                                       \
   }                                                                                        \
+  static hc_result_t st##_pci_bus_id(int d, char *o, size_t n) {                           \
+    return hc_gpu_pci_bus_id(&st, d, o, n);                                                \
+  }                                                                                        \
   const struct hc_dev_ops sym = {                                                          \
       .size = sizeof(struct hc_dev_ops),                                                   \
       .abi = HC_DEV_ABI,                                                                   \
@@ -348,6 +354,7 @@ extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
       .fp8_layout = st##_fp8_layout,                                                       \
       .thread_bound = st##_thread_bound,                                                   \
       .dmabuf_export = st##_dmabuf_export,                                                 \
+      .pci_bus_id = st##_pci_bus_id,                                                       \
   };
 
 #endif

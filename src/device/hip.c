@@ -162,6 +162,10 @@ static bool hip_has_mem_ops(void) {
 /* HIP reports an AMD GPU's gfx9.x.y as compute capability 9.x: gfx94x
  * (MI300) is 9.4, whose fp8 instructions and RCCL use the fnuz encodings;
  * gfx950 (MI350) and RDNA4 use the OCP ones. */
+static int hip_pci_bus_id(int dev, char *out, int len) {
+  return hip.hipDeviceGetPCIBusId ? hip.hipDeviceGetPCIBusId(out, len, dev) : hipErrorNotSupported;
+}
+
 static enum hc_fp8_layout hip_fp8_layout(int cc_major, int cc_minor) {
   return cc_major == 9 && cc_minor == 4 ? HC_FP8_FNUZ : HC_FP8_OCP;
 }
@@ -431,6 +435,7 @@ const struct hc_gpu_vendor hc_gpu_vendor_hip = {
     .device_attr = hip_device_attr,
     .has_mem_ops = hip_has_mem_ops,
     .fp8_layout = hip_fp8_layout,
+    .pci_bus_id = hip_pci_bus_id,
     .device_token = hip_device_token,
     .ctx_get = hip_ctx_get,
     .ctx_set = hip_ctx_set,

@@ -113,6 +113,7 @@ struct hip_ptr_attr {
   OPT(hipStreamWaitValue64, hipError_t, (hipStream_t s, void *p, uint64_t v, unsigned flags, uint64_t mask)) \
   OPT(hipStreamWriteValue64, hipError_t, (hipStream_t s, void *p, uint64_t v, unsigned flags)) \
   OPT(hipHostGetDevicePointer, hipError_t, (void **device_ptr, void *host_ptr, unsigned flags)) \
+  OPT(hipDeviceGetPCIBusId, hipError_t, (char *id, int len, int dev))                          \
   OPT(hipMemGetAddressRange, hipError_t, (void **base, size_t *size, void *p))                \
   OPT(hipMemGetHandleForAddressRange, hipError_t,                                             \
       (void *handle, void *p, size_t size, int type, unsigned long long flags))

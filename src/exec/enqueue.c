@@ -505,6 +505,26 @@ static hc_result_t start_lane(struct hc_gpu_lanes *g, int lane) {
   return HC_OK;
 }
 
+/* One group of the vendor's sends and receives (a VENDOR step of coll
+ * SEND), in bytes. The group is closed even when a call in it failed, so
+ * that the vendor's group depth on this thread stays balanced. */
+static hc_result_t run_vendor_p2p(struct hc_gpu_lanes *g, const struct hc_step *st, hc_stream_t s) {
+  const struct hc_vendor *v = g->vendor;
+  void *vc = g->vendor_comm;
+  const struct hc_vendor_p2p *ops = st->src0;
+  HC_TRY(hc_vendor_check(v, vc, v->group_start(), "GroupStart"));
+  int vr = 0;
+  const char *what = "Send";
+  for (size_t k = 0; k < st->count && vr == 0; k++) {
+    what = ops[k].send ? "Send" : "Recv";
+    vr = ops[k].send ? v->send(ops[k].buf, ops[k].bytes, HC_UINT8, ops[k].peer, vc, s)
+                     : v->recv(ops[k].buf, ops[k].bytes, HC_UINT8, ops[k].peer, vc, s);
+  }
+  hc_result_t r = hc_vendor_check(v, vc, vr, what);
+  hc_result_t ended = hc_vendor_check(v, vc, v->group_end(), "GroupEnd");
+  return r != HC_OK ? r : ended;
+}
+
 /* A VENDOR step: the vendor's collective on its communicator of the group,
  * on the lane's stream (dtype and op values are the vendor's own). */
 static hc_result_t run_vendor_step(struct hc_gpu_lanes *g, const struct hc_step *st, hc_stream_t s) {
@@ -513,6 +533,7 @@ static hc_result_t run_vendor_step(struct hc_gpu_lanes *g, const struct hc_step 
   if (v == NULL) return HC_FAIL(HC_ERR_INTERNAL, "rank %d: a vendor step, but no vendor communicator", g->rank);
   int vr;
   switch (st->coll) {
+  case HC_COLL_SEND: return run_vendor_p2p(g, st, s);
   case HC_COLL_ALLREDUCE: vr = v->all_reduce(st->src0, st->dst, st->count, st->dtype, st->redop, vc, s); break;
   case HC_COLL_BROADCAST: vr = v->broadcast(st->src0, st->dst, st->count, st->dtype, st->peer, vc, s); break;
   case HC_COLL_REDUCE: vr = v->reduce(st->src0, st->dst, st->count, st->dtype, st->redop, st->peer, vc, s); break;

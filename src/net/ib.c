@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "../device/device.h"
 #include "ib_priv.h"
 #include "ib_wire.h"
 
@@ -143,9 +144,33 @@ static hc_result_t pick_gid(const struct hc_ib_verbs *v, struct ibv_context *cx,
   return HC_OK;
 }
 
-hc_result_t hc_ib_find_device(const struct hc_ib_verbs *v, struct hc_ib_dev *dev, bool *found, char *why,
-                              size_t why_len) {
-  int n = 0;
+/* Of the ports found, the one nearest the GPU (net/topo.c); the first where
+ * the PCI tree cannot be read, said in near. */
+#define HC_IB_MAX_PORTS 32
+static int nearest_port(const struct hc_ib_dev *ports, int n, const char *gpu_bus_id, int spread, char *near,
+                        size_t near_len) {
+  struct hc_topo_node gpu, nics[HC_IB_MAX_PORTS];
+  snprintf(near, near_len, "the first active port");
+  if (gpu_bus_id == NULL || gpu_bus_id[0] == 0 || n < 2) return 0;
+  char saved[256]; /* a tree that cannot be read is no failure: the first port serves */
+  snprintf(saved, sizeof(saved), "%s", hc_last_error());
+  bool readable = hc_topo_pci_node(gpu_bus_id, &gpu) == HC_OK;
+  for (int i = 0; i < n && readable; i++) readable = hc_topo_ib_node(ports[i].name, &nics[i]) == HC_OK;
+  if (!readable) {
+    snprintf(near, near_len, "the first active port (PCI tree unreadable: %s)", hc_last_error());
+    hc_set_last_error(saved);
+    return 0;
+  }
+  int k = hc_topo_nearest(&gpu, nics, n, spread);
+  snprintf(near, near_len, "nearest GPU %s: %s", gpu_bus_id, hc_topo_closeness_name(hc_topo_closeness(&gpu, &nics[k])));
+  return k;
+}
+
+hc_result_t hc_ib_find_device(const struct hc_ib_verbs *v, const char *gpu_bus_id, int spread, struct hc_ib_dev *dev,
+                              bool *found, char *why, size_t why_len, char *near, size_t near_len) {
+  int n = 0, nports = 0;
+  struct hc_ib_dev ports[HC_IB_MAX_PORTS];
+  char near_text[160];
   hc_result_t r = HC_OK;
   const char *spec = hc_param_str(HC_P_IB_HCA);
   *found = false;
@@ -156,11 +181,11 @@ hc_result_t hc_ib_find_device(const struct hc_ib_verbs *v, struct hc_ib_dev *dev
     return HC_OK;
   }
   int seen = 0;
-  for (int i = 0; i < n && !*found && r == HC_OK; i++) {
+  for (int i = 0; i < n && nports < HC_IB_MAX_PORTS && r == HC_OK; i++) {
     const char *name = v->ibv_get_device_name(list[i]);
     struct ibv_context *cx = v->ibv_open_device(list[i]);
     if (cx == NULL) continue;
-    for (int port = 1; port <= 8 && !*found; port++) {
+    for (int port = 1; port <= 8 && nports < HC_IB_MAX_PORTS; port++) {
       struct ibv_port_attr pa;
       memset(&pa, 0, sizeof(pa));
       if (v->ibv_query_port(cx, (uint8_t)port, &pa) != 0) break; /* no such port */
@@ -189,12 +214,16 @@ hc_result_t hc_ib_find_device(const struct hc_ib_verbs *v, struct hc_ib_dev *dev
       } else if (v->ibv_query_gid(cx, (uint8_t)port, 0, &d.gid) != 0) {
         memset(&d.gid, 0, sizeof(d.gid));
       }
-      *dev = d;
-      *found = true;
+      ports[nports++] = d;
     }
     v->ibv_close_device(cx);
   }
   v->ibv_free_device_list(list);
+  if (r == HC_OK && nports > 0) {
+    *dev = ports[nearest_port(ports, nports, gpu_bus_id, spread, near_text, sizeof(near_text))];
+    *found = true;
+    if (near) snprintf(near, near_len, "%s", near_text);
+  }
   if (!*found && seen == 0 && n > 0) snprintf(why, why_len, "%d RDMA devices, none could be opened", n);
   return r;
 }
@@ -212,7 +241,7 @@ void hc_net_ib_probe(bool *usable, char *what, size_t len) {
     snprintf(what, len, "%s", verbs_why);
     return;
   }
-  if (hc_ib_find_device(v, &d, usable, why, sizeof(why)) != HC_OK) {
+  if (hc_ib_find_device(v, NULL, 0, &d, usable, why, sizeof(why), NULL, 0) != HC_OK) {
     snprintf(what, len, "%s", hc_last_error());
     return;
   }
@@ -223,6 +252,45 @@ void hc_net_ib_probe(bool *usable, char *what, size_t len) {
   else
     snprintf(what, len, "%s:%d %s, LID %u, MTU %d", d.name, d.port, link_layer_name(d.link_layer), d.lid,
              128 << d.active_mtu);
+}
+
+/* The PCI bus id of a GPU comm's device ("" for a CPU comm, or where the
+ * driver cannot say: the NIC is then the first active port). */
+static void gpu_pci_bus_id(const struct hc_net_args *a, char *out, size_t len) {
+  out[0] = 0;
+  if (a->device_kind == HC_MEM_HOST) return;
+  const struct hc_dev_ops *gpu = hc_dev_get((enum hc_mem_kind)a->device_kind);
+  if (gpu == NULL || !HC_HAS_OP(gpu, struct hc_dev_ops, pci_bus_id) || gpu->pci_bus_id == NULL) return;
+  char saved[256];
+  snprintf(saved, sizeof(saved), "%s", hc_last_error());
+  if (gpu->pci_bus_id(a->device_id, out, len) != HC_OK) {
+    HC_INFO(HC_NET, "ib: no PCI bus id for %s device %d (%s): the first active port serves", gpu->name, a->device_id,
+            hc_last_error());
+    out[0] = 0;
+    hc_set_last_error(saved);
+  }
+}
+
+void hc_net_ib_gpu_ports(int device_kind, char *out, size_t len) {
+  size_t at = 0;
+  out[0] = 0;
+  const struct hc_ib_verbs *v = hc_ib_verbs_load();
+  const struct hc_dev_ops *gpu = hc_dev_get((enum hc_mem_kind)device_kind);
+  if (v == NULL || gpu == NULL) return;
+  const int ngpus = hc_dev_caps((enum hc_mem_kind)device_kind).device_count;
+  for (int g = 0; g < ngpus && at < len; g++) {
+    struct hc_net_args a = {.device_kind = device_kind, .device_id = g};
+    char bus[32], why[200], near[200];
+    struct hc_ib_dev d;
+    bool found = false;
+    gpu_pci_bus_id(&a, bus, sizeof(bus));
+    if (hc_ib_find_device(v, bus, g, &d, &found, why, sizeof(why), near, sizeof(near)) != HC_OK)
+      snprintf(why, sizeof(why), "%s", hc_last_error());
+    int n = found ? snprintf(out + at, len - at, "  %s %d (%s) -> %s:%d (%s)\n", gpu->name, g,
+                             bus[0] ? bus : "no bus id", d.name, d.port, near)
+                  : snprintf(out + at, len - at, "  %s %d -> none: %s\n", gpu->name, g, why);
+    at = HC_MIN(at + (n > 0 ? (size_t)n : 0), len);
+  }
 }
 
 /* ---- connections ---- */
@@ -523,7 +591,10 @@ static hc_result_t ib_open(const struct hc_net_args *a, struct hc_net_caps *caps
   ctx->gdr_mode = gdr;
   ctx->device_kind = a->device_kind;
   HC_TRY_GOTO(hc_calloc(&ctx->conns, (size_t)a->nranks, sizeof(ctx->conns[0]), "ib connections"), r, fail);
-  HC_TRY_GOTO(hc_ib_find_device(v, &ctx->dev, &found, why, sizeof(why)), r, fail);
+  char gpu_bus_id[32] = "", near[200] = "";
+  gpu_pci_bus_id(a, gpu_bus_id, sizeof(gpu_bus_id));
+  HC_TRY_GOTO(hc_ib_find_device(v, gpu_bus_id, a->device_id, &ctx->dev, &found, why, sizeof(why), near, sizeof(near)),
+              r, fail);
   if (!found) {
     char text[260];
     snprintf(text, sizeof(text), "no usable RDMA port: %s", why);
@@ -557,11 +628,11 @@ static hc_result_t ib_open(const struct hc_net_args *a, struct hc_net_caps *caps
   sa.socket_nstreams = 1;
   HC_TRY_GOTO(hc_net_socket.open(&sa, NULL, handle, &ctx->sock_ctx), r, fail);
   if (caps) caps->device_memory = false; /* GPU buffers reach ib through the plans' pinned staging */
-  HC_INFO(HC_NET, "ib: rank %d on %s:%d (%s, %s %d, MTU %d), %d queue pairs per peer, chunk %zu, eager %zu x %u",
+  HC_INFO(HC_NET, "ib: rank %d on %s:%d (%s, %s %d, MTU %d; %s), %d queue pairs per peer, chunk %zu, eager %zu x %u",
           ctx->rank, ctx->dev.name, ctx->dev.port, link_layer_name(ctx->dev.link_layer),
           ctx->dev.link_layer == HC_IBV_LINK_LAYER_ETHERNET ? "GID index" : "LID",
           ctx->dev.link_layer == HC_IBV_LINK_LAYER_ETHERNET ? ctx->dev.gid_index : ctx->dev.lid,
-          128 << ctx->dev.active_mtu, ctx->nqps, ctx->chunk, ctx->eager_bytes, ctx->eager_slots);
+          128 << ctx->dev.active_mtu, near, ctx->nqps, ctx->chunk, ctx->eager_bytes, ctx->eager_slots);
   *out = ctx;
   return HC_OK;
 fail:

@@ -210,11 +210,14 @@ struct hc_ib_ctx {
 /* The process-wide libibverbs table, loaded once; NULL with an INFO line
  * when the library or a symbol is missing. */
 const struct hc_ib_verbs *hc_ib_verbs_load(void);
-/* The device and port HETCCL_IB_HCA selects, the first active one; HC_OK
- * with *found = false when none (the reason is this thread's last error
- * text, not logged as a WARN). */
-hc_result_t hc_ib_find_device(const struct hc_ib_verbs *v, struct hc_ib_dev *dev, bool *found, char *why,
-                              size_t why_len);
+/* The device and port for a rank: among the active ports HETCCL_IB_HCA
+ * allows, the one nearest the GPU whose PCI bus id is gpu_bus_id
+ * (net/topo.c; equally near ones dealt out by spread, the GPU's index),
+ * else the first. HC_OK with *found = false when none (the reason in why,
+ * not logged as a WARN). near (when not NULL) says how the choice was
+ * made. */
+hc_result_t hc_ib_find_device(const struct hc_ib_verbs *v, const char *gpu_bus_id, int spread, struct hc_ib_dev *dev,
+                              bool *found, char *why, size_t why_len, char *near, size_t near_len);
 /* Whether a device/port matches an NCCL_IB_HCA-style spec ("" matches all). */
 bool hc_ib_hca_matches(const char *spec, const char *dev, int port);
 /* Makes r (just returned by HC_FAIL) c's sticky failure, tells the peer when

@@ -60,6 +60,7 @@ struct hc_net_args {
                                 * drivers (dma-buf) only for a GPU comm, never loading them for
                                 * a CPU one */
   hc_net_sig_explain_fn sig_explain; /* may be NULL */
+  int device_id;               /* a GPU comm's device: ib takes the port nearest it (net/topo.c) */
 };
 
 /*
@@ -135,9 +136,36 @@ extern const struct hc_net_ops hc_net_ib;
 /* What ib finds on this host without opening a transport: *usable, and a
  * line saying which device and port, or why none (hetccl-info, init). */
 void hc_net_ib_probe(bool *usable, char *what, size_t len);
+/* Which port ib would give each GPU of device_kind (a GPU kind) and why,
+ * one line per GPU into out (hetccl-info). */
+void hc_net_ib_gpu_ports(int device_kind, char *out, size_t len);
 /* How ib would reach memory of device_kind (a GPU kind) under HETCCL_GDR:
  * a line naming the path and what the host has (hetccl-info). */
 void hc_net_ib_gdr_probe(int device_kind, char *what, size_t len);
+/* ---- topology (net/topo.c): the RDMA device nearest a GPU ---- */
+
+/* A PCI device's place: its path under sysfs's devices/ from the root
+ * complex down, and its NUMA node (-1: unknown). */
+struct hc_topo_node {
+  char path[256];
+  int numa;
+};
+/* How near two devices are, larger is nearer: across sockets, the same
+ * NUMA node, the same root complex, or below a common bridge (a PCIe switch
+ * or root port), HC_TOPO_SWITCH + 1 for each deeper bridge they share. */
+enum { HC_TOPO_SYSTEM = 0, HC_TOPO_NUMA = 1, HC_TOPO_HOST_BRIDGE = 2, HC_TOPO_SWITCH = 3 };
+int hc_topo_closeness(const struct hc_topo_node *a, const struct hc_topo_node *b);
+const char *hc_topo_closeness_name(int closeness);
+/* The index of the nearest of nics[0..n) to gpu (-1 when n is 0); equally
+ * near ones are dealt out by spread (the GPU's index on its node), so that
+ * a node's GPUs use all of them. Pure: no sysfs. */
+int hc_topo_nearest(const struct hc_topo_node *gpu, const struct hc_topo_node *nics, int n, int spread);
+/* The node of a PCI device by its bus id ("0000:3b:00.0", any case, as the
+ * drivers spell it), or of an RDMA device by name, read from sysfs
+ * (HETCCL_SYSFS_ROOT, a test's fake tree, or /sys). */
+hc_result_t hc_topo_pci_node(const char *bus_id, struct hc_topo_node *out);
+hc_result_t hc_topo_ib_node(const char *name, struct hc_topo_node *out);
+
 /* Ranks of one host (same pid namespace and /dev/shm); see net/shm.c. */
 extern const struct hc_net_ops hc_net_shm;
 /* Before a failing comm closes its connections: tells every peer that the

@@ -38,14 +38,17 @@
  * rank that has it to the rank that needs it.
  *
  * Inside a group whose ranks each own a distinct GPU of one vendor
- * (hc_plan_ctx.group_vendor), the group's steps of all-reduce, broadcast
- * and reduce are the vendor library's collectives on its communicator of
- * the group (VENDOR steps): its reduce-scatter and all-gather around step
- * 2 of the all-reduce, its broadcast from and reduce to the group's leader.
- * Elsewhere, and for all-gather and reduce-scatter, hetccl's own
- * algorithms run inside groups.
+ * (hc_plan_ctx.group_vendor), the group's steps are the vendor library's
+ * on its communicator of the group (VENDOR steps), so that no byte moves
+ * between two of its ranks through hetccl's transports: its reduce-scatter
+ * and all-gather around step 2 of the all-reduce, its broadcast from and
+ * reduce to the group's leader, rounds of its grouped sends and receives
+ * for the all-gather's blocks, rounds of its reduce-scatter for the
+ * reduce-scatter's (p2p.c does the same for all-to-all, gather and
+ * scatter). Elsewhere hetccl's own algorithms run inside groups.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "plan_priv.h"
 
@@ -132,12 +135,10 @@ struct hier_allreduce {
                      holds at most nranks segments (one per block boundary) */
 };
 
-static bool runs_vendor(const struct hc_plan_ctx *x, int g) { return x->group_vendor && x->group_vendor[g]; }
-
 /* Block b of group g's n members: the ring's (hc_block), or in a vendor
  * group the vendor's (count / n each, the last one also the rest). */
 static void group_block(const struct hc_plan_ctx *x, int g, int n, size_t count, int b, size_t *off, size_t *len) {
-  if (!runs_vendor(x, g)) {
+  if (!hc_runs_vendor(x, g)) {
     hc_block(count, n, b, off, len);
     return;
   }
@@ -240,8 +241,8 @@ hc_result_t hc_hier_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
     struct hc_plan_ctx xg = group_ctx(x, &gr, x->group_of[x->rank], x->rank);
     struct hc_coll_args in_group = *a;
     in_group.op = hc_step_op(a->op); /* AVG divides once, after the groups' sums meet */
-    r = runs_vendor(x, x->group_of[x->rank]) ? vendor_allreduce(p, &xg, &in_group, io, &h)
-                                               : hc_ring_allreduce_split(p, &xg, &in_group, io, across, &h, NULL);
+    r = hc_runs_vendor(x, x->group_of[x->rank]) ? vendor_allreduce(p, &xg, &in_group, io, &h)
+                                                  : hc_ring_allreduce_split(p, &xg, &in_group, io, across, &h, NULL);
   }
   free(h.owners);
   free(h.done);
@@ -287,7 +288,7 @@ static hc_result_t chain_by_group(struct hc_plan *p, const struct hc_plan_ctx *x
  * vendor's library (whose own broadcast and reduce pipeline inside it). */
 static bool chained(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
   for (int g = 0; g < x->ngroups; g++)
-    if (runs_vendor(x, g)) return false;
+    if (hc_runs_vendor(x, g)) return false;
   return a->count * hc_dtype_size(a->dtype) >= x->ring_threshold;
 }
 
@@ -318,7 +319,7 @@ static hc_result_t two_level_broadcast(struct hc_plan *p, const struct hc_plan_c
     in_group = (struct hc_alg_io){.in = io.out, .out = io.out, .in_dep = have};
   }
   if (group_size(gr, mine) == 1) return HC_OK;
-  if (runs_vendor(x, mine)) {
+  if (hc_runs_vendor(x, mine)) {
     /* Off the leader the vendor reads no source: the output stands in. */
     push_vendor(p, HC_COLL_BROADCAST, gr->leaders[mine] == me ? in_group.in : io.out, io.out, a->count, a->dtype,
                 a->op, gr->pos[gr->leaders[mine]], in_group.in_dep);
@@ -350,7 +351,7 @@ static hc_result_t two_level_reduce(struct hc_plan *p, const struct hc_plan_ctx 
     else if (is_leader && (group_sum = hc_plan_scratch(p, a->count * hc_dtype_size(a->dtype))) == NULL)
       return HC_OK; /* the plan reports it */
     hc_ref_t have = 0;
-    if (runs_vendor(x, mine))
+    if (hc_runs_vendor(x, mine))
       have = push_vendor(p, HC_COLL_REDUCE, io.in, group_sum, a->count, a->dtype, sum.op, ag.root, io.in_dep);
     else
       HC_TRY(hc_tree_reduce(p, &xg, &ag, (struct hc_alg_io){.in = io.in, .out = group_sum, .in_dep = io.in_dep,
@@ -389,6 +390,65 @@ hc_result_t hc_hier_reduce(struct hc_plan *p, const struct hc_plan_ctx *x,
 
 /* ---- all-gather and reduce-scatter ---- */
 
+/* The k-th block that member i of group g holds first (all-gather) or
+ * sums (reduce-scatter): k = 0 its own, then the foreign blocks designated
+ * to it (first[b], the designees in g), in rank order; -1 past its last. */
+static int kth_held(const struct groups *gr, const int *first, int nranks, int g, int i, int k) {
+  const int m = member(gr, g, i);
+  if (k == 0) return m;
+  for (int b = 0; b < nranks; b++)
+    if (gr->group_of[b] != g && first[b] == m && --k == 0) return b;
+  return -1;
+}
+
+#define BLOCK(b, off) HC_PTR(io.out, (size_t)(b) * count + (off), es)
+
+/* All-gather inside a vendor group: rounds of the vendor's grouped sends
+ * and receives. In round k each member passes the k-th block it holds
+ * (kth_held) to the rest of the group, straight into their outputs; round
+ * 0 (the members' own blocks) waits for nothing that crosses between
+ * groups, so it overlaps those transfers. held: per (block, chunk), the
+ * step that received it here. */
+static hc_result_t vendor_allgather_inside(struct hc_plan *p, const struct hc_plan_ctx *x, const struct groups *gr,
+                                           const int *holder, const hc_ref_t *held, size_t nch, struct hc_alg_io io,
+                                           size_t count, size_t es) {
+  const int n = x->nranks, me = x->rank, mine = x->group_of[me], m = group_size(gr, mine), pos = gr->pos[me];
+  struct hc_vendor_p2p *ops = malloc((size_t)(2 * m) * sizeof(*ops));
+  hc_ref_t *chunks = malloc(nch * sizeof(hc_ref_t));
+  if (ops == NULL || chunks == NULL) {
+    free(ops);
+    free(chunks);
+    return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for a vendor group of %d", m);
+  }
+  for (int k = 0;; k++) {
+    int nops = 0;
+    bool any = false;
+    hc_ref_t ready = io.in_dep;
+    const int mine_b = kth_held(gr, holder, n, mine, pos, k);
+    if (mine_b >= 0) {
+      any = true;
+      if (mine_b != me) {
+        memcpy(chunks, &held[(size_t)mine_b * nch], nch * sizeof(hc_ref_t));
+        ready = hc_plan_join(p, chunks, (int)nch);
+      }
+      void *src = mine_b == me ? (void *)io.in : BLOCK(mine_b, 0);
+      for (int i = 0; i < m; i++)
+        if (i != pos) ops[nops++] = (struct hc_vendor_p2p){.buf = src, .bytes = count * es, .peer = i, .send = true};
+    }
+    for (int i = 0; i < m; i++) {
+      const int b = i == pos ? -1 : kth_held(gr, holder, n, mine, i, k);
+      if (b < 0) continue;
+      any = true;
+      ops[nops++] = (struct hc_vendor_p2p){.buf = BLOCK(b, 0), .bytes = count * es, .peer = i, .send = false};
+    }
+    if (!any) break;
+    hc_push_vendor_p2p(p, ops, nops, ready, 0);
+  }
+  free(ops);
+  free(chunks);
+  return HC_OK;
+}
+
 hc_result_t hc_hier_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
                               const struct hc_coll_args *a, struct hc_alg_io io) {
   struct groups gr;
@@ -406,7 +466,6 @@ hc_result_t hc_hier_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
     return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d x %zu chunk records", n, nch);
   }
   size_t coff, clen;
-#define BLOCK(b, off) HC_PTR(io.out, (size_t)(b) * count + (off), es)
   hc_push_copy(p, BLOCK(me, 0), io.in, count * es, io.in_dep, 0);
   /* Across: this rank's block to its designee in each other group; the
    * foreign blocks designated to this rank, from their ranks. */
@@ -420,6 +479,11 @@ hc_result_t hc_hier_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
       hc_chunk(count, nch, c, &coff, &clen);
       if (clen) held[(size_t)b * nch + c] = hc_push_recv(p, b, BLOCK(b, coff), clen * es, 0, 0);
     }
+  hc_result_t r = HC_OK;
+  if (hc_runs_vendor(x, mine)) {
+    r = vendor_allgather_inside(p, x, &gr, holder, held, nch, io, count, es);
+    goto out;
+  }
   /* Inside the group: every block to the members that lack it, from the
    * member that holds it, in block order. */
   for (int b = 0; b < n; b++) {
@@ -436,12 +500,13 @@ hc_result_t hc_hier_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
         if (member(&gr, mine, i) != me) hc_push_send(p, member(&gr, mine, i), src, clen * es, ready, 0);
     }
   }
-#undef BLOCK
+out:
   free(held);
   free(holder);
   groups_free(&gr);
-  return HC_OK;
+  return r;
 }
+#undef BLOCK
 
 /* Receive slots of chunk size, used round-robin; a receive into a slot
  * waits for the reduction that last read it. */
@@ -464,6 +529,90 @@ static void sum_from(struct hc_plan *p, struct rs_slots *s, int peer, void *dst,
   *cur = dst;
 }
 
+/* Reduce-scatter in a vendor group: rounds of the vendor's reduce-scatter.
+ * In round k member i gets the group's sum of the k-th block it sums
+ * (kth_held), read straight from the inputs where those blocks lie in
+ * member order, else from a packed copy; a round where some member has
+ * no block left is the vendor's reduce of each block to its member. Then,
+ * as in hetccl's own plan, a foreign block's partial goes to its rank,
+ * and this rank's own block sums the other groups' partials. */
+static hc_result_t vendor_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                        struct hc_alg_io io, const struct groups *gr, const int *summer,
+                                        struct rs_slots *s) {
+  const int n = x->nranks, me = x->rank, mine = x->group_of[me], m = group_size(gr, mine), pos = gr->pos[me];
+  const size_t es = hc_dtype_size(a->dtype), count = a->count, nch = hc_nchunks(count, es, x->chunk_bytes);
+  const enum hc_redop op = hc_step_op(a->op);
+  int *round = malloc((size_t)m * sizeof(int));
+  hc_ref_t *copies = malloc((size_t)m * sizeof(hc_ref_t));
+  if (round == NULL || copies == NULL) {
+    free(round);
+    free(copies);
+    return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for a vendor group of %d", m);
+  }
+  hc_ref_t own_summed = 0;
+  for (int k = 0;; k++) {
+    bool any = false, complete = true, in_order = true;
+    for (int i = 0; i < m; i++) {
+      round[i] = kth_held(gr, summer, n, mine, i, k);
+      any |= round[i] >= 0;
+      complete &= round[i] >= 0;
+      in_order &= round[i] == round[0] + i;
+    }
+    if (!any) break;
+    const int b = round[pos];
+    char *acc = b == me ? io.out : b >= 0 ? hc_plan_scratch(p, count * es) : NULL;
+    if (b >= 0 && acc == NULL) break; /* the plan reports it */
+    hc_ref_t summed = 0;
+    if (complete) {
+      const void *src = HC_PTR(io.in, (size_t)round[0] * count, es);
+      hc_ref_t ready = io.in_dep;
+      if (!in_order) {
+        char *pack = hc_plan_scratch(p, (size_t)m * count * es);
+        if (pack == NULL) break; /* the plan reports it */
+        for (int i = 0; i < m; i++)
+          copies[i] = hc_push_copy(p, pack + (size_t)i * count * es, HC_PTR(io.in, (size_t)round[i] * count, es),
+                                   count * es, io.in_dep, 0);
+        ready = hc_plan_join(p, copies, m);
+        src = pack;
+      }
+      summed = push_vendor(p, HC_COLL_REDUCESCATTER, src, acc, count, a->dtype, op, 0, ready);
+    } else {
+      for (int i = 0; i < m; i++) {
+        if (round[i] < 0) continue;
+        const void *in_block = HC_PTR(io.in, (size_t)round[i] * count, es);
+        /* Off the root the vendor writes nothing: the input stands in. */
+        hc_ref_t r = push_vendor(p, HC_COLL_REDUCE, in_block, i == pos ? acc : (void *)in_block, count, a->dtype,
+                                 op, i, io.in_dep);
+        if (i == pos) summed = r;
+      }
+    }
+    if (b == me) own_summed = summed;
+    size_t coff, clen;
+    for (size_t c = 0; c < nch && b >= 0 && b != me; c++) { /* across: the group's partial, to b */
+      hc_chunk(count, nch, c, &coff, &clen);
+      if (clen) hc_push_send(p, b, HC_PTR(acc, coff, es), clen * es, summed, 0);
+    }
+  }
+  /* Across: the other groups' partials of this rank's block, after every
+   * round. The vendor's steps run in stream order, so a receive before a
+   * later round would wait for the peer's later round, which waits for
+   * this rank's: each rank would wait for the other. */
+  size_t coff, clen;
+  for (size_t c = 0; c < nch; c++) {
+    hc_chunk(count, nch, c, &coff, &clen);
+    if (clen == 0) continue;
+    void *dst = HC_PTR(io.out, coff, es);
+    const void *cur = dst;
+    hc_ref_t cur_ref = own_summed;
+    for (int g = 0; g < x->ngroups; g++)
+      if (g != mine) sum_from(p, s, designee(gr, me, g), dst, &cur, &cur_ref, clen, a->dtype, op);
+    hc_push_avg(p, a, dst, clen, n, cur_ref);
+  }
+  free(round);
+  free(copies);
+  return HC_OK;
+}
+
 hc_result_t hc_hier_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x,
                                   const struct hc_coll_args *a, struct hc_alg_io io) {
   struct groups gr;
@@ -480,6 +629,10 @@ hc_result_t hc_hier_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x
   hc_result_t r = HC_OK;
   if (s.base == NULL || s.last_reader == NULL || summer == NULL) {
     r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d receive slots of %zu bytes", s.count, s.bytes);
+    goto out;
+  }
+  if (hc_runs_vendor(x, mine)) {
+    r = vendor_reducescatter(p, x, a, io, &gr, summer, &s);
     goto out;
   }
   size_t coff, clen;

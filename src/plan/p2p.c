@@ -1,9 +1,55 @@
 /*
  * Direct point-to-point plans: all-to-all(v), gather, scatter. Every pair
  * exchanges directly; rank r talks to r+k and r-k at round k, so that no
- * rank is the target of everyone at once.
+ * rank is the target of everyone at once. Between two ranks of a group
+ * that runs the vendor's library (hc_vendor_peer), the blocks go in one
+ * group of the vendor's sends and receives instead, on the caller's
+ * stream, while the transfers with other groups move on hetccl's
+ * transports at the same time.
  */
+#include <stdlib.h>
+
 #include "plan_priv.h"
+
+/* The vendor's sends and receives of one call, gathered while the plan is
+ * built and pushed as one VENDOR step. */
+struct vendor_ops {
+  struct hc_vendor_p2p *ops;
+  int n;
+};
+
+static hc_result_t vendor_ops_init(struct vendor_ops *v, const struct hc_plan_ctx *x) {
+  v->n = 0;
+  v->ops = x->group_of && hc_runs_vendor(x, x->group_of[x->rank]) ? malloc((size_t)x->nranks * 2 * sizeof(*v->ops))
+                                                                   : NULL;
+  if (v->ops == NULL && x->group_of && hc_runs_vendor(x, x->group_of[x->rank]))
+    return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d vendor sends and receives", 2 * x->nranks);
+  return HC_OK;
+}
+
+/* A send (to) or receive (from) of peer: the vendor's where it may (the
+ * first pass gathers those), else a transfer of hetccl's (the second pass
+ * pushes those). The vendor's step comes first in the plan, so that it
+ * runs on the stream while the transfers with other groups move, not
+ * after the copies out of their staging slots. */
+static void move(struct hc_plan *p, const struct hc_plan_ctx *x, struct vendor_ops *v, int pass, int peer,
+                 bool send, void *buf, size_t bytes, hc_ref_t ready) {
+  if (hc_vendor_peer(x, peer)) {
+    if (pass == 0)
+      v->ops[v->n++] = (struct hc_vendor_p2p){.buf = buf, .bytes = bytes, .peer = hc_group_index(x, peer),
+                                              .send = send};
+  } else if (pass == 1) {
+    if (send) hc_push_send(p, peer, buf, bytes, ready, 0);
+    else hc_push_recv(p, peer, buf, bytes, 0, 0);
+  }
+}
+
+/* After the first pass: the vendor's step. */
+static void vendor_ops_push(struct hc_plan *p, struct vendor_ops *v, int pass, hc_ref_t ready) {
+  if (pass != 0) return;
+  hc_push_vendor_p2p(p, v->ops, v->n, ready, 0);
+  free(v->ops);
+}
 
 static bool overlaps(const void *a, size_t an, const void *b, size_t bn) {
   const char *pa = a, *pb = b;
@@ -34,11 +80,16 @@ hc_result_t hc_p2p_alltoallv(struct hc_plan *p, const struct hc_plan_ctx *x,
     in_ready = hc_push_copy(p, copy, io.in, send_span, io.in_dep, 0);
     in = copy;
   }
+  struct vendor_ops v;
+  HC_TRY(vendor_ops_init(&v, x));
   hc_push_copy(p, HC_PTR(io.out, RDISPL(r), es), HC_PTR(in, SDISPL(r), es), RCOUNT(r) * es, in_ready, 0);
-  for (int k = 1; k < n; k++) {
-    int to = (r + k) % n, from = (r - k + n) % n;
-    hc_push_send(p, to, HC_PTR(in, SDISPL(to), es), SCOUNT(to) * es, in_ready, 0);
-    hc_push_recv(p, from, HC_PTR(io.out, RDISPL(from), es), RCOUNT(from) * es, 0, 0);
+  for (int pass = 0; pass < 2; pass++) {
+    for (int k = 1; k < n; k++) {
+      int to = (r + k) % n, from = (r - k + n) % n;
+      move(p, x, &v, pass, to, true, HC_PTR(in, SDISPL(to), es), SCOUNT(to) * es, in_ready);
+      move(p, x, &v, pass, from, false, HC_PTR(io.out, RDISPL(from), es), RCOUNT(from) * es, 0);
+    }
+    vendor_ops_push(p, &v, pass, in_ready);
   }
 #undef SCOUNT
 #undef SDISPL
@@ -51,14 +102,16 @@ hc_result_t hc_p2p_gather(struct hc_plan *p, const struct hc_plan_ctx *x,
                           const struct hc_coll_args *a, struct hc_alg_io io) {
   const int n = x->nranks, r = x->rank, root = a->root;
   const size_t bytes = a->count * hc_dtype_size(a->dtype);
-  if (r != root) {
-    hc_push_send(p, root, io.in, bytes, io.in_dep, 0);
-    return HC_OK;
-  }
-  hc_push_copy(p, (char *)io.out + (size_t)root * bytes, io.in, bytes, io.in_dep, 0);
-  for (int k = 1; k < n; k++) {
-    int from = (root + k) % n;
-    hc_push_recv(p, from, (char *)io.out + (size_t)from * bytes, bytes, 0, 0);
+  struct vendor_ops v;
+  HC_TRY(vendor_ops_init(&v, x));
+  if (r == root) hc_push_copy(p, (char *)io.out + (size_t)root * bytes, io.in, bytes, io.in_dep, 0);
+  for (int pass = 0; pass < 2; pass++) {
+    if (r != root) move(p, x, &v, pass, root, true, (void *)io.in, bytes, io.in_dep);
+    for (int k = 1; k < n && r == root; k++) {
+      int from = (root + k) % n;
+      move(p, x, &v, pass, from, false, (char *)io.out + (size_t)from * bytes, bytes, 0);
+    }
+    vendor_ops_push(p, &v, pass, io.in_dep);
   }
   return HC_OK;
 }
@@ -67,14 +120,16 @@ hc_result_t hc_p2p_scatter(struct hc_plan *p, const struct hc_plan_ctx *x,
                            const struct hc_coll_args *a, struct hc_alg_io io) {
   const int n = x->nranks, r = x->rank, root = a->root;
   const size_t bytes = a->count * hc_dtype_size(a->dtype);
-  if (r != root) {
-    hc_push_recv(p, root, io.out, bytes, 0, 0);
-    return HC_OK;
+  struct vendor_ops v;
+  HC_TRY(vendor_ops_init(&v, x));
+  for (int pass = 0; pass < 2; pass++) {
+    if (r != root) move(p, x, &v, pass, root, false, io.out, bytes, 0);
+    for (int k = 1; k < n && r == root; k++) {
+      int to = (root + k) % n;
+      move(p, x, &v, pass, to, true, (char *)io.in + (size_t)to * bytes, bytes, io.in_dep);
+    }
+    vendor_ops_push(p, &v, pass, io.in_dep);
   }
-  for (int k = 1; k < n; k++) {
-    int to = (root + k) % n;
-    hc_push_send(p, to, (const char *)io.in + (size_t)to * bytes, bytes, io.in_dep, 0);
-  }
-  hc_push_copy(p, io.out, (const char *)io.in + (size_t)root * bytes, bytes, io.in_dep, 0);
+  if (r == root) hc_push_copy(p, io.out, (const char *)io.in + (size_t)root * bytes, bytes, io.in_dep, 0);
   return HC_OK;
 }

@@ -230,6 +230,46 @@ void hc_coll_args_keep_counts(struct hc_coll_args *a, int nranks, size_t *store)
   a->sendcounts = store, a->sdispls = store + n, a->recvcounts = store + 2 * n, a->rdispls = store + 3 * n;
 }
 
+/* ---- the vendor's library inside groups ---- */
+
+int hc_group_index(const struct hc_plan_ctx *x, int r) {
+  int index = 0;
+  for (int i = 0; i < r; i++) index += x->group_of[i] == x->group_of[r];
+  return index;
+}
+
+hc_ref_t hc_push_vendor_p2p(struct hc_plan *p, const struct hc_vendor_p2p *ops, int n, hc_ref_t d0, hc_ref_t d1) {
+  if (n == 0) return d0;
+  struct hc_vendor_p2p *kept = hc_plan_host_scratch(p, (size_t)n * sizeof(*ops));
+  if (kept == NULL) return 0; /* the plan reports it */
+  memcpy(kept, ops, (size_t)n * sizeof(*ops));
+  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_VENDOR, .coll = HC_COLL_SEND, .src0 = kept,
+                                          .count = (size_t)n, HC_DEPS(d0, d1)});
+}
+
+/* A send or receive between two ranks of a vendor group. It joins the
+ * plan's open group of vendor sends and receives unless a vendor step came
+ * after it (the vendor must see every rank's collectives in one order): a
+ * new step holds the ops of both and waits for the old one, which becomes
+ * a NOP. */
+static void vendor_sendrecv(struct hc_plan *p, const struct hc_plan_ctx *x, int peer, void *buf, size_t bytes,
+                            bool send, hc_ref_t ready) {
+  hc_ref_t open = p->open_vendor_p2p;
+  for (int i = open; open && i < p->nsteps; i++)
+    if (p->steps[i].kind == HC_STEP_VENDOR) open = 0;
+  const int nold = open ? (int)p->steps[open - 1].count : 0;
+  struct hc_vendor_p2p *ops = malloc((size_t)(nold + 1) * sizeof(*ops));
+  if (ops == NULL) {
+    p->cap = -1; /* hc_plan_add reports it */
+    return;
+  }
+  if (nold) memcpy(ops, p->steps[open - 1].src0, (size_t)nold * sizeof(*ops));
+  ops[nold] = (struct hc_vendor_p2p){.buf = buf, .bytes = bytes, .peer = hc_group_index(x, peer), .send = send};
+  if (open) p->steps[open - 1].kind = HC_STEP_NOP; /* its deps stay: the new step waits for them */
+  p->open_vendor_p2p = hc_push_vendor_p2p(p, ops, nold + 1, open, ready);
+  free(ops);
+}
+
 /* ---- names ---- */
 
 const char *hc_coll_name(enum hc_coll c) {
@@ -359,14 +399,25 @@ static bool hierarchical(const struct hc_plan_ctx *x) {
   return x->algo == HC_ALGO_HIER || (x->algo == HC_ALGO_AUTO && x->ngroups < x->nranks);
 }
 
+static bool any_vendor_group(const struct hc_plan_ctx *x) {
+  for (int g = 0; g < x->ngroups; g++)
+    if (hc_runs_vendor(x, g)) return true;
+  return false;
+}
+
 static enum hc_algo choose(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
   size_t bytes = a->count * hc_dtype_size(a->dtype);
   switch (a->coll) {
   case HC_COLL_ALLREDUCE:
     if (x->algo == HC_ALGO_RING || x->algo == HC_ALGO_RD) return x->algo;
     /* Each byte crosses between groups once per group, not once per rank;
-     * small messages take recursive doubling's few steps instead. */
-    if (hierarchical(x) && (x->algo == HC_ALGO_HIER || bytes >= x->ring_threshold)) return HC_ALGO_HIER;
+     * small messages take recursive doubling's few steps instead, unless a
+     * group runs the vendor's library (whose steps keep its bytes off
+     * hetccl's transports) and every rank has an element (the rings inside
+     * the other groups need one per member). */
+    if (hierarchical(x) && (x->algo == HC_ALGO_HIER || bytes >= x->ring_threshold ||
+                            (any_vendor_group(x) && a->count >= (size_t)x->nranks)))
+      return HC_ALGO_HIER;
     return bytes >= x->ring_threshold && a->count >= (size_t)x->nranks ? HC_ALGO_RING : HC_ALGO_RD;
   case HC_COLL_BROADCAST:
   case HC_COLL_REDUCE:
@@ -431,11 +482,13 @@ hc_result_t hc_plan_add(struct hc_plan *p, const struct hc_plan_ctx *x,
       ready = hc_push_copy(p, copy, src, a->count * esize, 0, 0);
       src = copy;
     }
-    hc_push_send(p, a->root, src, a->count * esize, ready, 0);
+    if (hc_vendor_peer(x, a->root)) vendor_sendrecv(p, x, a->root, (void *)src, a->count * esize, true, ready);
+    else hc_push_send(p, a->root, src, a->count * esize, ready, 0);
     break;
   }
   case HC_COLL_RECV:
-    hc_push_recv(p, a->root, a->recvbuf, a->count * esize, 0, 0);
+    if (hc_vendor_peer(x, a->root)) vendor_sendrecv(p, x, a->root, a->recvbuf, a->count * esize, false, 0);
+    else hc_push_recv(p, a->root, a->recvbuf, a->count * esize, 0, 0);
     break;
   default: return HC_FAIL(HC_ERR_INTERNAL, "plan: unknown collective %d", (int)a->coll);
   }

@@ -74,7 +74,9 @@ void hc_plan_sig_explain(char *buf, size_t len, int me, const struct hc_net_sig 
  * rank's group (hc_plan_ctx.group_vendor), on the main lane: coll (ALLREDUCE,
  * BROADCAST, REDUCE, ALLGATHER or REDUCESCATTER) from src0 into dst, count
  * elements as the vendor counts them, redop, and peer as the root (an index
- * among the group's members). */
+ * among the group's members); or coll SEND: one group of the vendor's
+ * sends and receives (ncclGroupStart .. ncclGroupEnd), src0 pointing to
+ * count struct hc_vendor_p2p in the plan's host scratch. */
 enum hc_step_kind { HC_STEP_SEND, HC_STEP_RECV, HC_STEP_REDUCE, HC_STEP_COPY, HC_STEP_SCALE, HC_STEP_NOP,
                     HC_STEP_WAIT, HC_STEP_SIGNAL, HC_STEP_VENDOR };
 
@@ -84,6 +86,8 @@ enum hc_step_kind { HC_STEP_SEND, HC_STEP_RECV, HC_STEP_REDUCE, HC_STEP_COPY, HC
 enum hc_lane { HC_LANE_MAIN, HC_LANE_TO_HOST, HC_LANE_COUNT };
 
 #define HC_STEP_MAX_DEPS 4
+/* A step reference: 1 + step index, 0 = none (see hc_step.deps). */
+typedef int32_t hc_ref_t;
 struct hc_step {
   uint8_t kind;           /* enum hc_step_kind */
   uint8_t redop;          /* REDUCE: SUM, PROD, MAX, MIN; SCALE: enum hc_scale_kind */
@@ -100,6 +104,15 @@ struct hc_step {
   /* Earlier steps that must be done first, as 1 + their index, so that a
    * zero-initialised entry means "none". */
   int32_t deps[HC_STEP_MAX_DEPS];
+};
+
+/* One send or receive of a VENDOR step of coll SEND, in bytes; peer is an
+ * index among the group's members. */
+struct hc_vendor_p2p {
+  void *buf; /* send: read; receive: written */
+  size_t bytes;
+  int32_t peer;
+  bool send;
 };
 
 /* A buffer a plan took from a pool, and the pool it goes back to. */
@@ -121,6 +134,11 @@ struct hc_plan {
   struct hc_net_sig *sigs; /* of the calls whose transfers the plan holds */
   uint32_t nsigs, sigs_cap;
   enum hc_algo algo;       /* what ran, for logs and benchmarks */
+  /* The VENDOR step of coll SEND that later send/recv calls of this plan
+   * join (one group of the vendor's sends and receives, as the caller's
+   * group is one for NCCL: two ranks that each send first would otherwise
+   * wait for each other); 0 for none. */
+  hc_ref_t open_vendor_p2p;
   enum hc_mem_kind mem;    /* where the buffers live */
 };
 
@@ -167,9 +185,6 @@ struct hc_plan_window {
 };
 #define HC_WINDOW_SLOTS 4
 _Static_assert(HC_WINDOW_SLOTS <= HC_NET_WINDOW_SIGS, "a window slot without a signature slot");
-
-/* A step reference: 1 + step index, 0 = none (see hc_step.deps). */
-typedef int32_t hc_ref_t;
 
 /* Appends a step; returns its reference, or 0 when out of memory (the plan
  * remembers the failure: p->cap < 0, and hc_plan_add reports it). */

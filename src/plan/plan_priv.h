@@ -45,6 +45,21 @@ void *hc_plan_scratch(struct hc_plan *p, size_t bytes);
 void *hc_plan_host_scratch(struct hc_plan *p, size_t bytes);
 bool hc_plan_in_host_scratch(const struct hc_plan *p, const void *ptr);
 
+/* Does group g run the vendor's library inside (hc_plan_ctx.group_vendor)? */
+static inline bool hc_runs_vendor(const struct hc_plan_ctx *x, int g) { return x->group_vendor && x->group_vendor[g]; }
+/* Is peer another rank of this rank's group, and does that group run the
+ * vendor's library? Only plans over the whole comm (no members list) ask the vendor. */
+static inline bool hc_vendor_peer(const struct hc_plan_ctx *x, int peer) {
+  return x->group_of && x->members == NULL && peer != x->rank && x->group_of[peer] == x->group_of[x->rank] &&
+         hc_runs_vendor(x, x->group_of[x->rank]);
+}
+/* Rank r's index among its group's members (its rank on the vendor's
+ * communicator of the group). */
+int hc_group_index(const struct hc_plan_ctx *x, int r);
+/* A VENDOR step of coll SEND: ops[0..n) in one group of the vendor's sends
+ * and receives (the list is copied into the plan's host scratch). */
+hc_ref_t hc_push_vendor_p2p(struct hc_plan *p, const struct hc_vendor_p2p *ops, int n, hc_ref_t d0, hc_ref_t d1);
+
 /* Member v of the ranks an algorithm runs over (hc_plan_ctx.members). */
 static inline int hc_member(const struct hc_plan_ctx *x, int v) { return x->members ? x->members[v] : v; }
 

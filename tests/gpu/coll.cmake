@@ -53,3 +53,10 @@ foreach(mode kill stop abort)
   set_tests_properties(gpu_faults_${mode}_fake_cuda PROPERTIES LABELS "unit;gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
     ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;HETCCL_NVRTC_LIBRARY=none;HETCCL_TIMEOUT=${timeout};HETCCL_VENDOR=0")
 endforeach()
+# The training shapes in 2 groups x 2 GPUs over the fake driver and the
+# fake NCCL: FSDP (all-gather + reduce-scatter), MoE (all-to-all, -v),
+# pipeline send/recv; the group mates' part must run on the fake NCCL.
+add_dependencies(test_coll_shapes hc_fake_cuda hc_fake_nccl)
+add_test(NAME gpu_coll_groups_shapes_fake_nccl COMMAND test_coll_shapes)
+set_tests_properties(gpu_coll_groups_shapes_fake_nccl PROPERTIES LABELS "unit;gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=2;FAKE_CUDA_DELAY_US=0;HETCCL_TIMEOUT=120;HETCCL_VENDOR=1;HETCCL_NCCL_LIBRARY=${CMAKE_CURRENT_BINARY_DIR}/fake-nccl/libnccl.so.2;TU_RANKS=threads")

@@ -345,6 +345,15 @@ EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
   return CUDA_SUCCESS;
 }
 
+/* Device d sits on bus 0x1b + 0x20 d, spelled as the real driver does
+ * (upper case). */
+EXPORT CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice d) {
+  if (d < 0 || d >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+  if (id == NULL || len < 13) return CUDA_ERROR_INVALID_VALUE;
+  snprintf(id, (size_t)len, "0000:%02X:00.0", 0x1b + 0x20 * d);
+  return CUDA_SUCCESS;
+}
+
 EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
   if (d < 0 || d >= ndev) return CUDA_ERROR_INVALID_DEVICE;
   switch (attr) {

@@ -126,6 +126,9 @@ EXPORT hipError_t hipGetDeviceCount(int *n) {
   return cuDeviceGetCount(n);
 }
 
+CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice d);
+EXPORT hipError_t hipDeviceGetPCIBusId(char *id, int len, int dev) { return cuDeviceGetPCIBusId(id, len, dev); }
+
 EXPORT hipError_t hipDeviceGetAttribute(int *v, int attr, int dev) {
   CUdevice d;
   int e = cuDeviceGet(&d, dev);

@@ -12,9 +12,16 @@
  * memory in the fake driver, so plain copies reach it.
  *
  * What hetccl's group steps use: all-reduce, broadcast, reduce, all-gather,
- * reduce-scatter with SUM, PROD, MAX, MIN. Send, receive and PreMulSum ops
- * answer ncclInvalidUsage (a pass-through comm would need them).
- * fake_nccl_calls() tells a test how many collectives ran.
+ * reduce-scatter with SUM, PROD, MAX, MIN, and sends and receives, grouped
+ * (ncclGroupStart .. ncclGroupEnd: one host function per group, on the
+ * stream of its calls) or alone. A send leaves a copy of its bytes in the
+ * comm's mailbox when it runs; a receive waits for the oldest message from
+ * its peer, which must have its size. PreMulSum ops answer
+ * ncclInvalidUsage (a pass-through comm would need them).
+ * fake_nccl_calls() tells a test how many collectives and groups of sends
+ * and receives ran, fake_nccl_calls_of(name) how many of one kind
+ * ("AllReduce", ..., "SendRecv"), fake_nccl_p2p_bytes() how many bytes
+ * the sends moved.
  *
  * Like NCCL, it calls its own exported names through its PLT (NCCL's
  * ncclBcast calls ncclBroadcast, its init ncclGetVersion), and a comm
@@ -39,7 +46,17 @@
 enum { NCCL_SUCCESS = 0, NCCL_SYSTEM_ERROR = 2, NCCL_INTERNAL_ERROR = 3, NCCL_INVALID_ARGUMENT = 4,
        NCCL_INVALID_USAGE = 5 };
 enum { MAX_RANKS = 64, ID_BYTES = 128, MEET_TIMEOUT_S = 120 };
-enum coll { ALLREDUCE, BROADCAST, REDUCE, ALLGATHER, REDUCESCATTER };
+enum coll { ALLREDUCE, BROADCAST, REDUCE, ALLGATHER, REDUCESCATTER, SENDRECV, NCOLL };
+static const char *const coll_name[NCOLL] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
+                                             "SendRecv"};
+
+/* A message a send left for its receiver. */
+struct msg {
+  int from, to;
+  size_t bytes;
+  struct msg *next;
+  char data[];
+};
 
 struct shared {
   char id[ID_BYTES];
@@ -50,6 +67,7 @@ struct shared {
   unsigned generation;
   bool failed;
   const void *in[MAX_RANKS];
+  struct msg *mail; /* oldest first */
   struct shared *next;
 };
 
@@ -59,6 +77,14 @@ struct fcomm {
   int rank;
 };
 
+/* One send (send set) or receive of a group, in bytes. */
+struct p2p {
+  const void *send;
+  void *recv;
+  size_t bytes;
+  int peer;
+};
+
 struct op {
   struct fcomm *comm;
   enum coll coll;
@@ -66,13 +92,21 @@ struct op {
   void *recv;
   size_t count;
   int dtype, redop, root;
+  int np2p; /* SENDRECV: its sends and receives */
+  struct p2p *p2p;
 };
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shared *registry;
-static atomic_long calls, ids_made;
+static atomic_long calls, ids_made, calls_of[NCOLL], p2p_bytes;
 
 EXPORT long fake_nccl_calls(void) { return atomic_load(&calls); }
+EXPORT long fake_nccl_calls_of(const char *name) {
+  for (int c = 0; c < NCOLL; c++)
+    if (strcmp(name, coll_name[c]) == 0) return atomic_load(&calls_of[c]);
+  return -1;
+}
+EXPORT long fake_nccl_p2p_bytes(void) { return atomic_load(&p2p_bytes); }
 
 /* Every rank of sh gets here before any leaves; false when one never came. */
 static bool meet(struct shared *sh) {
@@ -107,8 +141,69 @@ static void reduce_all(struct shared *sh, void *dst, size_t skip, size_t count, 
                                             .op = (enum hc_redop)redop});
 }
 
+/* A group of sends and receives: every send leaves its message first, then
+ * each receive takes the oldest one from its peer (waiting for it). */
+static void run_p2p(struct op *o) {
+  struct shared *sh = o->comm->sh;
+  const int me = o->comm->rank;
+  pthread_mutex_lock(&sh->lock);
+  for (int k = 0; k < o->np2p; k++) {
+    const struct p2p *q = &o->p2p[k];
+    if (q->send == NULL) continue;
+    struct msg *m = malloc(sizeof(*m) + q->bytes);
+    if (m == NULL) {
+      fprintf(stderr, "fake nccl: out of memory\n");
+      abort();
+    }
+    *m = (struct msg){.from = me, .to = q->peer, .bytes = q->bytes};
+    memcpy(m->data, q->send, q->bytes);
+    struct msg **at = &sh->mail;
+    while (*at) at = &(*at)->next;
+    *at = m;
+    atomic_fetch_add(&p2p_bytes, (long)q->bytes);
+  }
+  pthread_cond_broadcast(&sh->cond);
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += MEET_TIMEOUT_S;
+  for (int k = 0; k < o->np2p && !sh->failed; k++) {
+    const struct p2p *q = &o->p2p[k];
+    if (q->send != NULL) continue;
+    for (;;) {
+      struct msg **at = &sh->mail;
+      while (*at && !((*at)->from == q->peer && (*at)->to == me)) at = &(*at)->next;
+      if (*at) {
+        struct msg *m = *at;
+        if (m->bytes != q->bytes) {
+          fprintf(stderr, "fake nccl: rank %d receives %zu bytes from %d, which sent %zu\n", me, q->bytes, q->peer,
+                  m->bytes);
+          sh->failed = true;
+        } else {
+          memcpy(q->recv, m->data, m->bytes);
+        }
+        *at = m->next;
+        free(m);
+        break;
+      }
+      if (sh->failed || pthread_cond_timedwait(&sh->cond, &sh->lock, &until) == ETIMEDOUT) {
+        if (!sh->failed) fprintf(stderr, "fake nccl: rank %d never got a message from %d\n", me, q->peer);
+        sh->failed = true;
+        pthread_cond_broadcast(&sh->cond);
+        break;
+      }
+    }
+  }
+  pthread_mutex_unlock(&sh->lock);
+  free(o->p2p);
+  free(o);
+}
+
 static void run(void *arg) {
   struct op *o = arg;
+  if (o->coll == SENDRECV) {
+    run_p2p(o);
+    return;
+  }
   struct shared *sh = o->comm->sh;
   const int me = o->comm->rank, n = sh->nranks;
   const size_t es = hc_dtype_size((enum hc_dtype)o->dtype), bytes = o->count * es;
@@ -133,6 +228,7 @@ static void run(void *arg) {
     case ALLGATHER:
       for (int k = 0; k < n; k++) memcpy((char *)o->recv + (size_t)k * bytes, sh->in[k], bytes);
       break;
+    default: break; /* SENDRECV: run_p2p */
     }
     meet(sh);
   }
@@ -158,11 +254,59 @@ static int enqueue(struct op o, void *stream) {
   if (copy == NULL) return NCCL_SYSTEM_ERROR;
   *copy = o;
   atomic_fetch_add(&calls, 1);
+  atomic_fetch_add(&calls_of[o.coll], 1);
   if (launch(stream, run, copy) != 0) {
     free(copy);
     return NCCL_INTERNAL_ERROR;
   }
   return NCCL_SUCCESS;
+}
+
+/* This thread's open group of sends and receives (ncclGroupStart nests). */
+static _Thread_local struct {
+  int depth;
+  struct op op; /* SENDRECV, its comm, and p2p */
+  void *stream;
+  int cap;
+  bool bad; /* calls of several comms or streams: not modelled */
+} group;
+
+static int group_launch(void) {
+  struct op o = group.op;
+  void *stream = group.stream;
+  const bool bad = group.bad;
+  group.op = (struct op){0};
+  group.cap = 0;
+  group.bad = false;
+  if (o.np2p == 0) return NCCL_SUCCESS;
+  if (bad) {
+    free(o.p2p);
+    return NCCL_INVALID_USAGE;
+  }
+  int r = enqueue(o, stream);
+  if (r != NCCL_SUCCESS) free(o.p2p);
+  return r;
+}
+
+static int p2p_add(struct p2p q, int dtype, struct fcomm *c, void *stream) {
+  if (c == NULL || dtype < 0 || dtype >= HC_DTYPE_COUNT || q.peer < 0 || q.peer >= c->sh->nranks)
+    return NCCL_INVALID_ARGUMENT;
+  q.bytes *= hc_dtype_size((enum hc_dtype)dtype);
+  if (group.op.np2p == 0) {
+    group.op = (struct op){.comm = c, .coll = SENDRECV};
+    group.stream = stream;
+  } else if (group.op.comm != c || group.stream != stream) {
+    group.bad = true;
+  }
+  if (group.op.np2p == group.cap) {
+    int cap = group.cap ? 2 * group.cap : 8;
+    struct p2p *grown = realloc(group.op.p2p, (size_t)cap * sizeof(*grown));
+    if (grown == NULL) return NCCL_SYSTEM_ERROR;
+    group.op.p2p = grown;
+    group.cap = cap;
+  }
+  group.op.p2p[group.op.np2p++] = q;
+  return group.depth ? NCCL_SUCCESS : group_launch();
 }
 
 EXPORT int ncclGetVersion(int *version) {
@@ -211,6 +355,11 @@ EXPORT int ncclCommDestroy(struct fcomm *c) {
     struct shared **at = &registry;
     while (*at != c->sh) at = &(*at)->next;
     *at = c->sh->next;
+    while (c->sh->mail) { /* sends nobody received */
+      struct msg *m = c->sh->mail;
+      c->sh->mail = m->next;
+      free(m);
+    }
     pthread_mutex_destroy(&c->sh->lock);
     pthread_cond_destroy(&c->sh->cond);
     free(c->sh);
@@ -269,15 +418,19 @@ EXPORT int ncclReduceScatter(const void *s, void *r, size_t count, int dtype, in
 }
 
 EXPORT int ncclSend(const void *s, size_t count, int dtype, int peer, struct fcomm *c, void *stream) {
-  (void)s, (void)count, (void)dtype, (void)peer, (void)c, (void)stream;
-  return NCCL_INVALID_USAGE;
+  return p2p_add((struct p2p){.send = s, .bytes = count, .peer = peer}, dtype, c, stream);
 }
 EXPORT int ncclRecv(void *r, size_t count, int dtype, int peer, struct fcomm *c, void *stream) {
-  (void)r, (void)count, (void)dtype, (void)peer, (void)c, (void)stream;
-  return NCCL_INVALID_USAGE;
+  return p2p_add((struct p2p){.recv = r, .bytes = count, .peer = peer}, dtype, c, stream);
 }
-EXPORT int ncclGroupStart(void) { return NCCL_SUCCESS; }
-EXPORT int ncclGroupEnd(void) { return NCCL_SUCCESS; }
+EXPORT int ncclGroupStart(void) {
+  group.depth++;
+  return NCCL_SUCCESS;
+}
+EXPORT int ncclGroupEnd(void) {
+  if (group.depth == 0) return NCCL_INVALID_USAGE;
+  return --group.depth ? NCCL_SUCCESS : group_launch();
+}
 EXPORT int ncclRedOpCreatePreMulSum(int *op, void *scalar, int dtype, int residence, struct fcomm *c) {
   (void)op, (void)scalar, (void)dtype, (void)residence, (void)c;
   return NCCL_INVALID_USAGE;

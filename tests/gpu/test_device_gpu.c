@@ -114,9 +114,21 @@ static void test_caps(void) {
   HAS(stream_create); HAS(stream_destroy); HAS(event_create); HAS(event_destroy);
   HAS(event_record); HAS(event_query); HAS(stream_wait_event); HAS(flag_wait); HAS(flag_write);
   HAS(stream_sync); HAS(stream_capturing); HAS(current_device); HAS(flag_batch); HAS(fp8_layout); HAS(thread_bound);
+  HAS(pci_bus_id);
 #undef HAS
-  group_end("caps", "%d devices, stream_mem_ops=%d, runtime_compile=%d", c.device_count,
-            c.stream_mem_ops, c.runtime_compile);
+  /* The bus id names the device as sysfs does (net/topo.c reads it there):
+   * domain:bus:device.function in hex; a driver without the entry point
+   * says so. */
+  char bus[32] = "?";
+  unsigned dom, b, dev, fn;
+  if (G->v->pci_bus_id) {
+    OK(D->pci_bus_id(0, bus, sizeof(bus)));
+    CHECK(sscanf(bus, "%x:%x:%x.%x", &dom, &b, &dev, &fn) == 4, "PCI bus id \"%s\"", bus);
+  } else {
+    CHECK(D->pci_bus_id(0, bus, sizeof(bus)) == HC_ERR_DEVICE, "pci_bus_id without the driver's entry point");
+  }
+  group_end("caps", "%d devices, stream_mem_ops=%d, runtime_compile=%d, device 0 at %s", c.device_count,
+            c.stream_mem_ops, c.runtime_compile, bus);
 }
 
 /* Runs first, on a thread that never touched the GPU: scoped ops must

@@ -10,6 +10,12 @@
  * last three are the least possible (each block enters each group that
  * lacks it once). The flat algorithms over the same layouts are printed
  * beside them, and must cross more where groups interleave.
+ *
+ * Then the same with every group of two ranks or more running the vendor's
+ * library (hc_plan_ctx.group_vendor): the plans cross the same bytes, and
+ * no byte moves between two ranks of such a group through hetccl's
+ * transports: their part runs in VENDOR steps (gather and scatter too,
+ * which cross (n - |root's group|) b, and send/recv between group mates).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,9 +38,17 @@ static const struct layout layouts[] = {
 
 enum { RING_THRESHOLD = 64 << 10 };
 
-/* Bytes that all ranks' plans for call a send to a rank of another group. */
-static size_t crossing_bytes(const struct layout *l, enum hc_algo algo, struct hc_coll_args a, int *group_of,
-                             int ngroups, struct hc_scratch_pool *pool) {
+/* What all ranks' plans for one call move. */
+struct moved {
+  size_t crossed;     /* bytes sent to a rank of another group */
+  size_t inside;      /* bytes sent to a rank of the same group, where that group runs the vendor */
+  int vendor_steps;
+};
+
+/* Counts the transfers of all ranks' plans for call a; group_vendor may be
+ * NULL (no group runs the vendor). */
+static struct moved plans_move(const struct layout *l, enum hc_algo algo, struct hc_coll_args a, int *group_of,
+                               int ngroups, const bool *group_vendor, struct hc_scratch_pool *pool) {
   const int n = (int)strlen(l->groups);
   const size_t es = hc_dtype_size(a.dtype);
   const size_t span = (a.coll == HC_COLL_BROADCAST || a.coll == HC_COLL_REDUCE || a.coll == HC_COLL_ALLREDUCE)
@@ -43,20 +57,61 @@ static size_t crossing_bytes(const struct layout *l, enum hc_algo algo, struct h
   char *in = calloc(1, span), *out = calloc(1, span);
   a.sendbuf = in;
   a.recvbuf = out;
-  size_t crossed = 0;
+  struct moved m = {0};
   for (int r = 0; r < n; r++) {
     struct hc_plan_ctx x = {.rank = r, .nranks = n, .algo = algo, .chunk_bytes = 4096,
                             .ring_threshold = RING_THRESHOLD, .scratch_slots = 3, .ngroups = ngroups,
-                            .group_of = group_of};
+                            .group_of = group_of, .group_vendor = group_vendor};
     struct hc_plan p = {.pool = pool};
-    if (!CHECK_OK((hetcclResult_t)hc_plan_add(&p, &x, &a))) break;
-    for (int i = 0; i < p.nsteps; i++)
-      if (p.steps[i].kind == HC_STEP_SEND && group_of[p.steps[i].peer] != group_of[r]) crossed += p.steps[i].count;
+    struct hc_coll_args ar = a;
+    if (a.coll == HC_COLL_SEND || a.coll == HC_COLL_RECV) { /* a.root: the distance to the peer */
+      ar.root = (r + (a.coll == HC_COLL_SEND ? a.root : n - a.root)) % n;
+    }
+    if (!CHECK_OK((hetcclResult_t)hc_plan_add(&p, &x, &ar))) break;
+    for (int i = 0; i < p.nsteps; i++) {
+      const struct hc_step *st = &p.steps[i];
+      m.vendor_steps += st->kind == HC_STEP_VENDOR;
+      if (st->kind != HC_STEP_SEND) continue;
+      if (group_of[st->peer] != group_of[r]) m.crossed += st->count;
+      else if (group_vendor && group_vendor[group_of[r]]) m.inside += st->count;
+    }
     hc_plan_reset(&p);
   }
   free(in);
   free(out);
-  return crossed;
+  return m;
+}
+
+static size_t crossing_bytes(const struct layout *l, enum hc_algo algo, struct hc_coll_args a, int *group_of,
+                             int ngroups, struct hc_scratch_pool *pool) {
+  return plans_move(l, algo, a, group_of, ngroups, NULL, pool).crossed;
+}
+
+/* A layout as the expected figures need it. */
+struct facts {
+  int n, G;
+  const int *group_of, *size;
+  size_t lacking, pairs; /* blocks that must enter groups; block pairs across */
+};
+
+/* The bytes call a must cross between groups (its root the last rank; for
+ * send/recv, root is the distance to the peer). */
+static size_t least_crossing(const struct facts *f, const struct hc_coll_args *a) {
+  const size_t B = a->count * 4;
+  size_t least = 0;
+  switch (a->coll) {
+  case HC_COLL_ALLREDUCE: return 2 * (size_t)(f->G - 1) * B;
+  case HC_COLL_BROADCAST:
+  case HC_COLL_REDUCE: return (size_t)(f->G - 1) * B;
+  case HC_COLL_ALLTOALL: return f->pairs * B;
+  case HC_COLL_GATHER:
+  case HC_COLL_SCATTER: return (size_t)(f->n - f->size[f->group_of[f->n - 1]]) * B;
+  case HC_COLL_SEND:
+  case HC_COLL_RECV:
+    for (int r = 0; r < f->n; r++) least += f->group_of[r] != f->group_of[(r + a->root) % f->n] ? B : 0;
+    return least;
+  default: return f->lacking * B;
+  }
 }
 
 int main(int argc, char **argv) {
@@ -80,6 +135,7 @@ int main(int argc, char **argv) {
       lacking += (size_t)(n - size[g]);
       pairs -= (size_t)size[g] * (size_t)size[g];
     }
+    const struct facts f = {n, G, group_of, size, lacking, pairs};
     const enum hc_coll colls[] = {HC_COLL_ALLREDUCE, HC_COLL_BROADCAST, HC_COLL_REDUCE,
                                   HC_COLL_ALLGATHER, HC_COLL_REDUCESCATTER, HC_COLL_ALLTOALL};
     const size_t counts[] = {100, 50000}; /* float32: below and above the ring threshold */
@@ -87,15 +143,7 @@ int main(int argc, char **argv) {
       for (size_t k = 0; k < HC_ARRAY_LEN(counts); k++) {
         struct hc_coll_args a = {.coll = colls[ci], .count = counts[k], .dtype = HC_FLOAT32, .op = HC_SUM,
                                  .root = n - 1};
-        const size_t B = a.count * 4;
-        size_t least;
-        switch (a.coll) {
-        case HC_COLL_ALLREDUCE: least = 2 * (size_t)(G - 1) * B; break;
-        case HC_COLL_BROADCAST:
-        case HC_COLL_REDUCE: least = (size_t)(G - 1) * B; break;
-        case HC_COLL_ALLTOALL: least = pairs * B; break;
-        default: least = lacking * B; break;
-        }
+        const size_t least = least_crossing(&f, &a);
         tu_set_case("%s: %s count %zu", l->name, hc_coll_name(a.coll), a.count);
         size_t hier = crossing_bytes(l, HC_ALGO_HIER, a, group_of, G, pool);
         size_t flat = crossing_bytes(l, HC_ALGO_RING, a, group_of, G, pool);
@@ -105,6 +153,33 @@ int main(int argc, char **argv) {
         if (a.coll != HC_COLL_ALLTOALL && strstr(l->name, "interleaved"))
           CHECK(flat > hier, "%s: %s count %zu: the flat plan crosses %zu bytes, the hierarchy %zu", l->name,
                 hc_coll_name(a.coll), a.count, flat, hier);
+      }
+    /* Every group of two ranks or more runs the vendor. */
+    bool vendor[16];
+    for (int g = 0; g < G; g++) vendor[g] = size[g] > 1;
+    const enum hc_coll vcolls[] = {HC_COLL_ALLREDUCE, HC_COLL_BROADCAST, HC_COLL_REDUCE, HC_COLL_ALLGATHER,
+                                   HC_COLL_REDUCESCATTER, HC_COLL_ALLTOALL, HC_COLL_GATHER, HC_COLL_SCATTER,
+                                   HC_COLL_SEND, HC_COLL_RECV};
+    for (size_t ci = 0; ci < HC_ARRAY_LEN(vcolls); ci++)
+      for (size_t k = 0; k < HC_ARRAY_LEN(counts); k++) {
+        struct hc_coll_args a = {.coll = vcolls[ci], .count = counts[k], .dtype = HC_FLOAT32, .op = HC_SUM,
+                                 .root = n - 1};
+        const bool p2p = a.coll == HC_COLL_SEND || a.coll == HC_COLL_RECV;
+        if (p2p) a.root = 1; /* to the next rank, from the one before */
+        const size_t least = least_crossing(&f, &a);
+        const bool mates = !p2p || least < (size_t)n * a.count * 4; /* some pair is of one group */
+        tu_set_case("%s: %s count %zu, vendor groups", l->name, hc_coll_name(a.coll), a.count);
+        struct moved m = plans_move(l, HC_ALGO_AUTO, a, group_of, G, vendor, pool);
+        printf("%-32s %-14s %8zu %12zu %12zu vendor steps %d, bytes inside vendor groups %zu\n", l->name,
+               hc_coll_name(a.coll), a.count, least, m.crossed, m.vendor_steps, m.inside);
+        /* A receive's plan sends nothing: its bytes are the matching sends'. */
+        if (a.coll != HC_COLL_RECV)
+          CHECK(m.crossed == least, "%s: %s count %zu with vendor groups crosses %zu bytes, expected %zu", l->name,
+                hc_coll_name(a.coll), a.count, m.crossed, least);
+        CHECK(m.inside == 0, "%s: %s count %zu: %zu bytes between ranks of a vendor group on hetccl's transports",
+              l->name, hc_coll_name(a.coll), a.count, m.inside);
+        CHECK((m.vendor_steps > 0) == mates, "%s: %s count %zu: %d VENDOR steps", l->name, hc_coll_name(a.coll),
+              a.count, m.vendor_steps);
       }
   }
   hc_scratch_pool_destroy(pool);
