@@ -269,6 +269,7 @@ struct window_mem {
   char *tx, *rx;
   size_t bytes;
   atomic_ullong *counters; /* [2 * (src * n + dst) + (0 filled, 1 freed)] */
+  long ncounters;
 };
 
 struct plans {
@@ -298,6 +299,13 @@ static void windows_of(const struct topo *t, const struct window_mem *wm, size_t
   }
 }
 
+/* Which window counter p is, or -1: a SIGNAL may also write a slot's
+ * signature words (net.h), which nothing in the model waits on. */
+static long counter_index(const struct window_mem *wm, const void *p) {
+  const atomic_ullong *c = p;
+  return c >= wm->counters && c < wm->counters + wm->ncounters ? (long)(c - wm->counters) : -1;
+}
+
 static hc_result_t plans_append(struct plans *ps, const struct hc_plan *p, const struct window_mem *wm) {
   if (ps->n + p->nsteps > ps->cap) {
     long cap = HC_MAX(ps->cap * 2, ps->n + p->nsteps + 1024);
@@ -312,8 +320,7 @@ static hc_result_t plans_append(struct plans *ps, const struct hc_plan *p, const
     o->s = *st;
     o->src_host = st->src0 && (hc_plan_in_host_scratch(p, st->src0) || in_window(wm, st->src0));
     o->dst_host = st->dst && (hc_plan_in_host_scratch(p, st->dst) || in_window(wm, st->dst));
-    o->counter = st->kind == HC_STEP_WAIT || st->kind == HC_STEP_SIGNAL
-                     ? (long)((const atomic_ullong *)st->src0 - wm->counters) : -1;
+    o->counter = st->kind == HC_STEP_WAIT || st->kind == HC_STEP_SIGNAL ? counter_index(wm, st->src0) : -1;
   }
   return HC_OK;
 }
@@ -361,7 +368,8 @@ static hc_result_t plans_build(const struct topo *t, const struct hc_coll_args *
   struct hc_plan_window *win = calloc((size_t)n, sizeof(*win));
   wm.tx = malloc(wm.bytes);
   wm.rx = malloc(wm.bytes);
-  wm.counters = calloc(2 * (size_t)n * n, sizeof(atomic_ullong));
+  wm.ncounters = 2L * n * n;
+  wm.counters = calloc((size_t)wm.ncounters, sizeof(atomic_ullong));
   ps->base = calloc((size_t)n + 1, sizeof(long));
   hc_result_t r = HC_OK;
   if (!win || !wm.tx || !wm.rx || !wm.counters || !ps->base)
@@ -621,7 +629,7 @@ static void task_ready(struct replay *R, long task) {
 static void task_done(struct replay *R, long task) {
   const struct sstep *ss = &R->ps->steps[task];
   R->ndone++;
-  if (ss->s.kind == HC_STEP_SIGNAL) {
+  if (ss->s.kind == HC_STEP_SIGNAL && ss->counter >= 0) {
     R->counter[ss->counter] = HC_MAX(R->counter[ss->counter], (uint64_t)ss->s.count);
     long *w = &R->waiting[ss->counter];
     while (*w >= 0) { /* wake the waits that it satisfies */
