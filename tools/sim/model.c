@@ -261,6 +261,7 @@ struct sstep {
   struct hc_step s;
   bool src_host, dst_host;
   long counter; /* WAIT, SIGNAL: which window counter */
+  double p2p_bytes; /* VENDOR of coll SEND: what this rank's sends of the group move */
 };
 
 /* What windows point to: slots (host memory, never touched) and per
@@ -321,6 +322,12 @@ static hc_result_t plans_append(struct plans *ps, const struct hc_plan *p, const
     o->src_host = st->src0 && (hc_plan_in_host_scratch(p, st->src0) || in_window(wm, st->src0));
     o->dst_host = st->dst && (hc_plan_in_host_scratch(p, st->dst) || in_window(wm, st->dst));
     o->counter = st->kind == HC_STEP_WAIT || st->kind == HC_STEP_SIGNAL ? counter_index(wm, st->src0) : -1;
+    o->p2p_bytes = 0;
+    if (st->kind == HC_STEP_VENDOR && st->coll == HC_COLL_SEND) /* the entries live while the plan does */
+      for (size_t e = 0; e < st->count; e++) {
+        const struct hc_vendor_p2p *q = (const struct hc_vendor_p2p *)st->src0 + e;
+        if (q->send) o->p2p_bytes += (double)q->bytes;
+      }
   }
   return HC_OK;
 }
@@ -571,6 +578,7 @@ static void xfer_try(struct replay *R, long x) {
 
 /* coll's buffer for the vendor model (vendor_model) from a VENDOR step. */
 static double vendor_buffer(const struct hc_step *s, int members) {
+  if (s->coll == HC_COLL_SEND) return 0; /* count is the entries': see sstep.p2p_bytes */
   const double b = (double)s->count * (double)hc_dtype_size((enum hc_dtype)s->dtype);
   return s->coll == HC_COLL_ALLGATHER || s->coll == HC_COLL_REDUCESCATTER ? b * members : b;
 }
@@ -586,7 +594,10 @@ static void vendor_arrive(struct replay *R, long task) {
   }
   for (long k = 0; k < m; k++) ranks[k] = R->rank_of[R->inst_tasks[first + k]];
   const struct hc_step *s = &R->ps->steps[task].s;
-  struct vendor_cost v = vendor_model(R->t, ranks, (int)m, (enum hc_coll)s->coll, vendor_buffer(s, (int)m));
+  double S = vendor_buffer(s, (int)m);
+  if (s->coll == HC_COLL_SEND) /* a group of sends and receives lasts as long as its busiest sender */
+    for (long k = 0; k < m; k++) S = HC_MAX(S, R->ps->steps[R->inst_tasks[first + k]].p2p_bytes);
+  struct vendor_cost v = vendor_model(R->t, ranks, (int)m, (enum hc_coll)s->coll, S);
   for (int c = 0; c < SIM_CLASSES; c++) R->vendor_bytes[c] += v.bytes[c];
   for (long k = 0; k < m; k++) done_at(R, R->inst_tasks[first + k], R->now + R->t->c->costs.step_us + v.us);
   free(ranks);
