@@ -311,7 +311,11 @@ static hc_result_t wait_for_progress(struct job_state *states, int njobs, int ti
  * with yields it takes 7-9 us on one core. A yield that took
  * WAIT_YIELD_RAN_NS or more ran another thread here, most likely a peer,
  * so the next WAIT_PEER_HERE_WAITS waits skip the bare phase, as do all
- * waits where local ranks outnumber cores. A yield with nothing else to
+ * waits where local ranks outnumber cores. There the yields also stop
+ * after WAIT_SHARED_YIELD_NS: every polling rank takes a share of the
+ * cores from the ranks that have work (6 ranks as threads on 2 busy cores,
+ * test_coll_groups: 125-184 s sleeping at once, 196-236 s yielding for
+ * 50 us). A yield with nothing else to
  * run costs a syscall (1-3 us on the 2-core VM), which is why the bare
  * phase comes first. Sleeping only after a long idle keeps a futex wake-up
  * (tens of us) out of the steps of a collective. */
@@ -320,6 +324,7 @@ static hc_result_t wait_for_progress(struct job_state *states, int njobs, int ti
 #define WAIT_ANSWER_FIRST_NS 4000ull /* before anything was measured */
 #define WAIT_YIELD_RAN_NS 4000ull
 #define WAIT_PEER_HERE_WAITS 32
+#define WAIT_SHARED_YIELD_NS 10000ull
 
 struct wait_state {
   struct hc_links *links; /* whose estimate this run reads and updates */
@@ -338,6 +343,7 @@ static void wait_state_plan(struct wait_state *w) {
 static void wait_state_init(struct wait_state *w, struct hc_exec_job *jobs, int njobs) {
   *w = (struct wait_state){.links = jobs[0].links, .spin_ns = UINT64_MAX};
   for (int j = 0; j < njobs; j++) w->spin_ns = HC_MIN(w->spin_ns, jobs[j].links->spin_ns);
+  if (w->links->cores_shared) w->spin_ns = HC_MIN(w->spin_ns, WAIT_SHARED_YIELD_NS);
   wait_state_plan(w);
 }
 
