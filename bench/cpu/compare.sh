@@ -22,7 +22,8 @@
 #    hetccl   = hetccl-run -n N --bind core hetccl-perf COLL -b .. -e .. -f 4 -c 0 -n ITERS -w W
 #               (its out-of-place time column; local ranks use whatever
 #               transport hetccl picks)
-#    ompi-shm = mpirun --allow-run-as-root --bind-to core --map-by core -n N
+#    ompi-shm = mpirun --allow-run-as-root --use-hwthread-cpus --map-by hwthread
+#               --bind-to hwthread -n N
 #               mpi_bench (Open MPI's defaults: pml ob1, btl vader, i.e. shared
 #               memory with CMA single copy)
 #    ompi-tcp = the same plus --mca pml ob1 --mca btl tcp,self
@@ -32,7 +33,8 @@
 #               CPU tensors, ranks from torch.multiprocessing, env:// on
 #               127.0.0.1 (gloo's all_reduce is in place)
 #    Ranks own their cores: with N <= cores, rank r of every library runs
-#    only on the r-th CPU (hetccl-run --bind core, mpirun --bind-to core);
+#    only on the r-th CPU (hetccl-run --bind core; mpirun --bind-to hwthread,
+#    rank r on the r-th hardware thread, which is the same CPU);
 #    with more ranks than cores nothing is bound (mpirun --oversubscribe)
 #    and the results say so. BIND=none turns binding off.
 #    Every benchmark times the same way (nccl-tests' method, see
@@ -210,7 +212,7 @@ failures=()
 # printed ones (for all_gather and reduce_scatter nccl-tests' total, which
 # can round down to 0 for tiny sizes: those rows are dropped).
 collect() { # part pass coll lib n
-  sed -e 's/^\[[0-9]*\] //' |
+  sed -e 's/^\[ *[0-9]*\] //' |
     awk -v p="$1,$2,$3,$4,$5" '$1 ~ /^[0-9]+$/ && $1 + 0 > 0 && NF >= 8 && $6 + 0 > 0 { printf "%s,%s,%s\n", p, $1, $6 }' >>"$RAW"
 }
 
@@ -221,7 +223,7 @@ MPI_TCP=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo)
 run_one() { # pass coll lib n
   local pass=$1 coll=$2 lib=$3 n=$4 out=$WORK/run.out err=$WORK/run.err rc=0
   local hbind=() MPIRUN=("${MPIRUN_BASE[@]}" --oversubscribe --bind-to none)
-  if bound "$n"; then hbind=(--bind core); MPIRUN=("${MPIRUN_BASE[@]}" --bind-to core --map-by core); fi
+  if bound "$n"; then hbind=(--bind core); MPIRUN=("${MPIRUN_BASE[@]}" --use-hwthread-cpus --map-by hwthread --bind-to hwthread); fi
   : >"$out"
   case $lib in
     hetccl)
@@ -399,7 +401,7 @@ TXT=$RESULTS/compare-$stamp.txt CSV=$RESULTS/compare-$stamp.csv PNG=$RESULTS/com
 wall=$(( $(date +%s) - t_start ))
 commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 dirty=""; [ -n "$(git -C "$ROOT" status --porcelain -uno 2>/dev/null)" ] && dirty=" (+ uncommitted changes in the work tree)"
-bind_text="ranks bound one per core (hetccl-run --bind core, mpirun --bind-to core --map-by core) for n <= $(nproc)"
+bind_text="ranks bound one per CPU (hetccl-run --bind core, mpirun --use-hwthread-cpus --map-by hwthread --bind-to hwthread) for n <= $(nproc)"
 [ "$BIND" = core ] || bind_text="ranks not bound (BIND=$BIND): mpirun --oversubscribe --bind-to none"
 {
   echo "# hetccl vs Open MPI on CPU, $(date -u '+%Y-%m-%d %H:%M UTC'), host $(hostname), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
