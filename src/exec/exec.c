@@ -308,16 +308,16 @@ static hc_result_t wait_for_progress(struct job_state *states, int njobs, int ti
  * whole spin and ended in a sleep and a wake-up: on a 2-core machine an
  * 8-byte all-reduce of 2 ranks took about HETCCL_SPIN_US + 10 us (210 us
  * with 200) when the two ranks shared a core, against 1.2-2 us on two;
- * with yields it takes 7-9 us on one core. A yield that took
+ * with yields it takes 7-9 us on one core (14-20 us at a load of 17, see
+ * docs/perf.md). A yield that took
  * WAIT_YIELD_RAN_NS or more ran another thread here, most likely a peer,
  * so the next WAIT_PEER_HERE_WAITS waits skip the bare phase, as do all
  * waits where local ranks outnumber cores. There the yields also stop
  * after WAIT_SHARED_YIELD_NS: every polling rank takes a share of the
  * cores from the ranks that have work (6 ranks as threads on 2 busy cores,
  * test_coll_groups: 125-184 s sleeping at once, 196-236 s yielding for
- * 50 us). A yield with nothing else to
- * run costs a syscall (1-3 us on the 2-core VM), which is why the bare
- * phase comes first. Sleeping only after a long idle keeps a futex wake-up
+ * 50 us). A yield with nothing else to run costs a syscall (1-3 us on the
+ * 2-core VM), which is why the bare phase comes first. Sleeping only after a long idle keeps a futex wake-up
  * (tens of us) out of the steps of a collective. */
 #define WAIT_BARE_MIN_NS 2000ull
 #define WAIT_BARE_MAX_NS 20000ull
