@@ -83,8 +83,8 @@ typedef enum {
 } hetcclDataType_t;
 
 typedef enum {
-  hetcclScalarDevice = 0,        /* read when the collective runs */
-  hetcclScalarHostImmediate = 1  /* read once, before the create call returns */
+  hetcclScalarDevice = 0,       /* read at each collective call (see below) */
+  hetcclScalarHostImmediate = 1 /* read once, before the create call returns */
 } hetcclScalarResidence_t;
 
 /* Where a rank's buffers live. */
@@ -183,7 +183,13 @@ hetcclResult_t hetcclCommGetAsyncError(hetcclComm_t comm, hetcclResult_t *asyncE
 hetcclResult_t hetcclGroupStart(void);
 hetcclResult_t hetcclGroupEnd(void);
 
-/* Custom reduction: each rank's input is multiplied by *scalar, then summed. */
+/* Custom reduction: each rank's input is multiplied by *scalar, then summed.
+ * hetcclScalarHostImmediate: *scalar (host memory) is read once, here.
+ * hetcclScalarDevice: scalar (host or device memory) must stay valid while
+ * op lives; each collective call that uses op reads it when the call is
+ * made (a device value through a copy and a wait for it), not when the
+ * stream reaches the collective as NCCL does: a value that work already
+ * queued on the stream will change may be read before that change. */
 hetcclResult_t hetcclRedOpCreatePreMulSum(hetcclRedOp_t *op, void *scalar,
                                           hetcclDataType_t datatype,
                                           hetcclScalarResidence_t residence,

@@ -1,7 +1,8 @@
 /*
  * hetccl-perf: an nccl-tests style benchmark of one hetccl collective on host
- * buffers. Flags, size sweep, run loop, bandwidth formulas and output follow
- * nccl-tests (shared/reference/nccl-tests.md), so rows line up with *_perf.
+ * or GPU buffers. Flags, size sweep, run loop, bandwidth formulas and output
+ * follow nccl-tests (shared/reference/nccl-tests.md), so rows line up with
+ * *_perf.
  *
  *   hetccl-perf <collective> [flags]
  *     collective: all_reduce all_gather reduce_scatter broadcast reduce
@@ -25,6 +26,10 @@
  *     -z,--blocking Z      accepted and ignored: host calls always block
  *     -T,--timeout S       abort when one step (init, a warm-up, a half-row)
  *                          takes more than S seconds (0 = never)
+ *     -G,--device LIST     where each rank's buffers live: host, cuda or hip,
+ *                          or a comma list that rank r reads entry r mod its
+ *                          length of, e.g. cuda,host (host). Not nccl-tests'
+ *                          -G (CUDA graphs).
  *     -t,--nthreads 1, -g,--ngpus 1: one rank per process, nothing else
  *     -h,--help
  *
@@ -32,6 +37,17 @@
  * the launcher, so this runs under hetccl-run, torchrun-style variables,
  * srun or mpirun, e.g.
  *   hetccl-run -n 2 hetccl-perf all_reduce -b 8 -e 1M -f 4 -c 1
+ *   hetccl-run -n 4 hetccl-perf all_reduce -G cuda,cuda,host,host
+ *
+ * GPU buffers (-G). A GPU rank allocates its two buffers on its device (the
+ * host's GPU ranks take devices 0, 1, ... in rank order, modulo the count)
+ * and runs the collectives on a stream of its own, which it synchronises
+ * after the untimed call and after the timed loop, as nccl-tests does. The
+ * collectives run on a comm split off with each rank's device in its
+ * config, so CPU and GPU ranks mix in one comm; the tool's own exchanges
+ * (times, error counts, the banner) run on the host comm it started from.
+ * Checks fill host copies of the buffers and copy them in, and copy the
+ * output back before comparing.
  *
  * Checking (-c N). After timing, each check fills the inputs anew, runs the
  * operation once untimed and counts wrong elements on every rank (summed
@@ -60,6 +76,7 @@
 #include "hetccl.h"
 #include "device/device.h"
 #include "util/util.h"
+#include "nccl_tests.h"
 
 #define SENTINEL 0xA5 /* fills output buffers before a check */
 #define NO_OP (-1)    /* the op column of a data-moving collective */
@@ -75,6 +92,8 @@ static struct {
   int op;    /* enum hc_redop, or -1 for all */
   int dtype; /* enum hc_dtype, or -1 for all */
   int timeout_s;
+  enum hc_mem_kind devices[64]; /* -G: rank r's kind is devices[r % ndevices]; */
+  int ndevices;                 /* 0 without -G: every rank on the host */
 } opt = {
     .min_bytes = 32 << 20, .max_bytes = 32 << 20, .step_bytes = 1 << 20, .step_factor = 1,
     .iters = 20, .warmup_iters = 1, .agg_iters = 1, .check = 1, .average = 1, .blocking = 0,
@@ -84,10 +103,17 @@ static struct {
 /* ---- the run: one communicator, two buffers ---- */
 
 struct bench {
-  hetcclComm_t comm;
+  hetcclComm_t ctl;  /* host comm: the tool's own exchanges */
+  hetcclComm_t comm; /* the one benchmarked: ctl, or split off with -G */
   int rank, n;
-  char *sendbuf, *recvbuf; /* buf_bytes each, page aligned */
+  /* What the calls use (buf_bytes each): host memory, or memory of device
+   * `device` of gpu on stream. host_send/host_recv: where the tool fills
+   * and checks; the same buffers on a host rank, copies on a GPU rank. */
+  char *sendbuf, *recvbuf, *host_send, *host_recv;
   size_t buf_bytes;
+  const struct hc_dev_ops *gpu; /* NULL: a host rank */
+  int device;
+  hc_stream_t stream;
   const struct coll *coll;
   /* The test in progress */
   enum hc_dtype dtype;
@@ -121,7 +147,8 @@ static void fail(const char *what, hetcclResult_t r) {
   if (B.rank >= 0) snprintf(who, sizeof(who), "rank %d: ", B.rank);
   fprintf(stderr, "hetccl-perf: %s%s failed: %s: %s\n", who, what, hetcclGetErrorString(r),
           hetcclGetLastError(NULL));
-  if (B.comm != NULL) hetcclCommAbort(B.comm);
+  if (B.comm != NULL && B.comm != B.ctl) hetcclCommAbort(B.comm);
+  if (B.ctl != NULL) hetcclCommAbort(B.ctl);
   exit(1);
 }
 #define CHECK(call, what)                                                      \
@@ -129,6 +156,14 @@ static void fail(const char *what, hetcclResult_t r) {
     hetcclResult_t r_ = (call);                                                \
     if (r_ != hetcclSuccess) fail((what), r_);                                 \
   } while (0)
+
+/* A device call of a GPU rank. */
+#define DEV_CHECK(call, what) CHECK((hetcclResult_t)(call), (what))
+
+/* A GPU rank waits for its stream; a host rank's calls completed already. */
+static void sync_stream(void) {
+  if (B.gpu) DEV_CHECK(B.gpu->stream_sync(B.stream), "stream synchronize");
+}
 
 /* ---- -T: alarm() re-armed at each step ---- */
 
@@ -376,34 +411,34 @@ static double factor_allreduce(int n) { return 2.0 * (n - 1) / n; }
 
 #define DT ((hetcclDataType_t)B.dtype)
 static hetcclResult_t run_all_reduce(const struct call *c) {
-  return hetcclAllReduce(c->send, c->recv, c->count, DT, c->op, B.comm, NULL);
+  return hetcclAllReduce(c->send, c->recv, c->count, DT, c->op, B.comm, B.stream);
 }
 static hetcclResult_t run_all_gather(const struct call *c) {
-  return hetcclAllGather(c->send, c->recv, c->count, DT, B.comm, NULL);
+  return hetcclAllGather(c->send, c->recv, c->count, DT, B.comm, B.stream);
 }
 static hetcclResult_t run_reduce_scatter(const struct call *c) {
-  return hetcclReduceScatter(c->send, c->recv, c->count, DT, c->op, B.comm, NULL);
+  return hetcclReduceScatter(c->send, c->recv, c->count, DT, c->op, B.comm, B.stream);
 }
 static hetcclResult_t run_broadcast(const struct call *c) {
-  return hetcclBroadcast(c->send, c->recv, c->count, DT, B.root, B.comm, NULL);
+  return hetcclBroadcast(c->send, c->recv, c->count, DT, B.root, B.comm, B.stream);
 }
 static hetcclResult_t run_reduce(const struct call *c) {
-  return hetcclReduce(c->send, c->recv, c->count, DT, c->op, B.root, B.comm, NULL);
+  return hetcclReduce(c->send, c->recv, c->count, DT, c->op, B.root, B.comm, B.stream);
 }
 static hetcclResult_t run_alltoall(const struct call *c) {
-  return hetcclAlltoAll(c->send, c->recv, c->count, DT, B.comm, NULL);
+  return hetcclAlltoAll(c->send, c->recv, c->count, DT, B.comm, B.stream);
 }
 static hetcclResult_t run_gather(const struct call *c) {
-  return hetcclGather(c->send, c->recv, c->count, DT, B.root, B.comm, NULL);
+  return hetcclGather(c->send, c->recv, c->count, DT, B.root, B.comm, B.stream);
 }
 static hetcclResult_t run_scatter(const struct call *c) {
-  return hetcclScatter(c->send, c->recv, c->count, DT, B.root, B.comm, NULL);
+  return hetcclScatter(c->send, c->recv, c->count, DT, B.root, B.comm, B.stream);
 }
 static hetcclResult_t run_sendrecv(const struct call *c) {
   hetcclResult_t r = hetcclGroupStart();
   if (r != hetcclSuccess) return r;
-  hetcclResult_t rs = hetcclSend(c->send, c->count, DT, right(), B.comm, NULL);
-  hetcclResult_t rr = hetcclRecv(c->recv, c->count, DT, left(), B.comm, NULL);
+  hetcclResult_t rs = hetcclSend(c->send, c->count, DT, right(), B.comm, B.stream);
+  hetcclResult_t rr = hetcclRecv(c->recv, c->count, DT, left(), B.comm, B.stream);
   r = hetcclGroupEnd();
   return rs != hetcclSuccess ? rs : rr != hetcclSuccess ? rr : r;
 }
@@ -477,19 +512,23 @@ static const struct coll colls[] = {
 
 /* ---- one operation ---- */
 
-/* The call for iteration iter: like nccl-tests, successive iterations move
- * through the buffers in steps of one operation's footprint, so that small
- * sizes do not run from cache. In place, both pointers lie in recvbuf. */
-static struct call make_call(bool in_place, int iter) {
+/* The call for iteration iter on the buffers at sendbuf and recvbuf: like
+ * nccl-tests, successive iterations move through the buffers in steps of
+ * one operation's footprint, so that small sizes do not run from cache. In
+ * place, both pointers lie in recvbuf. */
+static struct call make_call_on(char *sendbuf, char *recvbuf, bool in_place, int iter) {
   size_t total = HC_MAX(B.send_count, B.recv_count) * B.ts;
   size_t steps = total ? B.buf_bytes / total : 1;
   size_t shift = total * ((size_t)iter % (steps ? steps : 1));
-  char *send = B.sendbuf + shift, *recv = B.recvbuf + shift;
+  char *send = sendbuf + shift, *recv = recvbuf + shift;
   struct call c = {.count = B.count, .op = (hetcclRedOp_t)(B.op == NO_OP ? HC_SUM : B.op)};
   c.send = in_place ? recv + B.send_inplace * B.ts * (size_t)B.rank : send;
   c.recv = in_place ? recv + B.recv_inplace * B.ts * (size_t)B.rank : recv;
   return c;
 }
+static struct call make_call(bool in_place, int iter) { return make_call_on(B.sendbuf, B.recvbuf, in_place, iter); }
+/* The same call on the host copies, where the tool fills and checks. */
+static struct call host_call(bool in_place) { return make_call_on(B.host_send, B.host_recv, in_place, 0); }
 
 /* mulsum is a PreMulSum op made for each launch, as nccl-tests does. */
 static void launch(bool in_place, int iter) {
@@ -504,11 +543,29 @@ static void launch(bool in_place, int iter) {
   if (B.op == HC_PREMULSUM) CHECK(hetcclRedOpDestroy(c.op, B.comm), "hetcclRedOpDestroy");
 }
 
-/* Output areas to the sentinel, then this rank's inputs in place. */
+/* Output areas to the sentinel, then this rank's inputs in place; a GPU
+ * rank copies both areas of iteration 0 to its device. */
 static void prepare_data(bool in_place) {
-  struct call c = make_call(in_place, 0);
-  memset(B.recvbuf, SENTINEL, HC_MAX(B.send_count, B.recv_count) * B.ts);
+  struct call c = host_call(in_place);
+  const size_t footprint = HC_MAX(B.send_count, B.recv_count) * B.ts;
+  memset(B.host_recv, SENTINEL, footprint);
   B.coll->fill(&c);
+  if (B.gpu == NULL) return;
+  DEV_CHECK(B.gpu->copy(B.sendbuf, B.host_send, B.send_count * B.ts, B.stream), "copy to the device");
+  DEV_CHECK(B.gpu->copy(B.recvbuf, B.host_recv, footprint, B.stream), "copy to the device");
+  sync_stream();
+}
+
+/* This rank's wrong output elements of the call just made (iteration 0). */
+static uint64_t check_output(bool in_place) {
+  if (B.gpu) {
+    sync_stream();
+    DEV_CHECK(B.gpu->copy(B.host_recv, B.recvbuf, HC_MAX(B.send_count, B.recv_count) * B.ts, B.stream),
+              "copy from the device");
+    sync_stream();
+  }
+  struct call c = host_call(in_place);
+  return B.coll->check(&c);
 }
 
 /* ---- timing and checking ---- */
@@ -516,32 +573,18 @@ static void prepare_data(bool in_place) {
 static double combine_time(double t) {
   double out = 0;
   if (opt.average == 0) {
-    CHECK(hetcclBroadcast(&t, &out, 1, hetcclFloat64, 0, B.comm, NULL), "hetcclBroadcast");
+    CHECK(hetcclBroadcast(&t, &out, 1, hetcclFloat64, 0, B.ctl, NULL), "hetcclBroadcast");
     return out;
   }
   static const hetcclRedOp_t ops[] = {hetcclSum, hetcclSum, hetcclMin, hetcclMax};
-  CHECK(hetcclAllReduce(&t, &out, 1, hetcclFloat64, ops[opt.average], B.comm, NULL),
-        "hetcclAllReduce");
+  CHECK(hetcclAllReduce(&t, &out, 1, hetcclFloat64, ops[opt.average], B.ctl, NULL), "hetcclAllReduce");
   return opt.average == 1 ? out / B.n : out;
 }
 
 static uint64_t sum_over_ranks(uint64_t v) {
   uint64_t out = 0;
-  CHECK(hetcclAllReduce(&v, &out, 1, hetcclUint64, hetcclSum, B.comm, NULL), "hetcclAllReduce");
+  CHECK(hetcclAllReduce(&v, &out, 1, hetcclUint64, hetcclSum, B.ctl, NULL), "hetcclAllReduce");
   return out;
-}
-
-/* nccl-tests' number format: width w with 2 decimals, else 1, else 0, else
- * exponent notation. */
-static const char *fmt_num(char *s, size_t len, double v, int w) {
-  int digits = 0;
-  for (double p = 1; v >= p && digits < 40; p *= 10) digits++;
-  if (digits < w - 2) snprintf(s, len, "%*.2f", w, v);
-  else if (digits < w - 1) snprintf(s, len, "%*.1f", w, v);
-  else if (digits < w + 1) snprintf(s, len, "%*.0f", w, v);
-  else if (w >= 7) snprintf(s, len, "%*.1e", w, v);
-  else snprintf(s, len, "%*.0e", w, v);
-  return s;
 }
 
 /* One half-row: nccl-tests' BenchTime. */
@@ -552,7 +595,8 @@ static void bench_half(bool in_place) {
     prepare_data(in_place);
   }
   launch(in_place, 0);
-  CHECK(hetcclBarrier(B.comm, NULL), "hetcclBarrier");
+  sync_stream();
+  CHECK(hetcclBarrier(B.ctl, NULL), "hetcclBarrier");
 
   uint64_t t0 = hc_now_ns();
   for (int iter = 0; iter < opt.iters; iter++) {
@@ -560,6 +604,7 @@ static void bench_half(bool in_place) {
     for (int a = 0; a < opt.agg_iters; a++) launch(in_place, iter * opt.agg_iters + a);
     if (opt.agg_iters > 1) CHECK(hetcclGroupEnd(), "hetcclGroupEnd");
   }
+  sync_stream();
   double sec = (double)(hc_now_ns() - t0) / 1e9 / ((double)opt.iters * opt.agg_iters);
   sec = combine_time(sec);
 
@@ -572,16 +617,15 @@ static void bench_half(bool in_place) {
     B.rep = ++B.reps_used;
     prepare_data(in_place);
     launch(in_place, 0);
-    struct call call = make_call(in_place, 0);
-    uint64_t mine = B.coll->check(&call);
+    uint64_t mine = check_output(in_place);
     if (mine) B.halves_wrong++;
     wrong = sum_over_ranks(mine);
   }
 
   if (B.rank == 0) {
     char t[32], a[32], b[32];
-    printf("  %7s  %6s  %6s", fmt_num(t, sizeof(t), sec * 1e6, 7), fmt_num(a, sizeof(a), algbw, 6),
-           fmt_num(b, sizeof(b), busbw, 6));
+    printf("  %7s  %6s  %6s", nt_fmt_num(t, sizeof(t), sec * 1e6, 7), nt_fmt_num(a, sizeof(a), algbw, 6),
+           nt_fmt_num(b, sizeof(b), busbw, 6));
     if (opt.check) printf("  %6g", (double)wrong);
     else printf("    N/A");
   }
@@ -598,11 +642,12 @@ static void time_test(enum hc_dtype dtype, int op, int root) {
   B.op = op;
   B.root = root;
   arm_timeout();
-  CHECK(hetcclBarrier(B.comm, NULL), "hetcclBarrier");
+  CHECK(hetcclBarrier(B.ctl, NULL), "hetcclBarrier");
   for (int64_t size = opt.min_bytes; size <= opt.max_bytes; size = size ? size * 2 : 1) {
     set_size(size);
     for (int w = 0; w < opt.warmup_iters; w++) launch(false, w);
   }
+  sync_stream();
   long repeat = opt.run_cycles;
   do {
     for (int64_t size = opt.min_bytes; size <= opt.max_bytes;
@@ -624,19 +669,29 @@ static void time_test(enum hc_dtype dtype, int op, int root) {
 
 struct rank_info {
   int32_t rank, pid;
+  int32_t kind, device; /* enum hc_mem_kind and device of the buffers */
   char host[56];
 };
 
-static void print_banner(const char *coll_name) {
-  struct rank_info mine = {.rank = B.rank, .pid = (int32_t)getpid()}, *all;
+/* Every rank's rank_info, this rank's last known state in it. */
+static struct rank_info *gather_ranks(void) {
+  struct rank_info mine = {
+      .rank = B.rank, .pid = (int32_t)getpid(), .kind = B.gpu ? (int32_t)B.gpu->kind : 0, .device = B.device};
   gethostname(mine.host, sizeof(mine.host) - 1);
   mine.host[strcspn(mine.host, ".")] = 0;
-  all = calloc((size_t)B.n, sizeof(*all));
+  struct rank_info *all = calloc((size_t)B.n, sizeof(*all));
   if (all == NULL) {
     fprintf(stderr, "hetccl-perf: out of memory\n");
     exit(1);
   }
-  CHECK(hetcclAllGather(&mine, all, sizeof(mine), hetcclUint8, B.comm, NULL), "hetcclAllGather");
+  CHECK(hetcclAllGather(&mine, all, sizeof(mine), hetcclUint8, B.ctl, NULL), "hetcclAllGather");
+  return all;
+}
+
+static const char *kind_name(int kind) { return kind == HC_MEM_CUDA ? "cuda" : kind == HC_MEM_HIP ? "hip" : "host"; }
+
+static void print_banner(const char *coll_name) {
+  struct rank_info *all = gather_ranks();
   if (B.rank == 0) {
     int lib = 0;
     hetcclGetVersion(&lib);
@@ -651,8 +706,8 @@ static void print_banner(const char *coll_name) {
            opt.check);
     printf("#\n# Using devices\n");
     for (int r = 0; r < B.n; r++)
-      printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [host] CPU\n", (int)all[r].rank, 0,
-             (int)all[r].pid, all[r].host, 0);
+      printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", (int)all[r].rank, 0, (int)all[r].pid,
+             all[r].host, (int)all[r].device, kind_name(all[r].kind), all[r].kind == HC_MEM_HOST ? "CPU" : "GPU");
     printf("#\n");
     printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
            "", "", "", "", "");
@@ -668,63 +723,35 @@ static void print_banner(const char *coll_name) {
 /* ---- command line ---- */
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: hetccl-perf <collective> [flags]\n"
-          "  collective: all_reduce all_gather reduce_scatter broadcast reduce alltoall\n"
-          "              gather scatter sendrecv\n"
-          "  -b,--minbytes S (32M)  -e,--maxbytes S (32M)  -i,--stepbytes S (1M)\n"
-          "  -f,--stepfactor F (1)  -n,--iters N (20)  -w,--warmup_iters N (1)\n"
-          "  -m,--agg_iters N (1)  -N,--run_cycles N (1; 0 = forever)  -c,--check N (1)\n"
-          "  -o,--op sum|prod|min|max|avg|mulsum|all (sum)\n"
-          "  -d,--datatype int8|uint8|int32|uint32|int64|uint64|half|float|double|\n"
-          "                bfloat16|f8e4m3|f8e5m2|all (float)\n"
-          "  -r,--root R (0; -1 = every rank)  -a,--average 0|1|2|3 (1: mean)\n"
-          "  -z,--blocking Z (ignored)  -T,--timeout SECONDS (0)  -t,--nthreads 1  -g,--ngpus 1\n"
-          "  -h,--help\n");
+  fprintf(f, "usage: hetccl-perf <collective> [flags]\n"
+             "  collective: all_reduce all_gather reduce_scatter broadcast reduce alltoall\n"
+             "              gather scatter sendrecv\n"
+             "  -b,--minbytes S (32M)  -e,--maxbytes S (32M)  -i,--stepbytes S (1M)\n"
+             "  -f,--stepfactor F (1)  -n,--iters N (20)  -w,--warmup_iters N (1)\n"
+             "  -m,--agg_iters N (1)  -N,--run_cycles N (1; 0 = forever)  -c,--check N (1)\n"
+             "  -o,--op sum|prod|min|max|avg|mulsum|all (sum)\n"
+             "  -d,--datatype int8|uint8|int32|uint32|int64|uint64|half|float|double|\n"
+             "                bfloat16|f8e4m3|f8e5m2|all (float)\n"
+             "  -r,--root R (0; -1 = every rank)  -a,--average 0|1|2|3 (1: mean)\n"
+             "  -z,--blocking Z (ignored)  -T,--timeout SECONDS (0)  -t,--nthreads 1  -g,--ngpus 1\n"
+             "  -G,--device host|cuda|hip[,...] (host; rank r takes entry r mod the count)\n"
+             "  -h,--help\n");
 }
 
-static const struct {
-  const char *name;
-  enum hc_dtype dtype;
-} dtype_names[] = {
-    {"int8", HC_INT8},        {"char", HC_INT8},        {"uint8", HC_UINT8},
-    {"int32", HC_INT32},      {"int", HC_INT32},        {"uint32", HC_UINT32},
-    {"int64", HC_INT64},      {"uint64", HC_UINT64},    {"half", HC_FLOAT16},
-    {"float16", HC_FLOAT16},  {"fp16", HC_FLOAT16},     {"float", HC_FLOAT32},
-    {"float32", HC_FLOAT32},  {"fp32", HC_FLOAT32},     {"double", HC_FLOAT64},
-    {"float64", HC_FLOAT64},  {"fp64", HC_FLOAT64},     {"bfloat16", HC_BFLOAT16},
-    {"bf16", HC_BFLOAT16},    {"f8e4m3", HC_FP8_E4M3},  {"e4m3", HC_FP8_E4M3},
-    {"fp8_e4m3", HC_FP8_E4M3}, {"float8e4m3", HC_FP8_E4M3}, {"f8e5m2", HC_FP8_E5M2},
-    {"e5m2", HC_FP8_E5M2},    {"fp8_e5m2", HC_FP8_E5M2}, {"float8e5m2", HC_FP8_E5M2},
-};
-
-static bool parse_dtype(const char *s, int *out) {
-  if (strcasecmp(s, "all") == 0) {
-    *out = -1;
-    return true;
+/* -G: a comma list of host, cuda, hip. */
+static bool parse_devices(const char *s) {
+  static const char *const names[] = {[HC_MEM_HOST] = "host", [HC_MEM_CUDA] = "cuda", [HC_MEM_HIP] = "hip"};
+  opt.ndevices = 0;
+  for (const char *p = s; *p;) {
+    size_t len = strcspn(p, ",");
+    int kind = -1;
+    for (int k = 0; k < (int)HC_ARRAY_LEN(names); k++)
+      if (strlen(names[k]) == len && strncasecmp(p, names[k], len) == 0) kind = k;
+    if (kind < 0 || opt.ndevices == (int)HC_ARRAY_LEN(opt.devices)) return false;
+    opt.devices[opt.ndevices++] = (enum hc_mem_kind)kind;
+    p += len + (p[len] == ',');
   }
-  for (size_t i = 0; i < HC_ARRAY_LEN(dtype_names); i++) {
-    if (strcasecmp(s, dtype_names[i].name) == 0) {
-      *out = dtype_names[i].dtype;
-      return true;
-    }
-  }
-  return false;
-}
-
-static bool parse_op(const char *s, int *out) {
-  if (strcasecmp(s, "all") == 0) {
-    *out = -1;
-    return true;
-  }
-  if (strcasecmp(s, "premulsum") == 0) s = "mulsum";
-  for (int op = 0; op < HC_REDOP_COUNT; op++) {
-    if (strcasecmp(s, hc_redop_name((enum hc_redop)op)) == 0) {
-      *out = op;
-      return true;
-    }
-  }
-  return false;
+  return opt.ndevices > 0;
 }
 
 static bool parse_long(const char *s, long lo, long hi, long *out) {
@@ -739,19 +766,29 @@ static bool parse_long(const char *s, long lo, long hi, long *out) {
 /* Returns the collective, or exits: 0 after -h, 2 on a usage error. */
 static const struct coll *parse_args(int argc, char **argv) {
   static const struct option longopts[] = {
-      {"nthreads", required_argument, NULL, 't'},     {"ngpus", required_argument, NULL, 'g'},
-      {"minbytes", required_argument, NULL, 'b'},     {"maxbytes", required_argument, NULL, 'e'},
-      {"stepbytes", required_argument, NULL, 'i'},    {"stepfactor", required_argument, NULL, 'f'},
-      {"iters", required_argument, NULL, 'n'},        {"agg_iters", required_argument, NULL, 'm'},
-      {"warmup_iters", required_argument, NULL, 'w'}, {"run_cycles", required_argument, NULL, 'N'},
-      {"check", required_argument, NULL, 'c'},        {"op", required_argument, NULL, 'o'},
-      {"datatype", required_argument, NULL, 'd'},     {"root", required_argument, NULL, 'r'},
-      {"blocking", required_argument, NULL, 'z'},     {"timeout", required_argument, NULL, 'T'},
-      {"average", required_argument, NULL, 'a'},      {"help", no_argument, NULL, 'h'},
+      {"nthreads", required_argument, NULL, 't'},
+      {"ngpus", required_argument, NULL, 'g'},
+      {"minbytes", required_argument, NULL, 'b'},
+      {"maxbytes", required_argument, NULL, 'e'},
+      {"stepbytes", required_argument, NULL, 'i'},
+      {"stepfactor", required_argument, NULL, 'f'},
+      {"iters", required_argument, NULL, 'n'},
+      {"agg_iters", required_argument, NULL, 'm'},
+      {"warmup_iters", required_argument, NULL, 'w'},
+      {"run_cycles", required_argument, NULL, 'N'},
+      {"check", required_argument, NULL, 'c'},
+      {"op", required_argument, NULL, 'o'},
+      {"datatype", required_argument, NULL, 'd'},
+      {"root", required_argument, NULL, 'r'},
+      {"blocking", required_argument, NULL, 'z'},
+      {"timeout", required_argument, NULL, 'T'},
+      {"average", required_argument, NULL, 'a'},
+      {"device", required_argument, NULL, 'G'},
+      {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
   int c, idx;
-  while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:c:o:d:r:z:T:a:h", longopts, &idx)) != -1) {
+  while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:c:o:d:r:z:T:a:G:h", longopts, &idx)) != -1) {
     long v = 0;
     bool ok = true;
     switch (c) {
@@ -764,12 +801,21 @@ static const struct coll *parse_args(int argc, char **argv) {
     case 'm': ok = parse_long(optarg, 1, 1 << 20, &v); opt.agg_iters = (int)v; break;
     case 'N': ok = parse_long(optarg, 0, INT32_MAX, &v); opt.run_cycles = v; break;
     case 'c': ok = parse_long(optarg, 0, INT32_MAX, &v); opt.check = (int)v; break;
-    case 'o': ok = parse_op(optarg, &opt.op); break;
-    case 'd': ok = parse_dtype(optarg, &opt.dtype); break;
+    case 'o': ok = nt_parse_op(optarg, &opt.op); break;
+    case 'd': ok = nt_parse_dtype(optarg, &opt.dtype); break;
     case 'r': ok = parse_long(optarg, -1, INT32_MAX, &v); opt.root = (int)v; break;
     case 'a': ok = parse_long(optarg, 0, 3, &v); opt.average = (int)v; break;
     case 'z': ok = parse_long(optarg, 0, 3, &v); opt.blocking = (int)v; break;
     case 'T': ok = parse_long(optarg, 0, INT32_MAX, &v); opt.timeout_s = (int)v; break;
+    case 'G':
+      if (!parse_devices(optarg)) {
+        fprintf(stderr,
+                "hetccl-perf: -G %s: expected host, cuda or hip, or a comma list of them "
+                "(nccl-tests' -G, CUDA graphs, is not supported)\n",
+                optarg);
+        exit(2);
+      }
+      break;
     case 't':
     case 'g':
       ok = parse_long(optarg, 1, 1, &v);
@@ -815,32 +861,81 @@ static const struct coll *parse_args(int argc, char **argv) {
   return coll;
 }
 
+/* With -G: this rank's device (the host's GPU ranks take devices 0, 1, ...
+ * in rank order), its buffers and stream, and the comm split off ctl with
+ * that device in its config. Without: the host comm itself. */
+static void setup_buffers(void) {
+  long page = sysconf(_SC_PAGESIZE);
+  B.buf_bytes = (size_t)HC_MAX(opt.max_bytes, 1);
+  size_t alloc = HC_DIV_UP(B.buf_bytes, (size_t)page) * (size_t)page;
+  if (posix_memalign((void **)&B.host_send, (size_t)page, alloc) != 0 ||
+      posix_memalign((void **)&B.host_recv, (size_t)page, alloc) != 0) {
+    fprintf(stderr, "hetccl-perf: rank %d: cannot allocate 2 x %zu bytes\n", B.rank, alloc);
+    hetcclCommAbort(B.ctl);
+    exit(1);
+  }
+  memset(B.host_send, 0, alloc); /* first touch outside the timed loops */
+  memset(B.host_recv, 0, alloc);
+  B.sendbuf = B.host_send, B.recvbuf = B.host_recv;
+  B.comm = B.ctl;
+  if (opt.ndevices == 0) return;
+
+  const enum hc_mem_kind kind = opt.devices[B.rank % opt.ndevices];
+  struct rank_info *all = gather_ranks();
+  int gpu_ranks_before = 0; /* on this host */
+  for (int r = 0; r < B.rank; r++)
+    gpu_ranks_before += strcmp(all[r].host, all[B.rank].host) == 0 && opt.devices[r % opt.ndevices] != HC_MEM_HOST;
+  free(all);
+  hetcclConfig_t config = HETCCL_CONFIG_INITIALIZER;
+  config.deviceKind = kind == HC_MEM_CUDA ? hetcclDeviceCuda : kind == HC_MEM_HIP ? hetcclDeviceHip : hetcclDeviceHost;
+  if (kind != HC_MEM_HOST) {
+    B.gpu = hc_dev_get(kind);
+    int count = hc_dev_caps(kind).device_count;
+    if (B.gpu == NULL || count < 1) {
+      const char *why = hc_dev_absent_reason(kind);
+      fprintf(stderr, "hetccl-perf: rank %d: -G %s: no %s device: %s\n", B.rank, kind_name(kind), kind_name(kind),
+              why && why[0] ? why : "none found");
+      hetcclCommAbort(B.ctl);
+      exit(1);
+    }
+    B.device = gpu_ranks_before % count;
+    config.deviceId = B.device;
+    DEV_CHECK(B.gpu->set_device(B.device), "set device");
+    DEV_CHECK(B.gpu->stream_create(B.device, &B.stream), "stream create");
+    DEV_CHECK(B.gpu->mem_alloc(B.device, alloc, (void **)&B.sendbuf), "device allocation");
+    DEV_CHECK(B.gpu->mem_alloc(B.device, alloc, (void **)&B.recvbuf), "device allocation");
+  }
+  CHECK(hetcclCommSplit(B.ctl, 0, B.rank, &B.comm, &config), "hetcclCommSplit");
+}
+
+static void teardown(void) {
+  if (B.comm != B.ctl) CHECK(hetcclCommDestroy(B.comm), "hetcclCommDestroy");
+  B.comm = NULL;
+  if (B.gpu) {
+    DEV_CHECK(B.gpu->mem_free(B.device, B.sendbuf), "device free");
+    DEV_CHECK(B.gpu->mem_free(B.device, B.recvbuf), "device free");
+    DEV_CHECK(B.gpu->stream_destroy(B.stream), "stream destroy");
+  }
+  CHECK(hetcclCommDestroy(B.ctl), "hetcclCommDestroy");
+  B.ctl = NULL;
+  free(B.host_send);
+  free(B.host_recv);
+}
+
 int main(int argc, char **argv) {
   setlinebuf(stdout);
   B.coll = parse_args(argc, argv);
   B.rank = -1;
   arm_timeout();
-  CHECK(hetcclCommInitFromEnv(&B.comm, NULL), "hetcclCommInitFromEnv");
-  CHECK(hetcclCommUserRank(B.comm, &B.rank), "hetcclCommUserRank");
-  CHECK(hetcclCommCount(B.comm, &B.n), "hetcclCommCount");
+  CHECK(hetcclCommInitFromEnv(&B.ctl, NULL), "hetcclCommInitFromEnv");
+  CHECK(hetcclCommUserRank(B.ctl, &B.rank), "hetcclCommUserRank");
+  CHECK(hetcclCommCount(B.ctl, &B.n), "hetcclCommCount");
   if (opt.root >= B.n) {
     if (B.rank == 0) fprintf(stderr, "hetccl-perf: root %d does not exist among %d ranks\n", opt.root, B.n);
-    hetcclCommDestroy(B.comm);
+    hetcclCommDestroy(B.ctl);
     return 2;
   }
-
-  long page = sysconf(_SC_PAGESIZE);
-  B.buf_bytes = (size_t)HC_MAX(opt.max_bytes, 1);
-  size_t alloc = HC_DIV_UP(B.buf_bytes, (size_t)page) * (size_t)page;
-  if (posix_memalign((void **)&B.sendbuf, (size_t)page, alloc) != 0 ||
-      posix_memalign((void **)&B.recvbuf, (size_t)page, alloc) != 0) {
-    fprintf(stderr, "hetccl-perf: rank %d: cannot allocate 2 x %zu bytes\n", B.rank, alloc);
-    hetcclCommAbort(B.comm);
-    return 1;
-  }
-  memset(B.sendbuf, 0, alloc); /* first touch outside the timed loops */
-  memset(B.recvbuf, 0, alloc);
-
+  setup_buffers();
   print_banner(B.coll->name);
 
   /* nccl-tests' order: datatypes, then ops, then roots. */
@@ -863,9 +958,6 @@ int main(int argc, char **argv) {
     if (err != NULL && *err) printf("# error: %s\n", err);
     else printf("\n");
   }
-  CHECK(hetcclCommDestroy(B.comm), "hetcclCommDestroy");
-  B.comm = NULL;
-  free(B.sendbuf);
-  free(B.recvbuf);
+  teardown();
   return errors ? 1 : 0;
 }

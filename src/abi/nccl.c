@@ -129,24 +129,25 @@ static hc_result_t translate_config(const ncclConfig_t *in, hetcclConfig_t *out)
     if (r_ != HC_OK) return R(r_);                                             \
   } while (0)
 
-
 /* ---- calls of the real NCCL that land here ----
  *
  * Where the program loaded the real library globally before hetccl opened
  * it (PyTorch's wheel does), that library resolves its own calls to the
  * nccl* names against the global scope, which LD_PRELOAD puts us first in
- * (RTLD_DEEPBIND isolates only a library that dlopen loads fresh). Such a
- * call carries one of the real library's comms, recognised by the magic
- * NCCL puts first in every comm; it goes back to the real function. */
+ * (RTLD_DEEPBIND isolates only a library that dlopen loads fresh); so does
+ * a library opened without RTLD_DEEPBIND (sanitizer builds). Such a call
+ * carries one of the real library's comms, recognised by the magic NCCL
+ * puts first in every comm, or comes from the real library's code; it goes
+ * back to the real function (tests/gpu/test_vendor_bindings.c). */
 #define VENDOR_COMM_MAGIC 0x0280028002800280ull
 
-/* name in a real library that the program loaded globally; with object
- * (a dli_fbase), only in that one. */
+/* name in a real library whose own calls land here; with object (a
+ * dli_fbase), only in that one. */
 static void *shared_vendor_fn(const char *name, const void *object) {
   const enum hc_mem_kind gpus[] = {HC_MEM_CUDA, HC_MEM_HIP};
   for (size_t i = 0; i < HC_ARRAY_LEN(gpus); i++) {
     const struct hc_vendor *v = hc_vendor_get(gpus[i]);
-    void *f = v && v->shared ? hc_vendor_symbol(v, name) : NULL;
+    void *f = v && v->binds_globally ? hc_vendor_symbol(v, name) : NULL;
     Dl_info where;
     if (f && (object == NULL || (dladdr(f, &where) && where.dli_fbase == object))) return f;
   }

@@ -45,7 +45,7 @@ struct hc_premul_op {
   enum hc_dtype dtype;
   int residence;             /* hetcclScalarResidence_t */
   uint8_t factor[8];         /* host-immediate: the value */
-  const void *factor_ptr;    /* device residence: read when the call runs */
+  const void *factor_ptr;    /* device residence: read at each call, when it is made */
 };
 
 struct hc_config {

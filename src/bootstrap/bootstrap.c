@@ -13,14 +13,16 @@
  *
  * Invariant: every connection proves the id's secret (auth.h) before
  * anything else is read from it, and a connection that fails to is closed
- * without disturbing the rendezvous: the root and the ring listener go on
- * waiting for the real ranks.
+ * without disturbing the rendezvous: the root and the ring listener serve
+ * every connection at once (greet.h), so strangers, silent or garbage, in
+ * any number, delay no rank.
  *
  * Wire records, fixed sizes, integers big-endian:
  *   address    family u16 (4 or 6) | port u16 | scope u32 | bytes [16]       24 B
  *   id         magic "HCID" | version u16 | 0 u16 | address | secret [16]   48 B
  *   rank hello magic "HCRH" | rank u32 | nranks u32 | ring address           36 B
- *   root reply status u32 (hc_result_t) | next's address | message [256]    284 B
+ *   root reply status u32 (hc_result_t, or "WAIT": a progress record, more
+ *              follow) | next's address | message [256]                   284 B
  *   ring hello magic "HCRG" | rank u32 | nranks u32                          12 B
  *   gather hdr magic "HCAG" | sequence u32 | slot size u64                   16 B
  * Every record read goes through its pure parser (bootstrap_wire.h) before
@@ -36,6 +38,7 @@
 #include "../util/sock.h"
 #include "bootstrap.h"
 #include "bootstrap_wire.h"
+#include "greet.h"
 
 #define ID_MAGIC 0x48434944u    /* "HCID" */
 #define ID_VERSION 1
@@ -52,11 +55,10 @@
 #define RING_HELLO_BYTES HC_BOOTSTRAP_RING_HELLO_BYTES
 #define GATHER_HDR_BYTES HC_BOOTSTRAP_GATHER_HDR_BYTES
 #define MAX_RANKS HC_BOOTSTRAP_MAX_RANKS
-/* How long one connection may take to authenticate and say hello: a stranger
- * that connects and stays silent holds up the root (or a ring listener) no
- * longer than this, while a real rank does both within milliseconds. */
-#define HANDSHAKE_NS (5ull * 1000000000ull)
 #define ROOT_GRACE_NS (500ull * 1000000ull)
+/* While ranks are missing, the root and the waiting ranks say who, this
+ * often: a rank whose peers never start is not silent for HETCCL_TIMEOUT. */
+#define REPORT_NS (10ull * 1000000000ull)
 
 struct hc_bootstrap {
   int rank, nranks;
@@ -155,8 +157,8 @@ bool hc_bootstrap_hello_check(const struct hc_bootstrap_hello *h, int root_nrank
   else if (rank >= nranks)
     snprintf(msg, msg_len, "rank %u at %s is out of range for nranks = %u", rank, who, nranks);
   else if (root_nranks != 0 && (int)nranks != root_nranks)
-    snprintf(msg, msg_len, "rank %u at %s says nranks = %u, but earlier ranks said %d", rank, who, nranks,
-             root_nranks);
+    snprintf(msg, msg_len, "ranks disagree on nranks (WORLD_SIZE, or the count passed to init): rank %u at %s says %u, "
+             "earlier ranks said %d", rank, who, nranks, root_nranks);
   else if (nranks > 1 && !h->ring_ok)
     snprintf(msg, msg_len, "rank %u at %s sent no valid ring address", rank, who);
   else
@@ -168,6 +170,7 @@ bool hc_bootstrap_reply_parse(const uint8_t *buf, size_t n, struct hc_bootstrap_
   memset(out, 0, sizeof(*out));
   if (n != REPLY_BYTES) return false;
   out->status = get32(buf);
+  out->waiting = out->status == HC_BOOTSTRAP_WAITING;
   out->code = out->status <= HC_ERR_REMOTE ? (hc_result_t)out->status : HC_ERR_REMOTE;
   out->next_ok = get_addr(buf + 4, &out->next);
   memcpy(out->msg, buf + 4 + ADDR_BYTES, MSG_BYTES - 1);
@@ -205,18 +208,21 @@ hc_result_t hc_bootstrap_id_secret(const uint8_t id[HC_UNIQUE_ID_BYTES], uint8_t
   return id_decode(id, NULL, secret);
 }
 
-static uint64_t handshake_deadline(uint64_t deadline_ns) {
-  return HC_MIN(deadline_ns, hc_now_ns() + HANDSHAKE_NS);
-}
-
 /* ---- root ---- */
 
+/* The root serves every connection at once (greet.h): strangers, silent or
+ * garbage, cost the ranks nothing. A rank that said hello waits, seated,
+ * for the answer; the root watches its connection meanwhile (a rank that
+ * leaves fails the rendezvous for all at once). After a failure the root
+ * stays until every rank that any hello counted has had the answer, so
+ * that late ranks learn why instead of waiting for HETCCL_TIMEOUT. */
 struct root {
   int listen_fd;
-  uint8_t secret[16];
-  uint64_t deadline_ns;
+  struct hc_greeter greeter;
+  uint64_t start_ns, deadline_ns, next_report_ns;
   char where[80];        /* listening address, for messages */
   int nranks;            /* from the first rank; 0 until then */
+  int most_nranks;       /* the largest nranks any hello claimed (in range) */
   int arrived;
   int *fds;              /* per rank; -1 until it arrives */
   uint8_t (*addrs)[ADDR_BYTES];
@@ -225,18 +231,22 @@ struct root {
   hc_result_t failed;
   char fail_msg[MSG_BYTES];
   int answered;
+  bool done;
 };
 
-static void root_reply(struct root *rt, int fd, int rank, hc_result_t status, const uint8_t *next_addr,
-                       const char *msg) {
+/* One reply record. A seated rank's socket holds at most a few unread
+ * progress records, far below any send buffer, so this never waits; a
+ * rank that cannot take it has left. */
+static void root_send(struct root *rt, int fd, int rank, uint32_t status, const uint8_t *next_addr,
+                      const char *msg) {
   uint8_t reply[REPLY_BYTES] = {0};
-  put32(reply, (uint32_t)status);
+  put32(reply, status);
   if (next_addr) memcpy(reply + 4, next_addr, ADDR_BYTES);
   snprintf((char *)reply + 4 + ADDR_BYTES, MSG_BYTES, "%s", msg);
-  /* Sends must not hold the root past its own deadline, yet a timeout reply
-   * is sent after that deadline: give every reply a short window of its own. */
-  uint64_t window = hc_now_ns() + 1000000000ull;
-  if (hc_sock_send_blocking(fd, reply, sizeof(reply), window, NULL) != HC_OK)
+  ssize_t w;
+  do w = send(fd, reply, sizeof(reply), MSG_DONTWAIT | MSG_NOSIGNAL);
+  while (w < 0 && errno == EINTR);
+  if (w != (ssize_t)sizeof(reply))
     HC_WARN(HC_BOOT, "bootstrap root %s: could not answer rank %d (it left?)", rt->where, rank);
 }
 
@@ -247,7 +257,7 @@ static void root_fail_all(struct root *rt, hc_result_t status, const char *msg) 
   HC_WARN(HC_BOOT, "bootstrap root %s: %s", rt->where, msg);
   for (int i = 0; i < rt->nranks; i++) {
     if (rt->fds[i] < 0) continue;
-    root_reply(rt, rt->fds[i], i, status, NULL, msg);
+    root_send(rt, rt->fds[i], i, (uint32_t)status, NULL, msg);
     close(rt->fds[i]);
     rt->fds[i] = -1;
     rt->answered++;
@@ -258,44 +268,68 @@ static void root_fail_all(struct root *rt, hc_result_t status, const char *msg) 
 /* All ranks are in: each learns where its next listens. */
 static void root_complete(struct root *rt) {
   for (int i = 0; i < rt->nranks; i++) {
-    root_reply(rt, rt->fds[i], i, HC_OK, rt->addrs[(i + 1) % rt->nranks], "");
+    root_send(rt, rt->fds[i], i, HC_OK, rt->addrs[(i + 1) % rt->nranks], "");
     close(rt->fds[i]);
     rt->fds[i] = -1;
   }
+  rt->done = true;
   HC_INFO(HC_BOOT, "bootstrap root %s: rendezvous of %d ranks done", rt->where, rt->nranks);
 }
 
-/* Returns true when the root's work is over. */
-static bool root_take(struct root *rt, int fd) {
-  char who[80] = "?";
-  union hc_sockaddr pa;
-  socklen_t plen = sizeof(pa);
-  memset(&pa, 0, sizeof(pa));
-  if (getpeername(fd, &pa.sa, &plen) == 0) hc_sock_str(&pa, who, sizeof(who));
-  uint64_t window = handshake_deadline(rt->deadline_ns);
-  uint8_t hello[HELLO_BYTES];
-  struct hc_bootstrap_hello h;
-  /* A failed proof or a short hello is a stranger or a dying rank: the auth
-   * and socket helpers already logged it with the peer's address. */
-  if (hc_auth_server_blocking(fd, rt->secret, HC_AUTH_BOOT_ROOT, window, NULL) != HC_OK ||
-      hc_sock_recv_blocking(fd, hello, sizeof(hello), window, NULL) != HC_OK) {
-    close(fd);
-    return false;
+/* "2 of 4 ranks arrived; missing: 1 3" into msg. */
+static void root_missing(const struct root *rt, char *msg, size_t len) {
+  int o = snprintf(msg, len, "%d of %d ranks arrived; missing:", rt->arrived, rt->nranks);
+  int listed = 0;
+  for (int i = 0; i < rt->nranks && o > 0 && (size_t)o < len - 16; i++) {
+    if (rt->fds[i] >= 0) continue;
+    if (listed++ == 16) {
+      snprintf(msg + o, len - (size_t)o, " ...");
+      break;
+    }
+    o += snprintf(msg + o, len - (size_t)o, " %d", i);
   }
-  if (!hc_bootstrap_hello_parse(hello, sizeof(hello), &h)) {
+}
+
+/* Every REPORT_NS of waiting: who is missing, in the root's log and, as a
+ * progress record, in the log of every rank that waits. */
+static void root_report(struct root *rt) {
+  uint64_t now = hc_now_ns();
+  if (now < rt->next_report_ns) return;
+  rt->next_report_ns = now + REPORT_NS;
+  long waited = (long)((now - rt->start_ns) / 1000000000ull), left = (long)((rt->deadline_ns - now) / 1000000000ull);
+  if (rt->nranks == 0) {
+    HC_WARN(HC_BOOT, "bootstrap root %s: no rank has arrived in %ld s; waiting %ld s more (HETCCL_TIMEOUT)",
+            rt->where, waited, left);
+    return;
+  }
+  char missing[MSG_BYTES - 96], msg[MSG_BYTES];
+  root_missing(rt, missing, sizeof(missing));
+  snprintf(msg, sizeof(msg), "after %ld s, %s; waiting %ld s more (HETCCL_TIMEOUT)", waited, missing, left);
+  HC_WARN(HC_BOOT, "bootstrap root %s: %s", rt->where, msg);
+  for (int i = 0; i < rt->nranks; i++)
+    if (rt->fds[i] >= 0) root_send(rt, rt->fds[i], i, HC_BOOTSTRAP_WAITING, NULL, msg);
+}
+
+/* The greeter's callback: a connection that proved the secret and sent a
+ * rank hello. */
+static void root_take(void *ctx, int fd, const uint8_t *hello, const char *who) {
+  struct root *rt = ctx;
+  struct hc_bootstrap_hello h;
+  if (!hc_bootstrap_hello_parse(hello, HELLO_BYTES, &h)) {
     HC_WARN(HC_BOOT, "bootstrap root %s: %s sent 0x%08x instead of a rank hello; dropped", rt->where, who, h.magic);
     close(fd);
-    return false;
+    return;
   }
   uint32_t rank = h.rank, nranks = h.nranks;
-  char msg[MSG_BYTES];
-  msg[0] = 0;
+  if (nranks <= MAX_RANKS && (int)nranks > rt->most_nranks) rt->most_nranks = (int)nranks;
   if (rt->failed != HC_OK) {
-    root_reply(rt, fd, (int)rank, rt->failed, NULL, rt->fail_msg);
+    root_send(rt, fd, (int)rank, (uint32_t)rt->failed, NULL, rt->fail_msg);
     close(fd);
     rt->answered++;
-    return rt->answered >= rt->nranks;
+    return;
   }
+  char msg[MSG_BYTES];
+  msg[0] = 0;
   if (hc_bootstrap_hello_check(&h, rt->nranks, who, msg, sizeof(msg)) && rt->nranks == 0) {
     rt->fds = malloc(nranks * sizeof(*rt->fds));
     rt->addrs = calloc(nranks, sizeof(*rt->addrs));
@@ -312,32 +346,33 @@ static bool root_take(struct root *rt, int fd) {
     snprintf(msg, sizeof(msg), "rank %u joined twice (again from %s): two processes passed the same rank", rank, who);
   if (msg[0]) {
     /* The offender is answered first, then everyone already waiting. */
-    root_reply(rt, fd, (int)rank, HC_ERR_USAGE, NULL, msg);
+    root_send(rt, fd, (int)rank, HC_ERR_USAGE, NULL, msg);
     close(fd);
     rt->answered++;
     if (rt->fds == NULL) {
+      /* Nothing sized the rendezvous: later ranks get the same answer. */
+      rt->failed = HC_ERR_USAGE;
+      snprintf(rt->fail_msg, sizeof(rt->fail_msg), "%s", msg);
       HC_WARN(HC_BOOT, "bootstrap root %s: %s", rt->where, msg);
-      return true; /* nothing sized the rendezvous: no one else can be served */
+      return;
     }
     root_fail_all(rt, HC_ERR_USAGE, msg);
-    return rt->answered >= rt->nranks;
+    return;
   }
   rt->fds[rank] = fd;
   memcpy(rt->addrs[rank], h.ring_bytes, ADDR_BYTES);
   rt->arrived++;
   HC_TRACE(HC_BOOT, "bootstrap root %s: rank %u of %u from %s (%d arrived)", rt->where, rank, nranks, who,
            rt->arrived);
-  if (rt->arrived < rt->nranks) return false;
-  root_complete(rt);
-  return true;
+  if (rt->arrived == rt->nranks) root_complete(rt);
 }
 
 /* A waiting rank sends nothing more: readable means it left (died, or broke
  * the protocol). The rendezvous then fails for every rank, at once, rather
  * than leave them waiting for HETCCL_TIMEOUT for a rank that may never
- * come back. */
-static void root_drop_leavers(struct root *rt, const struct pollfd *p, const int *rank_of, int np) {
-  for (int i = 1; i < np; i++) {
+ * come back. p[i] for from <= i < np watch rank rank_of[i]. */
+static void root_drop_leavers(struct root *rt, const struct pollfd *p, const int *rank_of, int from, int np) {
+  for (int i = from; i < np; i++) {
     if (p[i].revents == 0 || rt->fds[rank_of[i]] < 0) continue;
     int r = rank_of[i];
     close(rt->fds[r]);
@@ -353,43 +388,43 @@ static void root_drop_leavers(struct root *rt, const struct pollfd *p, const int
 }
 
 static void root_timeout(struct root *rt) {
-  char msg[MSG_BYTES];
-  int o = snprintf(msg, sizeof(msg), "rendezvous timed out (HETCCL_TIMEOUT): %d of %d ranks arrived; missing:",
-                   rt->arrived, rt->nranks);
-  int listed = 0;
-  for (int i = 0; i < rt->nranks && o > 0 && (size_t)o < sizeof(msg) - 16; i++) {
-    if (rt->fds[i] >= 0) continue;
-    if (listed++ == 16) {
-      o += snprintf(msg + o, sizeof(msg) - (size_t)o, " ...");
-      break;
-    }
-    o += snprintf(msg + o, sizeof(msg) - (size_t)o, " %d", i);
-  }
+  char missing[MSG_BYTES - 96], msg[MSG_BYTES];
+  root_missing(rt, missing, sizeof(missing));
+  snprintf(msg, sizeof(msg), "rendezvous timed out (HETCCL_TIMEOUT, %lld s): %s",
+           (long long)hc_param_int(HC_P_TIMEOUT), missing);
   root_fail_all(rt, HC_ERR_REMOTE, msg);
 }
 
 static void root_free(struct root *rt) {
   for (int i = 0; rt->fds && i < rt->nranks; i++)
     if (rt->fds[i] >= 0) close(rt->fds[i]);
+  hc_greeter_close(&rt->greeter);
   if (rt->listen_fd >= 0) close(rt->listen_fd);
   free(rt->fds);
   free(rt->addrs);
   free(rt);
 }
 
+static bool root_finished(const struct root *rt) {
+  return rt->done || (rt->failed != HC_OK && rt->answered >= HC_MAX(rt->nranks, rt->most_nranks));
+}
+
 static void *root_main(void *arg) {
   struct root *rt = arg;
   struct pollfd *p = NULL;
-  int *rank_of = NULL; /* p[i] watches rank rank_of[i]; p[0] the listener */
+  int *rank_of = NULL; /* p[i] watches rank rank_of[i], after the greeter's entries */
   int cap = 0;
-  for (;;) {
-    if (hc_now_ns() >= rt->deadline_ns) {
+  while (!root_finished(rt)) {
+    uint64_t now = hc_now_ns();
+    if (now >= rt->deadline_ns) {
       if (rt->nranks == 0) HC_WARN(HC_BOOT, "bootstrap root %s: no rank came before HETCCL_TIMEOUT", rt->where);
       else if (rt->failed == HC_OK) root_timeout(rt);
       break;
     }
-    if (rt->nranks + 1 > cap) {
-      cap = rt->nranks + 1;
+    if (rt->failed == HC_OK) root_report(rt);
+    int need = 1 + HC_GREET_MAX_PENDING + rt->nranks;
+    if (need > cap) {
+      cap = need;
       free(p), free(rank_of);
       p = malloc((size_t)cap * sizeof(*p));
       rank_of = malloc((size_t)cap * sizeof(*rank_of));
@@ -398,34 +433,22 @@ static void *root_main(void *arg) {
         break;
       }
     }
-    int np = 0;
-    p[np++] = (struct pollfd){.fd = rt->listen_fd, .events = POLLIN};
+    int ng = hc_greeter_pollfds(&rt->greeter, p), np = ng;
     for (int i = 0; i < rt->nranks; i++) {
       if (rt->fds[i] < 0) continue;
       rank_of[np] = i;
       p[np++] = (struct pollfd){.fd = rt->fds[i], .events = POLLIN};
     }
-    uint64_t left_ms = (rt->deadline_ns - hc_now_ns()) / 1000000 + 1;
-    if (poll(p, (nfds_t)np, (int)HC_MIN(left_ms, 100)) <= 0) continue;
-    root_drop_leavers(rt, p, rank_of, np);
-    if (rt->nranks > 0 && rt->answered >= rt->nranks) break;
-    if (!(p[0].revents & POLLIN)) continue;
-    int fd = accept4(rt->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) {
-      /* Out of fds: the connection stays queued; retry after a pause
-       * rather than spin on a listener that stays readable. */
-      if (errno == EMFILE || errno == ENFILE) {
-        HC_WARN(HC_BOOT, "bootstrap root %s: accept: %s", rt->where, strerror(errno));
-        poll(NULL, 0, 100);
-      }
-      continue;
+    uint64_t left_ms = (rt->deadline_ns - now) / 1000000 + 1;
+    if (poll(p, (nfds_t)np, (int)HC_MIN(left_ms, 100)) < 0)
+      for (int i = 0; i < np; i++) p[i].revents = 0;
+    root_drop_leavers(rt, p, rank_of, ng, np);
+    if (hc_greeter_progress(&rt->greeter, p, root_take, rt) != HC_OK) {
+      char msg[MSG_BYTES];
+      snprintf(msg, sizeof(msg), "%s", hc_last_error());
+      if (rt->nranks > 0 && rt->failed == HC_OK) root_fail_all(rt, HC_ERR_SYSTEM, msg);
+      break;
     }
-    /* Keepalive notices a waiting rank whose host died. */
-    if (hc_sock_tune(fd) != HC_OK) {
-      close(fd);
-      continue;
-    }
-    if (root_take(rt, fd)) break;
   }
   free(p);
   free(rank_of);
@@ -441,9 +464,13 @@ static hc_result_t root_start(int listen_fd, const union hc_sockaddr *where, con
     return HC_FAIL(HC_ERR_SYSTEM, "bootstrap: out of host memory for the root");
   }
   rt->listen_fd = listen_fd;
-  memcpy(rt->secret, secret, 16);
+  rt->start_ns = hc_now_ns();
   rt->deadline_ns = hc_deadline_ns();
+  rt->next_report_ns = rt->start_ns + REPORT_NS;
   hc_sock_str(where, rt->where, sizeof(rt->where));
+  char greeter_where[96];
+  snprintf(greeter_where, sizeof(greeter_where), "bootstrap root %s", rt->where);
+  hc_greeter_init(&rt->greeter, listen_fd, secret, HC_AUTH_BOOT_ROOT, HELLO_BYTES, greeter_where);
   pthread_attr_t attr;
   pthread_t tid;
   int e = pthread_attr_init(&attr);
@@ -551,23 +578,27 @@ static hc_result_t join_root(struct hc_bootstrap *b, const union hc_sockaddr *ro
   put32(hello + 4, (uint32_t)b->rank);
   put32(hello + 8, (uint32_t)b->nranks);
   if (ring) put_addr(hello + 12, ring);
-  HC_TRY_GOTO(hc_sock_connect_blocking(root, deadline_ns, b->abort_flag, &fd), r, out);
+  HC_TRY_GOTO(hc_sock_connect_blocking(root, "the bootstrap root", deadline_ns, b->abort_flag, &fd), r, out);
   HC_TRY_GOTO(hc_auth_client_blocking(fd, secret, HC_AUTH_BOOT_ROOT, deadline_ns, b->abort_flag), r, out);
   HC_TRY_GOTO(hc_sock_send_blocking(fd, hello, sizeof(hello), deadline_ns, b->abort_flag), r, out);
   /* The root answers once every rank has arrived, so this wait is the
    * rendezvous itself. It gets a short grace past our deadline: the root's
    * deadline is about the same, and its answer names the missing ranks,
    * which our own timeout could not. */
-  r = hc_sock_recv_blocking(fd, reply, sizeof(reply), deadline_ns + ROOT_GRACE_NS, b->abort_flag);
-  if (r != HC_OK) {
-    char cause[512];
-    snprintf(cause, sizeof(cause), "%s", hc_last_error());
-    r = HC_FAIL(r, "bootstrap rank %d of %d: no answer from the root %s before all ranks arrived: %s", b->rank,
-                b->nranks, where, cause);
-    goto out;
-  }
   struct hc_bootstrap_reply rep;
-  hc_bootstrap_reply_parse(reply, sizeof(reply), &rep); /* sizeof(reply) is its length: always parses */
+  do {
+    r = hc_sock_recv_blocking(fd, reply, sizeof(reply), deadline_ns + ROOT_GRACE_NS, b->abort_flag);
+    if (r != HC_OK) {
+      char cause[512];
+      snprintf(cause, sizeof(cause), "%s", hc_last_error());
+      r = HC_FAIL(r, "bootstrap rank %d of %d: no answer from the root %s before all ranks arrived: %s", b->rank,
+                  b->nranks, where, cause);
+      goto out;
+    }
+    hc_bootstrap_reply_parse(reply, sizeof(reply), &rep); /* sizeof(reply) is its length: always parses */
+    if (rep.waiting) HC_WARN(HC_BOOT, "bootstrap rank %d of %d: the root %s is waiting: %s", b->rank, b->nranks,
+                             where, rep.msg);
+  } while (rep.waiting);
   if (rep.status != HC_OK) {
     r = HC_FAIL(rep.code, "bootstrap rank %d of %d: the root %s ended the rendezvous: %s", b->rank, b->nranks, where,
                 rep.msg);
@@ -592,42 +623,74 @@ static hc_result_t connect_next(struct hc_bootstrap *b, const union hc_sockaddr 
   put32(hello + 4, (uint32_t)b->rank);
   put32(hello + 8, (uint32_t)b->nranks);
   hc_sock_str(next, b->next_name, sizeof(b->next_name));
-  HC_TRY(hc_sock_connect_blocking(next, deadline_ns, b->abort_flag, &b->next_fd));
+  char what[48];
+  snprintf(what, sizeof(what), "rank %d (next on the bootstrap ring)", (b->rank + 1) % b->nranks);
+  HC_TRY(hc_sock_connect_blocking(next, what, deadline_ns, b->abort_flag, &b->next_fd));
   HC_TRY(hc_auth_client_blocking(b->next_fd, secret, HC_AUTH_BOOT_RING, deadline_ns, b->abort_flag));
   HC_TRY(hc_sock_send_blocking(b->next_fd, hello, sizeof(hello), deadline_ns, b->abort_flag));
   return HC_OK;
 }
 
-/* Accepts until prev itself connects: strangers, and peers that are not
- * prev, are closed and logged, and the wait goes on. */
+/* Waits for prev on the ring listener. Strangers, and peers that are not
+ * prev, are dropped with a WARN while the wait goes on. */
+struct prev_wait {
+  struct hc_bootstrap *b;
+  int prev, fd;
+};
+
+static void take_prev(void *ctx, int fd, const uint8_t *hello, const char *who) {
+  struct prev_wait *w = ctx;
+  struct hc_bootstrap *b = w->b;
+  struct hc_bootstrap_ring_hello h;
+  bool parsed = hc_bootstrap_ring_hello_parse(hello, RING_HELLO_BYTES, &h);
+  if (w->fd < 0 && parsed && h.rank == (uint32_t)w->prev && h.nranks == (uint32_t)b->nranks) {
+    w->fd = fd;
+    snprintf(b->prev_name, sizeof(b->prev_name), "%s", who);
+    return;
+  }
+  HC_WARN(HC_BOOT, "bootstrap rank %d: %s claims to be rank %u of %u, expected rank %d of %d; dropped", b->rank, who,
+          h.rank, h.nranks, w->prev, b->nranks);
+  close(fd);
+}
+
 static hc_result_t accept_prev(struct hc_bootstrap *b, int listen_fd, const uint8_t secret[16],
                                uint64_t deadline_ns) {
-  int prev = (b->rank + b->nranks - 1) % b->nranks;
-  for (;;) {
-    int fd;
-    HC_TRY(hc_sock_accept_blocking(listen_fd, deadline_ns, b->abort_flag, &fd));
-    union hc_sockaddr pa;
-    socklen_t plen = sizeof(pa);
-    memset(&pa, 0, sizeof(pa));
-    getpeername(fd, &pa.sa, &plen);
-    hc_sock_str(&pa, b->prev_name, sizeof(b->prev_name));
-    uint64_t window = handshake_deadline(deadline_ns);
-    uint8_t hello[RING_HELLO_BYTES];
-    struct hc_bootstrap_ring_hello h;
-    if (hc_auth_server_blocking(fd, secret, HC_AUTH_BOOT_RING, window, b->abort_flag) != HC_OK ||
-        hc_sock_recv_blocking(fd, hello, sizeof(hello), window, b->abort_flag) != HC_OK) {
-      close(fd);
-      continue;
+  struct prev_wait w = {b, (b->rank + b->nranks - 1) % b->nranks, -1};
+  struct hc_greeter g;
+  char where[64];
+  snprintf(where, sizeof(where), "bootstrap rank %d's ring listener", b->rank);
+  hc_greeter_init(&g, listen_fd, secret, HC_AUTH_BOOT_RING, RING_HELLO_BYTES, where);
+  struct pollfd p[1 + HC_GREET_MAX_PENDING];
+  uint64_t start = hc_now_ns(), next_report = start + REPORT_NS;
+  hc_result_t r = HC_OK;
+  while (w.fd < 0 && r == HC_OK) {
+    uint64_t now = hc_now_ns();
+    if (b->abort_flag && atomic_load_explicit(b->abort_flag, memory_order_acquire)) {
+      r = HC_FAIL(HC_ERR_REMOTE, "bootstrap rank %d: aborted while waiting for rank %d to connect", b->rank, w.prev);
+      break;
     }
-    if (hc_bootstrap_ring_hello_parse(hello, sizeof(hello), &h) && h.rank == (uint32_t)prev &&
-        h.nranks == (uint32_t)b->nranks) {
-      b->prev_fd = fd;
-      return HC_OK;
+    if (now >= deadline_ns) {
+      r = HC_FAIL(HC_ERR_REMOTE,
+                  "bootstrap rank %d: rank %d did not connect to the ring within HETCCL_TIMEOUT (%lld s)", b->rank,
+                  w.prev, (long long)hc_param_int(HC_P_TIMEOUT));
+      break;
     }
-    HC_WARN(HC_BOOT, "bootstrap rank %d: %s claims to be rank %u of %u, expected rank %d of %d; dropped", b->rank,
-            b->prev_name, h.rank, h.nranks, prev, b->nranks);
-    close(fd);
+    if (now >= next_report) {
+      next_report = now + REPORT_NS;
+      HC_WARN(HC_BOOT, "bootstrap rank %d: rank %d has not connected to the ring after %llu s; waiting %llu s more "
+              "(HETCCL_TIMEOUT)", b->rank, w.prev, (unsigned long long)((now - start) / 1000000000ull),
+              (unsigned long long)((deadline_ns - now) / 1000000000ull));
+    }
+    int n = hc_greeter_pollfds(&g, p);
+    uint64_t left_ms = (deadline_ns - now) / 1000000 + 1;
+    if (poll(p, (nfds_t)n, (int)HC_MIN(left_ms, 100)) < 0)
+      for (int i = 0; i < n; i++) p[i].revents = 0;
+    r = hc_greeter_progress(&g, p, take_prev, &w);
   }
+  hc_greeter_close(&g);
+  if (r == HC_OK) b->prev_fd = w.fd;
+  else if (w.fd >= 0) close(w.fd);
+  return r;
 }
 
 hc_result_t hc_bootstrap_create(const uint8_t id[HC_UNIQUE_ID_BYTES], int rank, int nranks,

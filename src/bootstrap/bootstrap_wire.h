@@ -54,9 +54,15 @@ bool hc_bootstrap_hello_parse(const uint8_t *buf, size_t n, struct hc_bootstrap_
 bool hc_bootstrap_hello_check(const struct hc_bootstrap_hello *h, int root_nranks, const char *who, char *msg,
                               size_t msg_len);
 
-/* The root's answer to a rank. */
+/* The status of a progress record: not yet; msg says who is missing. The
+ * root sends one every 10 s to each rank waiting on it; the final answer
+ * (HC_OK with next's address, or an error) follows. */
+#define HC_BOOTSTRAP_WAITING 0x57414954u /* "WAIT" */
+
+/* The root's answer to a rank, or a progress record. */
 struct hc_bootstrap_reply {
   uint32_t status;                     /* as sent */
+  bool waiting;                        /* status is HC_BOOTSTRAP_WAITING */
   hc_result_t code;                    /* status as a result; unknown values are HC_ERR_REMOTE */
   bool next_ok;                        /* the address of next is valid ... */
   union hc_sockaddr next;              /* ... this one */

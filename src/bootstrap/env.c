@@ -163,9 +163,11 @@ static hc_result_t read_secret(struct hc_launch_env *env) {
   if (s[0] == 0) {
     /* Every rank derives the same value from what it was given anyway. This
      * keeps two jobs that share a port from joining each other; it is no
-     * protection against someone who can read the job's environment. */
+     * protection against someone who can read the job's environment.
+     * WORLD_SIZE stays out of it: ranks that disagree on it must reach the
+     * root, which names the disagreement, instead of failing as strangers. */
     char text[400];
-    snprintf(text, sizeof(text), "hetccl:%s:%d:%d", env->master_addr, env->master_port, env->nranks);
+    snprintf(text, sizeof(text), "hetccl:%s:%d", env->master_addr, env->master_port);
     uint8_t digest[32];
     hc_sha256(text, strlen(text), digest);
     memcpy(env->secret, digest, sizeof(env->secret));

@@ -14,9 +14,10 @@
 /* A host pool keeps its HC_POOL_KEEP largest free buffers and frees the
  * rest. A pinned or device pool frees nothing before it is destroyed:
  * freeing such memory (cuMemFreeHost, cuMemFree) waits for every stream of
- * the context, and the proxy thread, which returns a plan's buffers, runs
- * while the caller's stream waits for it: a deadlock. Its buffers are
- * reused by size. */
+ * the context, and a GPU call returns its plan's buffers on the calling
+ * thread as soon as the call is enqueued (api/proxy.c), while its stream
+ * may still wait for the proxy thread: a free there would make every GPU
+ * call wait for its own completion. Its buffers are reused by size. */
 #define HC_POOL_KEEP 8
 struct hc_scratch_pool {
   pthread_mutex_t lock;
@@ -294,7 +295,7 @@ static enum hc_algo choose(const struct hc_plan_ctx *x, const struct hc_coll_arg
      * small messages take recursive doubling's few steps instead, and the
      * smallest a single one (onestep.c). */
     if (hierarchical(x) && (x->algo == HC_ALGO_HIER || bytes >= x->ring_threshold)) return HC_ALGO_HIER;
-    if (x->algo == HC_ALGO_AUTO && bytes <= x->onestep_bytes) return HC_ALGO_ONESTEP;
+    if (bytes <= x->onestep_bytes) return HC_ALGO_ONESTEP;
     return bytes >= x->ring_threshold && a->count >= (size_t)x->nranks ? HC_ALGO_RING : HC_ALGO_RD;
   case HC_COLL_BROADCAST:
   case HC_COLL_REDUCE:
@@ -302,9 +303,9 @@ static enum hc_algo choose(const struct hc_plan_ctx *x, const struct hc_coll_arg
     if (hierarchical(x)) return HC_ALGO_HIER;
     return bytes >= x->ring_threshold ? HC_ALGO_RING : HC_ALGO_TREE;
   case HC_COLL_ALLGATHER:
-    if (x->algo == HC_ALGO_ONESTEP) return x->algo;
+    if (x->algo == HC_ALGO_ONESTEP || x->algo == HC_ALGO_RING) return x->algo;
     if (hierarchical(x)) return HC_ALGO_HIER;
-    return x->algo == HC_ALGO_AUTO && bytes <= x->onestep_bytes ? HC_ALGO_ONESTEP : HC_ALGO_RING;
+    return bytes <= x->onestep_bytes ? HC_ALGO_ONESTEP : HC_ALGO_RING;
   case HC_COLL_REDUCESCATTER:
     return hierarchical(x) ? HC_ALGO_HIER : HC_ALGO_RING;
   default:

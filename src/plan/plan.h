@@ -107,7 +107,8 @@ struct hc_plan {
 };
 
 /* Scratch buffers of a comm, kept between calls so the hot path does not
- * fault in fresh pages. Used by one thread at a time. */
+ * fault in fresh pages. Any thread may take from and return to a pool (a
+ * mutex guards its free list). */
 struct hc_scratch_pool;
 enum hc_pool_kind { HC_POOL_HOST, HC_POOL_PINNED, HC_POOL_DEVICE };
 /* dev: the GPU backend of PINNED (page-locked host memory that its copies

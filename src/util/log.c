@@ -46,10 +46,8 @@ static void open_log_file(const char *pattern) {
   log_file = fopen(path, "a");
 }
 
-static void log_init_once(void) {
-  gethostname(host_name, sizeof(host_name) - 1);
-  /* Logging must work before and without hc_params_load(), so it reads its
-   * three variables through the parameter table's default-aware getter. */
+/* Level and mask from the parameters (params.def's HETCCL_DEBUG choices). */
+static void apply_settings(void) {
   const char *level = hc_param_str(HC_P_DEBUG);
   int l = HC_LOG_WARN;
   if (strcasecmp(level, "NONE") == 0) l = HC_LOG_NONE;
@@ -57,6 +55,15 @@ static void log_init_once(void) {
   else if (strcasecmp(level, "TRACE") == 0) l = HC_LOG_TRACE;
   atomic_store(&hc_log_level, l);
   atomic_store(&hc_log_mask, parse_mask(hc_param_str(HC_P_DEBUG_SUBSYS)));
+}
+
+static void log_init_once(void) {
+  gethostname(host_name, sizeof(host_name) - 1);
+  /* Logging must work before and without hc_params_load(), so it reads its
+   * three variables through the parameter table's default-aware getter,
+   * which never logs (a log line from inside this once-routine would wait
+   * on itself). */
+  apply_settings();
   const char *file = hc_param_str(HC_P_DEBUG_FILE);
   if (file[0]) open_log_file(file);
 }
@@ -66,16 +73,8 @@ void hc_log_init(void) { pthread_once(&log_once, log_init_once); }
 void hc_log_reload(void) {
   hc_log_init();
   hc_params_reset();
-  if (hc_params_load() == HC_OK) {
-    /* Re-derive level and mask; the log file stays as it was. */
-    const char *level = hc_param_str(HC_P_DEBUG);
-    int l = HC_LOG_WARN;
-    if (strcasecmp(level, "NONE") == 0) l = HC_LOG_NONE;
-    else if (strcasecmp(level, "INFO") == 0) l = HC_LOG_INFO;
-    else if (strcasecmp(level, "TRACE") == 0) l = HC_LOG_TRACE;
-    atomic_store(&hc_log_level, l);
-    atomic_store(&hc_log_mask, parse_mask(hc_param_str(HC_P_DEBUG_SUBSYS)));
-  }
+  /* The log file stays as it was. */
+  if (hc_params_load() == HC_OK) apply_settings();
 }
 
 void hc_log_set_rank(int rank) { log_rank = rank; }

@@ -83,7 +83,11 @@ static hc_result_t param_family(int *family) {
   if (f[0] == 0) *family = AF_UNSPEC;
   else if (!strcasecmp(f, "AF_INET") || !strcasecmp(f, "INET") || !strcmp(f, "4")) *family = AF_INET;
   else if (!strcasecmp(f, "AF_INET6") || !strcasecmp(f, "INET6") || !strcmp(f, "6")) *family = AF_INET6;
-  else return HC_FAIL(HC_ERR_USAGE, "HETCCL_SOCKET_FAMILY=\"%s\" is not AF_INET or AF_INET6", f);
+  else {
+    char var[64];
+    return HC_FAIL(HC_ERR_USAGE, "%s=\"%s\" is not AF_INET or AF_INET6",
+                   hc_param_source(HC_P_SOCKET_FAMILY, var, sizeof(var)), f);
+  }
   return HC_OK;
 }
 
@@ -214,10 +218,11 @@ hc_result_t hc_sock_local_addr(union hc_sockaddr *out, char *ifname, size_t ifna
       if (w > 0) o += (size_t)w;
     }
     freeifaddrs(ifs);
-    return HC_FAIL(HC_ERR_USAGE,
-                   "no usable interface: HETCCL_SOCKET_IFNAME=\"%s\" HETCCL_SOCKET_FAMILY=\"%s\"; "
-                   "interfaces that are up with an address: %s",
-                   spec, hc_param_str(HC_P_SOCKET_FAMILY), seen[0] ? seen : "none");
+    char ifname_var[64], family_var[64];
+    return HC_FAIL(HC_ERR_USAGE, "no usable interface: %s=\"%s\" %s=\"%s\"; interfaces that are up with an address: %s",
+                   hc_param_source(HC_P_SOCKET_IFNAME, ifname_var, sizeof(ifname_var)), spec,
+                   hc_param_source(HC_P_SOCKET_FAMILY, family_var, sizeof(family_var)),
+                   hc_param_str(HC_P_SOCKET_FAMILY), seen[0] ? seen : "none");
   }
   take_addr(best, out, ifname, ifname_len);
   char buf[64];
@@ -321,13 +326,17 @@ static void set_fresh_fd(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-hc_result_t hc_sock_connect_blocking(const union hc_sockaddr *addr, uint64_t deadline_ns,
+/* How often a connect that keeps being refused says so. */
+#define CONNECT_REPORT_NS (10ull * 1000000000ull)
+
+hc_result_t hc_sock_connect_blocking(const union hc_sockaddr *addr, const char *what, uint64_t deadline_ns,
                                      const atomic_bool *abort_flag, int *fd) {
-  char who[80];
-  hc_sock_str(addr, who, sizeof(who));
+  char who[160], at[80];
+  snprintf(who, sizeof(who), "%s %s", what ? what : "a peer", hc_sock_str(addr, at, sizeof(at)));
   *fd = -1;
   int backoff_ms = 5, last_err = 0, tries = 0;
   enum wait_status st = WAIT_OK;
+  uint64_t start = hc_now_ns(), next_report = start + CONNECT_REPORT_NS;
   for (;;) {
     int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (s < 0) return HC_FAIL(HC_ERR_SYSTEM, "connect to %s: socket: %s", who, strerror(errno));
@@ -359,6 +368,13 @@ hc_result_t hc_sock_connect_blocking(const union hc_sockaddr *addr, uint64_t dea
       break;
     }
     HC_TRACE(HC_UTIL, "connect to %s: %s, retrying in %d ms", who, strerror(e), backoff_ms);
+    uint64_t now = hc_now_ns();
+    if (now >= next_report) {
+      next_report = now + CONNECT_REPORT_NS;
+      HC_WARN(HC_UTIL, "%s has not answered for %llu s (%s; not started yet?); retrying for %llu s more "
+              "(HETCCL_TIMEOUT)", who, (unsigned long long)((now - start) / 1000000000ull), strerror(e),
+              (unsigned long long)((deadline_ns - now) / 1000000000ull));
+    }
     if ((st = nap(backoff_ms, deadline_ns, abort_flag)) != WAIT_OK) break;
     backoff_ms = HC_MIN(backoff_ms * 2, SLICE_MS);
   }

@@ -37,8 +37,10 @@ socklen_t hc_sock_len(const union hc_sockaddr *a);
 /* "1.2.3.4:5" or "[::1]:5" into buf; returns buf. */
 const char *hc_sock_str(const union hc_sockaddr *a, char *buf, size_t len);
 
-/* Retries refused connections until the deadline (the peer may not listen yet). */
-hc_result_t hc_sock_connect_blocking(const union hc_sockaddr *addr, uint64_t deadline_ns,
+/* Retries refused connections until the deadline (the peer may not listen
+ * yet), with a WARN every 10 s of retrying that names what (e.g. "the
+ * bootstrap root"; NULL: "a peer"), its address and the time left. */
+hc_result_t hc_sock_connect_blocking(const union hc_sockaddr *addr, const char *what, uint64_t deadline_ns,
                                      const atomic_bool *abort_flag, int *fd);
 hc_result_t hc_sock_accept_blocking(int listen_fd, uint64_t deadline_ns,
                                     const atomic_bool *abort_flag, int *fd);

@@ -110,8 +110,26 @@ struct hc_param_desc {
   const char *doc;
 };
 extern const struct hc_param_desc hc_param_table[HC_P_COUNT];
-/* Parses every set HETCCL_* variable once; a value that does not parse fails
- * with HC_ERR_USAGE naming the variable. Called by every init path. */
+/* What params.def says a row accepts beyond its type, and the NCCL_* name
+ * read when the HETCCL_* one is unset (NULL: none). */
+struct hc_param_rule {
+  bool ranged;
+  int64_t lo, hi;      /* INT, SIZE: when ranged */
+  const char *choices; /* STR: comma-separated words, any case; NULL: any text */
+  const char *nccl;
+};
+extern const struct hc_param_rule hc_param_rules[HC_P_COUNT];
+/* "an integer from 1 to 1000000000", "one of NONE,WARN,INFO,TRACE"... into buf. */
+const char *hc_param_accepts(enum hc_param p, char *buf, size_t len);
+/* The variable a value came from, for messages: "NCCL_SOCKET_IFNAME" when
+ * that one stood in, else "HETCCL_SOCKET_IFNAME". Into buf. */
+const char *hc_param_source(enum hc_param p, char *buf, size_t len);
+/* Parses every set HETCCL_* variable (or its NCCL_* stand-in) once; a value
+ * that does not parse or lies outside what the table accepts fails with
+ * HC_ERR_USAGE naming the variable, the value and what is accepted; an
+ * unknown HETCCL_* name is a WARN naming the closest known one. Never waits
+ * on logging: callable from any thread, with or without logging set up.
+ * Called by every init path. */
 hc_result_t hc_params_load(void);
 int64_t hc_param_int(enum hc_param p);     /* INT, SIZE, BOOL */
 const char *hc_param_str(enum hc_param p); /* STR; never NULL */

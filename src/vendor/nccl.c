@@ -66,12 +66,14 @@ hc_result_t hc_vendor_result(int vendor_result) {
 
 /* RTLD_DEEPBIND binds the vendor library's own calls inside it; the
  * sanitizer runtimes refuse it (their interceptors must see every call), so
- * sanitizer builds open the library without it. */
+ * sanitizer builds open the library without it, and its own calls then
+ * reach our exports as if the program had loaded it globally. */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define HC_VENDOR_DLOPEN_FLAGS (RTLD_NOW | RTLD_LOCAL)
+#define HC_VENDOR_DEEPBIND 0
 #else
-#define HC_VENDOR_DLOPEN_FLAGS (RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND)
+#define HC_VENDOR_DEEPBIND RTLD_DEEPBIND
 #endif
+#define HC_VENDOR_DLOPEN_FLAGS (RTLD_NOW | RTLD_LOCAL | HC_VENDOR_DEEPBIND)
 
 static struct hc_vendor vendors[2];
 static bool vendor_ok[2];
@@ -102,9 +104,9 @@ static bool try_open(struct hc_vendor *v, const char *path, void **out) {
   /* Already loaded by the program (PyTorch's wheel loads its NCCL with
    * RTLD_GLOBAL before anything calls hetccl): dlopen returns that copy,
    * whose own calls resolve globally, to our exports; RTLD_DEEPBIND only
-   * isolates a library it loads. The API layer sends such calls back. */
+   * isolates a library it loads. The ABI layer sends such calls back. */
   void *loaded = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-  v->shared = loaded != NULL && !is_hetccl(loaded);
+  v->binds_globally = (loaded != NULL && !is_hetccl(loaded)) || HC_VENDOR_DEEPBIND == 0;
   if (loaded) dlclose(loaded);
   void *h = dlopen(path, HC_VENDOR_DLOPEN_FLAGS);
   if (h == NULL) {
@@ -180,9 +182,10 @@ static void load(int which) {
   }
   v->has_fp8 = v->version >= t->fp8_since;
   vendor_ok[which] = true;
-  if (v->shared)
-    HC_INFO(HC_VENDOR, "%s %d from %s, which the program had loaded already: its calls to the nccl* names land in "
-            "hetccl, which sends those on the vendor's comms back to it", v->name, v->version, v->path);
+  if (v->binds_globally)
+    HC_INFO(HC_VENDOR, "%s %d from %s, %s: its calls to the nccl* names land in hetccl, which sends them back to it",
+            v->name, v->version, v->path,
+            HC_VENDOR_DEEPBIND ? "which the program had loaded already" : "opened without RTLD_DEEPBIND (sanitizers)");
   else
     HC_INFO(HC_VENDOR, "%s %d loaded privately from %s; all-to-all %s, all-to-all-v %s, fp8 %s", v->name, v->version,
             v->path, v->all_to_all ? "native" : "as send/recv", v->all_to_allv ? "native" : "as send/recv",

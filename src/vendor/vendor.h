@@ -8,8 +8,11 @@
  * CUDA wheels, torch/lib for ROCm wheels), then the system's. hetccl itself
  * (which answers to libnccl.so.2 under LD_PRELOAD) is never taken. The
  * library is opened with RTLD_LOCAL | RTLD_DEEPBIND: its names stay out of
- * the global scope and its own calls bind inside it, never to hetccl's
- * exports.
+ * the global scope and its own calls to its nccl* names bind inside it.
+ * Not so where the program had loaded it globally first (PyTorch's wheel
+ * does; dlopen then returns that copy, whose bindings are made) or where
+ * RTLD_DEEPBIND is off (sanitizer builds): those calls reach hetccl's
+ * exports, which hand them back (abi/nccl.c; docs/nccl-abi.md).
  */
 #ifndef HC_VENDOR_H_
 #define HC_VENDOR_H_
@@ -27,7 +30,9 @@ struct hc_vendor {
   const char *name; /* "nccl", "rccl" */
   char path[512];
   void *handle;     /* from dlopen */
-  bool shared;      /* the program had loaded it globally before hetccl did */
+  /* Its own calls to its nccl* names reach hetccl's exports: the program
+   * had loaded it globally before hetccl did, or no RTLD_DEEPBIND. */
+  bool binds_globally;
   int version;
   int (*get_version)(int *version);
   int (*get_unique_id)(hc_vendor_id *id);

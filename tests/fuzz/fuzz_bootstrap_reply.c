@@ -1,6 +1,6 @@
 /*
- * A rank's side of the rendezvous: the root's 284-byte answer (status,
- * next's ring address, message text). Whatever the bytes, the status maps
+ * A rank's side of the rendezvous: the root's 284-byte answer or progress
+ * record (status, next's ring address, message text). Whatever the bytes, the status maps
  * onto a known result, the text is terminated inside its field, and an
  * accepted address is one the rank can connect to.
  */
@@ -14,6 +14,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!parsed) return 0;
   FUZZ_CHECK(strlen(rep.msg) < sizeof(rep.msg));
   FUZZ_CHECK(rep.code >= HC_OK && rep.code <= HC_ERR_REMOTE);
+  /* A progress record is never taken for the final answer, nor for success. */
+  FUZZ_CHECK(rep.waiting == (rep.status == HC_BOOTSTRAP_WAITING));
+  if (rep.waiting) FUZZ_CHECK(rep.code != HC_OK);
   FUZZ_CHECK((rep.status == 0) == (rep.code == HC_OK));
   if (rep.status <= HC_ERR_REMOTE) FUZZ_CHECK((uint32_t)rep.code == rep.status);
   FUZZ_CHECK(hc_result_str(rep.code)[0] != 0);

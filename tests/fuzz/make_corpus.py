@@ -67,6 +67,7 @@ add("bootstrap_reply", "ok", reply(0, addr_v4("192.0.2.8", 40001), b""))
 add("bootstrap_reply", "ok_v6", reply(0, addr_v6("2001:db8::1", 40001), b""))
 add("bootstrap_reply", "usage", reply(5, bytes(24), b"rank 3 at 192.0.2.9:1 joined twice"))
 add("bootstrap_reply", "status99", reply(99, bytes(24), b"?"))
+add("bootstrap_reply", "waiting", reply(0x57414954, bytes(24), b"after 10 s, 2 of 3 ranks arrived; missing: 1"))
 add("bootstrap_reply", "unterminated", reply(6, bytes(24), b"A" * 256))
 add("bootstrap_reply", "short", reply(0, addr_v4("192.0.2.8", 40001), b"")[:100])
 

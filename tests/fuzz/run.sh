@@ -40,7 +40,7 @@ if ! probe; then
 fi
 
 # The parsers live in these files; nothing above net/ is linked.
-lib_sources=("$root"/src/util/*.c "$root"/src/bootstrap/bootstrap.c "$root"/src/net/socket.c
+lib_sources=("$root"/src/util/*.c "$root"/src/bootstrap/bootstrap.c "$root"/src/bootstrap/greet.c "$root"/src/net/socket.c
   "$root"/src/net/socket_progress.c "$root"/src/net/ib_wire.c)
 flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all
   -Wall -Wextra -Wshadow -Wno-missing-field-initializers -Werror

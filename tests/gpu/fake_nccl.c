@@ -15,6 +15,13 @@
  * reduce-scatter with SUM, PROD, MAX, MIN. Send, receive and PreMulSum ops
  * answer ncclInvalidUsage (a pass-through comm would need them).
  * fake_nccl_calls() tells a test how many collectives ran.
+ *
+ * Like NCCL, it calls its own exported names through its PLT (NCCL's
+ * ncclBcast calls ncclBroadcast, its init ncclGetVersion), and a comm
+ * starts with NCCL's magic word; fake_nccl_call_own() makes two such calls
+ * and says where they were bound (tests/gpu/test_vendor_bindings.c). Its
+ * version, 2.28.7, is not the one hetccl reports, so that a caller can
+ * tell whose answer it got.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -47,6 +54,7 @@ struct shared {
 };
 
 struct fcomm {
+  uint64_t magic; /* NCCL's startMagic, first in every ncclComm */
   struct shared *sh;
   int rank;
 };
@@ -158,7 +166,7 @@ static int enqueue(struct op o, void *stream) {
 }
 
 EXPORT int ncclGetVersion(int *version) {
-  *version = 22809;
+  *version = 22807;
   return NCCL_SUCCESS;
 }
 
@@ -189,7 +197,7 @@ EXPORT int ncclCommInitRank(struct fcomm **out, int nranks, struct unique_id id,
   struct fcomm *c = sh ? calloc(1, sizeof(*c)) : NULL;
   if (c) {
     sh->members++;
-    *c = (struct fcomm){.sh = sh, .rank = rank};
+    *c = (struct fcomm){.magic = 0x0280028002800280ull, .sh = sh, .rank = rank};
   }
   pthread_mutex_unlock(&registry_lock);
   *out = c;
@@ -212,6 +220,21 @@ EXPORT int ncclCommDestroy(struct fcomm *c) {
   return NCCL_SUCCESS;
 }
 EXPORT int ncclCommAbort(struct fcomm *c) { return ncclCommDestroy(c); }
+EXPORT int ncclCommCount(const struct fcomm *c, int *count) {
+  *count = c->sh->nranks;
+  return NCCL_SUCCESS;
+}
+
+/* Calls ncclGetVersion and ncclCommCount(c) as NCCL calls its own names:
+ * through this library's PLT, which the loader bound with this library's
+ * lookup scope. *version_fn and *count_fn: what those names were bound to
+ * (their GOT entries, resolved the same way). */
+EXPORT int fake_nccl_call_own(const struct fcomm *c, int *version, int *count, void **version_fn, void **count_fn) {
+  *version_fn = (void *)&ncclGetVersion;
+  *count_fn = (void *)&ncclCommCount;
+  int r = ncclGetVersion(version);
+  return r != NCCL_SUCCESS ? r : ncclCommCount(c, count);
+}
 EXPORT int ncclCommGetAsyncError(struct fcomm *c, int *err) {
   *err = c && c->sh->failed ? NCCL_SYSTEM_ERROR : NCCL_SUCCESS;
   return NCCL_SUCCESS;

@@ -16,3 +16,7 @@ set_tests_properties(mp_two_hosts PROPERTIES LABELS mp TIMEOUT 300 SKIP_RETURN_C
 # hetccl-run --bind core / --cpu-list: each rank runs only on its own CPU.
 add_test(NAME mp_run_bind COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mp/test_run_bind.sh ${run})
 set_tests_properties(mp_run_bind PROPERTIES LABELS mp TIMEOUT 60)
+# Waits that say who is missing: the root and the waiting ranks every 10 s,
+# a rank whose root never starts likewise (about 13 s).
+add_test(NAME mp_bootstrap_waits COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mp/check_bootstrap_waits.sh ${run} ${perf})
+set_tests_properties(mp_bootstrap_waits PROPERTIES LABELS mp TIMEOUT 120)

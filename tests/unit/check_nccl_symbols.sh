@@ -5,13 +5,14 @@
 # in for. Lists: one name a line, '#' comments.
 #   check_nccl_symbols.sh <library> <SONAME> <list>...
 # The NCCL drop-in: build/nccl/libhetccl.so, libnccl.so.2, PyTorch's CUDA
-# imports and nccl.h 2.28.9 (shared/reference); the RCCL one:
+# imports and nccl.h 2.28.9 (tests/unit/torch-cuda-nccl-imports.txt,
+# tests/unit/nccl-h-2.28.9-functions.txt); the RCCL one:
 # build/rccl/libhetccl.so, librccl.so.1, tests/unit/torch-rocm-nccl-imports.txt.
 set -euo pipefail
 lib=$1 soname=$2
 shift 2
 for f in "$@"; do
-  [ -f "$f" ] || { echo "skip: $f not found"; exit 77; }
+  [ -f "$f" ] || { echo "$f not found"; exit 1; }
 done
 fail=0
 readelf -d "$lib" | grep -q "SONAME.*\[$soname\]" || { echo "SONAME is not $soname"; fail=1; }

@@ -6,12 +6,13 @@ add_test(NAME exported_symbols COMMAND sh -c
   "nm -D --defined-only $<TARGET_FILE:hetccl> | awk '{print $3}' | grep -vE '^(hetccl|nccl|pnccl)' | grep -v '^_' && exit 1 || exit 0")
 set_tests_properties(exported_symbols PROPERTIES LABELS unit TIMEOUT 30)
 
-# The NCCL drop-in: symbols PyTorch imports and nccl.h's functions.
+# The NCCL drop-in: symbols PyTorch imports and nccl.h's functions (both
+# lists, and where they come from, are in the repository).
 add_test(NAME nccl_symbols COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/unit/check_nccl_symbols.sh
          $<TARGET_FILE:hetccl_nccl> libnccl.so.2
-         ${PROJECT_SOURCE_DIR}/../shared/reference/torch-2.11-nccl-imports.txt
-         ${PROJECT_SOURCE_DIR}/../shared/reference/nccl-h-2.28.9-functions.txt)
-set_tests_properties(nccl_symbols PROPERTIES LABELS unit TIMEOUT 30 SKIP_RETURN_CODE 77)
+         ${CMAKE_CURRENT_SOURCE_DIR}/unit/torch-cuda-nccl-imports.txt
+         ${CMAKE_CURRENT_SOURCE_DIR}/unit/nccl-h-2.28.9-functions.txt)
+set_tests_properties(nccl_symbols PROPERTIES LABELS unit TIMEOUT 30)
 # The RCCL drop-in: what a ROCm PyTorch imports (the list, and where it
 # comes from, is in the repository), SONAME librccl.so.1.
 add_test(NAME rccl_symbols COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/unit/check_nccl_symbols.sh
@@ -29,3 +30,8 @@ if(NCCL_HEADER_DIR AND CUDA_RUNTIME_HEADER_DIR)
 else()
   message(STATUS "nccl.h not found: the NCCL ABI test is not built")
 endif()
+# Bad HETCCL_* names and values, and NCCL_* stand-ins, against hetccl-info
+# and a 2-rank comm init under hetccl-run; each case has its own deadline.
+add_test(NAME params_env COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/unit/check_params_env.sh
+         $<TARGET_FILE:hetccl-info> $<TARGET_FILE:hetccl-run> $<TARGET_FILE:hetccl-perf>)
+set_tests_properties(params_env PROPERTIES LABELS unit TIMEOUT 300)

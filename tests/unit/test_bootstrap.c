@@ -1,8 +1,10 @@
 /*
  * bootstrap: ranks as threads of one process. Rendezvous, ring all-gather
  * (small and large slots) and barrier for several sizes; strangers at the
- * root; invalid rank sets; launcher environments; IPv6; abort; and a missing
- * peer failing at HETCCL_TIMEOUT instead of hanging.
+ * root, and a rendezvous among 50 silent or garbage connections; invalid
+ * rank sets, and WORLD_SIZE / duplicate RANK mismatches by environment init
+ * with and without HETCCL_SECRET; launcher environments; IPv6; abort; and a
+ * missing peer failing at HETCCL_TIMEOUT instead of hanging.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/bootstrap_wire.h"
 #include "util/auth.h"
 #include "util/sock.h"
 
@@ -161,7 +164,7 @@ static void *stranger_thread(void *arg) {
   static const uint8_t wrong[16] = {0xde, 0xad};
   int fd;
   uint64_t dl = hc_now_ns() + 3000000000ull;
-  s->r = hc_sock_connect_blocking(&s->root, dl, NULL, &fd);
+  s->r = hc_sock_connect_blocking(&s->root, "the root", dl, NULL, &fd);
   if (s->r != HC_OK) return NULL;
   switch (s->kind) {
   case 0: s->r = hc_auth_client_blocking(fd, wrong, HC_AUTH_BOOT_ROOT, dl, NULL); break;
@@ -232,6 +235,60 @@ static void test_strangers(void) {
         "root on a busy port -> %d", r);
   close(lfd);
   CHECK(hc_bootstrap_id_from_addr("127.0.0.1", 0, secret, true, id2) == HC_ERR_USAGE, "port 0 accepted");
+}
+
+/* 50 connections that stay open through the whole rendezvous, silent or
+ * sending half a record of garbage: the root serves the ranks meanwhile.
+ * HETCCL_TIMEOUT=4, below the 5 s handshake window, makes this a check
+ * without a timing threshold: a root that waited out any stranger's window
+ * before serving the ranks (one after another: 250 s; or all at once: 5 s)
+ * would fail them, while the rendezvous itself takes milliseconds. */
+enum { CROWD = 50 };
+
+static void crowd_rendezvous(bool garbage) {
+  uint8_t id[HC_UNIQUE_ID_BYTES];
+  union hc_sockaddr root;
+  CHECK(hc_bootstrap_id_create(id) == HC_OK, "id_create");
+  struct hc_bootstrap_id parsed;
+  CHECK(hc_bootstrap_id_parse(id, sizeof(id), &parsed) == HC_OK, "id parses");
+  root = parsed.root;
+  int fds[CROWD];
+  int connected = 0;
+  for (int i = 0; i < CROWD; i++) {
+    fds[i] = -1;
+    if (hc_sock_connect_blocking(&root, "the root", hc_now_ns() + 5000000000ull, NULL, &fds[i]) != HC_OK) continue;
+    connected++;
+    if (garbage) {
+      /* Less than an auth hello (24 bytes): the root must not wait for the
+       * rest before serving anyone else. Every other one sends a full
+       * record of junk, which fails at once. */
+      char junk[64];
+      memset(junk, 'Z' + i, sizeof(junk));
+      CHECK(hc_sock_send_blocking(fds[i], junk, i % 2 ? 7 : sizeof(junk), hc_now_ns() + 5000000000ull, NULL) == HC_OK,
+            "garbage %d", i);
+    }
+  }
+  CHECK(connected == CROWD, "only %d of %d strangers connected", connected, CROWD);
+  /* Lets the root take them in before the ranks queue behind them (were
+   * it slower, the check would only be weaker, never fail wrongly). */
+  usleep(200000);
+  struct rank_arg args[3] = {0};
+  uint64_t t0 = hc_now_ns();
+  run_ranks(id, 3, args, WORK_FULL, NULL);
+  for (int i = 0; i < 3; i++)
+    CHECK(args[i].r == HC_OK && args[i].r_work == HC_OK, "rank %d among %d %s connections: %s", i, CROWD,
+          garbage ? "garbage" : "silent", args[i].err);
+  printf("rendezvous of 3 ranks among %d %s connections: %llu ms\n", CROWD, garbage ? "garbage" : "silent",
+         (unsigned long long)ms_since(t0));
+  for (int i = 0; i < CROWD; i++)
+    if (fds[i] >= 0) close(fds[i]);
+}
+
+static void test_crowd(void) {
+  set_param("HETCCL_TIMEOUT", "4");
+  crowd_rendezvous(false);
+  crowd_rendezvous(true);
+  set_param("HETCCL_TIMEOUT", NULL);
 }
 
 /* ---- invalid rank sets ---- */
@@ -314,7 +371,8 @@ static void test_env(void) {
             !strcmp(e.master_addr, "10.1.2.3") && e.master_port == 29500,
         "torchrun -> %d", r);
   uint8_t want[32];
-  const char *text = "hetccl:10.1.2.3:29500:8";
+  /* Without WORLD_SIZE: ranks that disagree on it still reach the root. */
+  const char *text = "hetccl:10.1.2.3:29500";
   hc_sha256(text, strlen(text), want);
   CHECK(r == HC_OK && !memcmp(e.secret, want, 16), "derived secret");
   set_param("HETCCL_SECRET", "00112233445566778899aabbccddeeFF");
@@ -435,6 +493,53 @@ static void test_env_init(void) {
           er[i].arg.r_work, er[i].arg.err);
 }
 
+/* Ranks started with different WORLD_SIZE, or two with the same RANK, by
+ * environment init (derived secret, and with HETCCL_SECRET): every rank
+ * gets the root's verdict, naming the problem, not a failed proof or a
+ * timeout. Under HETCCL_TIMEOUT=20 a wait for the deadline would end in a
+ * timeout message, which the checks reject. */
+static void env_mismatch(const int *ranks, const int *sizes, const char *secret, const char *want) {
+  enum { N = 3 };
+  struct env_rank er[N];
+  char port[16];
+  snprintf(port, sizeof(port), "%d", free_port());
+  clear_launcher_env();
+  set_param("HETCCL_SECRET", secret);
+  setenv("MASTER_ADDR", "127.0.0.1", 1), setenv("MASTER_PORT", port, 1);
+  for (int i = 0; i < N; i++) {
+    char rank[16], size[16];
+    snprintf(rank, sizeof(rank), "%d", ranks[i]);
+    snprintf(size, sizeof(size), "%d", sizes[i]);
+    setenv("RANK", rank, 1), setenv("WORLD_SIZE", size, 1);
+    memset(&er[i], 0, sizeof(er[i]));
+    er[i].rank = ranks[i];
+    CHECK(hc_launch_env_read(&er[i].env) == HC_OK, "env rank %d of %d", ranks[i], sizes[i]);
+  }
+  clear_launcher_env();
+  pthread_t t[N];
+  uint64_t t0 = hc_now_ns();
+  for (int i = 0; i < N; i++) pthread_create(&t[i], NULL, env_rank_thread, &er[i]);
+  for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < N; i++) {
+    CHECK(er[i].arg.r == HC_ERR_USAGE && strstr(er[i].arg.err, want), "%s secret: rank %d of %d -> %d: %s",
+          secret ? "given" : "derived", ranks[i], sizes[i], er[i].arg.r, er[i].arg.err);
+  }
+  printf("%s secret: every rank told within %llu ms: %s\n", secret ? "given" : "derived",
+         (unsigned long long)ms_since(t0), er[N - 1].arg.err);
+}
+
+static void test_env_mismatch(void) {
+  set_param("HETCCL_TIMEOUT", "20");
+  static const int ranks[] = {0, 1, 2}, sizes[] = {2, 3, 3}, dup_ranks[] = {0, 1, 1}, dup_sizes[] = {3, 3, 3};
+  static const char *const secrets[] = {NULL, "00112233445566778899aabbccddeeff"};
+  for (size_t k = 0; k < HC_ARRAY_LEN(secrets); k++) {
+    env_mismatch(ranks, sizes, secrets[k], "ranks disagree on nranks (WORLD_SIZE");
+    env_mismatch(dup_ranks, dup_sizes, secrets[k], "rank 1 joined twice");
+  }
+  set_param("HETCCL_SECRET", NULL);
+  set_param("HETCCL_TIMEOUT", NULL);
+}
+
 /* ---- IPv6 ---- */
 
 static void test_ipv6(void) {
@@ -531,6 +636,7 @@ int main(void) {
     void (*fn)(void);
   } tests[] = {{"env", test_env},         {"ipv6", test_ipv6},       {"sizes", test_sizes},
                {"strangers", test_strangers}, {"env_init", test_env_init}, {"invalid", test_invalid},
+               {"crowd", test_crowd},     {"env_mismatch", test_env_mismatch},
                {"abort", test_abort},     {"timeout", test_timeout}};
   for (size_t i = 0; i < HC_ARRAY_LEN(tests); i++) {
     uint64_t t1 = hc_now_ns();

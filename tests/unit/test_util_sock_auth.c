@@ -210,7 +210,7 @@ static struct pipe_pair tcp_pair(void) {
   hc_sock_resolve("127.0.0.1", 0, &lo);
   if (hc_sock_listen(&lo, &lfd, &bound) != HC_OK) return p;
   uint64_t dl = hc_now_ns() + 2000000000ull;
-  hc_sock_connect_blocking(&bound, dl, NULL, &p.a);
+  hc_sock_connect_blocking(&bound, NULL, dl, NULL, &p.a);
   hc_sock_accept_blocking(lfd, dl, NULL, &p.b);
   close(lfd);
   return p;
@@ -323,7 +323,7 @@ static void test_connect(void) {
   hc_sock_str(&a, want, sizeof(want));
   int fd;
   uint64_t t0 = hc_now_ns();
-  hc_result_t r = hc_sock_connect_blocking(&a, hc_now_ns() + 400000000ull, NULL, &fd);
+  hc_result_t r = hc_sock_connect_blocking(&a, NULL, hc_now_ns() + 400000000ull, NULL, &fd);
   uint64_t ms = ms_since(t0);
   CHECK(r == HC_ERR_REMOTE && strstr(hc_last_error(), want) && fd == -1, "connect to nobody -> %d", r);
   CHECK(ms >= 350 && ms < 1500, "connect retry took %llu ms", (unsigned long long)ms);
@@ -332,7 +332,7 @@ static void test_connect(void) {
   struct late_listener l = {a, 300, HC_ERR_INTERNAL};
   pthread_t t;
   pthread_create(&t, NULL, late_listen_thread, &l);
-  r = hc_sock_connect_blocking(&a, hc_now_ns() + 3000000000ull, NULL, &fd);
+  r = hc_sock_connect_blocking(&a, NULL, hc_now_ns() + 3000000000ull, NULL, &fd);
   CHECK(r == HC_OK, "connect to late listener -> %d", r);
   if (r == HC_OK) close(fd);
   pthread_join(t, NULL);
@@ -341,7 +341,7 @@ static void test_connect(void) {
   /* Abort from another thread while connect retries. */
   atomic_bool abort_flag = true;
   t0 = hc_now_ns();
-  r = hc_sock_connect_blocking(&a, hc_now_ns() + 3000000000ull, &abort_flag, &fd);
+  r = hc_sock_connect_blocking(&a, NULL, hc_now_ns() + 3000000000ull, &abort_flag, &fd);
   CHECK(r == HC_ERR_REMOTE && ms_since(t0) < 500, "aborted connect -> %d", r);
 
   /* accept times out too. */
