@@ -158,7 +158,8 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
 
-  if (argc < 2) die("usage: mpi_bench <all_reduce|all_gather|reduce_scatter|broadcast> -G MIN-MAXxITERS[,...] [-f F] [-w W]");
+  if (argc < 2)
+    die("usage: mpi_bench <all_reduce|all_gather|reduce_scatter|broadcast> -G MIN-MAXxITERS[,...] [-f F] [-w W]");
   enum coll c;
   const char *name = argv[1];
   if (strcmp(name, "all_reduce") == 0) c = ALL_REDUCE;
@@ -225,8 +226,8 @@ int main(int argc, char **argv) {
       if (rank == 0) {
         char t[32], a[32], b[32];
         printf("%12zu  %12zu  %8s  %6s  %6d  %7s  %6s  %6s    N/A\n", k.printed, k.count, "float",
-               c == ALL_GATHER || c == BROADCAST ? "none" : "sum", c == BROADCAST ? 0 : -1, fmt_num(t, sizeof t, sec * 1e6, 7),
-               fmt_num(a, sizeof a, algbw, 6), fmt_num(b, sizeof b, busbw, 6));
+               c == ALL_GATHER || c == BROADCAST ? "none" : "sum", c == BROADCAST ? 0 : -1,
+               fmt_num(t, sizeof t, sec * 1e6, 7), fmt_num(a, sizeof a, algbw, 6), fmt_num(b, sizeof b, busbw, 6));
         fflush(stdout);
       }
     }

@@ -329,8 +329,8 @@ static hc_result_t wait_for_progress(struct job_state *states, int njobs, int ti
 struct wait_state {
   struct hc_links *links; /* whose estimate this run reads and updates */
   uint64_t spin_ns, bare_ns;
-  uint64_t idle_since;    /* 0: the last pass moved */
-  bool yield_ran_other;   /* during this wait */
+  uint64_t idle_since;  /* 0: the last pass moved */
+  bool yield_ran_other; /* during this wait */
 };
 
 static void wait_state_plan(struct wait_state *w) {

@@ -20,8 +20,8 @@
 
 #include "plan_priv.h"
 
-hc_result_t hc_onestep_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
-                                 const struct hc_coll_args *a, struct hc_alg_io io) {
+hc_result_t hc_onestep_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                 struct hc_alg_io io) {
   const int n = x->nranks, r = x->rank;
   const size_t es = hc_dtype_size(a->dtype), bytes = a->count * es;
   const enum hc_redop op = hc_step_op(a->op);
@@ -66,8 +66,8 @@ hc_result_t hc_onestep_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
   return HC_OK;
 }
 
-hc_result_t hc_onestep_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
-                                 const struct hc_coll_args *a, struct hc_alg_io io) {
+hc_result_t hc_onestep_allgather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                 struct hc_alg_io io) {
   const int n = x->nranks, r = x->rank;
   const size_t es = hc_dtype_size(a->dtype), bytes = a->count * es;
   hc_push_copy(p, HC_PTR(io.out, (size_t)r * a->count, es), io.in, bytes, io.in_dep, 0);
