@@ -328,12 +328,15 @@ static bool place_ranks(const char *list, int n) {
     }
     if (bad) {
       fprintf(stderr, "hetccl-run: --cpu-list %s: expected CPU numbers and ranges like 0-3,8\n", list);
-      return false;
+      have = -1;
     }
   }
-  if (have < n) {
+  if (have >= 0 && have < n)
     fprintf(stderr, "hetccl-run: %s names %d CPU%s for %d ranks\n", list ? "--cpu-list" : "--bind core: our affinity mask",
             have, have == 1 ? "" : "s", n);
+  if (have < n) {
+    free(rank_cpu);
+    rank_cpu = NULL;
     return false;
   }
   return true;
@@ -587,6 +590,7 @@ int main(int argc, char **argv) {
       free(pfds);
       free(pfd_rank);
       free(ranks);
+      free(rank_cpu);
       return 1;
     }
   }
