@@ -323,8 +323,10 @@ static bool place_ranks(const char *list, int n) {
         p = end;
       }
       for (long cpu = lo; !bad && cpu <= hi && have < n; cpu++) rank_cpu[have++] = (int)cpu;
-      if (*p == ',' && p[1] != 0) p++;
-      else bad = bad || *p != 0;
+      if (*p == ',' && p[1] != 0)
+        p++;
+      else
+        bad = bad || *p != 0;
     }
     if (bad) {
       fprintf(stderr, "hetccl-run: --cpu-list %s: expected CPU numbers and ranges like 0-3,8\n", list);
@@ -332,8 +334,8 @@ static bool place_ranks(const char *list, int n) {
     }
   }
   if (have >= 0 && have < n)
-    fprintf(stderr, "hetccl-run: %s names %d CPU%s for %d ranks\n", list ? "--cpu-list" : "--bind core: our affinity mask",
-            have, have == 1 ? "" : "s", n);
+    fprintf(stderr, "hetccl-run: %s names %d CPU%s for %d ranks\n",
+            list ? "--cpu-list" : "--bind core: our affinity mask", have, have == 1 ? "" : "s", n);
   if (have < n) {
     free(rank_cpu);
     rank_cpu = NULL;
@@ -500,9 +502,7 @@ int main(int argc, char **argv) {
       }
       bind = strcmp(optarg, "core") == 0;
       break;
-    case 'c':
-      cpu_list = optarg;
-      break;
+    case 'c': cpu_list = optarg; break;
     case 'h':
       usage(stdout);
       return 0;
