@@ -1,7 +1,7 @@
 /*
  * hetccl-run: start N local ranks of one program, the way torchrun would.
  *
- *   hetccl-run -n N [--addr HOST] [--timeout SECONDS]
+ *   hetccl-run -n N [--addr HOST] [--timeout SECONDS] [--bind core | --cpu-list LIST]
  *              [--rank-env R:VAR=VALUE]... [--] prog [args...]
  *
  * Environment of rank R: RANK=R, LOCAL_RANK=R, WORLD_SIZE=N,
@@ -12,6 +12,14 @@
  * --rank-env of rank R. The rank variables of other launchers (Slurm, Open
  * MPI, PMI) are removed, so a job started inside srun or mpirun still sees
  * one consistent placement. stdin is /dev/null.
+ *
+ * Placement: by default the ranks go where the scheduler puts them. With
+ * --bind core, rank R may run only on the R-th CPU this launcher may run on
+ * (its affinity mask, in CPU order); with --cpu-list LIST (e.g. "0-7" or
+ * "0,2,4,6"), only on the R-th CPU of LIST. So each rank owns a core, as
+ * with mpirun --bind-to core: a benchmark then measures the library, not
+ * the scheduler packing two ranks onto one core. Fewer CPUs than ranks is
+ * a usage error.
  *
  * Output: each rank's stdout and stderr come back through pipes and go to
  * our stdout and stderr, one whole line per write, prefixed "[R] " (R padded
@@ -45,6 +53,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -88,6 +97,7 @@ struct rank_env {
 static int sig_pipe[2] = {-1, -1};
 static struct rank *ranks;
 static int nranks, prefix_width = 1;
+static int *rank_cpu;      /* the CPU rank R is bound to; NULL: not bound */
 static bool out_broken[3]; /* our stdout / stderr gave EPIPE or similar */
 static bool pipe_ignored;  /* SIGPIPE was ignored when we started */
 
@@ -107,11 +117,13 @@ static void on_signal(int sig) {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: hetccl-run -n N [--addr HOST] [--timeout SECONDS]\n"
+          "usage: hetccl-run -n N [--addr HOST] [--timeout SECONDS] [--bind core | --cpu-list LIST]\n"
           "                  [--rank-env R:VAR=VALUE]... [--] prog [args...]\n"
           "  -n N                    number of local ranks (1..%d)\n"
           "  --addr HOST             MASTER_ADDR (default 127.0.0.1)\n"
           "  --timeout SECONDS       kill every rank and exit 124 after this long\n"
+          "  --bind core             rank R runs only on the R-th CPU of our affinity mask\n"
+          "  --cpu-list LIST         rank R runs only on the R-th CPU of LIST (\"0-7\", \"0,2,4\")\n"
           "  --rank-env R:VAR=VALUE  set VAR=VALUE for rank R only (repeatable)\n"
           "  -h, --help              this text\n",
           MAX_RANKS);
@@ -279,6 +291,59 @@ static void set_env_int(const char *var, long v) {
   setenv(var, text, 1);
 }
 
+/* Fills rank_cpu[0..n) from --bind core (list NULL: the CPUs of our
+ * affinity mask) or --cpu-list. False, with a message, when the list does
+ * not parse or names fewer than n CPUs. */
+static bool place_ranks(const char *list, int n) {
+  cpu_set_t mine;
+  if (list == NULL && sched_getaffinity(0, sizeof(mine), &mine) != 0) {
+    fprintf(stderr, "hetccl-run: --bind core: sched_getaffinity: %s\n", strerror(errno));
+    return false;
+  }
+  rank_cpu = calloc((size_t)n, sizeof(*rank_cpu));
+  if (rank_cpu == NULL) {
+    fprintf(stderr, "hetccl-run: out of memory\n");
+    return false;
+  }
+  int have = 0;
+  if (list == NULL) {
+    for (int cpu = 0; cpu < CPU_SETSIZE && have < n; cpu++)
+      if (CPU_ISSET(cpu, &mine)) rank_cpu[have++] = cpu;
+  } else {
+    const char *p = list;
+    bool bad = *p == 0;
+    while (*p && !bad) {
+      char *end;
+      long lo = strtol(p, &end, 10), hi = lo;
+      bad = end == p || lo < 0 || lo >= CPU_SETSIZE;
+      p = end;
+      if (!bad && *p == '-') {
+        hi = strtol(p + 1, &end, 10);
+        bad = end == p + 1 || hi < lo || hi >= CPU_SETSIZE;
+        p = end;
+      }
+      for (long cpu = lo; !bad && cpu <= hi && have < n; cpu++) rank_cpu[have++] = (int)cpu;
+      if (*p == ',' && p[1] != 0)
+        p++;
+      else
+        bad = bad || *p != 0;
+    }
+    if (bad) {
+      fprintf(stderr, "hetccl-run: --cpu-list %s: expected CPU numbers and ranges like 0-3,8\n", list);
+      have = -1;
+    }
+  }
+  if (have >= 0 && have < n)
+    fprintf(stderr, "hetccl-run: %s names %d CPU%s for %d ranks\n",
+            list ? "--cpu-list" : "--bind core: our affinity mask", have, have == 1 ? "" : "s", n);
+  if (have < n) {
+    free(rank_cpu);
+    rank_cpu = NULL;
+    return false;
+  }
+  return true;
+}
+
 /* Runs in the child between fork and exec: only async-signal-safe calls
  * until the environment edits (the parent is single-threaded, so malloc is
  * safe here too). Never returns. */
@@ -304,6 +369,15 @@ static void child_exec(int r, pid_t parent, const sigset_t *old_mask, int out_w,
   if (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0) _exit(126);
   close(out_w);
   close(err_w);
+  if (rank_cpu != NULL) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(rank_cpu[r], &one);
+    if (sched_setaffinity(0, sizeof(one), &one) != 0) {
+      fprintf(stderr, "hetccl-run: rank %d: cannot bind to CPU %d: %s\n", r, rank_cpu[r], strerror(errno));
+      _exit(126);
+    }
+  }
   set_env_int("RANK", r);
   set_env_int("LOCAL_RANK", r);
   set_env_int("ROLE_RANK", r);
@@ -361,12 +435,16 @@ int main(int argc, char **argv) {
       {"addr", required_argument, NULL, 'a'},
       {"timeout", required_argument, NULL, 't'},
       {"rank-env", required_argument, NULL, 'e'},
+      {"bind", required_argument, NULL, 'b'},
+      {"cpu-list", required_argument, NULL, 'c'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
   long n = 0;
   const char *addr = "127.0.0.1";
   double timeout_s = 0;
+  const char *cpu_list = NULL;
+  bool bind = false;
   struct rank_env envs[argc]; /* at most one per argument */
   int nenvs = 0;
   int c;
@@ -417,6 +495,14 @@ int main(int argc, char **argv) {
       nenvs++;
       break;
     }
+    case 'b':
+      if (strcmp(optarg, "core") != 0 && strcmp(optarg, "none") != 0) {
+        fprintf(stderr, "hetccl-run: --bind %s: expected core or none\n", optarg);
+        return 2;
+      }
+      bind = strcmp(optarg, "core") == 0;
+      break;
+    case 'c': cpu_list = optarg; break;
     case 'h':
       usage(stdout);
       return 0;
@@ -438,6 +524,7 @@ int main(int argc, char **argv) {
     }
   }
   nranks = (int)n;
+  if ((bind || cpu_list != NULL) && !place_ranks(cpu_list, nranks)) return 2;
   for (long top = nranks - 1; top >= 10; top /= 10) prefix_width++;
 
   int port = free_port(addr);
@@ -503,6 +590,7 @@ int main(int argc, char **argv) {
       free(pfds);
       free(pfd_rank);
       free(ranks);
+      free(rank_cpu);
       return 1;
     }
   }
@@ -624,5 +712,6 @@ int main(int argc, char **argv) {
   free(pfds);
   free(pfd_rank);
   free(ranks);
+  free(rank_cpu);
   return timed_out ? 124 : exit_code;
 }

@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
-# bench/cpu/compare.sh: hetccl against Open MPI and Gloo on the CPU of one
-# machine, with one command, as root on Debian, from a clean clone.
+# bench/cpu/compare.sh: hetccl against Open MPI (and Gloo) on the CPU of one
+# machine, with one command, on Debian, from a clean clone.
 #
 #   bench/cpu/compare.sh [--netns | --no-netns] [--no-install]
 #
 # 1. Installs what is missing from Debian (openmpi-bin libopenmpi-dev
 #    python3-torch gnuplot-nox, plus build-essential cmake iproute2 when
-#    absent; one quiet apt-get update), builds hetccl-perf and hetccl-run
-#    (RelWithDebInfo) into $BUILD_DIR (default build-bench), and compiles
-#    bench/cpu/mpi_bench.c with mpicc into $BUILD_DIR/bench-cpu/.
-# 2. Local part, rank counts 2 and 4, float32 sum, sizes 4K..256M (x4):
-#      all_reduce:      hetccl, ompi-shm, ompi-tcp, gloo
-#      all_gather:      hetccl, ompi-shm
-#      reduce_scatter:  hetccl, ompi-shm
-#    hetccl   = hetccl-run -n N hetccl-perf COLL -b .. -e .. -f 4 -c 0 -n ITERS -w 2
-#               (its out-of-place busbw column; local ranks use whatever
+#    absent; one quiet apt-get update; needs root), builds hetccl-perf and
+#    hetccl-run (RelWithDebInfo) into $BUILD_DIR (default build-bench), and
+#    compiles bench/cpu/mpi_bench.c with mpicc into $BUILD_DIR/bench-cpu/.
+#    --no-install (no network, e.g. the GPU machine): installs nothing and
+#    uses what is there: mpicc and mpirun are required, Gloo runs only when
+#    python3 can import torch with gloo, the plot only when gnuplot exists
+#    (each skip is said in the results).
+# 2. Local part, rank counts NS (default: those of 2 4 8 16 that fit the
+#    cores), float32 sum, sizes SIZES_MIN, x4 ... up to SIZES_MAX (and
+#    SIZES_MAX itself; default 8 B .. 256 MiB), collectives COLLS (default
+#    all_reduce all_gather reduce_scatter broadcast), libraries LIBS
+#    (default hetccl ompi-shm ompi-tcp gloo; ompi-tcp and gloo run
+#    all_reduce only):
+#    hetccl   = hetccl-run -n N --bind core hetccl-perf COLL -b .. -e .. -f 4 -c 0 -n ITERS -w W
+#               (its out-of-place time column; local ranks use whatever
 #               transport hetccl picks)
-#    ompi-shm = mpirun --allow-run-as-root --oversubscribe --bind-to none -n N
+#    ompi-shm = mpirun --allow-run-as-root --use-hwthread-cpus --map-by hwthread
+#               --bind-to hwthread -n N
 #               mpi_bench (Open MPI's defaults: pml ob1, btl vader, i.e. shared
 #               memory with CMA single copy)
 #    ompi-tcp = the same plus --mca pml ob1 --mca btl tcp,self
@@ -25,19 +32,24 @@
 #    gloo     = bench/cpu/gloo_bench.py: torch.distributed, gloo backend,
 #               CPU tensors, ranks from torch.multiprocessing, env:// on
 #               127.0.0.1 (gloo's all_reduce is in place)
+#    Ranks own their cores: with N <= cores, rank r of every library runs
+#    only on the r-th CPU (hetccl-run --bind core; mpirun --bind-to hwthread,
+#    rank r on the r-th hardware thread, which is the same CPU);
+#    with more ranks than cores nothing is bound (mpirun --oversubscribe)
+#    and the results say so. BIND=none turns binding off.
 #    Every benchmark times the same way (nccl-tests' method, see
 #    shared/reference/nccl-tests.md and the comment in mpi_bench.c): per size
-#    2 warm-up ops, one untimed op, a barrier, ITERS ops back to back, time
-#    per op averaged over ranks, busbw with nccl-tests' factors.
+#    W warm-up ops, one untimed op, a barrier, ITERS ops back to back, time
+#    per op averaged over ranks.
 #    ITERS(size) = clamp(TARGET_BYTES / size, MIN_ITERS, MAX_ITERS); sizes
 #    with equal ITERS are swept by one invocation (one hetccl-perf -b/-e
 #    range), and mpi_bench/gloo_bench do exactly the same groups (-G).
 #    PASSES passes; each pass runs every (library, collective, n) once at
 #    every size, library order rotated per pass; the tables show the median
 #    over passes of each (library, n, size).
-# 3. Network namespaces (run when `ip netns` works, or forced with --netns):
-#    two namespaces joined by a veth pair (10.214.0.1/24 and .2, nothing
-#    else on that link), one rank in each, all_reduce 1M..256M:
+# 3. Network namespaces (run when `ip netns` works, or forced with --netns;
+#    needs root): two namespaces joined by a veth pair (10.214.0.1/24 and
+#    .2, nothing else on that link), one rank in each, all_reduce 1M..256M:
 #      hetccl-netns   = hetccl-perf with torchrun variables (MASTER_ADDR,
 #                       MASTER_PORT, RANK, WORLD_SIZE, HETCCL_SECRET,
 #                       HETCCL_SOCKET_IFNAME=<veth>)
@@ -47,13 +59,15 @@
 #                       namespace, so its own host name); oob and btl tcp
 #                       restricted to 10.214.0.0/24
 #    The veth byte counters are reported for each library.
-# 4. Prints the tables (busbw GB/s per library, hetccl's ratio to each as
-#    "x1.84"), writes bench/cpu/results/compare-<date>.txt and .csv and the
-#    plot bench/cpu/results/allreduce.png (busbw against size, log x).
+# 4. Prints one table per (collective, n): time per call in us of each
+#    library, and each other library's time over hetccl's ("x1.84": above 1,
+#    hetccl is faster), writes bench/cpu/results/compare-<date>.txt and .csv
+#    and, with gnuplot, the plot bench/cpu/results/compare.png (that ratio
+#    against Open MPI over size, one panel per collective, a line per n).
 #
 # Environment: BUILD_DIR, PASSES (3), TARGET_BYTES (67108864), MIN_ITERS (2),
-# MAX_ITERS (100), WARMUP (2), RUN_TIMEOUT (900 s per invocation),
-# SIZES_MIN (4K), SIZES_MAX (256M), NETNS_MIN (1M), NS (rank counts, "2 4").
+# MAX_ITERS (1000), WARMUP (2), RUN_TIMEOUT (900 s per invocation),
+# SIZES_MIN (8), SIZES_MAX (256M), NETNS_MIN (1M), NS, COLLS, LIBS, BIND.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -63,14 +77,20 @@ case "$BUILD_DIR" in /*) ;; *) BUILD_DIR=$ROOT/$BUILD_DIR ;; esac
 PASSES=${PASSES:-3}
 TARGET_BYTES=${TARGET_BYTES:-67108864}
 MIN_ITERS=${MIN_ITERS:-2}
-MAX_ITERS=${MAX_ITERS:-100}
+MAX_ITERS=${MAX_ITERS:-1000}
 WARMUP=${WARMUP:-2}
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
-SIZES_MIN=${SIZES_MIN:-4K}
+SIZES_MIN=${SIZES_MIN:-8}
 SIZES_MAX=${SIZES_MAX:-256M}
 NETNS_MIN=${NETNS_MIN:-1M}
-NS=${NS:-"2 4"}
-PY=/usr/bin/python3
+if [ -z "${NS:-}" ]; then
+  NS=""
+  for n in 2 4 8 16; do (( n <= $(nproc) || n == 2 )) && NS+="${NS:+ }$n"; done
+fi
+COLLS=${COLLS:-"all_reduce all_gather reduce_scatter broadcast"}
+LIBS=${LIBS:-"hetccl ompi-shm ompi-tcp gloo"}
+BIND=${BIND:-core}
+PY=$(command -v python3 || echo /usr/bin/python3)
 RESULTS=$HERE/results
 
 netns_mode=auto install=1
@@ -83,7 +103,10 @@ for arg in "$@"; do
     *) echo "compare.sh: unknown argument $arg (try --help)" >&2; exit 2 ;;
   esac
 done
-if [ "$(id -u)" != 0 ]; then echo "compare.sh: run as root (apt-get, ip netns)" >&2; exit 2; fi
+if [ "$(id -u)" != 0 ]; then
+  if [ $install = 1 ]; then echo "compare.sh: run as root (apt-get), or with --no-install" >&2; exit 2; fi
+  [ $netns_mode = auto ] && netns_mode=no
+fi
 
 t_start=$(date +%s)
 load_start=$(cut -d" " -f1-3 /proc/loadavg)
@@ -120,9 +143,18 @@ if [ $install = 1 ]; then
     apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
   fi
 fi
-for c in mpicc mpirun gnuplot cmake cc; do
+need=(cmake cc)
+[[ " $LIBS " == *" ompi-"* ]] && need+=(mpicc mpirun)
+for c in "${need[@]}"; do
   command -v $c >/dev/null || { echo "compare.sh: $c missing (run without --no-install)" >&2; exit 1; }
 done
+SKIPPED=()
+if [[ " $LIBS " == *" gloo "* ]] && ! $PY -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
+  LIBS=$(echo " $LIBS " | sed 's/ gloo / /; s/^ *//; s/ *$//')
+  SKIPPED+=("gloo: python3 cannot import torch with gloo here")
+fi
+HAVE_GNUPLOT=yes
+command -v gnuplot >/dev/null || { HAVE_GNUPLOT=no; SKIPPED+=("plot: gnuplot is not installed"); }
 
 WORK=$BUILD_DIR/bench-cpu
 mkdir -p "$WORK" "$RESULTS"
@@ -134,23 +166,30 @@ cmake --build "$BUILD_DIR" -j"$(nproc)" --target hetccl-perf hetccl-run >>"$WORK
 PERF=$BUILD_DIR/tools/hetccl-perf
 HRUN=$BUILD_DIR/tools/hetccl-run
 MPIB=$WORK/mpi_bench
-log "== building mpi_bench with mpicc"
-mpicc -O2 -std=c11 -Wall -Wextra -o "$MPIB" "$HERE/mpi_bench.c"
+if [[ " $LIBS " == *" ompi-"* ]]; then
+  log "== building mpi_bench with mpicc"
+  mpicc -O2 -std=c11 -Wall -Wextra -o "$MPIB" "$HERE/mpi_bench.c"
+fi
 GLOOB=$HERE/gloo_bench.py
 
 # ---- iteration schedule: groups of consecutive sizes with equal ITERS ----
 smin=$(to_bytes "$SIZES_MIN") smax=$(to_bytes "$SIZES_MAX") nsmin=$(to_bytes "$NETNS_MIN")
 iters_for() { local i=$(( TARGET_BYTES / $1 )); (( i < MIN_ITERS )) && i=$MIN_ITERS; (( i > MAX_ITERS )) && i=$MAX_ITERS; echo $i; }
-make_groups() { # lo hi -> "lo-hixIT,..." (bytes)
-  local s=$1 hi=$2 out="" glo="" gprev="" git=""
-  while (( s <= hi )); do
-    local it; it=$(iters_for $s)
-    if [ -n "$glo" ] && [ "$it" = "$git" ]; then gprev=$s
+sizes_from() { # lo hi -> lo, 4 lo, 16 lo ... <= hi, and hi itself
+  local s=$1 last=0
+  while (( s <= $2 )); do echo $s; last=$s; s=$(( s * 4 )); done
+  (( last != $2 && $2 >= $1 )) && echo "$2"
+  return 0
+}
+make_groups() { # lo hi -> "lo-hixIT,..." (bytes): one group per run of x4 steps with equal ITERS
+  local out="" glo="" gprev="" git="" s it
+  for s in $(sizes_from "$1" "$2"); do
+    it=$(iters_for $s)
+    if [ -n "$glo" ] && [ "$it" = "$git" ] && (( s == gprev * 4 )); then gprev=$s
     else
       [ -n "$glo" ] && out+="${out:+,}${glo}-${gprev}x${git}"
       glo=$s gprev=$s git=$it
     fi
-    s=$(( s * 4 ))
   done
   [ -n "$glo" ] && out+="${out:+,}${glo}-${gprev}x${git}"
   echo "$out"
@@ -158,41 +197,40 @@ make_groups() { # lo hi -> "lo-hixIT,..." (bytes)
 GROUPS_LOCAL=$(make_groups "$smin" "$smax")
 GROUPS_NETNS=$(make_groups "$nsmin" "$smax")
 schedule_text() {
-  local s=$smin out=""
-  while (( s <= smax )); do out+="$(human $s):$(iters_for $s) "; s=$((s*4)); done
+  local s out=""
+  for s in $(sizes_from "$smin" "$smax"); do out+="$(human $s):$(iters_for $s) "; done
   echo "$out"
 }
 
 RAW=$WORK/raw.csv
-echo "part,pass,coll,lib,n,size,busbw" >"$RAW"
+echo "part,pass,coll,lib,n,size,time_us" >"$RAW"
 failures=()
 
 # Rows of an nccl-tests style table on stdin (optionally "[0] " prefixed):
-# append "part,pass,coll,lib,n,size,busbw" to $RAW. busbw is recomputed from
-# the (first, i.e. out-of-place) time column, $6 in microseconds, rather than
-# read from the 2-decimal busbw column: size is the algbw byte count for all
-# three collectives (nccl-tests.md §3/§5); factor 2(n-1)/n for all_reduce,
-# (n-1)/n for all_gather and reduce_scatter.
+# append "part,pass,coll,lib,n,size,time_us" to $RAW, from the size column
+# and the first (out-of-place) time column, in microseconds. Sizes are the
+# printed ones (for all_gather and reduce_scatter nccl-tests' total, which
+# can round down to 0 for tiny sizes: those rows are dropped).
 collect() { # part pass coll lib n
-  local f
-  if [ "$3" = all_reduce ]; then f=$(awk -v n="$5" 'BEGIN { printf "%.10f", 2*(n-1)/n }')
-  else f=$(awk -v n="$5" 'BEGIN { printf "%.10f", (n-1)/n }'); fi
-  sed -e 's/^\[[0-9]*\] //' |
-    awk -v p="$1,$2,$3,$4,$5" -v f="$f" '$1 ~ /^[0-9]+$/ && NF >= 8 && $6 + 0 > 0 { printf "%s,%s,%.6g\n", p, $1, $1 / ($6 * 1e3) * f }' >>"$RAW"
+  sed -e 's/^\[ *[0-9]*\] //' |
+    awk -v p="$1,$2,$3,$4,$5" '$1 ~ /^[0-9]+$/ && $1 + 0 > 0 && NF >= 8 && $6 + 0 > 0 { printf "%s,%s,%s\n", p, $1, $6 }' >>"$RAW"
 }
 
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+MPIRUN_BASE=(mpirun --allow-run-as-root)
+bound() { [ "$BIND" = core ] && (( $1 <= $(nproc) )); } # n
 MPI_TCP=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo)
 
 run_one() { # pass coll lib n
   local pass=$1 coll=$2 lib=$3 n=$4 out=$WORK/run.out err=$WORK/run.err rc=0
+  local hbind=() MPIRUN=("${MPIRUN_BASE[@]}" --oversubscribe --bind-to none)
+  if bound "$n"; then hbind=(--bind core); MPIRUN=("${MPIRUN_BASE[@]}" --use-hwthread-cpus --map-by hwthread --bind-to hwthread); fi
   : >"$out"
   case $lib in
     hetccl)
       local g lo hi it
       for g in ${GROUPS_LOCAL//,/ }; do
         lo=${g%%-*}; hi=${g#*-}; it=${hi#*x}; hi=${hi%x*}
-        timeout "$RUN_TIMEOUT" "$HRUN" -n "$n" "$PERF" "$coll" -b "$lo" -e "$hi" -f 4 -c 0 \
+        timeout "$RUN_TIMEOUT" "$HRUN" -n "$n" "${hbind[@]}" "$PERF" "$coll" -b "$lo" -e "$hi" -f 4 -c 0 \
           -n "$it" -w "$WARMUP" >>"$out" 2>"$err" || { rc=$?; break; }
       done ;;
     ompi-shm)
@@ -213,7 +251,10 @@ run_one() { # pass coll lib n
 }
 
 # ---- the TCP check for ompi-tcp ----
+MPIRUN=("${MPIRUN_BASE[@]}" --oversubscribe --bind-to none)
+TCP_CHECK=""
 lo_tx() { cat /sys/class/net/lo/statistics/tx_bytes; }
+if [[ " $LIBS " == *" ompi-tcp "* ]]; then
 log "== checking that ompi-tcp really goes over TCP (loopback byte counter)"
 tcp_check_bytes=$((16 << 20)) tcp_check_iters=10
 b0=$(lo_tx)
@@ -231,15 +272,24 @@ else
   failures+=("$TCP_CHECK")
 fi
 log "   $TCP_CHECK"
+fi
 
 # ---- 2. local passes ----
 ITER_TEXT=$(schedule_text)
-log "== local part: PASSES=$PASSES, n in {$NS}, iterations per size: $ITER_TEXT(warm-up $WARMUP)"
-declare -A LIBS=([all_reduce]="hetccl ompi-shm ompi-tcp gloo" [all_gather]="hetccl ompi-shm" [reduce_scatter]="hetccl ompi-shm")
+log "== local part: PASSES=$PASSES, n in {$NS}, $COLLS, libraries $LIBS, iterations per size: $ITER_TEXT(warm-up $WARMUP)"
+libs_for() { # coll -> the libraries of LIBS that run it
+  local l out=""
+  for l in $LIBS; do
+    case $l in ompi-tcp|gloo) [ "$1" = all_reduce ] || continue ;; esac
+    out+="${out:+ }$l"
+  done
+  echo "$out"
+}
 for pass in $(seq 1 "$PASSES"); do
   for n in $NS; do
-    for coll in all_reduce all_gather reduce_scatter; do
-      read -r -a libs <<<"${LIBS[$coll]}"
+    for coll in $COLLS; do
+      read -r -a libs <<<"$(libs_for "$coll")"
+      [ ${#libs[@]} -gt 0 ] || continue
       k=$(( (pass - 1) % ${#libs[@]} ))
       order=("${libs[@]:k}" "${libs[@]:0:k}")
       for lib in "${order[@]}"; do
@@ -347,24 +397,27 @@ fi
 
 # ---- 4. tables, files, plot ----
 stamp=$(date +%Y%m%d-%H%M%S)
-TXT=$RESULTS/compare-$stamp.txt CSV=$RESULTS/compare-$stamp.csv PNG=$RESULTS/allreduce.png
+TXT=$RESULTS/compare-$stamp.txt CSV=$RESULTS/compare-$stamp.csv PNG=$RESULTS/compare.png
 wall=$(( $(date +%s) - t_start ))
 commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 dirty=""; [ -n "$(git -C "$ROOT" status --porcelain -uno 2>/dev/null)" ] && dirty=" (+ uncommitted changes in the work tree)"
+bind_text="ranks bound one per CPU (hetccl-run --bind core, mpirun --use-hwthread-cpus --map-by hwthread --bind-to hwthread) for n <= $(nproc)"
+[ "$BIND" = core ] || bind_text="ranks not bound (BIND=$BIND): mpirun --oversubscribe --bind-to none"
 {
-  echo "# hetccl vs Open MPI vs Gloo on CPU, $(date -u '+%Y-%m-%d %H:%M UTC'), host $(hostname), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
-  echo "# hetccl $commit$dirty; $(mpirun --version 2>/dev/null | head -1); torch $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null) (gloo)"
-  echo "# float32, sum; busbw in GB/s (1e9 B/s) with nccl-tests' factors; median over $PASSES passes"
+  echo "# hetccl vs Open MPI on CPU, $(date -u '+%Y-%m-%d %H:%M UTC'), host $(hostname), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
+  echo "# hetccl $commit$dirty; $(mpirun --version 2>/dev/null | head -1)$([[ " $LIBS " == *" gloo "* ]] && echo "; torch $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null) (gloo)")"
+  echo "# float32, sum; time per call in us (out-of-place for hetccl-perf, as mpi_bench); median over $PASSES passes"
   echo "# iterations per size: $ITER_TEXT(TARGET_BYTES=$TARGET_BYTES clamped to [$MIN_ITERS,$MAX_ITERS]); warm-up $WARMUP; one untimed op + barrier before each timed loop"
-  echo "# hetccl: out-of-place column of hetccl-perf; ompi-shm: Open MPI defaults (ob1/vader); ompi-tcp: --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo; gloo: torch.distributed gloo, in place"
-  echo "# mpirun --oversubscribe --bind-to none (Open MPI busy-polls unless oversubscribed, i.e. at 2 ranks on 2 cores)"
+  echo "# libraries: $LIBS; ompi-shm: Open MPI defaults (ob1/vader); ompi-tcp: --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo; gloo: torch.distributed gloo, in place"
+  echo "# $bind_text"
   load_end=$(cut -d" " -f1-3 /proc/loadavg)
   echo "# load average (1/5/15 min) at the start: $load_start, at the end: $load_end"
   if awk -v a="${load_start%% *}" -v b="${load_end%% *}" -v c="$(nproc)" 'BEGIN { exit !(a > c || b > c) }'; then
     echo "# WARNING: other work was running (load above $(nproc)); medians damp it, but busy-polling libraries suffer most"
   fi
-  echo "# $TCP_CHECK"
+  [ -n "$TCP_CHECK" ] && echo "# $TCP_CHECK"
   [ -n "$NETNS_NOTE" ] && echo "# $NETNS_NOTE"
+  for k in "${SKIPPED[@]}"; do echo "# skipped: $k"; done
   echo "# wall time of compare.sh: ${wall} s"
   $PY - "$RAW" "$CSV" "$WORK/plot" <<'PYEOF'
 import csv, statistics, sys, os
@@ -373,7 +426,7 @@ rows = list(csv.DictReader(open(raw)))
 vals = {}
 for r in rows:
     key = (r["part"], r["coll"], r["lib"], int(r["n"]), int(r["size"]))
-    vals.setdefault(key, []).append(float(r["busbw"]))
+    vals.setdefault(key, []).append(float(r["time_us"]))
 med = {k: statistics.median(v) for k, v in vals.items()}
 def human(b):
     for unit, sh in (("G", 30), ("M", 20), ("K", 10)):
@@ -381,68 +434,72 @@ def human(b):
             return "%d%s" % (b >> sh, unit)
     return str(b)
 noisy = {k for k, v in vals.items() if len(v) > 1 and min(v) > 0 and max(v) / min(v) > 2}
-def fmt_bw(v, key=None):
+def fmt_t(v, key=None):
     if v is None:
         return "-"
-    return ("%.3f" % v if v >= 0.1 else "%.2g" % v) + ("~" if key in noisy else " ")
-def ratio(a, b):
-    if a is None or b is None or b <= 0:
-        return "%9s" % "-"
-    return "%9s" % ("x%.2f" % (a / b))
+    s = "%.2f" % v if v < 100 else "%.1f" % v if v < 1000 else "%.0f" % v
+    return s + ("~" if key in noisy else " ")
 order = ["hetccl", "ompi-shm", "ompi-tcp", "gloo", "hetccl-netns", "ompi-tcp-netns"]
+colls = ["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
 tables = {}
 for (part, coll, lib, n, size) in med:
     tables.setdefault((part, coll, n), set()).add(lib)
 def sort_key(t):
     part, coll, n = t
-    return (part != "local", ["all_reduce", "all_gather", "reduce_scatter"].index(coll), n)
+    return (part != "local", colls.index(coll) if coll in colls else 99, n)
 with open(out_csv, "w", newline="") as f:
     w = csv.writer(f)
-    w.writerow(["part", "coll", "lib", "n", "size", "busbw_median_GBps", "passes", "busbw_per_pass"])
+    w.writerow(["part", "coll", "lib", "n", "size", "time_us_median", "passes", "time_us_per_pass"])
     for k in sorted(vals, key=lambda k: (k[0], k[1], order.index(k[2]) if k[2] in order else 99, k[3], k[4])):
         w.writerow(list(k) + ["%.4f" % med[k], len(vals[k]), " ".join("%.4f" % v for v in vals[k])])
+summary = []
 for t in sorted(tables, key=sort_key):
     part, coll, n = t
     libs = [l for l in order if l in tables[t]]
-    base = libs[0]
-    others = libs[1:]
+    base, others = libs[0], libs[1:]
     sizes = sorted({k[4] for k in med if k[:2] == (part, coll) and k[3] == n})
     title = "%s, %d ranks%s" % (coll, n, " (one rank per network namespace, socket over veth)" if part == "netns" else "")
     print()
-    print("## " + title + ": busbw GB/s, and %s / other" % base)
-    cw = max(10, max(len(l) for l in libs) + 2)
-    rw = max(10, max(len(o) for o in others) + 5) if others else 10
-    print("%6s" % "size" + "".join("%*s" % (cw, l) for l in libs) + "".join("%*s" % (rw, "vs " + o) for o in others))
+    print("## " + title + ": time per call (us); other / %s = the other's time over %s's (above 1: %s faster)" % (base, base, base))
+    cw = max(11, max(len(l) for l in libs) + 3)
+    rw = max(12, max(len(o) for o in others) + len(base) + 4) if others else 12
+    print("%6s" % "size" + "".join("%*s" % (cw, l) for l in libs) + "".join("%*s" % (rw, o + "/" + base) for o in others))
+    below = {o: [] for o in others}
     for s in sizes:
         v = {l: med.get((part, coll, l, n, s)) for l in libs}
-        line = "%6s" % human(s) + "".join("%*s" % (cw, fmt_bw(v[l], (part, coll, l, n, s))) for l in libs)
-        line += "".join("%*s" % (rw, ratio(v[base], v[o]).strip()) for o in others)
+        line = "%6s" % human(s) + "".join("%*s" % (cw, fmt_t(v[l], (part, coll, l, n, s))) for l in libs)
+        for o in others:
+            r = v[o] / v[base] if v[o] and v[base] else None
+            line += "%*s" % (rw, "%.2f" % r if r else "-")
+            if r is not None and r < 1:
+                below[o].append("%s %.2f" % (human(s), r))
         print(line)
-    if part == "netns":
-        verdict = []
-        for s in sizes:
-            a, b = med.get((part, coll, base, n, s)), med.get((part, coll, "ompi-tcp-netns", n, s))
-            if s >= 16 << 20 and a and b:
-                verdict.append("%s x%.2f %s" % (human(s), a / b, "met" if a / b >= 1.5 else "NOT met"))
-        if verdict:
-            print("issue target (socket between namespaces: all-reduce >= x1.5 Open MPI TCP at >= 16M): " + ", ".join(verdict))
+    for o in others:
+        if sizes:
+            summary.append("%s n=%d vs %s: %s" % (coll, n, o, "faster or equal at every size" if not below[o]
+                                                   else "slower at " + ", ".join(below[o])))
 print()
 print("~ : the passes of this value differ by more than 2x (max/min); see the .csv for each pass")
-# plot data: one file per (part, lib, n) for all_reduce
+print()
+print("summary (hetccl against each library, ratio = its time / hetccl's):")
+for line in summary:
+    print("  " + line)
+# plot data: per (coll, n), the ratio ompi-shm / hetccl over size
 os.makedirs(plotdir, exist_ok=True)
 series = []
 for (part, coll, n) in sorted(tables, key=sort_key):
-    if coll != "all_reduce":
+    if part != "local" or "ompi-shm" not in tables[(part, coll, n)] or "hetccl" not in tables[(part, coll, n)]:
         continue
-    for l in [l for l in order if l in tables[(part, coll, n)]]:
-        fn = os.path.join(plotdir, "%s-n%d.dat" % (l, n))
-        with open(fn, "w") as f:
-            for s in sorted({k[4] for k in med if k[:3] == (part, coll, l) and k[3] == n}):
-                f.write("%d %.6f\n" % (s, med[(part, coll, l, n, s)]))
-        series.append((l, n, fn))
+    fn = os.path.join(plotdir, "%s-n%d.dat" % (coll, n))
+    with open(fn, "w") as f:
+        for s in sorted({k[4] for k in med if k[:2] == (part, coll) and k[3] == n}):
+            h, o = med.get((part, coll, "hetccl", n, s)), med.get((part, coll, "ompi-shm", n, s))
+            if h and o:
+                f.write("%d %.6f\n" % (s, o / h))
+    series.append((coll, n, fn))
 with open(os.path.join(plotdir, "series.txt"), "w") as f:
-    for l, n, fn in series:
-        f.write("%s %d %s\n" % (l, n, fn))
+    for coll, n, fn in series:
+        f.write("%s %d %s\n" % (coll, n, fn))
 PYEOF
   if [ ${#failures[@]} -gt 0 ]; then
     echo
@@ -451,35 +508,42 @@ PYEOF
   fi
 } | tee "$TXT"
 
-# gnuplot: colour per library, dashed for 4 ranks
-declare -A COLOR=([hetccl]='#d62728' [ompi-shm]='#1f77b4' [ompi-tcp]='#2ca02c' [gloo]='#9467bd' [hetccl-netns]='#ff7f0e' [ompi-tcp-netns]='#17becf')
-plot_cmds=()
-while read -r lib n fn; do
-  dt=1; pt=7; [ "$n" = 4 ] && { dt=2; pt=5; }
-  plot_cmds+=("'$fn' using 1:2 with linespoints lw 2 dt $dt pt $pt ps 0.8 lc rgb '${COLOR[$lib]:-#000000}' title '$lib, $n ranks'")
-done <"$WORK/plot/series.txt"
-term="pngcairo size 1200,750 font 'sans,10'"
-gnuplot -e 'set terminal pngcairo' >/dev/null 2>&1 || term="png size 1200,750"
-{
-  echo "set terminal $term"
-  echo "set output '$PNG'"
-  echo "set title 'all-reduce, float32 sum, CPU ($(nproc) cores): bus bandwidth (log scale), median over $PASSES pass(es), $stamp'"
-  echo "set logscale x 2"
-  echo "set xrange [3000:360000000]"
-  echo "set xtics ('4K' 4096, '16K' 16384, '64K' 65536, '256K' 262144, '1M' 1048576, '4M' 4194304, '16M' 16777216, '64M' 67108864, '256M' 268435456, '1G' 1073741824)"
-  echo "set xlabel 'message size (bytes)'"
-  echo "set ylabel 'busbw (GB/s)'"
-  echo "set logscale y 10"
-  echo "set format y '%g'"
-  echo "set grid"
-  echo "set key outside right top"
-  (IFS=,; echo "plot ${plot_cmds[*]}")
-} >"$WORK/plot.gp"
-gnuplot "$WORK/plot.gp" 2>"$WORK/gnuplot.err" || log "gnuplot failed: $(cat "$WORK/gnuplot.err")"
+# gnuplot: one panel per collective, the ratio Open MPI time / hetccl time
+# over size, a line per rank count.
+if [ $HAVE_GNUPLOT = yes ] && [ -s "$WORK/plot/series.txt" ]; then
+  term="pngcairo size 1400,900 font 'sans,10'"
+  gnuplot -e 'set terminal pngcairo' >/dev/null 2>&1 || term="png size 1400,900"
+  {
+    echo "set terminal $term"
+    echo "set output '$PNG'"
+    echo "set multiplot layout 2,2 title 'Open MPI (vader) time / hetccl time per call, float32, $(nproc) cores, median of $PASSES pass(es), $stamp: above 1 = hetccl faster'"
+    echo "set logscale x 2"
+    echo "set logscale y 2"
+    echo "set format x '%.0s%cB'"
+    echo "set xlabel 'message size'"
+    echo "set ylabel 'MPI time / hetccl time'"
+    echo "set grid"
+    echo "set key top left"
+    for coll in $COLLS; do
+      cmds=()
+      while read -r c n fn; do
+        [ "$c" = "$coll" ] && cmds+=("'$fn' using 1:2 with linespoints lw 2 pt 7 ps 0.7 title '$n ranks'")
+      done <"$WORK/plot/series.txt"
+      [ ${#cmds[@]} -gt 0 ] || continue
+      echo "set title '$coll'"
+      (IFS=,; echo "plot ${cmds[*]}, 1 with lines lc rgb 'black' dt 2 notitle")
+    done
+    echo "unset multiplot"
+  } >"$WORK/plot.gp"
+  gnuplot "$WORK/plot.gp" 2>"$WORK/gnuplot.err" || log "gnuplot failed: $(cat "$WORK/gnuplot.err")"
+  PLOT_TEXT=$PNG
+else
+  PLOT_TEXT="none (${SKIPPED[*]:-no Open MPI rows to plot})"
+fi
 
 echo
 echo "results: $TXT"
 echo "         $CSV"
-echo "plot:    $PNG"
+echo "plot:    $PLOT_TEXT"
 echo "logs and raw per-pass rows: $WORK (raw.csv)"
 [ ${#failures[@]} -eq 0 ] || exit 1

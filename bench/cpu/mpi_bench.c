@@ -1,10 +1,10 @@
 /*
- * mpi_bench: time MPI_Allreduce (float sum), MPI_Allgather and
- * MPI_Reduce_scatter_block the way hetccl-perf times hetccl (nccl-tests'
+ * mpi_bench: time MPI_Allreduce (float sum), MPI_Allgather,
+ * MPI_Reduce_scatter_block and MPI_Bcast (root 0) the way hetccl-perf times hetccl (nccl-tests'
  * method, shared/reference/nccl-tests.md), so that bench/cpu/compare.sh can
  * put the two side by side. Built by compare.sh with mpicc.
  *
- *   mpirun -n N mpi_bench <all_reduce|all_gather|reduce_scatter>
+ *   mpirun -n N mpi_bench <all_reduce|all_gather|reduce_scatter|broadcast>
  *          -G MIN-MAXxITERS[,MIN-MAXxITERS...] [-f F] [-w W]
  *
  * Each group MIN-MAXxITERS (sizes in bytes, K/M/G suffixes allowed) is
@@ -18,7 +18,8 @@
  *     operation on each rank, averaged over ranks (MPI_Allreduce of the
  *     times / N);
  *   - counts, algbw and busbw as nccl-tests: all_reduce count = S/4, busbw =
- *     algbw * 2(n-1)/n; all_gather and reduce_scatter per-rank count base =
+ *     algbw * 2(n-1)/n; broadcast count = S/4, busbw = algbw (MPI_Bcast is
+ *     in place: the receive buffer of the root holds the data); all_gather and reduce_scatter per-rank count base =
  *     (S/4/n) rounded down to 16 bytes, size printed = base*n*4, algbw on
  *     that total, busbw = algbw * (n-1)/n.
  * Output (rank 0): one row per size in nccl-tests' layout, out-of-place half
@@ -32,7 +33,7 @@
 #include <string.h>
 #include <time.h>
 
-enum coll { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER };
+enum coll { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST };
 
 struct group {
   long long min, max;
@@ -100,11 +101,11 @@ static struct counts counts_for(enum coll c, long long bytes) {
   struct counts k;
   size_t count = (size_t)bytes / sizeof(float);
   size_t n = (size_t)nranks;
-  if (c == ALL_REDUCE) {
+  if (c == ALL_REDUCE || c == BROADCAST) {
     k.count = k.send = k.recv = count;
     k.printed = count * sizeof(float);
     k.alg_bytes = (double)k.printed;
-    k.factor = 2.0 * (double)(n - 1) / (double)n;
+    k.factor = c == BROADCAST ? 1.0 : 2.0 * (double)(n - 1) / (double)n;
   } else {
     size_t base = (count / n) & ~(size_t)(16 / sizeof(float) - 1);
     k.count = base;
@@ -132,6 +133,7 @@ static void launch(enum coll c, const struct counts *k, int iter) {
   case ALL_GATHER:
     rc = MPI_Allgather(s, (int)k->count, MPI_FLOAT, r, (int)k->count, MPI_FLOAT, MPI_COMM_WORLD);
     break;
+  case BROADCAST: rc = MPI_Bcast(r, (int)k->count, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
   default:
     rc = MPI_Reduce_scatter_block(s, r, (int)k->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     break;
@@ -156,12 +158,14 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
 
-  if (argc < 2) die("usage: mpi_bench <all_reduce|all_gather|reduce_scatter> -G MIN-MAXxITERS[,...] [-f F] [-w W]");
+  if (argc < 2)
+    die("usage: mpi_bench <all_reduce|all_gather|reduce_scatter|broadcast> -G MIN-MAXxITERS[,...] [-f F] [-w W]");
   enum coll c;
   const char *name = argv[1];
   if (strcmp(name, "all_reduce") == 0) c = ALL_REDUCE;
   else if (strcmp(name, "all_gather") == 0) c = ALL_GATHER;
   else if (strcmp(name, "reduce_scatter") == 0) c = REDUCE_SCATTER;
+  else if (strcmp(name, "broadcast") == 0) c = BROADCAST;
   else die("unknown collective");
 
   struct group groups[64];
@@ -222,8 +226,8 @@ int main(int argc, char **argv) {
       if (rank == 0) {
         char t[32], a[32], b[32];
         printf("%12zu  %12zu  %8s  %6s  %6d  %7s  %6s  %6s    N/A\n", k.printed, k.count, "float",
-               c == ALL_GATHER ? "none" : "sum", -1, fmt_num(t, sizeof t, sec * 1e6, 7),
-               fmt_num(a, sizeof a, algbw, 6), fmt_num(b, sizeof b, busbw, 6));
+               c == ALL_GATHER || c == BROADCAST ? "none" : "sum", c == BROADCAST ? 0 : -1,
+               fmt_num(t, sizeof t, sec * 1e6, 7), fmt_num(a, sizeof a, algbw, 6), fmt_num(b, sizeof b, busbw, 6));
         fflush(stdout);
       }
     }

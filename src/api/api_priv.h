@@ -76,6 +76,10 @@ struct hetcclComm {
   bool windows_registered;        /* plan_ctx.windows, with this rank's GPU driver */
   struct hc_plan plan;            /* reused call after call */
   uint32_t coll_seq;              /* collectives made so far (hc_coll_args.seq) */
+  /* The plan cache (coll.c): plan still holds the steps and scratch of
+   * this call, the last one made alone on this host comm. */
+  bool plan_kept;
+  struct hc_coll_args plan_call;
   struct hc_premul_op premul[HC_MAX_PREMUL_OPS];
   atomic_bool abort_flag;
   atomic_int active_calls;        /* calls inside the library on this comm */

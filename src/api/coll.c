@@ -174,6 +174,40 @@ out:
   return r;
 }
 
+/* ---- the plan cache ----
+ * A host comm keeps the plan of a call made alone (a group of one call),
+ * and the next call with the same arguments and buffers runs it again: no
+ * planning, staging or scratch allocation, which are most of the cost of a
+ * small collective. A plan is kept only when running it again does the
+ * same thing: no window steps (their piece numbers run on across plans)
+ * and no all-to-all-v (its counts live outside the arguments). */
+
+static bool same_call(const struct hc_coll_args *a, const struct hc_coll_args *b) {
+  return a->coll == b->coll && a->sendbuf == b->sendbuf && a->recvbuf == b->recvbuf && a->count == b->count &&
+         a->dtype == b->dtype && a->op == b->op && a->root == b->root && a->stage_send == b->stage_send &&
+         (a->op != HC_PREMULSUM || !memcmp(a->premul_factor, b->premul_factor, sizeof(a->premul_factor)));
+}
+
+/* Whether comm's plan already is the plan of the group's one call. On a
+ * hit, its transfers take this call's signature (the seq moved on; a peer
+ * whose own cache missed builds it afresh and compares). */
+static bool plan_cache_hit(struct hetcclComm *comm) {
+  const struct hc_coll_args *a = &group_calls[0].args;
+  if (group_ncalls != 1 || !comm->plan_kept || !same_call(&comm->plan_call, a) || comm->plan.nsigs > 1) return false;
+  if (comm->plan.nsigs == 1) comm->plan.sigs[0] = hc_plan_sig(a, comm->plan_ctx.rank);
+  return true;
+}
+
+/* After a run: keeps the plan for the next call, or frees it. */
+static void plan_cache_keep_or_reset(struct hetcclComm *comm, hc_result_t r) {
+  bool keep = r == HC_OK && group_ncalls == 1 && group_calls[0].args.coll != HC_COLL_ALLTOALLV;
+  for (int i = 0; keep && i < comm->plan.nsteps; i++)
+    keep = comm->plan.steps[i].kind != HC_STEP_WAIT && comm->plan.steps[i].kind != HC_STEP_SIGNAL;
+  comm->plan_kept = keep;
+  if (keep) comm->plan_call = group_calls[0].args;
+  else hc_plan_reset(&comm->plan);
+}
+
 /* Builds one plan per comm (calls in the order made) and runs them all. */
 static hc_result_t group_run(void) {
   hc_result_t r = HC_OK;
@@ -194,8 +228,11 @@ static hc_result_t group_run(void) {
     while (j < njobs && jobs[j].plan != &comm->plan) j++;
     if (j == njobs) {
       jobs[njobs++] = (struct hc_exec_job){.links = &comm->links, .plan = &comm->plan};
-      comm->plan.mem = comm->config.device_kind;
       atomic_fetch_add(&comm->active_calls, 1);
+      if (plan_cache_hit(comm)) continue;
+      if (comm->plan_kept) hc_plan_reset(&comm->plan);
+      comm->plan_kept = false;
+      comm->plan.mem = comm->config.device_kind;
     }
     HC_TRY_GOTO(hc_plan_add(&comm->plan, &comm->plan_ctx, &group_calls[i].args), r, out);
   }
@@ -203,7 +240,7 @@ static hc_result_t group_run(void) {
     struct hetcclComm *comm = NULL;
     for (int i = 0; i < group_ncalls && comm == NULL; i++)
       if (&group_calls[i].comm->plan == jobs[j].plan) comm = group_calls[i].comm;
-    HC_TRY_GOTO(hc_plan_stage(jobs[j].plan, &comm->plan_ctx, false), r, out);
+    if (!comm->plan_kept) HC_TRY_GOTO(hc_plan_stage(jobs[j].plan, &comm->plan_ctx, false), r, out);
   }
   r = hc_exec_run_blocking(jobs, njobs, hc_deadline_ns());
 out:
@@ -212,7 +249,7 @@ out:
     for (int i = 0; i < group_ncalls && comm == NULL; i++)
       if (&group_calls[i].comm->plan == jobs[j].plan) comm = group_calls[i].comm;
     if (r != HC_OK) hc_comm_fail(comm, r);
-    hc_plan_reset(jobs[j].plan);
+    plan_cache_keep_or_reset(comm, r);
     atomic_fetch_sub(&comm->active_calls, 1);
   }
   free(jobs);

@@ -447,12 +447,14 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
   comm->links.rank = rank;
   comm->links.nranks = nranks;
   comm->links.abort_flag = &comm->abort_flag;
-  /* Spinning only pays when every local rank has a core of its own;
-   * otherwise it steals the core a peer needs to answer. */
+  /* Bare spinning only pays when every local rank has a core of its own;
+   * otherwise it steals the core a peer needs to answer, so the engine
+   * yields between polls from the start (exec.c, the wait policy). */
   int local_ranks = 0;
   for (int i = 0; i < nranks; i++) local_ranks += comm->peers[i].host_hash == me->host_hash;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  comm->links.spin_ns = local_ranks <= cores ? (uint64_t)hc_param_int(HC_P_SPIN_US) * 1000 : 0;
+  comm->links.spin_ns = (uint64_t)hc_param_int(HC_P_SPIN_US) * 1000;
+  comm->links.cores_shared = local_ranks > cores;
   /* Same host (and both ends have shared memory): shm; other hosts: ib when
    * both ends opened it (HETCCL_NET), else sockets. Both ends decide from
    * the same two records. */
@@ -489,6 +491,10 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
       .rank = rank, .nranks = nranks, .algo = algo,
       .chunk_bytes = any_gpu ? gpu_chunk_bytes() : (size_t)HC_MAX(hc_param_int(HC_P_CHUNK_BYTES), 64),
       .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
+      /* One step pays where a small message costs a round trip whatever
+       * its size (shm's inline descriptors); GPU ranks stage every
+       * transfer, and there n-1 copies per rank cost more. */
+      .onestep_bytes = any_gpu ? 0 : (size_t)hc_param_int(HC_P_ONESTEP_BYTES),
       .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1), .ngroups = 1};
   if (comm->ngroups > 1) {
     HC_TRY_GOTO(hc_calloc(&comm->group_of, (size_t)nranks, sizeof(int), "group table"), r, fail);

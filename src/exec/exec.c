@@ -318,7 +318,92 @@ static hc_result_t wait_for_progress(struct job_state *const *states, int njobs,
   return HC_OK;
 }
 
+/* The wait policy. When a pass moves nothing, the engine
+ *   1. polls bare while a peer is likely to answer soon: up to twice the
+ *      time peers took to answer lately (links->answer_ns), within
+ *      [WAIT_BARE_MIN_NS, WAIT_BARE_MAX_NS];
+ *   2. then polls with a sched_yield between passes, until HETCCL_SPIN_US
+ *      have passed since the last move;
+ *   3. then sleeps in the transport's wait_blocking.
+ * Why yield: the peer may be waiting for this very core. When ranks
+ * outnumber the free cores (other work on the machine, or the scheduler
+ * moving a rank woken from a futex onto its waker's core), a bare spin
+ * holds the core the answer must be computed on, so every wait lasted the
+ * whole spin and ended in a sleep and a wake-up: on a 2-core machine an
+ * 8-byte all-reduce of 2 ranks took about HETCCL_SPIN_US + 10 us (210 us
+ * with 200) when the two ranks shared a core, against 1.2-2 us on two;
+ * with yields it takes 7-9 us on one core (14-20 us at a load of 17, see
+ * docs/perf.md). A yield that took
+ * WAIT_YIELD_RAN_NS or more ran another thread here, most likely a peer,
+ * so the next WAIT_PEER_HERE_WAITS waits skip the bare phase, as do all
+ * waits where local ranks outnumber cores. There the yields also stop
+ * after WAIT_SHARED_YIELD_NS: every polling rank takes a share of the
+ * cores from the ranks that have work (6 ranks as threads on 2 busy cores,
+ * test_coll_groups: 125-184 s sleeping at once, 196-236 s yielding for
+ * 50 us). A yield with nothing else to run costs a syscall (1-3 us on the
+ * 2-core VM), which is why the bare phase comes first. Sleeping only after a long idle keeps a futex wake-up
+ * (tens of us) out of the steps of a collective. */
+#define WAIT_BARE_MIN_NS 2000ull
+#define WAIT_BARE_MAX_NS 20000ull
+#define WAIT_ANSWER_FIRST_NS 4000ull /* before anything was measured */
+#define WAIT_YIELD_RAN_NS 4000ull
+#define WAIT_PEER_HERE_WAITS 32
+#define WAIT_SHARED_YIELD_NS 10000ull
+
+struct wait_state {
+  struct hc_links *links; /* whose estimate this run reads and updates */
+  uint64_t spin_ns, bare_ns;
+  uint64_t idle_since;  /* 0: the last pass moved */
+  bool yield_ran_other; /* during this wait */
+};
+
+static void wait_state_plan(struct wait_state *w) {
+  const struct hc_links *l = w->links;
+  uint64_t answer = l->answer_ns ? l->answer_ns : WAIT_ANSWER_FIRST_NS;
+  w->bare_ns = HC_MIN(HC_MAX(2 * answer, WAIT_BARE_MIN_NS), WAIT_BARE_MAX_NS);
+  if (l->cores_shared || l->peer_here_waits > 0) w->bare_ns = 0;
+}
+
+static void wait_state_init(struct wait_state *w, struct hc_exec_job *jobs, int njobs) {
+  *w = (struct wait_state){.links = jobs[0].links, .spin_ns = UINT64_MAX};
+  for (int j = 0; j < njobs; j++) w->spin_ns = HC_MIN(w->spin_ns, jobs[j].links->spin_ns);
+  if (w->links->cores_shared) w->spin_ns = HC_MIN(w->spin_ns, WAIT_SHARED_YIELD_NS);
+  wait_state_plan(w);
+}
+
+/* A pass moved after an idle stretch: learn from how long it took. */
+static void wait_state_moved(struct wait_state *w) {
+  if (w->idle_since == 0) return;
+  uint64_t waited = hc_now_ns() - w->idle_since;
+  struct hc_links *l = w->links;
+  w->idle_since = 0;
+  if (w->yield_ran_other) {
+    l->peer_here_waits = WAIT_PEER_HERE_WAITS;
+  } else {
+    if (l->peer_here_waits > 0) l->peer_here_waits--;
+    /* Only answers that came while polling on a core of its own measure
+     * the peer's pace; a wait that ended in a sleep says nothing of it. */
+    if (waited < w->spin_ns) l->answer_ns = l->answer_ns ? l->answer_ns - l->answer_ns / 8 + waited / 8 : waited;
+  }
+  w->yield_ran_other = false;
+  wait_state_plan(w);
+}
+
+/* Nothing moved: poll again (bare or after a yield) or sleep. */
+static hc_result_t wait_state_idle(struct wait_state *w, struct job_state *const *states, int njobs, uint64_t now) {
+  if (w->idle_since == 0) w->idle_since = now;
+  uint64_t idle = now - w->idle_since;
+  if (idle < w->bare_ns && idle < w->spin_ns) return HC_OK;
+  if (idle < w->spin_ns) {
+    sched_yield();
+    if (hc_now_ns() - now >= WAIT_YIELD_RAN_NS) w->yield_ran_other = true;
+    return HC_OK;
+  }
+  return wait_for_progress(states, njobs, 100);
+}
+
 hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t deadline_ns) {
+  if (njobs == 0) return HC_OK; /* a group of GPU calls only: the engine runs their transfers */
   struct job_state *states = calloc((size_t)njobs + 1, sizeof(*states));
   struct job_state **each = calloc((size_t)njobs + 1, sizeof(*each));
   if (states == NULL || each == NULL) {
@@ -332,9 +417,8 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
   hc_blame(-1);
   for (; built < njobs; built++) HC_TRY_GOTO(job_state_create(&jobs[built], &states[built]), r, out);
 
-  uint64_t spin_ns = UINT64_MAX;
-  for (int j = 0; j < njobs; j++) spin_ns = HC_MIN(spin_ns, jobs[j].links->spin_ns);
-  uint64_t idle_since = 0;
+  struct wait_state wait;
+  wait_state_init(&wait, jobs, njobs);
   for (;;) {
     bool moved = false, all_done = true;
     for (int j = 0; j < njobs; j++) {
@@ -345,7 +429,7 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
     }
     if (all_done) break;
     if (moved) {
-      idle_since = 0;
+      wait_state_moved(&wait);
       continue;
     }
     uint64_t now = hc_now_ns();
@@ -373,9 +457,7 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
                     (long long)hc_param_int(HC_P_TIMEOUT), peer);
       goto out;
     }
-    if (idle_since == 0) idle_since = now;
-    if (now - idle_since < spin_ns) continue;
-    HC_TRY_GOTO(wait_for_progress(each, njobs, 100), r, out);
+    HC_TRY_GOTO(wait_state_idle(&wait, each, njobs, now), r, out);
   }
 out:
   for (int j = 0; j < built; j++) job_state_destroy(&states[j]);

@@ -5,9 +5,10 @@
  * dependencies are done. Knows nothing of the API.
  *
  * For host buffers the calling thread drives the engine (no hand-off to a
- * helper thread, so a small all-reduce costs the wire and nothing else). It
- * spins for HETCCL_SPIN_US when nothing moves, then sleeps in the
- * transport's wait, so ranks that outnumber cores leave them to each other.
+ * proxy thread, so a small all-reduce costs the wire and nothing else).
+ * When nothing moves it polls, first bare while a peer is likely to answer
+ * soon, then yielding the core between passes, and after HETCCL_SPIN_US
+ * sleeps in the transport's wait (exec.c says why).
  */
 #ifndef HC_EXEC_H_
 #define HC_EXEC_H_
@@ -30,7 +31,13 @@ struct hc_links {
   int rank, nranks;
   struct hc_link *peer;          /* nranks entries */
   const atomic_bool *abort_flag; /* set by hetcclCommAbort from any thread */
-  uint64_t spin_ns;              /* how long to spin before sleeping */
+  uint64_t spin_ns;              /* how long to poll before sleeping (HETCCL_SPIN_US) */
+  bool cores_shared;             /* local ranks outnumber cores: never poll without yielding */
+  /* The wait policy's memory (exec.c), written by the thread that runs
+   * this comm's plans: how soon peers answered lately, and for how many
+   * more waits a yield that ran another thread here still counts. */
+  uint64_t answer_ns;
+  int peer_here_waits;
 };
 
 /* One plan of host memory to run on one comm's links. (A GPU comm's plans

@@ -1,6 +1,7 @@
 /*
  * plan: step storage, the scratch pool, and the choice of algorithm for each
- * collective. The algorithms live in ring.c, tree.c and p2p.c.
+ * collective. The algorithms live in ring.c, tree.c, onestep.c, hier.c and
+ * p2p.c.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -340,7 +341,7 @@ void hc_plan_sig_explain(char *buf, size_t len, int me, const struct hc_net_sig 
 }
 
 const char *hc_algo_name(enum hc_algo a) {
-  static const char *const names[] = {"AUTO", "RING", "RD", "TREE", "HIER"};
+  static const char *const names[] = {"AUTO", "RING", "RD", "TREE", "HIER", "ONESTEP"};
   return (unsigned)a < HC_ARRAY_LEN(names) ? names[a] : "?";
 }
 
@@ -350,7 +351,8 @@ hc_result_t hc_algo_parse(const char *s, enum hc_algo *out) {
   else if (!strcasecmp(s, "RD")) *out = HC_ALGO_RD;
   else if (!strcasecmp(s, "TREE")) *out = HC_ALGO_TREE;
   else if (!strcasecmp(s, "HIER")) *out = HC_ALGO_HIER;
-  else return HC_FAIL(HC_ERR_USAGE, "HETCCL_ALGO=%s: expected RING, RD, TREE or HIER", s);
+  else if (!strcasecmp(s, "ONESTEP")) *out = HC_ALGO_ONESTEP;
+  else return HC_FAIL(HC_ERR_USAGE, "HETCCL_ALGO=%s: expected RING, RD, TREE, HIER or ONESTEP", s);
   return HC_OK;
 }
 
@@ -409,15 +411,17 @@ static enum hc_algo choose(const struct hc_plan_ctx *x, const struct hc_coll_arg
   size_t bytes = a->count * hc_dtype_size(a->dtype);
   switch (a->coll) {
   case HC_COLL_ALLREDUCE:
-    if (x->algo == HC_ALGO_RING || x->algo == HC_ALGO_RD) return x->algo;
+    if (x->algo == HC_ALGO_RING || x->algo == HC_ALGO_RD || x->algo == HC_ALGO_ONESTEP) return x->algo;
     /* Each byte crosses between groups once per group, not once per rank;
-     * small messages take recursive doubling's few steps instead, unless a
-     * group runs the vendor's library (whose steps keep its bytes off
-     * hetccl's transports) and every rank has an element (the rings inside
-     * the other groups need one per member). */
+     * small messages take recursive doubling's few steps instead (and the
+     * smallest a single one: onestep.c), unless a group runs the vendor's
+     * library (whose steps keep its bytes off hetccl's transports) and every
+     * rank has an element (the rings inside the other groups need one per
+     * member). */
     if (hierarchical(x) && (x->algo == HC_ALGO_HIER || bytes >= x->ring_threshold ||
                             (any_vendor_group(x) && a->count >= (size_t)x->nranks)))
       return HC_ALGO_HIER;
+    if (bytes <= x->onestep_bytes) return HC_ALGO_ONESTEP;
     return bytes >= x->ring_threshold && a->count >= (size_t)x->nranks ? HC_ALGO_RING : HC_ALGO_RD;
   case HC_COLL_BROADCAST:
   case HC_COLL_REDUCE:
@@ -425,6 +429,9 @@ static enum hc_algo choose(const struct hc_plan_ctx *x, const struct hc_coll_arg
     if (hierarchical(x)) return HC_ALGO_HIER;
     return bytes >= x->ring_threshold ? HC_ALGO_RING : HC_ALGO_TREE;
   case HC_COLL_ALLGATHER:
+    if (x->algo == HC_ALGO_ONESTEP || x->algo == HC_ALGO_RING) return x->algo;
+    if (hierarchical(x)) return HC_ALGO_HIER;
+    return bytes <= x->onestep_bytes ? HC_ALGO_ONESTEP : HC_ALGO_RING;
   case HC_COLL_REDUCESCATTER:
     return hierarchical(x) ? HC_ALGO_HIER : HC_ALGO_RING;
   default:
@@ -449,15 +456,18 @@ hc_result_t hc_plan_add(struct hc_plan *p, const struct hc_plan_ctx *x,
   hc_result_t r = HC_OK;
   switch (a->coll) {
   case HC_COLL_ALLREDUCE:
-    r = algo == HC_ALGO_HIER ? hc_hier_allreduce(p, x, a, io)
-        : algo == HC_ALGO_RING ? hc_ring_allreduce(p, x, a, io)
-                               : hc_rd_allreduce(p, x, a, io);
+    r = algo == HC_ALGO_HIER      ? hc_hier_allreduce(p, x, a, io)
+        : algo == HC_ALGO_RING    ? hc_ring_allreduce(p, x, a, io)
+        : algo == HC_ALGO_ONESTEP ? hc_onestep_allreduce(p, x, a, io)
+                                  : hc_rd_allreduce(p, x, a, io);
     break;
   case HC_COLL_REDUCESCATTER:
     r = algo == HC_ALGO_HIER ? hc_hier_reducescatter(p, x, a, io) : hc_ring_reducescatter(p, x, a, io);
     break;
   case HC_COLL_ALLGATHER:
-    r = algo == HC_ALGO_HIER ? hc_hier_allgather(p, x, a, io) : hc_ring_allgather(p, x, a, io);
+    r = algo == HC_ALGO_HIER      ? hc_hier_allgather(p, x, a, io)
+        : algo == HC_ALGO_ONESTEP ? hc_onestep_allgather(p, x, a, io)
+                                  : hc_ring_allgather(p, x, a, io);
     break;
   case HC_COLL_BROADCAST:
     r = algo == HC_ALGO_HIER   ? hc_hier_broadcast(p, x, a, io)

@@ -124,6 +124,11 @@ hc_result_t hc_hier_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x
                                   const struct hc_coll_args *a, struct hc_alg_io io);
 hc_result_t hc_rd_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
                             const struct hc_coll_args *a, struct hc_alg_io io);
+/* onestep.c */
+hc_result_t hc_onestep_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
+                                 const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_onestep_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
+                                 const struct hc_coll_args *a, struct hc_alg_io io);
 hc_result_t hc_ring_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x,
                                   const struct hc_coll_args *a, struct hc_alg_io io);
 hc_result_t hc_ring_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,

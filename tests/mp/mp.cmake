@@ -13,6 +13,9 @@ add_test(NAME mp_run_failure COMMAND sh -c "${run} -n 3 -- sh -c 'if [ $RANK = 1
 set_tests_properties(mp_run_failure PROPERTIES LABELS mp TIMEOUT 60)
 add_test(NAME mp_two_hosts COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mp/test_two_hosts.sh ${perf})
 set_tests_properties(mp_two_hosts PROPERTIES LABELS mp TIMEOUT 300 SKIP_RETURN_CODE 77)
+# hetccl-run --bind core / --cpu-list: each rank runs only on its own CPU.
+add_test(NAME mp_run_bind COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mp/test_run_bind.sh ${run})
+set_tests_properties(mp_run_bind PROPERTIES LABELS mp TIMEOUT 60)
 # Waits that say who is missing: the root and the waiting ranks every 10 s,
 # a rank whose root never starts likewise (about 13 s).
 add_test(NAME mp_bootstrap_waits COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mp/check_bootstrap_waits.sh ${run} ${perf})

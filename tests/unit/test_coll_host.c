@@ -8,7 +8,7 @@
  * min, avg, PreMulSum with the scalar on the "device" and host-immediate) x
  * count (0, 1, 7, 1023, 1 Mi + 3) x in-place / out-of-place x algorithm
  * (a comm made under HETCCL_ALGO unset, RING, RING with 1 KiB chunks and
- * 2 scratch slots, RD, TREE), for one rank count per run (--ranks).
+ * 2 scratch slots, RD, TREE, ONESTEP), for one rank count per run (--ranks).
  * The full product is far too slow, so the cases form a covering array: a
  * greedy generator picks cases until every pair of values of two dimensions
  * that can occur together occurs in some case (op only matters for the
@@ -69,7 +69,7 @@ static bool big_dtype(int t) {
 
 /* Comm configurations: HETCCL_* values set while the comm is made ("" =
  * what the environment had at start). */
-enum cfgv { CFG_AUTO, CFG_RING, CFG_RING_SMALL, CFG_RD, CFG_TREE, CFG_N };
+enum cfgv { CFG_AUTO, CFG_RING, CFG_RING_SMALL, CFG_RD, CFG_TREE, CFG_ONESTEP, CFG_N };
 static const struct {
   const char *name, *algo, *chunk, *slots;
 } cfgs[CFG_N] = {
@@ -78,6 +78,7 @@ static const struct {
     {"RING_CHUNK1K", "RING", "1K", "2"},
     {"RD", "RD", "", ""},
     {"TREE", "TREE", "", ""},
+    {"ONESTEP", "ONESTEP", "", ""},
 };
 
 enum dim { D_COLL, D_DTYPE, D_OP, D_COUNT, D_INPLACE, D_CFG, NDIM };
@@ -130,7 +131,7 @@ static int build_cases(int nranks, bool quick, struct tcase **out, int *nextra) 
   struct tcase *cases;
   int n = build_pairwise(!quick && nranks <= 4, &cases);
   static const int xdtypes[] = {HC_FLOAT16, HC_FLOAT32, HC_FLOAT64, HC_BFLOAT16, HC_FP8_E4M3};
-  static const int xcfgs[] = {CFG_AUTO, CFG_RING, CFG_RING_SMALL, CFG_RD};
+  static const int xcfgs[] = {CFG_AUTO, CFG_RING, CFG_RING_SMALL, CFG_RD, CFG_ONESTEP};
   int extra = (int)(HC_ARRAY_LEN(xdtypes) * HC_ARRAY_LEN(xcfgs));
   *nextra = extra;
   cases = realloc(cases, (size_t)(n + extra) * sizeof(*cases));
@@ -819,6 +820,42 @@ static bool connect_all(hetcclComm_t c, int size) {
   return ok;
 }
 
+/* The plan cache (api/coll.c): a call made again with the same arguments
+ * runs the plan kept from the first time, so it must read the buffers as
+ * they are now, not as they were; other calls in between (in place, of
+ * another size, another collective) must neither disturb it nor reuse it. */
+static void repeated_calls(int rank, int n, hetcclComm_t comm) {
+  enum { COUNT = 37, GATHERED = 5 };
+  int32_t in[COUNT], out[COUNT], exp[COUNT], part[GATHERED], all[GATHERED * 8], all_exp[GATHERED * 8];
+  if (n > 8) return;
+  for (int iter = 0; iter < 5; iter++) {
+    tu_set_case("split: AllReduce with the same buffers, call %d of 5, new data each time", iter + 1);
+    struct tu_red s = {HC_INT32, HC_SUM, n, 0xcac4e000ull + (uint64_t)iter};
+    tu_red_fill(&s, rank, 0, COUNT, in);
+    if (!call_ok(hetcclAllReduce(in, out, COUNT, hetcclInt32, hetcclSum, comm, NULL), "AllReduce")) return;
+    expect_red(&s, 0, COUNT, exp);
+    tu_compare(HC_INT32, out, exp, COUNT, "AllReduce again with the same buffers");
+    if (iter == 1) { /* the same call in place: another plan */
+      if (!call_ok(hetcclAllReduce(in, in, COUNT, hetcclInt32, hetcclSum, comm, NULL), "AllReduce")) return;
+      tu_compare(HC_INT32, in, exp, COUNT, "AllReduce in place between calls out of place");
+    }
+    if (iter == 2) { /* a shorter count of the same buffers */
+      tu_red_fill(&s, rank, 0, COUNT, in);
+      out[COUNT - 1] = -7;
+      if (!call_ok(hetcclAllReduce(in, out, COUNT - 1, hetcclInt32, hetcclSum, comm, NULL), "AllReduce")) return;
+      tu_compare(HC_INT32, out, exp, COUNT - 1, "AllReduce of count - 1 between calls of count");
+      CHECK(out[COUNT - 1] == -7, "AllReduce of count - 1 wrote element %d: %d", COUNT - 1, (int)out[COUNT - 1]);
+    }
+    if (iter == 3) { /* another collective */
+      for (int i = 0; i < GATHERED; i++) part[i] = rank * 1000 + iter * 10 + i;
+      for (int r = 0; r < n; r++)
+        for (int i = 0; i < GATHERED; i++) all_exp[r * GATHERED + i] = r * 1000 + iter * 10 + i;
+      if (!call_ok(hetcclAllGather(part, all, GATHERED, hetcclInt32, comm, NULL), "AllGather")) return;
+      tu_compare(HC_INT32, all, all_exp, (size_t)(GATHERED * n), "AllGather between all-reduces");
+    }
+  }
+}
+
 static int rank_split(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
   tu_set_repro("--ranks %d --case split", n);
@@ -865,6 +902,7 @@ static int rank_split(int rank, int n, hetcclUniqueId id, void *arg) {
     hetcclCommDestroy(none);
   tu_set_case("split: parent after the splits");
   CHECK_OK(hetcclBarrier(parent, NULL));
+  repeated_calls(rank, n, parent);
   /* Last, as a failure here breaks the comms: the same group on a fresh
    * copy of the parent and fresh children, so that the connections of
    * three comms come up inside one GroupEnd. */
