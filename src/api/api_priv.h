@@ -83,7 +83,7 @@ struct hetcclComm {
   pthread_mutex_t error_lock;
   char async_error_text[512];
   bool finalized;
-  struct hc_proxy *proxy;         /* GPU comms: runs their plans off the caller's thread */
+  struct hc_proxy *proxy;         /* GPU comms: their side of the process's progress engine */
   /* The vendor library of this rank's device kind, when some group runs
    * it (plan.h, hc_plan_ctx.group_vendor). A pass-through comm (one such
    * group) sends every call to vendor_comm; in a comm of several groups,
@@ -100,7 +100,8 @@ hc_result_t hc_comm_check(const struct hetcclComm *comm, const char *fn);
 /* Records a failure of work on comm for hetcclCommGetAsyncError. */
 void hc_comm_set_async_error(struct hetcclComm *comm, hc_result_t r);
 /* Work on comm failed: records r for hetcclCommGetAsyncError and closes
- * every connection so that the peers learn it too. The owner thread only. */
+ * every connection so that the peers learn it too. The owner thread only;
+ * for a GPU comm, the engine thread (its windows stay mapped). */
 void hc_comm_fail(struct hetcclComm *comm, hc_result_t r);
 /* Frees everything comm owns; takes half-built comms. */
 void hc_comm_free(struct hetcclComm *comm);

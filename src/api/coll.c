@@ -163,7 +163,11 @@ static hc_result_t group_submit_gpu(struct hetcclComm *comm) {
     if (k == nstreams) streams[nstreams++] = group_calls[i].stream;
     calls[ncalls++] = group_calls[i].args;
   }
+  /* Counted, so that abort waits for it and the engine never aborts the
+   * vendor sub-comm under it. */
+  atomic_fetch_add(&comm->active_calls, 1);
   r = hc_proxy_submit(comm->proxy, calls, ncalls, streams, nstreams);
+  atomic_fetch_sub(&comm->active_calls, 1);
 out:
   free(calls);
   free(streams);

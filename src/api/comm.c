@@ -38,11 +38,24 @@ void hc_comm_fail(struct hetcclComm *comm, hc_result_t r) {
   hc_comm_set_async_error(comm, r);
   /* Closing every connection now makes each peer's next wait on this rank
    * fail at once, and so on round the job: a dead rank becomes an error
-   * on every survivor without each one waiting for its deadline. */
+   * on every survivor without each one waiting for its deadline. A notice
+   * first names the rank this one blames, so that the others blame it too
+   * rather than this rank, which only saw it first. */
+  const int culprit = hc_blamed();
+  if (culprit >= 0 && comm->socket_ctx) hc_net_socket_notice(comm->socket_ctx, culprit);
+  if (culprit >= 0 && comm->shm_ctx) hc_net_shm_notice(comm->shm_ctx, culprit);
   if (comm->socket_ctx) hc_net_socket.close(comm->socket_ctx);
-  if (comm->shm_ctx) hc_net_shm.close(comm->shm_ctx);
   if (comm->ib_ctx) hc_net_ib.close(comm->ib_ctx);
-  comm->socket_ctx = comm->shm_ctx = comm->ib_ctx = NULL;
+  comm->socket_ctx = comm->ib_ctx = NULL;
+  for (int i = 0; i < comm->nranks && comm->links.peer; i++)
+    if (comm->links.peer[i].net != &hc_net_shm) comm->links.peer[i] = (struct hc_link){0};
+  /* A GPU comm fails on the engine thread: its streams may still copy
+   * through the windows of its shm segments, and its owner thread may be
+   * in a call. The engine's notice in each window tells those peers;
+   * destroy unmaps the segments and ends the bootstrap. */
+  if (comm->config.device_kind != HC_MEM_HOST) return;
+  if (comm->shm_ctx) hc_net_shm.close(comm->shm_ctx);
+  comm->shm_ctx = NULL;
   for (int i = 0; i < comm->nranks && comm->links.peer; i++) comm->links.peer[i] = (struct hc_link){0};
   hc_bootstrap_destroy(comm->boot);
   comm->boot = NULL;
@@ -111,7 +124,8 @@ static hc_result_t windows_open(struct hetcclComm *comm) {
 
 void hc_comm_free(struct hetcclComm *comm) {
   if (comm == NULL) return;
-  hc_proxy_destroy(comm->proxy);
+  const bool vendor_aborted = hc_proxy_destroy(comm->proxy);
+  if (vendor_aborted) comm->group_vendor_comm = NULL;
   if (comm->windows_registered) windows_register(comm, false);
   free(comm->plan_ctx.windows);
   free(comm->group_of);

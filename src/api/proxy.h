@@ -1,10 +1,12 @@
 /*
- * The proxy thread of a GPU communicator. A call on GPU buffers is planned
- * on the caller's thread and split (exec/enqueue.h): its local steps go on
- * the comm's streams right away, after the caller's stream, which then
- * waits for them; its transfers become a job of this thread, which runs
- * the jobs in call order and never calls the GPU driver. The two meet
- * through counters in pinned memory (stream memory operations).
+ * A GPU communicator's side of the progress engine. A call on GPU buffers
+ * is planned on the caller's thread and split (exec/enqueue.h): its local
+ * steps go on the comm's streams right away, after the caller's stream,
+ * which then waits for them; its transfers become a job of the process's
+ * progress engine (exec/engine.h), which runs each comm's jobs in call
+ * order, never calls the GPU driver, and watches every wait of the comm's
+ * streams (window counters included). The two meet through counters in
+ * pinned memory (stream memory operations).
  */
 #ifndef HC_API_PROXY_H_
 #define HC_API_PROXY_H_
@@ -24,7 +26,9 @@ hc_result_t hc_proxy_submit(struct hc_proxy *px, const struct hc_coll_args *call
                             hc_stream_t *streams, int nstreams);
 /* Waits (bounded by HETCCL_TIMEOUT) until every submitted call has run. */
 hc_result_t hc_proxy_drain_blocking(struct hc_proxy *px);
-/* Stops the thread (pending jobs fail and release their streams); takes NULL. */
-void hc_proxy_destroy(struct hc_proxy *px);
+/* Leaves the engine once the submitted calls have run (at once after a
+ * failure, releasing the streams) and frees everything; takes NULL.
+ * Returns whether the engine aborted the group's vendor sub-comm. */
+bool hc_proxy_destroy(struct hc_proxy *px);
 
 #endif

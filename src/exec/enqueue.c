@@ -6,7 +6,7 @@
 #include "../vendor/vendor.h"
 
 /* What a step is to the enqueuer: a join of dependencies (NOP), work on a
- * lane, or a transfer of the proxy's. A rank's send to itself and its
+ * lane, or a transfer of the engine's. A rank's send to itself and its
  * matching receive are one copy on the GPU (the receive stands for both). */
 enum step_class { CLS_JOIN, CLS_GPU, CLS_XFER };
 
@@ -45,7 +45,7 @@ struct hc_gpu_lanes {
    * what each lane has waited for already, of each other lane and queue. */
   uint64_t lane_pos[HC_LANE_COUNT], *queue_pos;
   /* The latest lane position whose counter a stream will write: the
-   * proxy's next transfers wait for it (they reuse slots that steps up to
+   * engine's next transfers wait for it (they reuse slots that steps up to
    * there read or write). */
   uint64_t lane_written[HC_LANE_COUNT];
   uint64_t synced_lane[HC_LANE_COUNT][HC_LANE_COUNT], *synced_queue; /* [lane * nqueues + q] */
@@ -195,9 +195,15 @@ hc_result_t hc_gpu_lanes_wait_idle(struct hc_gpu_lanes *g, uint64_t deadline_ns)
   }
 }
 
+bool hc_gpu_lanes_idle(struct hc_gpu_lanes *g) {
+  int done = 0;
+  return g->dev->event_query(g->exit[HC_LANE_TO_HOST], &done) == HC_OK && done &&
+         atomic_load(lane_counter(g, HC_LANE_MAIN)) >= g->lane_pos[HC_LANE_MAIN];
+}
+
 void hc_gpu_lanes_release(struct hc_gpu_lanes *g, const uint64_t *xfer_end) {
   for (int q = 0; q < g->nqueues; q++) {
-    const uint64_t end = xfer_end ? xfer_end[q] : g->queue_pos[q];
+    const uint64_t end = xfer_end ? xfer_end[q] : HC_GPU_RELEASED;
     if (atomic_load(queue_counter(g, q)) < end) atomic_store(queue_counter(g, q), end);
   }
 }
@@ -361,7 +367,7 @@ static hc_result_t classify(struct hc_gpu_lanes *g, const struct hc_plan *p) {
   return HC_OK;
 }
 
-/* The proxy's part: first a wait for the lane steps of earlier plans with
+/* The engine's part: first a wait for the lane steps of earlier plans with
  * transfers (they share slots), then every transfer after what it waits
  * for, each followed by the signal of its queue's counter. */
 static hc_result_t build_host_plan(struct hc_gpu_lanes *g, const struct hc_plan *p, struct hc_plan *host) {
@@ -402,7 +408,7 @@ static hc_result_t build_host_plan(struct hc_gpu_lanes *g, const struct hc_plan 
                                                             .count = g->pos[i],
                                                             .deps = {g->host_ref[i], g->last_signal[q]}});
   }
-  if (host->cap < 0) return HC_FAIL(HC_ERR_SYSTEM, "enqueue: out of host memory for the proxy's plan");
+  if (host->cap < 0) return HC_FAIL(HC_ERR_SYSTEM, "enqueue: out of host memory for the engine's plan");
   return HC_OK;
 }
 
@@ -442,7 +448,7 @@ hc_result_t hc_gpu_prepare(struct hc_gpu_lanes *g, const struct hc_plan *p, stru
   if (g->has_xfer) HC_TRY(build_host_plan(g, p, host));
   /* The main lane's end is what a drain waits for; the other's the next
    * transfers (a plan without transfers leaves it alone: its steps touch
-   * only windows and device memory, which the proxy never touches). */
+   * only windows and device memory, which the engine never touches). */
   for (int l = 0; l < HC_LANE_COUNT; l++) {
     int last = g->last_on_lane[l];
     if (last < 0 || (l != HC_LANE_MAIN && !g->has_xfer)) continue;

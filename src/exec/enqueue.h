@@ -6,7 +6,7 @@
  * respects the dependencies, on one of two lanes (plan.h, hc_lane): the
  * main lane is the caller's stream itself, the other (copies into host
  * memory, so that they overlap the rest) is the comm's own stream. The transfers that need a transport are the
- * proxy thread's: they become a host plan that the proxy runs with
+ * progress engine's (engine.h): they become a host plan that it runs with
  * hc_exec_run_blocking and that makes no driver call.
  *
  * The two sides meet through 64-bit counters in mapped pinned memory:
@@ -22,7 +22,7 @@
  * for everything of the plans before (both lanes, every transfer), and its
  * host plan starts by waiting for the last steps of the plans before that
  * had transfers, so scratch and slots are reused safely and a comm's calls
- * complete in order. A plan without transfers is not the proxy's at all. The caller's other
+ * complete in order. A plan without transfers is not the engine's at all. The caller's other
  * streams join the first one at the start, the comm's lane waits for it
  * (an event), and the caller's streams wait for that lane at the end.
  */
@@ -56,14 +56,18 @@ hc_result_t hc_gpu_prepare(struct hc_gpu_lanes *g, const struct hc_plan *plan, s
                            uint64_t *xfer_end);
 /* Second half: enqueues the steps prepared on the lanes, after the work
  * already on the caller's streams, which then wait for the lanes. Call it
- * once host is on its way to the proxy (a host reduction fallback may
+ * once host is on its way to the engine (a host reduction fallback may
  * wait for the stream here). */
 hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *plan, hc_stream_t *user,
                            int nuser);
 
+/* Whether every step enqueued so far has run (the calling thread's). */
+bool hc_gpu_lanes_idle(struct hc_gpu_lanes *g);
+
 /* After a failure: moves every queue counter to at least xfer_end (NULL:
- * every transfer prepared so far; the calling thread's), so no stream
- * waits forever for a transfer that will not happen. */
+ * HC_GPU_RELEASED, past any position; any thread), so no stream waits
+ * forever for a transfer that will not happen. */
+#define HC_GPU_RELEASED (1ull << 62) /* still >= under cuStreamWaitValue64's cyclic comparison */
 void hc_gpu_lanes_release(struct hc_gpu_lanes *g, const uint64_t *xfer_end);
 
 #endif

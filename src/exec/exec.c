@@ -31,6 +31,7 @@ struct job_state {
   int nqueues;
   int *q_peer, *q_dir, *q_tail, *q_head, *q_end; /* indices into q_items */
   int *q_items;
+  int peer_at; /* the peer of the transport call in progress: whom a failure concerns */
   hc_result_t result;
 };
 
@@ -56,7 +57,7 @@ static void job_state_destroy(struct job_state *st) {
 static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *st) {
   const struct hc_plan *p = job->plan;
   const int n = p->nsteps, nr = job->links->nranks;
-  *st = (struct job_state){.job = job, .nsteps = n};
+  *st = (struct job_state){.job = job, .nsteps = n, .peer_at = -1};
   if (p->mem != HC_MEM_HOST)
     return HC_FAIL(HC_ERR_INTERNAL, "exec: a plan of device memory (kind %d) reached the host engine", (int)p->mem);
   st->dev = &hc_dev_host;
@@ -242,6 +243,7 @@ static hc_result_t job_progress(struct job_state *st, bool *moved) {
       int i = st->q_items[st->q_head[q]];
       if (st->pending_deps[i] > 0) break;
       struct hc_link *l = &links->peer[st->q_peer[q]];
+      st->peer_at = st->q_peer[q];
       if (l->conn == NULL) {
         HC_TRY(l->net->connect(l->ctx, st->q_peer[q], &l->handle, &l->conn));
         if (l->conn == NULL) break;
@@ -258,6 +260,7 @@ static hc_result_t job_progress(struct job_state *st, bool *moved) {
     }
     while (st->q_tail[q] < st->q_head[q]) {
       int i = st->q_items[st->q_tail[q]], done = 0;
+      st->peer_at = st->q_peer[q];
       HC_TRY(links->peer[st->q_peer[q]].net->test(st->req[i], &done));
       if (!done) break;
       st->req[i] = NULL;
@@ -275,16 +278,18 @@ static int awaited_peer(const struct job_state *st) {
     if (st->q_tail[q] < st->q_head[q]) return st->q_peer[q];
   for (int q = 0; q < st->nqueues; q++)
     if (st->q_head[q] < st->q_end[q] && st->q_peer[q] != st->job->links->rank) return st->q_peer[q];
+  for (int q = 0; q < st->nqueues; q++) /* a send to itself that no receive matches, or the reverse */
+    if (st->q_head[q] < st->q_end[q]) return st->q_peer[q];
   return -1;
 }
 
 /* Sleeps in the transport that has work in flight; when several have, each
  * is only polled briefly, since none of their sleeps wakes for the others. */
-static hc_result_t wait_for_progress(struct job_state *states, int njobs, int timeout_ms) {
+static hc_result_t wait_for_progress(struct job_state *const *states, int njobs, int timeout_ms) {
   /* A counter (a window's, a GPU stream's) moves without waking any
    * transport. */
   for (int j = 0; j < njobs; j++)
-    if (states[j].nwaits > 0) {
+    if (states[j]->nwaits > 0) {
       sched_yield();
       return HC_OK;
     }
@@ -292,7 +297,7 @@ static hc_result_t wait_for_progress(struct job_state *states, int njobs, int ti
   int nbusy = 0;
   bool many = false;
   for (int j = 0; j < njobs && !many; j++) {
-    struct job_state *st = &states[j];
+    struct job_state *st = states[j];
     for (int q = 0; q < st->nqueues && !many; q++) {
       if (st->q_tail[q] == st->q_end[q] || st->q_peer[q] == st->job->links->rank) continue;
       const struct hc_link *l = &st->job->links->peer[st->q_peer[q]];
@@ -315,9 +320,16 @@ static hc_result_t wait_for_progress(struct job_state *states, int njobs, int ti
 
 hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t deadline_ns) {
   struct job_state *states = calloc((size_t)njobs + 1, sizeof(*states));
-  if (states == NULL) return HC_FAIL(HC_ERR_SYSTEM, "exec: out of host memory for %d jobs", njobs);
+  struct job_state **each = calloc((size_t)njobs + 1, sizeof(*each));
+  if (states == NULL || each == NULL) {
+    free(states);
+    free(each);
+    return HC_FAIL(HC_ERR_SYSTEM, "exec: out of host memory for %d jobs", njobs);
+  }
+  for (int j = 0; j < njobs; j++) each[j] = &states[j];
   hc_result_t r = HC_OK;
   int built = 0;
+  hc_blame(-1);
   for (; built < njobs; built++) HC_TRY_GOTO(job_state_create(&jobs[built], &states[built]), r, out);
 
   uint64_t spin_ns = UINT64_MAX;
@@ -347,16 +359,79 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
     if (now > deadline_ns) {
       struct job_state *st = &states[0];
       for (int j = 0; j < njobs && st->ndone == st->nsteps; j++) st = &states[j];
-      r = HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d",
-                  st->job->links->rank, (long long)hc_param_int(HC_P_TIMEOUT), awaited_peer(st));
+      const int me = st->job->links->rank, peer = awaited_peer(st);
+      hc_blame(peer != me ? peer : -1);
+      if (peer == me)
+        r = HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for self: a send to "
+                    "itself that no receive of the same call matches (or the reverse)", me,
+                    (long long)hc_param_int(HC_P_TIMEOUT));
+      else if (peer < 0)
+        r = HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for its own device",
+                    me, (long long)hc_param_int(HC_P_TIMEOUT));
+      else
+        r = HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d", me,
+                    (long long)hc_param_int(HC_P_TIMEOUT), peer);
       goto out;
     }
     if (idle_since == 0) idle_since = now;
     if (now - idle_since < spin_ns) continue;
-    HC_TRY_GOTO(wait_for_progress(states, njobs, 100), r, out);
+    HC_TRY_GOTO(wait_for_progress(each, njobs, 100), r, out);
   }
 out:
   for (int j = 0; j < built; j++) job_state_destroy(&states[j]);
   free(states);
+  free(each);
   return r;
+}
+
+/* ---- one plan at a time, for the progress engine (engine.c) ---- */
+
+struct hc_exec_run {
+  struct hc_exec_job job;
+  struct job_state st;
+};
+
+hc_result_t hc_exec_start(const struct hc_exec_job *job, struct hc_exec_run **out) {
+  struct hc_exec_run *run;
+  *out = NULL;
+  HC_TRY(hc_calloc(&run, 1, sizeof(*run), "a running plan"));
+  run->job = *job;
+  hc_result_t r = job_state_create(&run->job, &run->st);
+  if (r != HC_OK) {
+    free(run);
+    return r;
+  }
+  *out = run;
+  return HC_OK;
+}
+
+hc_result_t hc_exec_poll(struct hc_exec_run *run, bool *done, bool *moved) {
+  struct job_state *st = &run->st;
+  if (st->ndone < st->nsteps) HC_TRY(job_progress(st, moved));
+  *done = st->ndone == st->nsteps;
+  return HC_OK;
+}
+
+void hc_exec_describe(const struct hc_exec_run *run, struct hc_exec_state *out) {
+  const struct job_state *st = &run->st;
+  *out = (struct hc_exec_state){.steps_done = st->ndone, .steps = st->nsteps, .failed_peer = st->peer_at,
+                                .awaited_peer = awaited_peer(st)};
+  for (int k = 0; k < st->nwaits && out->counter == NULL; k++) {
+    const struct hc_step *s = &st->job->plan->steps[st->waits[k]];
+    out->counter = (const atomic_ullong *)s->src0;
+    out->counter_target = s->count;
+  }
+}
+
+hc_result_t hc_exec_sleep(struct hc_exec_run *const *runs, int nruns, int timeout_ms) {
+  struct job_state *states[8];
+  int n = 0;
+  for (int j = 0; j < nruns && n < (int)HC_ARRAY_LEN(states); j++) states[n++] = &runs[j]->st;
+  return wait_for_progress(states, n, timeout_ms);
+}
+
+void hc_exec_end(struct hc_exec_run *run) {
+  if (run == NULL) return;
+  job_state_destroy(&run->st);
+  free(run);
 }

@@ -5,7 +5,7 @@
  * dependencies are done. Knows nothing of the API.
  *
  * For host buffers the calling thread drives the engine (no hand-off to a
- * proxy thread, so a small all-reduce costs the wire and nothing else). It
+ * helper thread, so a small all-reduce costs the wire and nothing else). It
  * spins for HETCCL_SPIN_US when nothing moves, then sleeps in the
  * transport's wait, so ranks that outnumber cores leave them to each other.
  */
@@ -35,7 +35,7 @@ struct hc_links {
 
 /* One plan of host memory to run on one comm's links. (A GPU comm's plans
  * are split by enqueue.h: its streams take the local steps, and this
- * engine, on the proxy thread, the transfers.) */
+ * engine, on the progress engine's thread (engine.h), the transfers.) */
 struct hc_exec_job {
   struct hc_links *links;
   struct hc_plan *plan;
@@ -45,6 +45,26 @@ struct hc_exec_job {
  * the deadline passes (naming a peer still awaited) or an abort flag is set;
  * the transports' errors as they are. Blocks the calling thread. */
 hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t deadline_ns);
+
+/* The same one plan at a time, for a thread that serves several (the
+ * progress engine, engine.h): start, then poll until *done (a poll never
+ * blocks; *moved says whether anything happened), then end. A failed poll
+ * returns what hc_exec_run_blocking would. */
+struct hc_exec_run;
+hc_result_t hc_exec_start(const struct hc_exec_job *job, struct hc_exec_run **out);
+hc_result_t hc_exec_poll(struct hc_exec_run *run, bool *done, bool *moved);
+/* Sleeps (at most timeout_ms) in the transport the runs wait for. */
+hc_result_t hc_exec_sleep(struct hc_exec_run *const *runs, int nruns, int timeout_ms);
+void hc_exec_end(struct hc_exec_run *run); /* takes NULL */
+/* Where a run stands, for messages and the state dump. */
+struct hc_exec_state {
+  int steps_done, steps;
+  int failed_peer;  /* the peer of the last transport call (whom a failure concerns), or -1 */
+  int awaited_peer; /* a peer whose transfer is still in flight or queued, or -1 */
+  const atomic_ullong *counter; /* a counter a WAIT step waits on, or NULL */
+  uint64_t counter_target;
+};
+void hc_exec_describe(const struct hc_exec_run *run, struct hc_exec_state *out);
 
 /* A COPY, REDUCE or SCALE step on dev, ordered on stream. */
 hc_result_t hc_exec_local_step(const struct hc_dev_ops *dev, const struct hc_step *s, hc_stream_t stream);

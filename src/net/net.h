@@ -81,6 +81,11 @@ struct hc_net_window {
    * direction, slot k's signature (hc_net_sig) at [2k, 2k + 1], written by
    * the sender before it publishes filled, read by the receiver after. */
   atomic_ullong *tx_sig, *rx_sig;
+  /* Liveness between the pair's progress engines (exec/engine.c): each
+   * side bumps its own heartbeat while it runs, and on a failure stores
+   * the culprit's rank + 1 in its notice; the peer reads both. */
+  atomic_ullong *heartbeat, *peer_heartbeat;
+  atomic_int *notice, *peer_notice;
   /* The mapping that holds both windows and the four counters: what a GPU
    * rank registers with its driver, so that its streams copy into the
    * slots and wait on and write the counters. */
@@ -135,6 +140,12 @@ void hc_net_ib_probe(bool *usable, char *what, size_t len);
 void hc_net_ib_gdr_probe(int device_kind, char *what, size_t len);
 /* Ranks of one host (same pid namespace and /dev/shm); see net/shm.c. */
 extern const struct hc_net_ops hc_net_shm;
+/* Before a failing comm closes its connections: tells every peer that the
+ * failure was caused by rank culprit, so that a peer whose connection to
+ * this rank then fails blames culprit (hc_blame) rather than this rank.
+ * Best effort, never blocks. */
+void hc_net_socket_notice(void *ctx, int culprit);
+void hc_net_shm_notice(void *ctx, int culprit);
 
 /* Registered host memory (hetcclMemAlloc / hetcclMemFree; net/shm_mem.c):
  * page-aligned host memory that shm peers on this host read directly when

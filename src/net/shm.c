@@ -153,41 +153,6 @@ static void futex_wake_all(atomic_uint *word) {
   syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-/* A pidfd for pid, or -1 (old kernel: liveness falls back to /proc). ESRCH
- * is returned as -2: the peer is already gone. */
-static int pidfd_of(pid_t pid) {
-#ifdef SYS_pidfd_open
-  int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-  if (fd >= 0) {
-    fcntl(fd, F_SETFD, FD_CLOEXEC);
-    return fd;
-  }
-  if (errno == ESRCH) return -2;
-#else
-  (void)pid;
-#endif
-  return -1;
-}
-
-/* Whether pid has exited. Without a pidfd a zombie still answers kill(0),
- * so /proc/<pid>/stat's state is read too. */
-static bool pid_dead(pid_t pid, int pidfd) {
-  if (pidfd >= 0) {
-    struct pollfd p = {.fd = pidfd, .events = POLLIN};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
-  }
-  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
-  char path[64], buf[512];
-  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (f == NULL) return errno == ENOENT;
-  size_t k = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[k] = 0;
-  const char *rp = strrchr(buf, ')');
-  return rp != NULL && (rp[2] == 'Z' || rp[2] == 'X');
-}
-
 /* ---- connection state ---- */
 
 void hc_net_shm_notify(struct hc_shm_conn *c) {
@@ -206,6 +171,19 @@ void hc_net_shm_notify(struct hc_shm_conn *c) {
 hc_result_t hc_net_shm_conn_fail(struct hc_shm_conn *c, hc_result_t r) {
   if (c->failed != HC_OK) return r;
   c->failed = r;
+  /* A peer that failed because of another rank said so before closing. */
+  const int notice = c->them ? atomic_load(&c->them->notice) : 0;
+  c->culprit = r != HC_ERR_REMOTE ? -1 : notice > 0 ? notice - 1 : c->peer;
+  if (c->culprit >= 0 && c->culprit != c->peer) {
+    char text[sizeof(c->err)];
+    snprintf(text, sizeof(text), "%s; rank %d failed because of rank %d", hc_last_error(), c->peer, c->culprit);
+    hc_set_last_error(text);
+  }
+  hc_blame(c->culprit);
+  if (c->me != NULL && c->culprit >= 0) {
+    int none = 0;
+    atomic_compare_exchange_strong(&c->me->notice, &none, c->culprit + 1);
+  }
   snprintf(c->err, sizeof(c->err), "%s", hc_last_error());
   if (c->linked) unlink(c->name);
   c->linked = false;
@@ -219,6 +197,7 @@ hc_result_t hc_net_shm_conn_fail(struct hc_shm_conn *c, hc_result_t r) {
 hc_result_t hc_net_shm_conn_check(const struct hc_shm_conn *c) {
   if (c->failed == HC_OK) return HC_OK;
   hc_set_last_error(c->err);
+  hc_blame(c->culprit);
   return c->failed;
 }
 
@@ -226,7 +205,7 @@ hc_result_t hc_net_shm_check_alive(struct hc_shm_conn *c, bool force) {
   uint64_t now = hc_now_ns();
   if (!force && now - c->last_alive_ns < HC_SHM_ALIVE_NS) return HC_OK;
   c->last_alive_ns = now;
-  if (!pid_dead(c->peer_handle.pid, c->pidfd)) return HC_OK;
+  if (!hc_pid_exited(c->peer_handle.pid, c->pidfd)) return HC_OK;
   return hc_net_shm_conn_fail(
       c, HC_FAIL(HC_ERR_REMOTE, "shm: rank %d (pid %d) exited; rank %d lost its connection to it", c->peer,
                  (int)c->peer_handle.pid, c->ctx->rank));
@@ -668,7 +647,7 @@ static hc_result_t shm_net_connect(void *vctx, int peer, const struct hc_net_han
     if ((r = parse_handle(ctx, c, peer_handle)) != HC_OK) return hc_net_shm_conn_fail(c, r);
     c->deadline_ns = hc_deadline_ns();
     segment_name(ctx, c, c->name, sizeof(c->name));
-    c->pidfd = pidfd_of(c->peer_handle.pid);
+    c->pidfd = hc_pidfd_open(c->peer_handle.pid);
     if (c->pidfd == -2) {
       c->pidfd = -1;
       return hc_net_shm_conn_fail(c, HC_FAIL(HC_ERR_REMOTE, "shm: rank %d (pid %d) is gone; rank %d cannot connect",
@@ -791,6 +770,15 @@ static hc_result_t shm_net_close(void *vctx) {
   return HC_OK;
 }
 
+void hc_net_shm_notice(void *vctx, int culprit) {
+  struct hc_shm_ctx *ctx = vctx;
+  for (int p = 0; ctx && ctx->conns && p < ctx->nranks; p++) {
+    struct hc_shm_conn *c = ctx->conns[p];
+    int none = 0;
+    if (c && c->me) atomic_compare_exchange_strong(&c->me->notice, &none, culprit + 1);
+  }
+}
+
 static void shm_net_window(void *vconn, struct hc_net_window *w) {
   struct hc_shm_conn *c = vconn;
   const struct hc_shm_seg_hdr *h = c->hdr;
@@ -799,8 +787,10 @@ static void shm_net_window(void *vconn, struct hc_net_window *w) {
   *w = (struct hc_net_window){.tx = c->seg + h->win_off[c->side], .rx = c->seg + h->win_off[1 - c->side],
                               .bytes = h->win_bytes, .tx_filled = &c->tx->win_filled, .tx_freed = &c->tx->win_freed,
                               .rx_filled = &c->rx->win_filled, .rx_freed = &c->rx->win_freed,
-                              .tx_sig = c->tx->win_sig, .rx_sig = c->rx->win_sig, .mapping = c->seg,
-                              .mapping_bytes = c->seg_bytes};
+                              .tx_sig = c->tx->win_sig, .rx_sig = c->rx->win_sig,
+                              .heartbeat = &c->me->heartbeat, .peer_heartbeat = &c->them->heartbeat,
+                              .notice = &c->me->notice, .peer_notice = &c->them->notice,
+                              .mapping = c->seg, .mapping_bytes = c->seg_bytes};
 }
 
 const struct hc_net_ops hc_net_shm = {

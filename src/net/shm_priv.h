@@ -35,7 +35,7 @@
 
 #define HC_SHM_MAGIC 0x4d534348u  /* "HCSM": handles */
 #define HC_SHM_READY 0x59445248u  /* segment header: the creator finished it */
-#define HC_SHM_VERSION 3
+#define HC_SHM_VERSION 4
 #define HC_SHM_LINE 128           /* two cache lines: the adjacent-line prefetcher pairs them */
 #define HC_SHM_NDESC 64           /* descriptors per channel */
 #define HC_SHM_DESC_HDR 64        /* descriptor bytes before its inline payload */
@@ -84,6 +84,9 @@ struct hc_shm_side {
    * calls: got is what it sent, want what the owner expected. */
   uint32_t mismatch;
   struct hc_net_sig mismatch_got, mismatch_want;
+  /* The window's liveness words (net.h, hc_net_window), the owner's. */
+  _Alignas(HC_SHM_LINE) atomic_ullong heartbeat;
+  atomic_int notice;
 };
 
 /* One direction. Counters only grow; index = counter % ring size. */
@@ -176,6 +179,7 @@ struct hc_shm_conn {
   enum hc_shm_conn_state state;
   struct hc_shm_handle peer_handle;
   int pidfd;       /* of the peer, -1 where pidfd_open is missing */
+  int culprit;     /* once failed: the rank the failure blames */
   int seg_fd;      /* closed once the handshake is over */
   char name[96];   /* "/hetccl-..." */
   bool linked;     /* creator: the name may still exist in /dev/shm */

@@ -107,9 +107,39 @@ static void hs_free(struct hc_sock_hs **hs) {
 
 /* ---- connection state ---- */
 
+void hc_net_socket_notice(void *vctx, int culprit) {
+  struct hc_sock_ctx *ctx = vctx;
+  uint8_t hdr[HC_SOCK_HDR_BYTES];
+  hc_net_socket_hdr_put(hdr, &(struct hc_sock_hdr){.len = HC_SOCK_FAILURE_TAG << HC_SOCK_FAILURE_SHIFT | (uint32_t)culprit});
+  for (int p = 0; ctx && ctx->conns && p < ctx->nranks; p++) {
+    struct hc_sock_conn *c = ctx->conns[p];
+    /* Only between messages: inside one the peer would read it as data. */
+    if (c == NULL || c->failed != HC_OK || c->streams[0].state != HC_SOCK_UP || c->streams[0].send.req != NULL)
+      continue;
+    ssize_t k = send(c->streams[0].fd, hdr, sizeof(hdr), MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)k; /* best effort: the close that follows says the rest */
+  }
+}
+
 hc_result_t hc_net_socket_conn_fail(struct hc_sock_conn *c, hc_result_t r) {
   if (c->failed != HC_OK) return r;
   c->failed = r;
+  /* A peer that failed because of another rank said so before closing:
+   * an unread notice may still wait on stream 0 (peek, at a message
+   * boundary only). */
+  struct hc_sock_stream *st0 = &c->streams[0];
+  uint8_t hdr[HC_SOCK_HDR_BYTES];
+  if (r == HC_ERR_REMOTE && c->noticed < 0 && st0->fd >= 0 && (st0->recv.req == NULL || st0->recv.req->hdr_off == 0) &&
+      recv(st0->fd, hdr, sizeof(hdr), MSG_PEEK | MSG_DONTWAIT) == (ssize_t)sizeof(hdr) &&
+      hc_sock_get_le64(hdr) >> HC_SOCK_FAILURE_SHIFT == HC_SOCK_FAILURE_TAG)
+    c->noticed = (int)(uint32_t)hc_sock_get_le64(hdr);
+  c->culprit = r != HC_ERR_REMOTE ? -1 : c->noticed >= 0 ? c->noticed : c->peer;
+  if (c->culprit >= 0 && c->culprit != c->peer) {
+    char text[sizeof(c->err)];
+    snprintf(text, sizeof(text), "%s; rank %d failed because of rank %d", hc_last_error(), c->peer, c->culprit);
+    hc_set_last_error(text);
+  }
+  hc_blame(c->culprit);
   snprintf(c->err, sizeof(c->err), "%s", hc_last_error());
   /* Shut down rather than close: the fds stay valid until ctx close, and the
    * peer sees EOF instead of waiting for data that will never come. */
@@ -121,6 +151,7 @@ hc_result_t hc_net_socket_conn_fail(struct hc_sock_conn *c, hc_result_t r) {
 hc_result_t hc_net_socket_conn_check(const struct hc_sock_conn *c) {
   if (c->failed == HC_OK) return HC_OK;
   hc_set_last_error(c->err);
+  hc_blame(c->culprit);
   return c->failed;
 }
 
@@ -133,6 +164,7 @@ static hc_result_t conn_get(struct hc_sock_ctx *ctx, int peer, struct hc_sock_co
   if (c == NULL) return HC_FAIL(HC_ERR_SYSTEM, "socket: out of host memory for the connection to rank %d", peer);
   c->ctx = ctx;
   c->peer = peer;
+  c->noticed = -1;
   for (int s = 0; s < ctx->nstreams; s++) {
     c->streams[s].fd = -1;
     c->streams[s].index = s;

@@ -36,6 +36,12 @@
 #define HC_SOCK_MAGIC 0x4b534348u /* "HCSK" */
 #define HC_SOCK_MAX_STREAMS 64
 #define HC_SOCK_HDR_BYTES 40
+/* A message header whose length's top 16 bits are this is no message: the
+ * peer is failing, and the low 32 bits name the rank it blames
+ * (hc_net_socket_notice). Not to be confused with HC_SOCK_NOTICE
+ * (socket_wire.h), the reply to a mismatched signature. */
+#define HC_SOCK_FAILURE_TAG 0xFA11ull
+#define HC_SOCK_FAILURE_SHIFT 48
 
 /* What hc_net_handle holds; both fields in host order (handles only travel
  * between processes of one job, and the bootstrap copies bytes verbatim). */
@@ -99,6 +105,8 @@ struct hc_sock_conn {
   union hc_sockaddr addr;
   int n_complete;       /* requests complete but not yet freed by test() */
   hc_result_t failed;   /* sticky: every later call returns it */
+  int culprit;          /* once failed: the rank the failure blames */
+  int noticed;          /* the peer's failure notice named this rank, or -1 */
   char err[320];        /* the message of the failure */
   struct hc_sock_queue sendq, recvq;
   struct hc_sock_stream streams[]; /* ctx->nstreams */

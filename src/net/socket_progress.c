@@ -139,6 +139,11 @@ static hc_result_t stream_progress(struct hc_sock_conn *c, struct hc_sock_stream
       if (!hc_net_socket_hdr_parse(q->hdr, sizeof(q->hdr), q->n, &q->sig, &hdr)) {
         if (hdr.len == HC_SOCK_NOTICE) /* what this rank sent met another call there */
           return hc_net_sig_fail(ctx->sig_explain, ctx->rank, &hdr.sig, c->peer, &hdr.want, true);
+        if (hdr.len >> HC_SOCK_FAILURE_SHIFT == HC_SOCK_FAILURE_TAG) {
+          c->noticed = (int)(uint32_t)hdr.len;
+          return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d failed and closed the connection (rank %d's receive)",
+                         c->peer, ctx->rank);
+        }
         if (!hc_net_sig_equal(&hdr.sig, &q->sig)) return sig_mismatch(c, q, &hdr);
         return HC_FAIL(HC_ERR_USAGE, "socket: mismatched counts: expected %zu bytes from rank %d, got %llu", q->n,
                        c->peer, (unsigned long long)hdr.len);

@@ -1,8 +1,15 @@
-/* Clocks, datatype facts, allocation, randomness and dlopen helpers. */
+/* Clocks, datatype facts, allocation, randomness, process liveness and dlopen helpers. */
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -69,4 +76,38 @@ void *hc_dl_sym(void *handle, const char *name) {
   void *s = dlsym(handle, name);
   if (s == NULL) HC_INFO(HC_UTIL, "dlsym %s: not found", name);
   return s;
+}
+
+int hc_pidfd_open(int pid) {
+#ifdef SYS_pidfd_open
+  int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+  if (fd >= 0) {
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return fd;
+  }
+  if (errno == ESRCH) return -2;
+#else
+  (void)pid;
+#endif
+  return -1;
+}
+
+/* Without a pidfd a zombie still answers kill(0), so /proc/<pid>/stat's
+ * state is read too. */
+bool hc_pid_exited(int pid, int pidfd) {
+  if (pidfd == -2) return true;
+  if (pidfd >= 0) {
+    struct pollfd p = {.fd = pidfd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+  }
+  if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return true;
+  char path[64], buf[512];
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return errno == ENOENT;
+  size_t k = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[k] = 0;
+  const char *rp = strrchr(buf, ')');
+  return rp != NULL && (rp[2] == 'Z' || rp[2] == 'X');
 }

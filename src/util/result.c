@@ -33,6 +33,12 @@ hc_result_t hc_fail_at(hc_result_t r, const char *file, int line, const char *fm
 
 const char *hc_last_error(void) { return last_error; }
 
+static _Thread_local int blamed = -1;
+
+void hc_blame(int rank) { blamed = rank; }
+
+int hc_blamed(void) { return blamed; }
+
 void hc_set_last_error(const char *text) {
   snprintf(last_error, sizeof(last_error), "%s", text);
 }

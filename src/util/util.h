@@ -33,6 +33,11 @@ hc_result_t hc_fail_at(hc_result_t r, const char *file, int line, const char *fm
 const char *hc_last_error(void);
 /* Sets the last-error text without logging (to copy an async error). */
 void hc_set_last_error(const char *text);
+/* The rank this thread's last failure blames: the one that died, stopped
+ * or failed first, as far as this rank can tell (-1: none). Transports
+ * set it with their failures; a failing comm names it to its peers. */
+void hc_blame(int rank);
+int hc_blamed(void);
 const char *hc_result_str(hc_result_t r);
 
 /* Callers of a failing call only leave a TRACE line: the first place that saw
@@ -167,6 +172,13 @@ bool hc_dtype_is_float(enum hc_dtype t);
 hc_result_t hc_calloc(void *out_ptr, size_t n, size_t size, const char *what);
 /* 16 random bytes or more from getrandom(). */
 hc_result_t hc_random_bytes(void *buf, size_t n);
+
+/* Process liveness (same pid namespace). A pidfd of pid (close-on-exec),
+ * or -1 where the kernel has none (liveness then falls back to /proc), or
+ * -2 when pid is gone already. */
+int hc_pidfd_open(int pid);
+/* Whether pid has exited (a zombie counts), by its pidfd when >= 0. */
+bool hc_pid_exited(int pid, int pidfd);
 
 /* dlopen helpers: a missing library is an INFO line, never a crash. */
 void *hc_dl_open(const char *path_or_name, int flags);

@@ -39,3 +39,17 @@ add_dependencies(test_coll_fp8_vendors hc_fake_cuda hc_fake_hip)
 add_test(NAME gpu_fp8_cuda_hip_fake COMMAND test_coll_fp8_vendors)
 set_tests_properties(gpu_fp8_cuda_hip_fake PROPERTIES LABELS "unit;gpu" TIMEOUT 120 SKIP_RETURN_CODE 77
   ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda:${CMAKE_CURRENT_BINARY_DIR}/fake-hip;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;FAKE_HIP_CC_MINOR=4;HETCCL_TIMEOUT=60;HETCCL_VENDOR=0")
+# A GPU comm whose peer fails (test_gpu_faults.c): two GPU ranks of one host
+# exchanging through shm windows only, as processes over the fake driver;
+# rank 1 killed, rank 1 stopped (HETCCL_TIMEOUT=3), and an abort from
+# another thread while the stream waits on a window counter.
+add_dependencies(test_gpu_faults hc_fake_cuda)
+foreach(mode kill stop abort)
+  add_test(NAME gpu_faults_${mode}_fake_cuda COMMAND test_gpu_faults ${mode})
+  set(timeout 120)
+  if(mode STREQUAL "stop")
+    set(timeout 3)
+  endif()
+  set_tests_properties(gpu_faults_${mode}_fake_cuda PROPERTIES LABELS "unit;gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
+    ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;HETCCL_NVRTC_LIBRARY=none;HETCCL_TIMEOUT=${timeout};HETCCL_VENDOR=0")
+endforeach()

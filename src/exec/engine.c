@@ -1,0 +1,587 @@
+/* The progress engine of the process; see engine.h. */
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../vendor/vendor.h"
+#include "engine.h"
+
+#define HC_ENGINE_SPIN_NS 2000000ull          /* looks for new work this long before sleeping */
+#define HC_ENGINE_TICK_MS 10                  /* watch period while some wait is outstanding */
+#define HC_ENGINE_IDLE_MS 100                 /* ... and while none is */
+#define HC_ENGINE_BEAT_NS 50000000ull         /* heartbeat period */
+#define HC_ENGINE_STALE_NS 1000000000ull      /* a heartbeat this old: its engine is stopped or stuck */
+#define HC_ENGINE_VENDOR_POLL_NS 100000000ull /* vendor async error */
+/* After a failure the streams are released this much later (at once on
+ * abort and destroy): a released stream completes its work with wrong
+ * data, and a framework that polls the async error (PyTorch's watchdog)
+ * must see the error while the work is still pending, as with NCCL, not a
+ * completed collective. Measured on the H200 with immediate release: 1 try
+ * in 8 of a 4-rank kill, the survivors read the wrong data of a work that
+ * had completed before the watchdog looked. */
+#define HC_ENGINE_RELEASE_GRACE_NS 2000000000ull
+
+enum { TX = 0, RX = 1 };
+
+/* One peer of one comm, as the engine watches it. */
+struct peer_watch {
+  int pidfd;               /* same-host peer: hc_pidfd_open's answer */
+  atomic_ullong expect[2]; /* window pieces this rank's streams will have sent / received */
+  uint64_t seen[2], since[2]; /* the waited counter's last value, and since when it has it */
+  uint64_t beat, beat_since;  /* the peer's heartbeat, and since when it has not moved */
+};
+
+struct hc_engine_comm {
+  struct hc_engine_desc d;
+  int rank, nranks;
+  struct peer_watch *peers;
+  atomic_bool failed, vendor_aborted;
+  /* Under engine.lock: */
+  struct hc_engine_job *head, *tail;
+  bool busy;    /* a job of this comm is in flight */
+  bool leaving; /* unregister waits for it to be removed */
+  bool gone;
+  struct hc_engine_comm *next;
+  /* The engine thread's: */
+  struct hc_engine_job *job; /* in flight */
+  struct hc_exec_run *run;
+  uint64_t run_moved_ns, next_vendor_poll_ns, next_pid_check_ns;
+  uint32_t last_done;        /* seq of the latest job that completed */
+  int culprit;
+  uint64_t release_at_ns;    /* once failed: when the streams are released */
+};
+
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t wake, changed;
+  struct hc_engine_comm *comms; /* new ones at the head; only the engine thread unlinks */
+  int ncomms;
+  bool running, stop;
+  atomic_bool queued; /* a job came since the engine last looked */
+  pthread_t thread;
+} eng = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .changed = PTHREAD_COND_INITIALIZER};
+
+/* Serialises register and unregister, so that a thread stopping and one
+ * starting never overlap. */
+static pthread_mutex_t eng_life = PTHREAD_MUTEX_INITIALIZER;
+
+static volatile sig_atomic_t dump_requested;
+
+static void on_dump_signal(int sig) {
+  (void)sig;
+  dump_requested = 1;
+}
+
+/* HETCCL_DUMP_SIGNAL: USR1, SIGUSR1 or a number; installed once. */
+static void dump_signal_install(void) {
+  static atomic_bool installed;
+  const char *s = hc_param_str(HC_P_DUMP_SIGNAL);
+  if (s[0] == '\0' || atomic_exchange(&installed, true)) return;
+  int sig = 0;
+  if (!strncasecmp(s, "SIG", 3)) s += 3;
+  if (!strcasecmp(s, "USR1")) sig = SIGUSR1;
+  else if (!strcasecmp(s, "USR2")) sig = SIGUSR2;
+  else if (!strcasecmp(s, "HUP")) sig = SIGHUP;
+  else if (!strcasecmp(s, "URG")) sig = SIGURG;
+  else sig = atoi(s);
+  struct sigaction sa = {.sa_handler = on_dump_signal, .sa_flags = SA_RESTART};
+  sigemptyset(&sa.sa_mask);
+  if (sig <= 0 || sig >= NSIG || sigaction(sig, &sa, NULL) != 0) {
+    HC_WARN(HC_EXEC, "HETCCL_DUMP_SIGNAL=%s: not a signal this process can catch (USR1, USR2, HUP, URG or a number)",
+            hc_param_str(HC_P_DUMP_SIGNAL));
+    return;
+  }
+  HC_INFO(HC_EXEC, "engine: signal %d dumps the state of every communicator", sig);
+}
+
+static uint64_t timeout_ns(void) { return (uint64_t)hc_param_int(HC_P_TIMEOUT) * 1000000000ull; }
+
+static const struct hc_net_window *window_of(const struct hc_engine_comm *c, int peer) {
+  if (c->d.windows == NULL || peer == c->rank || c->d.windows[peer].w.bytes == 0) return NULL;
+  return &c->d.windows[peer].w;
+}
+
+static void job_drop(struct hc_engine_job *job) {
+  if (job == NULL) return;
+  hc_plan_reset(&job->host);
+  free(job);
+}
+
+void hc_engine_job_free(struct hc_engine_job *job) { job_drop(job); }
+
+void hc_engine_release(struct hc_engine_comm *c) {
+  hc_gpu_lanes_release(c->d.lanes, NULL);
+  for (int p = 0; p < c->nranks; p++) {
+    const struct hc_net_window *w = window_of(c, p);
+    if (w == NULL) continue;
+    atomic_ullong *waited[2] = {w->tx_freed, w->rx_filled};
+    for (int d = 0; d < 2; d++)
+      if (atomic_load(waited[d]) < HC_GPU_RELEASED) atomic_store(waited[d], HC_GPU_RELEASED);
+  }
+}
+
+/* The peer to name for a wait that failed on peer fallback: a same-host
+ * peer whose engine has stopped (the oldest such heartbeat) caused it,
+ * whoever this rank was waiting for. */
+static int blame(const struct hc_engine_comm *c, uint64_t now, int fallback) {
+  int culprit = -1;
+  uint64_t oldest = now;
+  for (int p = 0; p < c->nranks; p++)
+    if (window_of(c, p) && now - c->peers[p].beat_since > HC_ENGINE_STALE_NS && c->peers[p].beat_since < oldest) {
+      oldest = c->peers[p].beat_since;
+      culprit = p;
+    }
+  return culprit >= 0 ? culprit : fallback;
+}
+
+static void run_end(struct hc_engine_comm *c) {
+  hc_exec_end(c->run);
+  c->run = NULL;
+  job_drop(c->job);
+  c->job = NULL;
+  pthread_mutex_lock(&eng.lock);
+  c->busy = false;
+  pthread_cond_broadcast(&eng.changed);
+  pthread_mutex_unlock(&eng.lock);
+}
+
+/* The failure path (engine.h); the message is this thread's last error. */
+static void comm_fail(struct hc_engine_comm *c, hc_result_t r, int culprit) {
+  if (atomic_load(&c->failed)) return;
+  const bool aborted = c->d.links->abort_flag && atomic_load(c->d.links->abort_flag);
+  c->release_at_ns = hc_now_ns() + (aborted ? 0 : HC_ENGINE_RELEASE_GRACE_NS);
+  c->culprit = culprit;
+  hc_blame(culprit);
+  c->d.fail(c->d.arg, r);
+  atomic_store(&c->failed, true);
+  for (int p = 0; p < c->nranks; p++) {
+    const struct hc_net_window *w = window_of(c, p);
+    int none = 0;
+    if (w) atomic_compare_exchange_strong(w->notice, &none, culprit + 1);
+  }
+  if (c->run) run_end(c);
+  pthread_mutex_lock(&eng.lock);
+  struct hc_engine_job *dropped = c->head;
+  c->head = c->tail = NULL;
+  pthread_cond_broadcast(&eng.changed);
+  pthread_mutex_unlock(&eng.lock);
+  for (struct hc_engine_job *next; dropped; dropped = next) {
+    next = dropped->next;
+    job_drop(dropped);
+  }
+  if (aborted) hc_engine_release(c);
+}
+
+/* Once failed: a vendor kernel waiting for a dead peer ends only when its
+ * comm is aborted; that waits until no call of the comm is inside the
+ * library (later calls fail before they reach it). */
+static void vendor_abort(struct hc_engine_comm *c) {
+  if (c->d.vendor_comm == NULL || atomic_load(&c->vendor_aborted) || atomic_load(c->d.active_calls) > 0) return;
+  c->d.vendor->comm_abort(c->d.vendor_comm);
+  atomic_store(&c->vendor_aborted, true);
+}
+
+/* Looks at everything the comm's streams may wait for; fails the comm on
+ * the first fault. *outstanding: some wait is not satisfied yet. */
+static void watch(struct hc_engine_comm *c, uint64_t now, bool *outstanding) {
+  const int me = c->rank;
+  if (c->d.links->abort_flag && atomic_load(c->d.links->abort_flag)) {
+    char text[128];
+    snprintf(text, sizeof(text), "rank %d: the communicator was aborted (hetcclCommAbort)", me);
+    hc_set_last_error(text);
+    HC_INFO(HC_EXEC, "%s", text);
+    comm_fail(c, HC_ERR_REMOTE, me);
+    return;
+  }
+  int stalled = -1, stalled_dir = TX;
+  /* A syscall per peer: once a tick, not on every pass of a busy loop. */
+  const bool check_pids = now >= c->next_pid_check_ns;
+  if (check_pids) c->next_pid_check_ns = now + HC_ENGINE_TICK_MS * 1000000ull;
+  for (int p = 0; p < c->nranks; p++) {
+    const struct hc_net_window *w = window_of(c, p);
+    if (w == NULL) continue;
+    struct peer_watch *pw = &c->peers[p];
+    const int notice = atomic_load(w->peer_notice);
+    if (notice > 0) {
+      const int culprit = notice - 1;
+      if (culprit == p)
+        HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d failed (it timed out, lost a peer or was aborted)", me, p);
+      else
+        HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d failed because of rank %d", me, p, culprit);
+      comm_fail(c, HC_ERR_REMOTE, culprit);
+      return;
+    }
+    const uint64_t beat = atomic_load(w->peer_heartbeat);
+    if (beat != pw->beat) {
+      pw->beat = beat;
+      pw->beat_since = now;
+    }
+    bool waits = false;
+    atomic_ullong *waited[2] = {w->tx_freed, w->rx_filled};
+    for (int d = 0; d < 2; d++) {
+      const uint64_t v = atomic_load(waited[d]), target = atomic_load(&pw->expect[d]);
+      if (v >= target || v != pw->seen[d]) {
+        pw->seen[d] = v;
+        pw->since[d] = now;
+      }
+      if (v >= target) continue;
+      waits = true;
+      if (now - pw->since[d] > timeout_ns() && stalled < 0) {
+        stalled = p;
+        stalled_dir = d;
+      }
+    }
+    *outstanding |= waits;
+    if (waits && check_pids && c->d.peer_pid[p] > 0 && hc_pid_exited(c->d.peer_pid[p], pw->pidfd)) {
+      HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d (pid %d) exited while this rank's streams waited for it", me, p,
+              (int)c->d.peer_pid[p]);
+      comm_fail(c, HC_ERR_REMOTE, p);
+      return;
+    }
+  }
+  if (stalled >= 0) {
+    const struct peer_watch *pw = &c->peers[stalled];
+    const int culprit = blame(c, now, stalled);
+    HC_FAIL(HC_ERR_REMOTE,
+            "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d (its window counter stayed at %llu, "
+            "expected %llu %s)%s%.0d%s",
+            me, (long long)hc_param_int(HC_P_TIMEOUT), stalled, (unsigned long long)pw->seen[stalled_dir],
+            (unsigned long long)atomic_load(&pw->expect[stalled_dir]),
+            stalled_dir == TX ? "pieces freed" : "pieces filled",
+            culprit != stalled ? "; rank " : "", culprit != stalled ? culprit : 0,
+            culprit != stalled ? " stopped making progress (no heartbeat), blamed" : "");
+    comm_fail(c, HC_ERR_REMOTE, culprit);
+    return;
+  }
+  if (c->run && now - c->run_moved_ns > timeout_ns()) {
+    struct hc_exec_state st;
+    hc_exec_describe(c->run, &st);
+    const int culprit = blame(c, now, st.awaited_peer);
+    HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d (call %u, step %d of %d)",
+            me, (long long)hc_param_int(HC_P_TIMEOUT), culprit, c->job->seq, st.steps_done, st.steps);
+    comm_fail(c, HC_ERR_REMOTE, culprit);
+    return;
+  }
+  if (c->d.vendor_comm && now >= c->next_vendor_poll_ns) {
+    c->next_vendor_poll_ns = now + HC_ENGINE_VENDOR_POLL_NS;
+    int e = 0;
+    c->d.vendor->comm_get_async_error(c->d.vendor_comm, &e);
+    if (e != 0) {
+      HC_FAIL(HC_ERR_REMOTE, "rank %d: the %s communicator of this rank's group failed (%s error %d)", me,
+              c->d.vendor->name, c->d.vendor->name, e);
+      comm_fail(c, HC_ERR_REMOTE, me);
+    }
+  }
+}
+
+/* One pass over the comm's job in flight. Returns whether it moved. */
+static bool run_pass(struct hc_engine_comm *c, uint64_t now) {
+  if (c->run == NULL) return false;
+  bool done = false, moved = false;
+  hc_blame(-1);
+  hc_result_t r = hc_exec_poll(c->run, &done, &moved);
+  if (r != HC_OK) {
+    /* The transport names whom it blames (a peer's notice included). */
+    struct hc_exec_state st;
+    hc_exec_describe(c->run, &st);
+    const int culprit = hc_blamed() >= 0 ? hc_blamed() : blame(c, now, st.failed_peer >= 0 ? st.failed_peer : c->rank);
+    comm_fail(c, r, culprit);
+    return true;
+  }
+  if (moved) c->run_moved_ns = now;
+  if (done) {
+    HC_TRACE(HC_EXEC, "engine: rank %d: call %u's transfers done", c->rank, c->job->seq);
+    c->last_done = c->job->seq;
+    run_end(c);
+    return true;
+  }
+  return moved;
+}
+
+static void dump(struct hc_engine_comm *c, uint64_t now) {
+  int queued = 0;
+  uint32_t first = 0, last = 0;
+  pthread_mutex_lock(&eng.lock);
+  for (const struct hc_engine_job *j = c->head; j; j = j->next, queued++) {
+    if (queued == 0) first = j->seq;
+    last = j->seq;
+  }
+  pthread_mutex_unlock(&eng.lock);
+  fprintf(stderr, "hetccl dump: pid %d rank %d of %d: %s; transfers of calls up to %u done, %d queued", (int)getpid(),
+          c->rank, c->nranks, atomic_load(&c->failed) ? "FAILED" : "healthy", c->last_done, queued);
+  if (queued) fprintf(stderr, " (calls %u..%u)", first, last);
+  if (atomic_load(&c->failed)) fprintf(stderr, "; culprit rank %d", c->culprit);
+  fprintf(stderr, "\n");
+  if (c->run) {
+    struct hc_exec_state st;
+    hc_exec_describe(c->run, &st);
+    fprintf(stderr, "hetccl dump:   call %u in flight: step %d of %d, waiting for rank %d, idle %.1f s", c->job->seq,
+            st.steps_done, st.steps, st.awaited_peer, (double)(now - c->run_moved_ns) / 1e9);
+    if (st.counter)
+      fprintf(stderr, ", stream counter %p at %llu of %llu", (const void *)st.counter,
+              (unsigned long long)atomic_load(st.counter), (unsigned long long)st.counter_target);
+    fprintf(stderr, "\n");
+  }
+  for (int p = 0; p < c->nranks; p++) {
+    const struct hc_net_window *w = window_of(c, p);
+    if (w == NULL) continue;
+    const struct peer_watch *pw = &c->peers[p];
+    fprintf(stderr,
+            "hetccl dump:   window with rank %d: pieces sent %llu (freed by it %llu), received %llu (filled by it "
+            "%llu)%s; its heartbeat %.1f s old\n",
+            p, (unsigned long long)atomic_load(&pw->expect[TX]), (unsigned long long)atomic_load(w->tx_freed),
+            (unsigned long long)atomic_load(&pw->expect[RX]), (unsigned long long)atomic_load(w->rx_filled),
+            atomic_load(w->tx_freed) < atomic_load(&pw->expect[TX]) ||
+                    atomic_load(w->rx_filled) < atomic_load(&pw->expect[RX])
+                ? ": the streams wait"
+                : "",
+            (double)(now - pw->beat_since) / 1e9);
+  }
+}
+
+/* A comm that unregister may take away: its calls have run, or it failed
+ * (an aborted one once the watch has failed it, streams released). */
+static bool settled(const struct hc_engine_comm *c) {
+  const bool aborted = c->d.links->abort_flag && atomic_load(c->d.links->abort_flag);
+  return c->leaving && (atomic_load(&c->failed) || (!aborted && c->head == NULL && !c->busy));
+}
+
+static void *engine_main(void *arg) {
+  (void)arg;
+  uint64_t idle_since = 0, next_beat = 0;
+  hc_log_set_rank(-1);
+  dump_signal_install();
+  pthread_mutex_lock(&eng.lock);
+  for (;;) {
+    atomic_store(&eng.queued, false);
+    for (struct hc_engine_comm **pc = &eng.comms; *pc;) {
+      struct hc_engine_comm *c = *pc;
+      if (settled(c)) {
+        *pc = c->next;
+        eng.ncomms--;
+        c->gone = true;
+        pthread_cond_broadcast(&eng.changed);
+        continue;
+      }
+      if (!c->busy && c->head && !atomic_load(&c->failed)) {
+        c->job = c->head;
+        c->head = c->job->next;
+        if (c->head == NULL) c->tail = NULL;
+        c->busy = true;
+      }
+      pc = &c->next;
+    }
+    if (eng.ncomms == 0 && eng.stop) break;
+    struct hc_engine_comm *first = eng.comms;
+    pthread_mutex_unlock(&eng.lock);
+
+    const uint64_t now = hc_now_ns();
+    bool moved = false, outstanding = false;
+    struct hc_exec_run *runs[8];
+    int nruns = 0;
+    uint64_t spin_ns = HC_ENGINE_SPIN_NS;
+    for (struct hc_engine_comm *c = first; c; c = c->next) {
+      if (c->job && c->run == NULL && !atomic_load(&c->failed)) {
+        hc_log_set_rank(c->rank);
+        struct hc_exec_job ej = {.links = c->d.links, .plan = &c->job->host};
+        hc_result_t r = hc_exec_start(&ej, &c->run);
+        c->run_moved_ns = now;
+        if (r != HC_OK) comm_fail(c, r, c->rank);
+        moved = true;
+      }
+      if (atomic_load(&c->failed)) {
+        const bool aborted = c->d.links->abort_flag && atomic_load(c->d.links->abort_flag);
+        /* Again on each tick: a live peer may still write what was released. */
+        if (aborted || now >= c->release_at_ns) hc_engine_release(c);
+        else outstanding = true; /* tick soon */
+        vendor_abort(c);
+        continue;
+      }
+      hc_log_set_rank(c->rank);
+      moved |= run_pass(c, now);
+      watch(c, now, &outstanding);
+      if (c->run && nruns < (int)HC_ARRAY_LEN(runs)) runs[nruns++] = c->run;
+      if (c->run) spin_ns = HC_MIN(spin_ns, c->d.links->spin_ns);
+      if (c->d.links->spin_ns == 0) spin_ns = 0;
+    }
+    if (now >= next_beat) {
+      next_beat = now + HC_ENGINE_BEAT_NS;
+      for (struct hc_engine_comm *c = first; c; c = c->next)
+        for (int p = 0; p < c->nranks; p++)
+          if (window_of(c, p)) atomic_fetch_add(c->d.windows[p].w.heartbeat, 1);
+    }
+    if (dump_requested) {
+      dump_requested = 0;
+      for (struct hc_engine_comm *c = first; c; c = c->next) dump(c, now);
+    }
+
+    pthread_mutex_lock(&eng.lock);
+    if (moved || atomic_load(&eng.queued)) {
+      idle_since = 0;
+      continue;
+    }
+    if (idle_since == 0) idle_since = now;
+    if (now - idle_since < spin_ns) {
+      pthread_mutex_unlock(&eng.lock);
+      sched_yield();
+      pthread_mutex_lock(&eng.lock);
+      continue;
+    }
+    bool removable = false; /* unregister's wake-up may have come during the pass */
+    for (const struct hc_engine_comm *c = eng.comms; c; c = c->next) removable |= settled(c);
+    if (removable || eng.stop) continue;
+    if (nruns > 0) {
+      pthread_mutex_unlock(&eng.lock);
+      /* A transport error here shows again in the run's next poll. */
+      hc_exec_sleep(runs, nruns, HC_ENGINE_TICK_MS);
+      pthread_mutex_lock(&eng.lock);
+      continue;
+    }
+    const int ms = outstanding ? HC_ENGINE_TICK_MS : HC_ENGINE_IDLE_MS;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)ms * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&eng.wake, &eng.lock, &ts);
+  }
+  pthread_mutex_unlock(&eng.lock);
+  return NULL;
+}
+
+hc_result_t hc_engine_register(const struct hc_engine_desc *d, struct hc_engine_comm **out) {
+  struct hc_engine_comm *c;
+  *out = NULL;
+  HC_TRY(hc_calloc(&c, 1, sizeof(*c), "an engine client"));
+  c->d = *d;
+  c->rank = d->links->rank;
+  c->nranks = d->links->nranks;
+  c->culprit = -1;
+  if (hc_calloc(&c->peers, (size_t)c->nranks, sizeof(*c->peers), "peer watches") != HC_OK) {
+    free(c);
+    return HC_ERR_SYSTEM;
+  }
+  const uint64_t now = hc_now_ns();
+  for (int p = 0; p < c->nranks; p++) {
+    struct peer_watch *pw = &c->peers[p];
+    pw->pidfd = d->peer_pid[p] > 0 && window_of(c, p) ? hc_pidfd_open(d->peer_pid[p]) : -1;
+    pw->since[TX] = pw->since[RX] = pw->beat_since = now;
+    const struct hc_net_window *w = window_of(c, p);
+    if (w) {
+      /* The streams wait for nothing yet: the counters are where they are. */
+      atomic_store(&pw->expect[TX], atomic_load(w->tx_freed));
+      atomic_store(&pw->expect[RX], atomic_load(w->rx_filled));
+    }
+  }
+  hc_result_t r = HC_OK;
+  pthread_mutex_lock(&eng_life);
+  pthread_mutex_lock(&eng.lock);
+  c->next = eng.comms;
+  eng.comms = c;
+  eng.ncomms++;
+  if (!eng.running) {
+    eng.stop = false;
+    if (pthread_create(&eng.thread, NULL, engine_main, NULL) == 0) {
+      eng.running = true;
+    } else {
+      eng.comms = c->next;
+      eng.ncomms--;
+      r = HC_FAIL(HC_ERR_SYSTEM, "engine: cannot start its thread: %s", strerror(errno));
+    }
+  }
+  pthread_mutex_unlock(&eng.lock);
+  pthread_mutex_unlock(&eng_life);
+  if (r != HC_OK) {
+    for (int p = 0; p < c->nranks; p++)
+      if (c->peers[p].pidfd >= 0) close(c->peers[p].pidfd);
+    free(c->peers);
+    free(c);
+    return r;
+  }
+  HC_INFO(HC_EXEC, "engine: rank %d registered (%d comms served by this process's engine)", c->rank, eng.ncomms);
+  *out = c;
+  return HC_OK;
+}
+
+void hc_engine_unregister(struct hc_engine_comm *c, bool *vendor_aborted) {
+  if (vendor_aborted) *vendor_aborted = false;
+  if (c == NULL) return;
+  pthread_mutex_lock(&eng_life);
+  pthread_mutex_lock(&eng.lock);
+  c->leaving = true;
+  pthread_cond_signal(&eng.wake);
+  while (!c->gone) pthread_cond_wait(&eng.changed, &eng.lock);
+  bool join = eng.ncomms == 0;
+  if (join) {
+    eng.stop = true;
+    pthread_cond_signal(&eng.wake);
+  }
+  pthread_mutex_unlock(&eng.lock);
+  if (join) {
+    pthread_join(eng.thread, NULL);
+    eng.running = false;
+  }
+  pthread_mutex_unlock(&eng_life);
+  /* After a failure the streams still drain: a live peer may write what
+   * was released, so release again until they have (bounded). */
+  if (atomic_load(&c->failed)) {
+    const uint64_t deadline = hc_deadline_ns();
+    for (;;) {
+      hc_engine_release(c);
+      if (hc_gpu_lanes_idle(c->d.lanes) || hc_now_ns() > deadline) break;
+      sched_yield();
+    }
+    vendor_abort(c);
+  }
+  if (vendor_aborted) *vendor_aborted = atomic_load(&c->vendor_aborted);
+  for (int p = 0; p < c->nranks; p++)
+    if (c->peers[p].pidfd >= 0) close(c->peers[p].pidfd);
+  free(c->peers);
+  free(c);
+}
+
+hc_result_t hc_engine_submit(struct hc_engine_comm *c, struct hc_engine_job *job) {
+  job->next = NULL;
+  pthread_mutex_lock(&eng.lock);
+  if (atomic_load(&c->failed)) {
+    pthread_mutex_unlock(&eng.lock);
+    job_drop(job);
+    return HC_FAIL(HC_ERR_REMOTE, "rank %d: the communicator failed; its transfers were not queued", c->rank);
+  }
+  if (c->tail) c->tail->next = job;
+  else c->head = job;
+  c->tail = job;
+  atomic_store_explicit(&eng.queued, true, memory_order_release);
+  pthread_cond_signal(&eng.wake);
+  pthread_mutex_unlock(&eng.lock);
+  return HC_OK;
+}
+
+void hc_engine_expect(struct hc_engine_comm *c, const uint64_t *window_pieces) {
+  for (int p = 0; p < c->nranks; p++)
+    if (window_of(c, p)) {
+      atomic_store(&c->peers[p].expect[TX], window_pieces[2 * p]);
+      atomic_store(&c->peers[p].expect[RX], window_pieces[2 * p + 1]);
+    }
+}
+
+hc_result_t hc_engine_drain(struct hc_engine_comm *c, uint64_t deadline_ns) {
+  pthread_mutex_lock(&eng.lock);
+  while ((c->head != NULL || c->busy) && hc_now_ns() < deadline_ns) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 10000000;
+    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+    pthread_cond_timedwait(&eng.changed, &eng.lock, &ts);
+  }
+  const bool idle = c->head == NULL && !c->busy;
+  pthread_mutex_unlock(&eng.lock);
+  if (!idle) return HC_FAIL(HC_ERR_REMOTE, "rank %d: work still pending after HETCCL_TIMEOUT", c->rank);
+  return HC_OK;
+}
+
+bool hc_engine_failed(const struct hc_engine_comm *c) { return atomic_load(&c->failed); }

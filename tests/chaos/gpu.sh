@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Chaos on a GPU machine: ranks as processes sharing GPU 0 in groups
+# (HETCCL_GROUP a,b or a,b,a,b: every byte crosses hetccl's own path, the
+# same-host pairs through shm windows on the streams), one rank killed
+# (SIGKILL) before or during a loop of 16 MiB all-reduces, or stopped
+# (SIGSTOP). Each survivor must exit on its own: within HANG_S after a
+# kill, within HETCCL_TIMEOUT (STOP_TIMEOUT) + HANG_S after a stop.
+#   hetccl-native: tests/gpu/test_gpu_faults kill|stop|abort (2 ranks,
+#                  windows only) on the real driver;
+#   torch:         tests/chaos/gpu_allreduce.py under LD_PRELOAD of
+#                  libhetccl.so, 2 and 4 ranks (PyTorch's watchdog polls
+#                  ncclCommGetAsyncError and ends the process).
+# Prints per try one line, then "tries, hangs, wrong results, survivors'
+# time to exit (median, max)". Stops starting tries after BUDGET_S.
+#   tests/chaos/gpu.sh [TRIES] [BUILD_DIR]       default 20, build-gpu
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+tries=${1:-20}
+build=${2:-$root/build-gpu}
+hang_s=${HANG_S:-20}
+stop_timeout=${STOP_TIMEOUT:-5}
+budget_s=${BUDGET_S:-300}
+py=${PYTHON:-python3}
+lib=$build/nccl/libhetccl.so
+if [ ! -f "$lib" ]; then
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
+    cmake --build "$build" -j "$(nproc)" >"$build.log" 2>&1 || { echo "build FAILED"; tail -20 "$build.log"; exit 1; }
+fi
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+tmp=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+start=$(date +%s)
+total=0 hangs=0 wrong=0 exit_ms=()
+
+echo "== hetccl-native: tests/gpu/test_gpu_faults (2 GPU ranks, windows only)"
+for mode in kill stop abort; do
+  t=120
+  [ $mode = stop ] && t=$stop_timeout
+  out=$(HETCCL_TIMEOUT=$t HETCCL_VENDOR=0 timeout 200 "$build/tests/test_gpu_faults" $mode 2>&1)
+  rc=$?
+  total=$((total + 1))
+  secs=$(sed -n "s/^$mode: the survivor exited \([0-9.]*\) s after the fault/\1/p" <<<"$out")
+  [ -n "$secs" ] && exit_ms+=($(awk -v s="$secs" 'BEGIN{printf "%d", s * 1000}'))
+  grep -q "a hang" <<<"$out" && hangs=$((hangs + 1))
+  [ $rc = 124 ] && hangs=$((hangs + 1))
+  echo "native $mode: rc $rc; $(grep -E 'rank 0: |survivor|returned in|checks' <<<"$out" | tr '\n' ' ' | cut -c1-400)"
+done
+
+echo "== torch: tests/chaos/gpu_allreduce.py"
+for ((t = 1; t <= tries; t++)); do
+  if (($(date +%s) - start > budget_s)); then
+    echo "time budget of ${budget_s}s spent: $((t - 1)) torch tries"
+    break
+  fi
+  n=$((t % 2 == 0 ? 4 : 2))
+  kind=$((t % 4)) # 0, 2: kill during the loop; 1: kill at a random moment (init included); 3: SIGSTOP during
+  port=$((20000 + RANDOM % 30000))
+  timeout_env=60
+  [ $kind = 3 ] && timeout_env=$stop_timeout
+  pids=()
+  rm -f "$tmp"/out.*
+  for ((r = 0; r < n; r++)); do
+    [ $((r % 2)) = 0 ] && g=a || g=b
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r HETCCL_GROUP=$g \
+      HETCCL_TIMEOUT=$timeout_env LD_PRELOAD=$lib "$py" "$root/tests/chaos/gpu_allreduce.py" >"$tmp/out.$r" 2>&1 &
+    pids+=($!)
+    disown $!
+  done
+  victim=$((RANDOM % n))
+  if ((kind != 1)); then
+    for ((w = 0; w < 1200; w++)); do grep -q LOOP "$tmp/out.$victim" 2>/dev/null && break; sleep 0.05; done
+    sleep "0.$((RANDOM % 10))"
+  else
+    sleep "$((RANDOM % 6)).$((RANDOM % 10))"
+  fi
+  sig=KILL what=kill
+  [ $kind = 3 ] && sig=STOP what=stop
+  kill -$sig "${pids[victim]}" 2>/dev/null
+  fault=$(date +%s%N)
+  limit=$hang_s
+  [ $kind = 3 ] && limit=$((stop_timeout + hang_s))
+  line="torch n=$n $what rank $victim:"
+  # A kill at a random moment may land in init, where the survivors wait
+  # for the missing rank in the rendezvous (hetccl's bootstrap, bounded by
+  # HETCCL_TIMEOUT, or PyTorch's TCPStore, by its own timeout).
+  if [ $kind = 1 ] && ! grep -q LOOP "$tmp/out.$victim" 2>/dev/null; then
+    limit=$((timeout_env + hang_s))
+    line="torch n=$n $what rank $victim (in init):"
+  fi
+  for ((r = 0; r < n; r++)); do
+    [ $r = $victim ] && continue
+    for ((w = 0; w < limit * 20; w++)); do kill -0 "${pids[r]}" 2>/dev/null || break; sleep 0.05; done
+    if kill -0 "${pids[r]}" 2>/dev/null; then
+      hangs=$((hangs + 1))
+      line="$line rank $r HUNG ($(grep -v '^\s*$' "$tmp/out.$r" | tail -1 | cut -c1-160));"
+      kill -9 "${pids[r]}"
+    fi
+  done
+  ms=$((($(date +%s%N) - fault) / 1000000))
+  exit_ms+=($ms)
+  total=$((total + 1))
+  kill -9 "${pids[victim]}" 2>/dev/null
+  kill -CONT "${pids[victim]}" 2>/dev/null
+  for ((r = 0; r < n; r++)); do
+    if grep -q WRONG "$tmp/out.$r"; then
+      wrong=$((wrong + 1))
+      line="$line $(grep WRONG "$tmp/out.$r" | head -1);"
+    fi
+  done
+  culprit=$(grep -hoE 'rank [0-9]+ \(pid [0-9]+\) exited|waiting for rank [0-9]+|failed because of rank [0-9]+' "$tmp"/out.* | sort | uniq -c | tr '\n' ';' | cut -c1-200)
+  echo "$line survivors out after $ms ms; errors: $culprit"
+done
+sorted=($(printf '%s\n' "${exit_ms[@]}" | sort -n))
+k=${#sorted[@]}
+median=$((k ? sorted[k / 2] : 0))
+max=$((k ? sorted[k - 1] : 0))
+echo
+echo "| tries | hangs | wrong results | survivors' time to exit, median | max |"
+echo "|---|---|---|---|---|"
+echo "| $total | $hangs | $wrong | $median ms | $max ms |"
+echo "(time from the kill or stop until the last survivor exited, checked every 50 ms; a stop waits HETCCL_TIMEOUT=$stop_timeout s)"
+[ $hangs = 0 ] && [ $wrong = 0 ]

@@ -1,0 +1,31 @@
+"""One rank of tests/chaos/gpu.sh: a loop of 16 MiB all-reduces on cuda:0
+under torch.distributed (hetccl through LD_PRELOAD). Prints LOOP once the
+first one is done. A result that differs from the exact sum is reported as
+WRONG only if the process is still alive a second later: after a failure
+hetccl releases the streams with wrong data, and PyTorch's watchdog, which
+polls ncclCommGetAsyncError, tears the process down."""
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dev = torch.device("cuda", 0)
+torch.cuda.set_device(dev)
+dist.init_process_group("nccl", device_id=dev)
+expect = float(world * (world + 1) // 2)
+x = torch.empty(4 << 20, device=dev)
+for i in range(int(os.environ.get("ITERS", "400"))):
+    x.fill_(rank + 1)
+    dist.all_reduce(x)
+    torch.cuda.synchronize()
+    if i == 0:
+        print("LOOP", flush=True)
+    bad = (x != expect).sum().item()
+    if bad:
+        time.sleep(1)
+        print(f"WRONG rank {rank} iteration {i}: {bad} elements", flush=True)
+        sys.exit(3)
+dist.destroy_process_group()
