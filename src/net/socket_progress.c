@@ -155,33 +155,12 @@ static hc_result_t stream_progress(struct hc_sock_conn *c, struct hc_sock_stream
   }
 }
 
-/* A send found the peer gone (sent): if the peer said why first, in a
- * mismatch notice waiting at a message boundary of stream 0 (no receive is
- * reading there), that is the failure to report, not the closed socket. */
-static hc_result_t notice_or(struct hc_sock_conn *c, hc_result_t sent) {
-  const struct hc_sock_stream *st = &c->streams[0];
-  uint8_t buf[HC_SOCK_HDR_BYTES];
-  const struct hc_net_sig none = {{0, 0}};
-  struct hc_sock_hdr h;
-  if (sent != HC_ERR_REMOTE || st->recv.req != NULL ||
-      recv(st->fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof(buf))
-    return sent;
-  hc_net_socket_hdr_parse(buf, sizeof(buf), 0, &none, &h);
-  if (h.len != HC_SOCK_NOTICE) return sent;
-  return hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, &h.sig, c->peer, &h.want, true);
-}
-
 /* Sends first: the bytes we push are what the peer's receives wait for. */
 static hc_result_t conn_progress(struct hc_sock_conn *c) {
-  hc_result_t sent = HC_OK;
-  for (int s = 0; s < c->ctx->nstreams && sent == HC_OK; s++) sent = stream_progress(c, &c->streams[s], true);
-  /* Stream 0 first: the others wait for the header it reads. Receives run
-   * even after a send failed: a mismatch notice they read says why. */
-  for (int s = 0; s < c->ctx->nstreams; s++) {
-    hc_result_t r = stream_progress(c, &c->streams[s], false);
-    if (r != HC_OK) return sent != HC_OK && r != HC_ERR_USAGE ? sent : r;
-  }
-  return notice_or(c, sent);
+  for (int s = 0; s < c->ctx->nstreams; s++) HC_TRY(stream_progress(c, &c->streams[s], true));
+  /* Stream 0 first: the others wait for the header it reads. */
+  for (int s = 0; s < c->ctx->nstreams; s++) HC_TRY(stream_progress(c, &c->streams[s], false));
+  return HC_OK;
 }
 
 static hc_result_t post(struct hc_sock_conn *c, void *buf, size_t n, const struct hc_net_sig *sig, bool is_send,

@@ -244,8 +244,8 @@ static void body_absent(struct rank *r) {
   while ((res = ops->connect(r->ctx, 1, &r->w->handles[1], &r->conns[1])) == HC_OK && !r->conns[1] &&
          hc_now_ns() < t0 + STEP_NS)
     ops->wait_blocking(r->ctx, 50);
-  CHECK(res == HC_ERR_REMOTE && strstr(hc_last_error(), "rank 1 did not come up"), "absent peer: %s \"%s\" after %.1f s",
-        hc_result_str(res), hc_last_error(), (double)(hc_now_ns() - t0) / 1e9);
+  CHECK(res == HC_ERR_REMOTE && strstr(hc_last_error(), "rank 1 did not come up"),
+        "absent peer: %s \"%s\" after %.1f s", hc_result_str(res), hc_last_error(), (double)(hc_now_ns() - t0) / 1e9);
 }
 
 static void *thread_main(void *arg) {
