@@ -5,10 +5,11 @@
  * and 3 streams, the last with an odd chunk so that stripes never divide
  * evenly; the contract's garbage case here opens junk connections on the
  * listener (an HTTP request, one that stays silent, two bytes then a
- * close). Then what only socket has: three ranks swapping messages with
- * each other on one ctx, peers configured differently, a peer that reaches
- * connect() late or never, bad arguments and abort. Prints loopback
- * throughput (informational).
+ * close). Then what only socket has: the sizes case over IPv6 (where the
+ * host has an IPv6 address; else a line says why not), three ranks
+ * swapping messages with each other on one ctx, peers configured
+ * differently, a peer that reaches connect() late or never, bad arguments
+ * and abort. Prints loopback throughput (informational).
  *
  * Every phase has a deadline, and alarm() bounds the whole run.
  *   build/tests/test_net_socket               (all cases)
@@ -372,6 +373,25 @@ int main(int argc, char **argv) {
       printf("  loopback, %zu MiB both ways at once, %s: %.2f GB/s each way\n", BIG / MIB, configs[c].label, gbps);
     }
   }
+  /* IPv6, where the host has an address of that family. */
+  setenv("HETCCL_SOCKET_FAMILY", "AF_INET6", 1);
+  set_params("2", NULL);
+  if (wanted("ipv6")) {
+    struct nc_case sizes6 = *nc_case_find("sizes");
+    sizes6.name = "ipv6";
+    static struct world probe;
+    probe.nranks = 2;
+    if (open_rank(&probe, 0) != HC_OK) {
+      printf("skip socket ipv6: %s\n", hc_last_error());
+    } else {
+      struct hc_sock_handle h;
+      memcpy(&h, probe.handles[0].bytes, sizeof(h));
+      CHECK(h.addr.sa.sa_family == AF_INET6, "HETCCL_SOCKET_FAMILY=AF_INET6 gave family %d", h.addr.sa.sa_family);
+      ops->close(probe.ranks[0].ctx);
+      failed += !nc_run_pair(&socket_t, &sizes6, NC_THREADS);
+    }
+  }
+  unsetenv("HETCCL_SOCKET_FAMILY");
   set_params("2", NULL);
   failed += run_case("three_ranks", 3, body_three, false, &w);
   failed += case_config_mismatch(&w);
