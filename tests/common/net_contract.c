@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "device/device.h" /* HC_HAS_OP */
 #include "testutil.h"
 
 #define MIB ((size_t)1 << 20)
@@ -25,8 +26,7 @@
 /* ---- requests ---- */
 
 static bool has_sig_ops(const struct hc_net_ops *ops) {
-  return ops->size >= offsetof(struct hc_net_ops, irecv_sig) + sizeof(ops->irecv_sig) && ops->isend_sig &&
-         ops->irecv_sig;
+  return HC_HAS_OP(ops, struct hc_net_ops, isend_sig) && HC_HAS_OP(ops, struct hc_net_ops, irecv_sig);
 }
 
 /* Posts one send (send) or receive, with sig when it is not NULL. */
