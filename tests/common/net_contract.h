@@ -34,8 +34,9 @@
  *   garbage         before the pair connects, junk connections (one sends
  *                   an HTTP request, one stays silent, one sends two bytes
  *                   and closes) reach rank 1's listener, where the
- *                   transport offers one (nc_transport.garbage); the pair
- *                   then comes up and runs the sizes case.
+ *                   transport offers one (nc_transport.garbage; elsewhere
+ *                   the case is skipped, saying so); the pair then comes
+ *                   up and runs the sizes case.
  * Every wait has a deadline (nc_transport.step_s); failures are testutil
  * CHECKs, named by transport, case and rank.
  */
@@ -66,7 +67,7 @@ struct nc_transport {
   /* Optional: opens junk connections to the listener behind h (its end is
    * open, not yet connected), at most NC_GARBAGE_FDS, and returns how many
    * (-1 on failure, with a CHECK). NULL: the transport has no way in, and
-   * the garbage case runs the sizes case alone, saying so. */
+   * the garbage case is skipped, saying so. */
   int (*garbage)(const struct hc_net_handle *h, int fds[NC_GARBAGE_FDS]);
   /* Optional: where send buffers come from (NULL: malloc, free). */
   void *(*send_alloc)(size_t n);
@@ -102,7 +103,8 @@ struct nc_end {
 struct nc_case {
   const char *name;
   void (*body)(struct nc_end *e);
-  bool peer_dies; /* rank 1 kills itself: it must be a process of its own */
+  bool peer_dies;     /* rank 1 kills itself: it must be a process of its own */
+  bool needs_garbage; /* runs only where nc_transport.garbage is set */
 };
 extern const struct nc_case nc_cases[];
 extern const int nc_ncases;

@@ -322,7 +322,7 @@ int main(int argc, char **argv) {
   failed += run_as("threads_exchange", "sizes", NC_THREADS);
   if (wanted("stale_segment_removed")) failed += !run_stale();
   if (wanted("sleep_wakeup")) {
-    const struct nc_case c = {"sleep_wakeup", body_sleep, false};
+    const struct nc_case c = {.name = "sleep_wakeup", .body = body_sleep};
     if (nc_run_pair(&shm, &c, NC_PROCESSES))
       printf("  round trip through futex sleep and wake: %.1f us average, %.1f us worst\n", sleep_rtt_us,
              sleep_max_us);
@@ -341,7 +341,7 @@ int main(int argc, char **argv) {
     if (only && strcmp(only, perf[i].name) && strcmp(only, "perf")) continue;
     set_env(perf[i].cma, NULL, NULL, NULL, perf[i].nt);
     use_memalloc = perf[i].memalloc;
-    const struct nc_case c = {perf[i].name, body_perf, false};
+    const struct nc_case c = {.name = perf[i].name, .body = body_perf};
     if (nc_run_pair(&shm, &c, NC_PROCESSES))
       printf("  %zu bytes: %.2f GB/s each way at once, %.2f GB/s one way\n", perf_bytes, perf_gbps[0], perf_gbps[1]);
     else failed++;
@@ -349,7 +349,7 @@ int main(int argc, char **argv) {
   use_memalloc = false;
   set_env(NULL, NULL, NULL, NULL, NULL);
   if (only == NULL || !strcmp(only, "latency") || !strcmp(only, "perf")) {
-    const struct nc_case c = {"latency", body_latency, false};
+    const struct nc_case c = {.name = "latency", .body = body_latency};
     if (nc_run_pair(&shm, &c, NC_PROCESSES)) printf("  8-byte round trip: %.2f us\n", rtt_us);
     else failed++;
   }

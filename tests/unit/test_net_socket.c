@@ -368,7 +368,7 @@ int main(int argc, char **argv) {
     printf("-- %s\n", configs[c].label);
     failed += nc_run_suite(&socket_t, NC_THREADS, only);
     if (c < 2 && wanted("throughput")) {
-      const struct nc_case tc = {"throughput", body_throughput, false};
+      const struct nc_case tc = {.name = "throughput", .body = body_throughput};
       failed += !nc_run_pair(&socket_t, &tc, NC_THREADS);
       printf("  loopback, %zu MiB both ways at once, %s: %.2f GB/s each way\n", BIG / MIB, configs[c].label, gbps);
     }
