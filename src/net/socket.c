@@ -124,15 +124,21 @@ void hc_net_socket_notice(void *vctx, int culprit) {
 hc_result_t hc_net_socket_conn_fail(struct hc_sock_conn *c, hc_result_t r) {
   if (c->failed != HC_OK) return r;
   c->failed = r;
-  /* A peer that failed because of another rank said so before closing:
-   * an unread notice may still wait on stream 0 (peek, at a message
-   * boundary only). */
+  /* A peer that failed because of another rank, or whose receive met
+   * another call than this rank's send, said so before closing: an unread
+   * notice may still wait on stream 0 (peek, at a message boundary only),
+   * while a send on another stream already found the connection shut. */
   struct hc_sock_stream *st0 = &c->streams[0];
   uint8_t hdr[HC_SOCK_HDR_BYTES];
   if (r == HC_ERR_REMOTE && c->noticed < 0 && st0->fd >= 0 && (st0->recv.req == NULL || st0->recv.req->hdr_off == 0) &&
-      recv(st0->fd, hdr, sizeof(hdr), MSG_PEEK | MSG_DONTWAIT) == (ssize_t)sizeof(hdr) &&
-      hc_sock_get_le64(hdr) >> HC_SOCK_FAILURE_SHIFT == HC_SOCK_FAILURE_TAG)
-    c->noticed = (int)(uint32_t)hc_sock_get_le64(hdr);
+      recv(st0->fd, hdr, sizeof(hdr), MSG_PEEK | MSG_DONTWAIT) == (ssize_t)sizeof(hdr)) {
+    struct hc_sock_hdr h;
+    const struct hc_net_sig none = {{0, 0}};
+    hc_net_socket_hdr_parse(hdr, sizeof(hdr), 0, &none, &h);
+    if (h.len >> HC_SOCK_FAILURE_SHIFT == HC_SOCK_FAILURE_TAG) c->noticed = (int)(uint32_t)h.len;
+    else if (h.len == HC_SOCK_NOTICE) /* what this rank sent met another call there */
+      c->failed = r = hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, &h.sig, c->peer, &h.want, true);
+  }
   c->culprit = r != HC_ERR_REMOTE ? -1 : c->noticed >= 0 ? c->noticed : c->peer;
   if (c->culprit >= 0 && c->culprit != c->peer) {
     char text[sizeof(c->err)];
