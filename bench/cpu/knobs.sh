@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# bench/cpu/knobs.sh: one hetccl-perf sweep per setting, side by side, to
+# find which knob a slow size depends on (wait policy, algorithm, chunk).
+#
+#   BUILD_DIR=build NS="8 16" COLLS="all_reduce" bench/cpu/knobs.sh [VAR=VAL[,VAR=VAL] ...]
+#
+# Each argument is one setting (comma-separated environment assignments,
+# "-" for the defaults); ranks own their cores (hetccl-run --bind core).
+# Prints, per collective and rank count, the out-of-place time per call in
+# us of every setting at every size (SIZES_MIN..SIZES_MAX, x4).
+set -euo pipefail
+BUILD_DIR=${BUILD_DIR:-build}
+NS=${NS:-"8 16"}
+COLLS=${COLLS:-all_reduce}
+SIZES_MIN=${SIZES_MIN:-8}
+SIZES_MAX=${SIZES_MAX:-8M}
+ITERS=${ITERS:-50}
+settings=("$@")
+[ ${#settings[@]} -gt 0 ] || settings=(-)
+
+sweep() { # coll n setting -> "size time" lines
+  local coll=$1 n=$2 setting=$3 envs=()
+  [ "$setting" = - ] || IFS=, read -r -a envs <<<"$setting"
+  env "${envs[@]}" "$BUILD_DIR/tools/hetccl-run" -n "$n" --bind core \
+    "$BUILD_DIR/tools/hetccl-perf" "$coll" -b "$SIZES_MIN" -e "$SIZES_MAX" -f 4 \
+    -n "$ITERS" -w 5 -c 0 2>/dev/null |
+    awk '{ sub(/^\[ *0\]/, "[0]") } $1 == "[0]" && $2 ~ /^[0-9]+$/ { print $2, $7 }'
+}
+
+for coll in $COLLS; do
+  for n in $NS; do
+    echo "## $coll, $n ranks: out-of-place us per call"
+    tmp=$(mktemp -d)
+    for i in "${!settings[@]}"; do sweep "$coll" "$n" "${settings[$i]}" >"$tmp/$i"; done
+    printf '%10s' bytes; for s in "${settings[@]}"; do printf ' %18.18s' "$s"; done; echo
+    paste -d' ' "$tmp"/* | awk -v k=${#settings[@]} '{ printf "%10s", $1; for (i = 0; i < k; i++) printf " %18s", $(2 * i + 2); print "" }'
+    rm -rf "$tmp"
+  done
+done
