@@ -171,6 +171,14 @@ static hc_result_t window_sig_check(const struct job_state *st, const struct hc_
                                   atomic_load_explicit(&words[1], memory_order_relaxed)}};
   const struct hc_net_sig *want = s->call < p->nsigs ? &p->sigs[s->call] : &no_sig;
   if (hc_net_sig_equal(&got, want)) return HC_OK;
+  /* The sender may be a GPU rank whose calls have returned: its progress
+   * engine learns it from the window (exec/engine.c). */
+  const struct hc_link *l = &st->job->links->peer[s->peer];
+  if (l->net != NULL && l->net->window != NULL && l->conn != NULL) {
+    struct hc_net_window w;
+    l->net->window(l->conn, &w);
+    hc_net_mismatch_publish(w.mismatch, &got, want);
+  }
   return hc_net_sig_fail(hc_plan_sig_explain, st->job->links->rank, want, s->peer, &got, false);
 }
 

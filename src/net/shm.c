@@ -790,6 +790,7 @@ static void shm_net_window(void *vconn, struct hc_net_window *w) {
                               .tx_sig = c->tx->win_sig, .rx_sig = c->rx->win_sig,
                               .heartbeat = &c->me->heartbeat, .peer_heartbeat = &c->them->heartbeat,
                               .notice = &c->me->notice, .peer_notice = &c->them->notice,
+                              .mismatch = &c->me->mismatch, .peer_mismatch = &c->them->mismatch,
                               .mapping = c->seg, .mapping_bytes = c->seg_bytes};
 }
 
