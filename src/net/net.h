@@ -148,6 +148,17 @@ struct hc_net_ops {
    * of this file); *sig is copied. */
   hc_result_t (*isend_sig)(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req);
   hc_result_t (*irecv_sig)(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req);
+  /* Optional (NULL: no stall probes; test with HC_HAS_OP). A rank that has
+   * waited for the peer for a while (exec.c) publishes the signature of
+   * the call it waits in (all zeroes: it waits no more), which the peer
+   * reads with stall_peek: theirs, and *gen, a number that changes with
+   * every publish. A rank that finds its call differs says so with
+   * mismatch_found before it fails the connection, so that the peer names
+   * both calls (got: the peer's call, want: this rank's). All three or
+   * none; they never block. shm has them; socket and ib not yet. */
+  void (*stall_publish)(void *conn, const struct hc_net_sig *mine);
+  void (*stall_peek)(void *conn, struct hc_net_sig *theirs, uint64_t *gen);
+  void (*mismatch_found)(void *conn, const struct hc_net_sig *got, const struct hc_net_sig *want);
 }; /* append only */
 
 extern const struct hc_net_ops hc_net_socket;

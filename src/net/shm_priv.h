@@ -83,6 +83,10 @@ struct hc_shm_side {
    * transport or of the window: published before closed and notice, so
    * that the peer, once it sees either, names both calls. */
   struct hc_net_mismatch mismatch;
+  /* The owner's stall probe (net.h, stall_publish): a seqlock, odd while
+   * the owner writes the words. */
+  _Alignas(HC_SHM_LINE) atomic_ullong stall_gen;
+  atomic_ullong stall_sig[2];
   /* The window's liveness words (net.h, hc_net_window), the owner's. */
   _Alignas(HC_SHM_LINE) atomic_ullong heartbeat;
   atomic_int notice;

@@ -15,8 +15,10 @@
  *            (AllReduce #1) meets the other's broadcast and names it
  *   seq      rank 1 made one more call (a zero-count AllReduce, which
  *            moves nothing): AllReduce #0 meets AllReduce #1
- * (A root mismatch where both sides wait to receive, Reduce with 2 ranks,
- * exchanges nothing to compare: it ends at HETCCL_TIMEOUT, not here.)
+ *   reduce-roots  Reduce(root 0) on rank 0, Reduce(root 1) on rank 1: both
+ *            only wait to receive, so no transfer carries a signature; the
+ *            stall probe (exec.c) finds it after a second of waiting
+ *            (shm only: skipped over sockets, which have no probe yet)
  *   p2p      Send of 1000 floats meets a Recv of 500
  * Each rank checks that its call failed, or, a rank whose part was only
  * sends (which complete once handed over, before the peer checks), that
@@ -92,6 +94,10 @@ static const struct mcase cases[] = {
     {"seq", 2, {AR(COUNT, hetcclFloat32, hetcclSum), {K_SKIP, COUNT, hetcclFloat32, hetcclSum, 0}},
      {"rank 0 called AllReduce(sum, 1000 float) #0|rank 1 called AllReduce(sum, 1000 float) #1",
       "rank 1 called AllReduce(sum, 1000 float) #1|rank 0 called AllReduce(sum, 1000 float) #0"}},
+    {"reduce-roots", 2,
+     {{K_REDUCE, COUNT, hetcclFloat32, hetcclSum, 0}, {K_REDUCE, COUNT, hetcclFloat32, hetcclSum, 1}},
+     {"rank 0 called Reduce(sum, root 0, 1000 float) #0|rank 1 called Reduce(sum, root 1, 1000 float) #0",
+      "rank 1 called Reduce(sum, root 1, 1000 float) #0|rank 0 called Reduce(sum, root 0, 1000 float) #0"}},
     {"p2p", 2, {{K_SEND, COUNT, hetcclFloat32, hetcclSum, 1}, {K_RECV, 500, hetcclFloat32, hetcclSum, 0}},
      {"rank 0 called Send(to 1, 1000 float)|rank 1 called Recv(from 0, 500 float)",
       "rank 1 called Recv(from 0, 500 float)|rank 0 called Send(to 1, 1000 float)"}},
@@ -282,6 +288,11 @@ int main(int argc, char **argv) {
     both_gpu = k >= ncases;
     cur = both_gpu ? &gpu2_cases[k - ncases] : &list[k];
     if (only && strcmp(only, cur->name)) continue;
+    const char *no_shm = getenv("HETCCL_SHM_DISABLE");
+    if (!strcmp(cur->name, "reduce-roots") && no_shm && strcmp(no_shm, "0")) {
+      printf("case %s: skipped: sockets carry no stall probe yet (docs/robustness.md)\n", cur->name);
+      continue;
+    }
     tu_set_repro("%s--case %s", gpu_mode ? "--gpu " : "", cur->name);
     double t0 = tu_seconds();
     tu_run_rank_processes(cur->nranks, mismatch_rank, NULL);
