@@ -421,7 +421,9 @@ static hc_result_t wait_state_idle(struct wait_state *w, struct job_state *const
  * through the transport (net.h, stall_publish), and looks at theirs: a
  * peer that awaits this rank as well, in a call this job does not hold,
  * is a mismatch; both ranks are stalled, so it cannot be one that is only
- * slower. A probe counts once seen unchanged on two looks
+ * slower. Awaiting is a receive posted and not done: a rank reads what
+ * the peer sent, probes included, while it has one (sockets read a
+ * stream only then). A probe counts once seen unchanged on two looks
  * STALL_LOOK_NS apart, so that one its owner is clearing as its stall
  * ends is not taken. Nothing of it runs before a stall: the fast path pays
  * nothing. The probe is cleared when the run ends. */
@@ -443,10 +445,9 @@ static hc_result_t stall_look(struct job_state *st) {
   for (int q = 0; q < st->nqueues; q++) {
     const int peer = st->q_peer[q];
     const struct hc_link *l = &links->peer[peer];
-    if (peer == me || st->q_tail[q] == st->q_head[q] || l->conn == NULL ||
+    if (peer == me || st->q_dir[q] != DIR_RECV || st->q_tail[q] == st->q_head[q] || l->conn == NULL ||
         !HC_HAS_OP(l->net, struct hc_net_ops, mismatch_found))
       continue;
-    if (q > 0 && st->q_peer[q - 1] == peer && st->q_tail[q - 1] < st->q_head[q - 1]) continue; /* done */
     const struct hc_step *s = &p->steps[st->q_items[st->q_tail[q]]];
     const struct hc_net_sig mine = s->call < p->nsigs ? p->sigs[s->call] : no_sig;
     l->net->stall_publish(l->conn, &mine);
