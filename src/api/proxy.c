@@ -114,6 +114,7 @@ static hc_result_t submit(struct hc_proxy *px, const struct hc_coll_args *calls,
     px->window_end[2 * peer] = x->windows[peer].tx_pieces;
     px->window_end[2 * peer + 1] = x->windows[peer].rx_pieces;
   }
+  hc_engine_expect_sigs(px->engine, &px->plan);
   hc_engine_expect(px->engine, px->window_end);
   r = hc_gpu_enqueue(px->lanes, &px->plan, streams, nstreams);
   hc_plan_reset(&px->plan);

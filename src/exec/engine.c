@@ -28,18 +28,31 @@
 
 enum { TX = 0, RX = 1 };
 
+/* Window pieces [first, end) that this rank's streams receive from a peer
+ * for calls of signature sig. */
+struct sig_run {
+  uint64_t first, end;
+  struct hc_net_sig sig;
+};
+
 /* One peer of one comm, as the engine watches it. */
 struct peer_watch {
   int pidfd;               /* same-host peer: hc_pidfd_open's answer */
   atomic_ullong expect[2]; /* window pieces this rank's streams will have sent / received */
   uint64_t seen[2], since[2]; /* the waited counter's last value, and since when it has it */
   uint64_t beat, beat_since;  /* the peer's heartbeat, and since when it has not moved */
+  /* The signatures the received pieces must carry (hc_engine_expect_sigs
+   * appends, the engine checks and drops), under hc_engine_comm.sigs_lock. */
+  struct sig_run *runs;
+  int nruns, runs_cap;
+  uint64_t sig_next; /* the engine thread's: the next received piece to check */
 };
 
 struct hc_engine_comm {
   struct hc_engine_desc d;
   int rank, nranks;
   struct peer_watch *peers;
+  pthread_mutex_t sigs_lock; /* peer_watch.runs */
   atomic_bool failed, vendor_aborted;
   /* Under engine.lock: */
   struct hc_engine_job *head, *tail;
@@ -186,6 +199,62 @@ static void vendor_abort(struct hc_engine_comm *c) {
   atomic_store(&c->vendor_aborted, true);
 }
 
+/* The signature this rank expects on received piece k from the peer, or
+ * NULL (nothing recorded: not checked). Under sigs_lock. */
+static const struct hc_net_sig *expected_sig(const struct peer_watch *pw, uint64_t k) {
+  for (int r = 0; r < pw->nruns; r++)
+    if (k >= pw->runs[r].first && k < pw->runs[r].end) return &pw->runs[r].sig;
+  return NULL;
+}
+
+/* A GPU receiver's pieces from peer p: its stream waits for filled and
+ * uses the piece with no host thread looking, so the engine checks each
+ * piece's signature words (net.h) after the fact. A piece's words stay
+ * until the sender's piece HC_NET_WINDOW_SIGS later, which waits until
+ * this rank has freed piece k + HC_NET_WINDOW_SIGS - HC_WINDOW_SLOTS; so
+ * words read before freed has passed that are piece k's. A piece the
+ * streams left behind further than that before the engine looked (the
+ * engine looks every 10 ms while a wait is outstanding, else every
+ * 100 ms) goes unchecked; in a mismatch the later pieces, or a stall,
+ * still show it. Returns whether the comm failed. */
+static bool window_sigs_check(struct hc_engine_comm *c, int p, const struct hc_net_window *w) {
+  struct peer_watch *pw = &c->peers[p];
+  uint64_t filled = atomic_load(w->rx_filled);
+  if (filled <= pw->sig_next) return false;
+  pthread_mutex_lock(&c->sigs_lock);
+  /* Pieces the calls enqueued so far receive; not what a peer released. */
+  const uint64_t upto = HC_MIN(filled, pw->nruns ? pw->runs[pw->nruns - 1].end : pw->sig_next);
+  uint64_t from = HC_MAX(pw->sig_next, upto > HC_NET_WINDOW_SIGS ? upto - HC_NET_WINDOW_SIGS : 0);
+  struct hc_net_sig got[HC_NET_WINDOW_SIGS];
+  for (uint64_t k = from; k < upto; k++) {
+    const atomic_ullong *words = w->rx_sig + 2 * (k % HC_NET_WINDOW_SIGS);
+    got[k - from] = (struct hc_net_sig){{atomic_load(&words[0]), atomic_load(&words[1])}};
+  }
+  const uint64_t freed = atomic_load(w->rx_freed);
+  struct hc_net_sig bad_got, bad_want;
+  bool bad = false;
+  for (uint64_t k = from; k < upto && !bad; k++) {
+    const struct hc_net_sig *want = expected_sig(pw, k);
+    if (want == NULL || freed > k + HC_NET_WINDOW_SIGS - HC_WINDOW_SLOTS) continue; /* words reused: unchecked */
+    if (hc_net_sig_equal(&got[k - from], want)) continue;
+    bad = true;
+    bad_got = got[k - from];
+    bad_want = *want;
+  }
+  if (upto > pw->sig_next) pw->sig_next = upto;
+  int done = 0;
+  while (done < pw->nruns && pw->runs[done].end <= pw->sig_next) done++;
+  memmove(pw->runs, pw->runs + done, (size_t)(pw->nruns - done) * sizeof(*pw->runs));
+  pw->nruns -= done;
+  pthread_mutex_unlock(&c->sigs_lock);
+  if (!bad) return false;
+  /* Before the notice (comm_fail), so that the sender names both calls. */
+  hc_net_mismatch_publish(w->mismatch, &bad_got, &bad_want);
+  hc_result_t r = hc_net_sig_fail(hc_plan_sig_explain, c->rank, &bad_want, p, &bad_got, false);
+  comm_fail(c, r, c->rank);
+  return true;
+}
+
 /* Looks at everything the comm's streams may wait for; fails the comm on
  * the first fault. *outstanding: some wait is not satisfied yet. */
 static void watch(struct hc_engine_comm *c, uint64_t now, bool *outstanding) {
@@ -206,7 +275,12 @@ static void watch(struct hc_engine_comm *c, uint64_t now, bool *outstanding) {
     const struct hc_net_window *w = window_of(c, p);
     if (w == NULL) continue;
     struct peer_watch *pw = &c->peers[p];
+    /* The notice first: a peer publishes its mismatch before its notice. */
     const int notice = atomic_load(w->peer_notice);
+    if (w->peer_mismatch != NULL && atomic_load(&w->peer_mismatch->set)) {
+      comm_fail(c, hc_net_mismatch_fail(w->peer_mismatch, hc_plan_sig_explain, me, p), p);
+      return;
+    }
     if (notice > 0) {
       const int culprit = notice - 1;
       if (culprit == p)
@@ -216,6 +290,7 @@ static void watch(struct hc_engine_comm *c, uint64_t now, bool *outstanding) {
       comm_fail(c, HC_ERR_REMOTE, culprit);
       return;
     }
+    if (window_sigs_check(c, p, w)) return;
     const uint64_t beat = atomic_load(w->peer_heartbeat);
     if (beat != pw->beat) {
       pw->beat = beat;
@@ -453,6 +528,16 @@ static void *engine_main(void *arg) {
   return NULL;
 }
 
+static void comm_free(struct hc_engine_comm *c) {
+  for (int p = 0; p < c->nranks; p++) {
+    if (c->peers[p].pidfd >= 0) close(c->peers[p].pidfd);
+    free(c->peers[p].runs);
+  }
+  pthread_mutex_destroy(&c->sigs_lock);
+  free(c->peers);
+  free(c);
+}
+
 hc_result_t hc_engine_register(const struct hc_engine_desc *d, struct hc_engine_comm **out) {
   struct hc_engine_comm *c;
   *out = NULL;
@@ -475,8 +560,10 @@ hc_result_t hc_engine_register(const struct hc_engine_desc *d, struct hc_engine_
       /* The streams wait for nothing yet: the counters are where they are. */
       atomic_store(&pw->expect[TX], atomic_load(w->tx_freed));
       atomic_store(&pw->expect[RX], atomic_load(w->rx_filled));
+      pw->sig_next = d->windows[p].rx_pieces; /* a fast peer may have filled some already */
     }
   }
+  pthread_mutex_init(&c->sigs_lock, NULL);
   hc_result_t r = HC_OK;
   pthread_mutex_lock(&eng_life);
   pthread_mutex_lock(&eng.lock);
@@ -496,10 +583,7 @@ hc_result_t hc_engine_register(const struct hc_engine_desc *d, struct hc_engine_
   pthread_mutex_unlock(&eng.lock);
   pthread_mutex_unlock(&eng_life);
   if (r != HC_OK) {
-    for (int p = 0; p < c->nranks; p++)
-      if (c->peers[p].pidfd >= 0) close(c->peers[p].pidfd);
-    free(c->peers);
-    free(c);
+    comm_free(c);
     return r;
   }
   HC_INFO(HC_EXEC, "engine: rank %d registered (%d comms served by this process's engine)", c->rank, eng.ncomms);
@@ -538,10 +622,7 @@ void hc_engine_unregister(struct hc_engine_comm *c, bool *vendor_aborted) {
     vendor_abort(c);
   }
   if (vendor_aborted) *vendor_aborted = atomic_load(&c->vendor_aborted);
-  for (int p = 0; p < c->nranks; p++)
-    if (c->peers[p].pidfd >= 0) close(c->peers[p].pidfd);
-  free(c->peers);
-  free(c);
+  comm_free(c);
 }
 
 hc_result_t hc_engine_submit(struct hc_engine_comm *c, struct hc_engine_job *job) {
@@ -567,6 +648,34 @@ void hc_engine_expect(struct hc_engine_comm *c, const uint64_t *window_pieces) {
       atomic_store(&c->peers[p].expect[TX], window_pieces[2 * p]);
       atomic_store(&c->peers[p].expect[RX], window_pieces[2 * p + 1]);
     }
+}
+
+/* Appends piece k of a receive from peer to the expected signatures. */
+static void sig_run_add(struct peer_watch *pw, uint64_t k, const struct hc_net_sig *sig) {
+  struct sig_run *last = pw->nruns ? &pw->runs[pw->nruns - 1] : NULL;
+  if (last && last->end == k && hc_net_sig_equal(&last->sig, sig)) {
+    last->end++;
+    return;
+  }
+  if (pw->nruns == pw->runs_cap) {
+    const int cap = pw->runs_cap ? 2 * pw->runs_cap : 8;
+    struct sig_run *runs = realloc(pw->runs, (size_t)cap * sizeof(*runs));
+    if (runs == NULL) return; /* the piece goes unchecked */
+    pw->runs = runs;
+    pw->runs_cap = cap;
+  }
+  pw->runs[pw->nruns++] = (struct sig_run){.first = k, .end = k + 1, .sig = *sig};
+}
+
+void hc_engine_expect_sigs(struct hc_engine_comm *c, const struct hc_plan *plan) {
+  if (c->d.windows == NULL) return;
+  pthread_mutex_lock(&c->sigs_lock);
+  for (int i = 0; i < plan->nsteps; i++) {
+    const struct hc_step *s = &plan->steps[i];
+    if (s->kind != HC_STEP_WAIT || s->src1 == NULL || s->call >= plan->nsigs || window_of(c, s->peer) == NULL) continue;
+    sig_run_add(&c->peers[s->peer], s->count - 1, &plan->sigs[s->call]);
+  }
+  pthread_mutex_unlock(&c->sigs_lock);
 }
 
 hc_result_t hc_engine_drain(struct hc_engine_comm *c, uint64_t deadline_ns) {

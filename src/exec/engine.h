@@ -73,6 +73,10 @@ hc_result_t hc_engine_submit(struct hc_engine_comm *c, struct hc_engine_job *job
 /* After a call's steps are enqueued: how many pieces this rank's streams
  * will have sent to and received from each peer's window (2 per peer). */
 void hc_engine_expect(struct hc_engine_comm *c, const uint64_t *window_pieces);
+/* After a call is staged, before its steps are enqueued: the signatures
+ * that the pieces its streams receive through windows must carry (the
+ * plan's WAIT steps that name control words), which the engine checks. */
+void hc_engine_expect_sigs(struct hc_engine_comm *c, const struct hc_plan *plan);
 /* Waits until every queued job has run, until deadline_ns. */
 hc_result_t hc_engine_drain(struct hc_engine_comm *c, uint64_t deadline_ns);
 /* Moves every counter the comm's streams may wait on past any position. */

@@ -33,6 +33,8 @@ struct job_state {
   int *q_items;
   int peer_at; /* the peer of the transport call in progress: whom a failure concerns */
   hc_result_t result;
+  uint64_t *probe_seen; /* per peer: 1 + the generation of its stall probe seen last (stall_look) */
+  bool probed;          /* this run published a stall probe */
 };
 
 static bool is_transfer(const struct hc_step *s) {
@@ -40,6 +42,7 @@ static bool is_transfer(const struct hc_step *s) {
 }
 
 static void job_state_destroy(struct job_state *st) {
+  free(st->probe_seen);
   free(st->waits);
   free(st->pending_deps);
   free(st->succ_start);
@@ -171,6 +174,14 @@ static hc_result_t window_sig_check(const struct job_state *st, const struct hc_
                                   atomic_load_explicit(&words[1], memory_order_relaxed)}};
   const struct hc_net_sig *want = s->call < p->nsigs ? &p->sigs[s->call] : &no_sig;
   if (hc_net_sig_equal(&got, want)) return HC_OK;
+  /* The sender may be a GPU rank whose calls have returned: its progress
+   * engine learns it from the window (exec/engine.c). */
+  const struct hc_link *l = &st->job->links->peer[s->peer];
+  if (l->net != NULL && l->net->window != NULL && l->conn != NULL) {
+    struct hc_net_window w;
+    l->net->window(l->conn, &w);
+    hc_net_mismatch_publish(w.mismatch, &got, want);
+  }
   return hc_net_sig_fail(hc_plan_sig_explain, st->job->links->rank, want, s->peer, &got, false);
 }
 
@@ -402,6 +413,70 @@ static hc_result_t wait_state_idle(struct wait_state *w, struct job_state *const
   return wait_for_progress(states, njobs, 100);
 }
 
+/* ---- stall probes ----
+ * A mismatch in which both ranks only wait to receive (Reduce with roots 0
+ * and 1 on two ranks) exchanges nothing a transport could compare. So a
+ * run that has moved nothing for STALL_PROBE_NS tells each peer it awaits
+ * (a transfer posted and not done) the signature of the call it waits in,
+ * through the transport (net.h, stall_publish), and looks at theirs: a
+ * peer that awaits this rank as well, in a call this job does not hold,
+ * is a mismatch; both ranks are stalled, so it cannot be one that is only
+ * slower. Awaiting is a receive posted and not done: a rank reads what
+ * the peer sent, probes included, while it has one (sockets read a
+ * stream only then). A probe counts once seen unchanged on two looks
+ * STALL_LOOK_NS apart, so that one its owner is clearing as its stall
+ * ends is not taken. Nothing of it runs before a stall: the fast path pays
+ * nothing. The probe is cleared when the run ends. */
+#define STALL_PROBE_NS 1000000000ull
+#define STALL_LOOK_NS 100000000ull
+
+static bool job_has_sig(const struct hc_plan *p, const struct hc_net_sig *sig) {
+  for (uint32_t k = 0; k < p->nsigs; k++)
+    if (hc_net_sig_equal(&p->sigs[k], sig)) return true;
+  return false;
+}
+
+static hc_result_t stall_look(struct job_state *st) {
+  const struct hc_plan *p = st->job->plan;
+  const struct hc_links *links = st->job->links;
+  const int me = links->rank;
+  if (st->probe_seen == NULL && (st->probe_seen = calloc((size_t)links->nranks, sizeof(uint64_t))) == NULL)
+    return HC_OK; /* no probes: the deadline still ends the wait */
+  for (int q = 0; q < st->nqueues; q++) {
+    const int peer = st->q_peer[q];
+    const struct hc_link *l = &links->peer[peer];
+    if (peer == me || st->q_dir[q] != DIR_RECV || st->q_tail[q] == st->q_head[q] || l->conn == NULL ||
+        !HC_HAS_OP(l->net, struct hc_net_ops, mismatch_found))
+      continue;
+    const struct hc_step *s = &p->steps[st->q_items[st->q_tail[q]]];
+    const struct hc_net_sig mine = s->call < p->nsigs ? p->sigs[s->call] : no_sig;
+    l->net->stall_publish(l->conn, &mine);
+    st->probed = true;
+    struct hc_net_sig theirs;
+    uint64_t gen;
+    l->net->stall_peek(l->conn, &theirs, &gen);
+    const bool confirmed = st->probe_seen[peer] == gen + 1;
+    st->probe_seen[peer] = gen + 1;
+    if (hc_net_sig_equal(&theirs, &no_sig) || job_has_sig(p, &theirs) || !confirmed) continue;
+    l->net->mismatch_found(l->conn, &theirs, &mine);
+    st->peer_at = peer;
+    return hc_net_sig_fail(hc_plan_sig_explain, me, &mine, peer, &theirs, false);
+  }
+  return HC_OK;
+}
+
+/* The run ends: its probes no longer say where it waits. */
+static void stall_clear(struct job_state *st) {
+  const struct hc_links *links = st->job->links;
+  if (!st->probed) return;
+  for (int peer = 0; peer < links->nranks; peer++) {
+    const struct hc_link *l = &links->peer[peer];
+    if (l->conn != NULL && HC_HAS_OP(l->net, struct hc_net_ops, stall_publish))
+      l->net->stall_publish(l->conn, &no_sig);
+  }
+  st->probed = false;
+}
+
 hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t deadline_ns) {
   if (njobs == 0) return HC_OK; /* a group of GPU calls only: the engine runs their transfers */
   struct job_state *states = calloc((size_t)njobs + 1, sizeof(*states));
@@ -419,6 +494,7 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
 
   struct wait_state wait;
   wait_state_init(&wait, jobs, njobs);
+  uint64_t next_look_ns = 0;
   for (;;) {
     bool moved = false, all_done = true;
     for (int j = 0; j < njobs; j++) {
@@ -457,9 +533,15 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
                     (long long)hc_param_int(HC_P_TIMEOUT), peer);
       goto out;
     }
+    if (wait.idle_since != 0 && now - wait.idle_since >= STALL_PROBE_NS && now >= next_look_ns) {
+      next_look_ns = now + STALL_LOOK_NS;
+      for (int j = 0; j < njobs; j++)
+        if (states[j].ndone < states[j].nsteps) HC_TRY_GOTO(stall_look(&states[j]), r, out);
+    }
     HC_TRY_GOTO(wait_state_idle(&wait, each, njobs, now), r, out);
   }
 out:
+  for (int j = 0; j < built; j++) stall_clear(&states[j]);
   for (int j = 0; j < built; j++) job_state_destroy(&states[j]);
   free(states);
   free(each);

@@ -44,6 +44,20 @@ typedef void (*hc_net_sig_explain_fn)(char *buf, size_t len, int me, const struc
 hc_result_t hc_net_sig_fail(hc_net_sig_explain_fn explain, int me, const struct hc_net_sig *mine, int peer,
                             const struct hc_net_sig *theirs, bool me_sends);
 
+/* A mismatch a rank found as the receiving end of a pair, in memory both
+ * ranks map (shm: the owner's side of the segment; a window's), so that
+ * the other end names both calls too: got is what the peer sent, want
+ * what the finder expected. set is stored last, and only once. */
+struct hc_net_mismatch {
+  atomic_uint set;
+  struct hc_net_sig got, want;
+};
+void hc_net_mismatch_publish(struct hc_net_mismatch *m, const struct hc_net_sig *got, const struct hc_net_sig *want);
+/* The failure of the other end, once theirs->set: rank me sent got, rank
+ * peer (the finder) expected want. Returns HC_ERR_USAGE. */
+hc_result_t hc_net_mismatch_fail(const struct hc_net_mismatch *theirs, hc_net_sig_explain_fn explain, int me,
+                                 int peer);
+
 #define HC_NET_HANDLE_BYTES 64
 /* What peers need to reach this rank's transport; published at init. */
 struct hc_net_handle {
@@ -79,14 +93,22 @@ struct hc_net_window {
   size_t bytes;                /* of each; 0: the pair has no window */
   atomic_ullong *tx_filled, *tx_freed, *rx_filled, *rx_freed;
   /* Control words beside the counters: 2 x HC_NET_WINDOW_SIGS words per
-   * direction, slot k's signature (hc_net_sig) at [2k, 2k + 1], written by
-   * the sender before it publishes filled, read by the receiver after. */
+   * direction, piece k's signature (hc_net_sig) at [2j, 2j + 1], j = k %
+   * HC_NET_WINDOW_SIGS, written by the sender before it publishes filled,
+   * read by the receiver after. There are more of them than slots, so that
+   * a piece's words outlive its slot: the sender writes piece k's only once
+   * the receiver has freed piece k - HC_NET_WINDOW_SIGS + slots, which lets
+   * a host thread that watches a GPU receiver's stream check them after
+   * the stream has used the piece (exec/engine.c). */
   atomic_ullong *tx_sig, *rx_sig;
   /* Liveness between the pair's progress engines (exec/engine.c): each
    * side bumps its own heartbeat while it runs, and on a failure stores
    * the culprit's rank + 1 in its notice; the peer reads both. */
   atomic_ullong *heartbeat, *peer_heartbeat;
   atomic_int *notice, *peer_notice;
+  /* A signature mismatch found in a piece of this window (the receiving
+   * end publishes it before its notice), this rank's and the peer's. */
+  struct hc_net_mismatch *mismatch, *peer_mismatch;
   /* The mapping that holds both windows and the four counters: what a GPU
    * rank registers with its driver, so that its streams copy into the
    * slots and wait on and write the counters. */
@@ -126,6 +148,17 @@ struct hc_net_ops {
    * of this file); *sig is copied. */
   hc_result_t (*isend_sig)(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req);
   hc_result_t (*irecv_sig)(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req);
+  /* Optional (NULL: no stall probes; test with HC_HAS_OP). A rank that has
+   * waited for the peer for a while (exec.c) publishes the signature of
+   * the call it waits in (all zeroes: it waits no more), which the peer
+   * reads with stall_peek: theirs, and *gen, a number that changes with
+   * every publish. A rank that finds its call differs says so with
+   * mismatch_found before it fails the connection, so that the peer names
+   * both calls (got: the peer's call, want: this rank's). All three or
+   * none; they never block. shm and socket have them, ib not yet. */
+  void (*stall_publish)(void *conn, const struct hc_net_sig *mine);
+  void (*stall_peek)(void *conn, struct hc_net_sig *theirs, uint64_t *gen);
+  void (*mismatch_found)(void *conn, const struct hc_net_sig *got, const struct hc_net_sig *want);
 }; /* append only */
 
 extern const struct hc_net_ops hc_net_socket;

@@ -790,7 +790,40 @@ static void shm_net_window(void *vconn, struct hc_net_window *w) {
                               .tx_sig = c->tx->win_sig, .rx_sig = c->rx->win_sig,
                               .heartbeat = &c->me->heartbeat, .peer_heartbeat = &c->them->heartbeat,
                               .notice = &c->me->notice, .peer_notice = &c->them->notice,
+                              .mismatch = &c->me->mismatch, .peer_mismatch = &c->them->mismatch,
                               .mapping = c->seg, .mapping_bytes = c->seg_bytes};
+}
+
+static void shm_stall_publish(void *vconn, const struct hc_net_sig *mine) {
+  struct hc_shm_conn *c = vconn;
+  struct hc_shm_side *me = c->me;
+  if (me == NULL || (atomic_load(&me->stall_sig[0]) == mine->w[0] && atomic_load(&me->stall_sig[1]) == mine->w[1]))
+    return;
+  atomic_fetch_add(&me->stall_gen, 1);
+  atomic_store(&me->stall_sig[0], mine->w[0]);
+  atomic_store(&me->stall_sig[1], mine->w[1]);
+  atomic_fetch_add(&me->stall_gen, 1);
+}
+
+static void shm_stall_peek(void *vconn, struct hc_net_sig *theirs, uint64_t *gen) {
+  const struct hc_shm_conn *c = vconn;
+  *theirs = (struct hc_net_sig){{0, 0}};
+  *gen = 0;
+  if (c->them == NULL) return;
+  for (int tries = 0; tries < 100; tries++) { /* the owner writes two words: never long */
+    const uint64_t g = atomic_load(&c->them->stall_gen);
+    const struct hc_net_sig s = {{atomic_load(&c->them->stall_sig[0]), atomic_load(&c->them->stall_sig[1])}};
+    if (g % 2 == 0 && atomic_load(&c->them->stall_gen) == g) {
+      *theirs = s;
+      *gen = g;
+      return;
+    }
+  }
+}
+
+static void shm_mismatch_found(void *vconn, const struct hc_net_sig *got, const struct hc_net_sig *want) {
+  struct hc_shm_conn *c = vconn;
+  if (c->me != NULL) hc_net_mismatch_publish(&c->me->mismatch, got, want);
 }
 
 const struct hc_net_ops hc_net_shm = {
@@ -803,6 +836,9 @@ const struct hc_net_ops hc_net_shm = {
     .irecv = hc_net_shm_irecv,
     .isend_sig = hc_net_shm_isend_sig,
     .irecv_sig = hc_net_shm_irecv_sig,
+    .stall_publish = shm_stall_publish,
+    .stall_peek = shm_stall_peek,
+    .mismatch_found = shm_mismatch_found,
     .test = hc_net_shm_test,
     .wait_blocking = shm_net_wait_blocking,
     .close = shm_net_close,

@@ -79,11 +79,14 @@ struct hc_shm_side {
   uint64_t probe_addr; /* address, in the owner, of probe_value */
   uint64_t probe_value;
   uint8_t proof[32];   /* HMAC(secret, role | segment name) */
-  /* A signature mismatch the owner found as a receiver (net.h): written
-   * before closed, so that the peer, once it sees closed, names both
-   * calls: got is what it sent, want what the owner expected. */
-  uint32_t mismatch;
-  struct hc_net_sig mismatch_got, mismatch_want;
+  /* A signature mismatch the owner found as a receiver (net.h), of the
+   * transport or of the window: published before closed and notice, so
+   * that the peer, once it sees either, names both calls. */
+  struct hc_net_mismatch mismatch;
+  /* The owner's stall probe (net.h, stall_publish): a seqlock, odd while
+   * the owner writes the words. */
+  _Alignas(HC_SHM_LINE) atomic_ullong stall_gen;
+  atomic_ullong stall_sig[2];
   /* The window's liveness words (net.h, hc_net_window), the owner's. */
   _Alignas(HC_SHM_LINE) atomic_ullong heartbeat;
   atomic_int notice;

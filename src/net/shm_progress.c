@@ -242,9 +242,7 @@ static hc_result_t recv_progress(struct hc_shm_conn *c, bool *published) {
     if (!q->matched) {
       if (!hc_net_sig_equal(&d->sig, &q->sig)) {
         /* Before closed (hc_net_shm_conn_fail), which publishes it. */
-        c->me->mismatch_got = d->sig;
-        c->me->mismatch_want = q->sig;
-        c->me->mismatch = 1;
+        hc_net_mismatch_publish(&c->me->mismatch, &d->sig, &q->sig);
         return hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, &q->sig, c->peer, &d->sig, false);
       }
       if (d->len != (uint64_t)q->n)
@@ -318,9 +316,8 @@ hc_result_t hc_net_shm_conn_progress(struct hc_shm_conn *c, bool *moved) {
   if (moved) *moved = after != before || c->more;
   if (r != HC_OK) return r;
   if (!hc_net_shm_conn_busy(c)) return HC_OK;
-  if (peer_closed && c->them->mismatch)
-    return hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, &c->them->mismatch_got, c->peer,
-                           &c->them->mismatch_want, true);
+  if (peer_closed && atomic_load(&c->them->mismatch.set))
+    return hc_net_mismatch_fail(&c->them->mismatch, c->ctx->sig_explain, c->ctx->rank, c->peer);
   if (peer_closed)
     return HC_FAIL(HC_ERR_REMOTE, "shm: rank %d closed the connection (rank %d still had requests pending)", c->peer,
                    c->ctx->rank);

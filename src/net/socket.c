@@ -773,6 +773,48 @@ static hc_result_t sock_close(void *vctx) {
   return HC_OK;
 }
 
+/* A probe goes out whole between two messages of stream 0 (the next
+ * header follows it), so once its first byte is sent the rest waits for
+ * room, bounded: a peer that takes nothing for a second fails the
+ * connection. With no room at all it waits for the next look. */
+static void sock_stall_publish(void *vconn, const struct hc_net_sig *mine) {
+  struct hc_sock_conn *c = vconn;
+  struct hc_sock_stream *st = &c->streams[0];
+  if (c->failed != HC_OK || st->state != HC_SOCK_UP || st->send.req != NULL || hc_net_sig_equal(&c->probe_sent, mine))
+    return;
+  uint8_t hdr[HC_SOCK_HDR_BYTES];
+  hc_net_socket_hdr_put(hdr, &(struct hc_sock_hdr){.len = HC_SOCK_PROBE, .sig = *mine});
+  const uint64_t deadline = hc_now_ns() + 1000000000ull;
+  for (size_t off = 0; off < sizeof(hdr);) {
+    ssize_t k = send(st->fd, hdr + off, sizeof(hdr) - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k > 0) {
+      off += (size_t)k;
+      continue;
+    }
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && off == 0) return;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && hc_now_ns() < deadline) {
+      struct pollfd pfd = {.fd = st->fd, .events = POLLOUT};
+      (void)poll(&pfd, 1, 10);
+      continue;
+    }
+    hc_net_socket_conn_fail(c, HC_FAIL(HC_ERR_REMOTE, "socket: rank %d took no stall probe from rank %d: %s", c->peer,
+                                       c->ctx->rank, k < 0 ? strerror(errno) : "no room for 1 s"));
+    return;
+  }
+  c->probe_sent = *mine;
+}
+
+static void sock_stall_peek(void *vconn, struct hc_net_sig *theirs, uint64_t *gen) {
+  const struct hc_sock_conn *c = vconn;
+  *theirs = c->peer_probe;
+  *gen = c->peer_probes;
+}
+
+static void sock_mismatch_found(void *vconn, const struct hc_net_sig *got, const struct hc_net_sig *want) {
+  hc_net_socket_mismatch_notice(vconn, got, want);
+}
+
 const struct hc_net_ops hc_net_socket = {
     .size = sizeof(struct hc_net_ops),
     .abi = HC_NET_ABI,
@@ -786,4 +828,7 @@ const struct hc_net_ops hc_net_socket = {
     .test = hc_net_socket_test,
     .wait_blocking = sock_wait_blocking,
     .close = sock_close,
+    .stall_publish = sock_stall_publish,
+    .stall_peek = sock_stall_peek,
+    .mismatch_found = sock_mismatch_found,
 };

@@ -108,6 +108,10 @@ struct hc_sock_conn {
   int culprit;          /* once failed: the rank the failure blames */
   int noticed;          /* the peer's failure notice named this rank, or -1 */
   char err[320];        /* the message of the failure */
+  /* Stall probes (net.h, stall_publish): the last one this rank sent, and
+   * the peer's latest, with a count of the probes read. */
+  struct hc_net_sig probe_sent, peer_probe;
+  uint64_t peer_probes;
   struct hc_sock_queue sendq, recvq;
   struct hc_sock_stream streams[]; /* ctx->nstreams */
 };
@@ -193,6 +197,10 @@ void hc_net_socket_conn_free_reqs(struct hc_sock_conn *c);
 /* Makes r (just returned by HC_FAIL, whose text is this thread's last error)
  * c's sticky failure and shuts its streams down so the peer learns of it
  * too. Returns r. */
+/* Tells the peer (a notice on stream 0, when it is between messages
+ * there: best effort, the connection fails right after) that its message
+ * or probe of signature got met this rank's want. */
+void hc_net_socket_mismatch_notice(struct hc_sock_conn *c, const struct hc_net_sig *got, const struct hc_net_sig *want);
 hc_result_t hc_net_socket_conn_fail(struct hc_sock_conn *c, hc_result_t r);
 /* HC_OK, or c's sticky failure with its text made this thread's last error
  * again (without a second WARN line). */

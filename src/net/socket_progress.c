@@ -73,17 +73,38 @@ bool hc_net_socket_hdr_parse(const uint8_t *buf, size_t n, size_t posted, const 
  * expected (a notice on stream 0, if it is between messages there and the
  * socket takes it now: best effort, the connection fails right after),
  * then fail. */
-static hc_result_t sig_mismatch(struct hc_sock_conn *c, const struct hc_sock_req *q, const struct hc_sock_hdr *h) {
+void hc_net_socket_mismatch_notice(struct hc_sock_conn *c, const struct hc_net_sig *got, const struct hc_net_sig *want) {
   const struct hc_sock_stream *st = &c->streams[0];
   const struct hc_sock_req *out = st->send.req;
-  if (out == NULL || (out->hdr_off == 0 && st->send.off == 0 && st->send.stripe == 0)) {
+  if (st->fd >= 0 && (out == NULL || (out->hdr_off == 0 && st->send.off == 0 && st->send.stripe == 0))) {
     uint8_t notice[HC_SOCK_HDR_BYTES];
-    hc_net_socket_hdr_put(notice, &(struct hc_sock_hdr){.len = HC_SOCK_NOTICE, .sig = h->sig, .want = q->sig});
+    hc_net_socket_hdr_put(notice, &(struct hc_sock_hdr){.len = HC_SOCK_NOTICE, .sig = *got, .want = *want});
     ssize_t k;
     do k = send(st->fd, notice, sizeof(notice), MSG_NOSIGNAL | MSG_DONTWAIT);
     while (k < 0 && errno == EINTR);
   }
+}
+
+static hc_result_t sig_mismatch(struct hc_sock_conn *c, const struct hc_sock_req *q, const struct hc_sock_hdr *h) {
+  hc_net_socket_mismatch_notice(c, &h->sig, &q->sig);
   return hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, &q->sig, c->peer, &h->sig, false);
+}
+
+/* A stall probe came where a message header was due (stream 0, read into
+ * q->hdr): keep it, and hand the bytes read after it (body of them, at
+ * q->buf + pos, where the first stripe goes) back to where they belong:
+ * the next header, then the stripe. Returns the stripe bytes left. */
+static size_t probe_take(struct hc_sock_conn *c, struct hc_sock_req *q, size_t pos, size_t body,
+                         const struct hc_sock_hdr *h) {
+  c->peer_probe = h->sig;
+  c->peer_probes++;
+  HC_TRACE(HC_NET, "socket: rank %d: stall probe %llu from rank %d, %zu bytes after it", c->ctx->rank,
+           (unsigned long long)c->peer_probes, c->peer, body);
+  const size_t next = HC_MIN(body, (size_t)HC_SOCK_HDR_BYTES);
+  if (next > 0) memcpy(q->hdr, q->buf + pos, next);
+  if (body > next) memmove(q->buf + pos, q->buf + pos + next, body - next);
+  q->hdr_off = next;
+  return body - next;
 }
 
 static hc_result_t io_fail(const struct hc_sock_conn *c, const struct hc_sock_stream *st, bool sending, int e) {
@@ -132,11 +153,15 @@ static hc_result_t stream_progress(struct hc_sock_conn *c, struct hc_sock_stream
     if (k == 0 && !sending)
       return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d closed the connection (rank %d's receive on stream %d: EOF)",
                      c->peer, ctx->rank, st->index);
-    size_t h = HC_MIN((size_t)k, hdr_left);
+    size_t h = HC_MIN((size_t)k, hdr_left), body = (size_t)k - h;
     q->hdr_off += h;
-    if (!sending && h > 0 && q->hdr_off == HC_SOCK_HDR_BYTES) {
+    while (!sending && h > 0 && q->hdr_off == HC_SOCK_HDR_BYTES && !q->len_known) {
       struct hc_sock_hdr hdr;
       if (!hc_net_socket_hdr_parse(q->hdr, sizeof(q->hdr), q->n, &q->sig, &hdr)) {
+        if (hdr.len == HC_SOCK_PROBE) {
+          body = probe_take(c, q, pos, body, &hdr);
+          continue;
+        }
         if (hdr.len == HC_SOCK_NOTICE) /* what this rank sent met another call there */
           return hc_net_sig_fail(ctx->sig_explain, ctx->rank, &hdr.sig, c->peer, &hdr.want, true);
         if (hdr.len >> HC_SOCK_FAILURE_SHIFT == HC_SOCK_FAILURE_TAG) {
@@ -150,7 +175,7 @@ static hc_result_t stream_progress(struct hc_sock_conn *c, struct hc_sock_stream
       }
       q->len_known = true;
     }
-    cursor_advance(ctx, cur, q->n, (size_t)k - h);
+    cursor_advance(ctx, cur, q->n, body);
     if ((size_t)k < hdr_left + piece) return HC_OK;
   }
 }

@@ -12,6 +12,10 @@
  *   notice      a msg header of length HC_SOCK_NOTICE, no payload: the peer's
  *               receive met this rank's message of signature sig but wanted
  *               want; it fails right after (net.h, "Signatures").
+ *   probe       a msg header of length HC_SOCK_PROBE, no payload, between
+ *               messages of stream 0: the peer has waited for this rank
+ *               for a while in the call of signature sig (all zeroes: it
+ *               waits no more; net.h, stall_publish).
  *
  * buf holds n bytes and is only read inside them; a record of another
  * length is rejected.
@@ -46,6 +50,7 @@ struct hc_sock_hdr {
   struct hc_net_sig sig, want;
 };
 #define HC_SOCK_NOTICE UINT64_MAX
+#define HC_SOCK_PROBE (UINT64_MAX - 1)
 /* Whether buf is a message header (n == HC_SOCK_HDR_BYTES) announcing
  * exactly the posted number of bytes with the posted signature; *out gets
  * the fields (zeroes when n is wrong). A receive must fail on false before

@@ -185,7 +185,7 @@ struct hc_plan_window {
   int32_t last_signal[2]; /* staging's own: the plan's latest signal per direction */
 };
 #define HC_WINDOW_SLOTS 4
-_Static_assert(HC_WINDOW_SLOTS <= HC_NET_WINDOW_SIGS, "a window slot without a signature slot");
+_Static_assert(HC_WINDOW_SLOTS < HC_NET_WINDOW_SIGS, "a piece's signature words must outlive its slot (net.h)");
 
 /* Appends a step; returns its reference, or 0 when out of memory (the plan
  * remembers the failure: p->cap < 0, and hc_plan_add reports it). */

@@ -25,8 +25,10 @@
  * k - SLOTS, copy into tx slot k % SLOTS, publish filled = k + 1. Piece k
  * of a receive: wait until filled > k, copy out of rx slot k % SLOTS,
  * publish freed = k + 1. Before filled, the sender also writes the piece's
- * signature (net.h) into the slot's two control words, which the receiver
- * checks once filled has passed k, before it uses the data (exec.c). The copies are the device's own (a GPU's DMA
+ * signature (net.h) into two control words (k % HC_NET_WINDOW_SIGS: they
+ * outlive the slot), which a CPU receiver checks once filled has passed k,
+ * before it uses the data (exec.c), and the progress engine of a GPU
+ * receiver once its stream has (exec/engine.c). The copies are the device's own (a GPU's DMA
  * engines, memcpy on a CPU rank), so between two GPU ranks of one host the
  * bytes cross host memory once. The signals of one counter are chained so
  * that they are published in piece order.
@@ -68,7 +70,7 @@ static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w
     } else {
       wait.src0 = w->w.rx_filled;
       wait.count = piece + 1;
-      wait.src1 = w->w.rx_sig + 2 * (piece % HC_WINDOW_SLOTS);
+      wait.src1 = w->w.rx_sig + 2 * (piece % HC_NET_WINDOW_SIGS);
       wait.call = s->call;
       wait.peer = s->peer;
     }
@@ -86,7 +88,7 @@ static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w
     if (send) /* the signature words, then filled: one lane, in order */
       for (int word = 0; word < 2; word++)
         copied = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SIGNAL, .lane = lane,
-                                                  .src0 = w->w.tx_sig + 2 * (piece % HC_WINDOW_SLOTS) + word,
+                                                  .src0 = w->w.tx_sig + 2 * (piece % HC_NET_WINDOW_SIGS) + word,
                                                   .count = s->call < p->nsigs ? p->sigs[s->call].w[word] : 0,
                                                   HC_DEPS(copied)});
     hc_ref_t *last = &w->last_signal[!send];

@@ -15,34 +15,43 @@
  *            (AllReduce #1) meets the other's broadcast and names it
  *   seq      rank 1 made one more call (a zero-count AllReduce, which
  *            moves nothing): AllReduce #0 meets AllReduce #1
- * (A root mismatch where both sides wait to receive, Reduce with 2 ranks,
- * exchanges nothing to compare: it ends at HETCCL_TIMEOUT, not here.)
+ *   reduce-roots  Reduce(root 0) on rank 0, Reduce(root 1) on rank 1: both
+ *            only wait to receive, so no transfer carries a signature; the
+ *            stall probe (exec.c) finds it after a second of waiting
  *   p2p      Send of 1000 floats meets a Recv of 500
  * Each rank checks that its call failed, or, a rank whose part was only
  * sends (which complete once handed over, before the peer checks), that
  * its next call fails; and that the text names both calls ("rank A called
  * X, rank B called Y"). Then matching calls on a fresh comm must pass
- * (bitwise against values computed here).
+ * (bitwise against values computed here), and so must calls with a peer
+ * that comes late to each (the stall probe must take it for no mismatch).
  *
  * The transport is the environment's: shm between processes of one host
  * (ctest coll_mismatch_shm), sockets under HETCCL_SHM_DISABLE=1
  * (coll_mismatch_socket). HETCCL_TIMEOUT bounds every wait, so a hang
  * fails the test instead of blocking it.
  *
- * --gpu (ctest coll_mismatch_gpu_window, over the fake libcuda): rank 0 is
- * a GPU rank, rank 1 a CPU rank; they exchange through the shm window, the
- * signature in the window's control words. Rank 0's part is only sends
- * (so that its stream never waits for rank 1), rank 1 receives and checks:
- * kind, count, datatype and op. Rank 1 must fail naming both calls; rank 0
- * must not hang. (A GPU rank that receives does not check the control
- * words yet: its streams wait on the window with no host thread looking;
- * that is the progress engine's, issue 15.)
+ * --gpu (ctest coll_mismatch_gpu_window, over the fake libcuda): ranks
+ * that exchange through the shm window, the signature in the window's
+ * control words.
+ *  - rank 0 a GPU rank, rank 1 a CPU rank: rank 0's part is only sends (so
+ *    that its stream never waits for rank 1), rank 1 receives and checks:
+ *    kind, count, datatype and op. Rank 1's call must fail naming both
+ *    calls, and rank 0's comm too (its async error), from the mismatch
+ *    rank 1 publishes in the window.
+ *  - two GPU ranks (groups a and b on device 0: windows only, no transfer
+ *    of the progress engine's): kind, count, datatype, op and root. The
+ *    calls return once enqueued; each rank's engine checks the pieces its
+ *    stream received, and each comm's async error must name both calls
+ *    (root: both only send, so each rank's next call, AllReduce #1, meets
+ *    the other's broadcast).
  *
  * Usage: test_coll_mismatch [--gpu] [--case NAME]
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "device/device.h"
 #include "testutil.h"
@@ -63,6 +72,7 @@ struct mcase {
   int nranks;
   struct call calls[3];    /* per rank */
   const char *expect[3];   /* per rank: substrings its error must hold, '|'-separated */
+  bool next_call;          /* GPU ranks: the calls only send; the next one fails */
 };
 
 #define AR(n, t, o) {K_ALLREDUCE, n, t, o, 0}
@@ -84,6 +94,10 @@ static const struct mcase cases[] = {
     {"seq", 2, {AR(COUNT, hetcclFloat32, hetcclSum), {K_SKIP, COUNT, hetcclFloat32, hetcclSum, 0}},
      {"rank 0 called AllReduce(sum, 1000 float) #0|rank 1 called AllReduce(sum, 1000 float) #1",
       "rank 1 called AllReduce(sum, 1000 float) #1|rank 0 called AllReduce(sum, 1000 float) #0"}},
+    {"reduce-roots", 2,
+     {{K_REDUCE, COUNT, hetcclFloat32, hetcclSum, 0}, {K_REDUCE, COUNT, hetcclFloat32, hetcclSum, 1}},
+     {"rank 0 called Reduce(sum, root 0, 1000 float) #0|rank 1 called Reduce(sum, root 1, 1000 float) #0",
+      "rank 1 called Reduce(sum, root 1, 1000 float) #0|rank 0 called Reduce(sum, root 0, 1000 float) #0"}},
     {"p2p", 2, {{K_SEND, COUNT, hetcclFloat32, hetcclSum, 1}, {K_RECV, 500, hetcclFloat32, hetcclSum, 0}},
      {"rank 0 called Send(to 1, 1000 float)|rank 1 called Recv(from 0, 500 float)",
       "rank 1 called Recv(from 0, 500 float)|rank 0 called Send(to 1, 1000 float)"}},
@@ -113,40 +127,106 @@ static bool names_all(const char *text, const char *expect) {
 /* GPU windows: rank 0 (GPU) only sends, rank 1 (CPU) receives. */
 static const struct mcase gpu_cases[] = {
     {"kind", 2, {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, AR(COUNT, hetcclFloat32, hetcclSum)},
-     {"", "rank 1 called AllReduce(sum, 1000 float)|rank 0 called Broadcast(root 0, 1000 float)"}},
+     {"rank 0 called Broadcast(root 0, 1000 float)|rank 1 called AllReduce(sum, 1000 float)",
+      "rank 1 called AllReduce(sum, 1000 float)|rank 0 called Broadcast(root 0, 1000 float)"}},
     {"count", 2, {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, {K_BROADCAST, 500, hetcclFloat32, hetcclSum, 0}},
-     {"", "rank 1 called Broadcast(root 0, 500 float)|rank 0 called Broadcast(root 0, 1000 float)"}},
+     {"rank 0 called Broadcast(root 0, 1000 float)|rank 1 called Broadcast(root 0, 500 float)",
+      "rank 1 called Broadcast(root 0, 500 float)|rank 0 called Broadcast(root 0, 1000 float)"}},
     {"dtype", 2, {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, {K_BROADCAST, COUNT, hetcclInt32, hetcclSum, 0}},
-     {"", "rank 1 called Broadcast(root 0, 1000 int32)|rank 0 called Broadcast(root 0, 1000 float)"}},
+     {"rank 0 called Broadcast(root 0, 1000 float)|rank 1 called Broadcast(root 0, 1000 int32)",
+      "rank 1 called Broadcast(root 0, 1000 int32)|rank 0 called Broadcast(root 0, 1000 float)"}},
     {"op", 2, {{K_REDUCE, COUNT, hetcclFloat32, hetcclSum, 1}, {K_REDUCE, COUNT, hetcclFloat32, hetcclMax, 1}},
-     {"", "rank 1 called Reduce(max, root 1, 1000 float)|rank 0 called Reduce(sum, root 1, 1000 float)"}},
+     {"rank 0 called Reduce(sum, root 1, 1000 float)|rank 1 called Reduce(max, root 1, 1000 float)",
+      "rank 1 called Reduce(max, root 1, 1000 float)|rank 0 called Reduce(sum, root 1, 1000 float)"}},
+};
+
+/* GPU windows, both ranks GPU ranks: every receive is a stream's. */
+static const struct mcase gpu2_cases[] = {
+    {"gpu2-kind", 2, {AR(COUNT, hetcclFloat32, hetcclSum), {K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}},
+     {"rank 0 called AllReduce(sum, 1000 float)|rank 1 called Broadcast(root 0, 1000 float)",
+      "rank 1 called Broadcast(root 0, 1000 float)|rank 0 called AllReduce(sum, 1000 float)"}},
+    {"gpu2-count", 2, {AR(COUNT, hetcclFloat32, hetcclSum), AR(500, hetcclFloat32, hetcclSum)},
+     {"rank 0 called AllReduce(sum, 1000 float)|rank 1 called AllReduce(sum, 500 float)",
+      "rank 1 called AllReduce(sum, 500 float)|rank 0 called AllReduce(sum, 1000 float)"}},
+    {"gpu2-dtype", 2, {AR(COUNT, hetcclFloat32, hetcclSum), AR(COUNT, hetcclInt32, hetcclSum)},
+     {"rank 0 called AllReduce(sum, 1000 float)|rank 1 called AllReduce(sum, 1000 int32)",
+      "rank 1 called AllReduce(sum, 1000 int32)|rank 0 called AllReduce(sum, 1000 float)"}},
+    {"gpu2-op", 2, {AR(COUNT, hetcclFloat32, hetcclSum), AR(COUNT, hetcclFloat32, hetcclMax)},
+     {"rank 0 called AllReduce(sum, 1000 float)|rank 1 called AllReduce(max, 1000 float)",
+      "rank 1 called AllReduce(max, 1000 float)|rank 0 called AllReduce(sum, 1000 float)"}},
+    {"gpu2-root", 2,
+     {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, {K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 1}},
+     /* Each rank receives the other's broadcast in its AllReduce #1: the
+      * one that looks first names it, the other hears of it. */
+     {"called AllReduce(sum, 1 float) #1|called Broadcast(root ", "called AllReduce(sum, 1 float) #1|called Broadcast(root "},
+     true},
 };
 
 static const struct mcase *cur;
-static bool gpu_mode;
+static bool gpu_mode, both_gpu;
 
-/* The GPU rank of --gpu: its call returns (enqueued), its stream drains
- * (it only sends, into window slots that are free); nothing more yet. */
-static int gpu_sender(int rank, int nranks, hetcclUniqueId id) {
+#define HANG_S 60.0 /* far above what detection takes; only a hang reaches it */
+
+/* Until the stream has run what was enqueued on it or the comm failed
+ * (as PyTorch's watchdog polls): whether it failed. A released stream
+ * completes too, so the error is looked at first. */
+static bool stream_or_error(const struct hc_dev_ops *gpu, hetcclComm_t comm, hc_event_t ev) {
+  gpu->event_record(ev, NULL);
+  for (const double end = tu_seconds() + HANG_S; tu_seconds() < end; usleep(1000)) {
+    hetcclResult_t async = hetcclSuccess;
+    hetcclCommGetAsyncError(comm, &async);
+    if (async != hetcclSuccess) return true;
+    int done = 0;
+    gpu->event_query(ev, &done);
+    if (done) return false;
+  }
+  return false;
+}
+
+/* A GPU rank: its calls return once enqueued; the mismatch is its comm's
+ * async error, found by its progress engine (in the pieces its stream
+ * received, or in what the peer published in the window). */
+static int gpu_rank(int rank, int nranks, hetcclUniqueId id) {
   const struct hc_dev_ops *gpu = hc_dev_get(HC_MEM_CUDA);
   if (!CHECK(gpu != NULL, "no CUDA backend (the fake libcuda on LD_LIBRARY_PATH?)")) return 1;
   hetcclComm_t comm = NULL;
   hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
   cfg.deviceKind = hetcclDeviceCuda;
+  cfg.deviceId = 0;
+  if (both_gpu) cfg.groupName = rank == 0 ? "a" : "b"; /* one device: windows, no vendor library */
   if (!CHECK_OK(hetcclCommInitRankConfig(&comm, nranks, id, rank, &cfg))) return 1;
   void *buf = NULL;
+  hc_event_t ev = NULL;
   CHECK(gpu->mem_alloc(0, COUNT * sizeof(double), &buf) == HC_OK, "cuMemAlloc");
+  CHECK(gpu->event_create(&ev) == HC_OK, "cuEventCreate");
   tu_set_case("gpu %s, rank %d", cur->name, rank);
   CHECK_OK(make_call(comm, &cur->calls[rank], buf));
-  CHECK(gpu->stream_sync(NULL) == HC_OK, "the GPU rank's stream drains");
+  bool failed = stream_or_error(gpu, comm, ev);
+  if (!failed && cur->next_call) {
+    CHECK_OK(hetcclAllReduce(buf, buf, 1, hetcclFloat32, hetcclSum, comm, NULL));
+    failed = stream_or_error(gpu, comm, ev);
+  }
+  /* The stream may have used the piece before the engine looked. */
+  hetcclResult_t async = hetcclSuccess;
+  for (const double end = tu_seconds() + HANG_S; async == hetcclSuccess && tu_seconds() < end; usleep(1000))
+    hetcclCommGetAsyncError(comm, &async);
+  /* A later call fails at once, with the async error's text. */
+  CHECK(hetcclAllReduce(buf, buf, 1, hetcclFloat32, hetcclSum, comm, NULL) != hetcclSuccess,
+        "a call after the failure succeeded");
+  const char *text = hetcclGetLastError(comm);
+  CHECK(async == hetcclInvalidUsage, "expected the async error ncclInvalidUsage (%d), got %d: %s",
+        (int)hetcclInvalidUsage, (int)async, text);
+  CHECK(strstr(text, "mismatched calls") && names_all(text, cur->expect[rank]),
+        "error text \"%s\" does not name \"%s\"", text, cur->expect[rank]);
   hetcclCommAbort(comm);
+  gpu->event_destroy(ev);
   gpu->mem_free(0, buf);
   return 0;
 }
 
 static int mismatch_rank(int rank, int nranks, hetcclUniqueId id, void *arg) {
   (void)arg;
-  if (gpu_mode && rank == 0) return gpu_sender(rank, nranks, id);
+  if (gpu_mode && (rank == 0 || both_gpu)) return gpu_rank(rank, nranks, id);
   hetcclComm_t comm = NULL;
   if (!CHECK_OK(hetcclCommInitRank(&comm, nranks, id, rank))) return 1;
   float *buf = calloc(COUNT * 2, sizeof(float));
@@ -196,6 +276,29 @@ static int matching_rank(int rank, int nranks, hetcclUniqueId id, void *arg) {
   return 0;
 }
 
+/* A peer that is only late is no mismatch: rank 1 sleeps past the stall
+ * probe's second before each call, so rank 0 probes it every time (and
+ * clears its probe after), and over sockets rank 1 reads those probes
+ * between the messages of stream 0. Every call must pass, bitwise. */
+static int late_rank(int rank, int nranks, hetcclUniqueId id, void *arg) {
+  (void)arg;
+  hetcclComm_t comm = NULL;
+  if (!CHECK_OK(hetcclCommInitRank(&comm, nranks, id, rank))) return 1;
+  tu_set_case("late peer, rank %d", rank);
+  int32_t *a = calloc(COUNT, sizeof(int32_t));
+  for (int call = 0; call < 3; call++) {
+    for (int i = 0; i < COUNT; i++) a[i] = rank * 1000 + i + call;
+    if (rank == 1) usleep(1500 * 1000);
+    CHECK_OK(hetcclAllReduce(a, a, COUNT, hetcclInt32, hetcclSum, comm, NULL));
+    bool ok = true;
+    for (int i = 0; i < COUNT; i++) ok &= a[i] == 2 * (i + call) + 1000;
+    CHECK(ok, "all-reduce %d with a late peer: result wrong", call);
+  }
+  CHECK_OK(hetcclCommDestroy(comm));
+  free(a);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   tu_init(argc, argv);
   int a = 1;
@@ -203,8 +306,10 @@ int main(int argc, char **argv) {
   const char *only = a + 1 < argc && !strcmp(argv[a], "--case") ? argv[a + 1] : NULL;
   const struct mcase *list = gpu_mode ? gpu_cases : cases;
   const size_t ncases = gpu_mode ? HC_ARRAY_LEN(gpu_cases) : HC_ARRAY_LEN(cases);
-  for (size_t k = 0; k < ncases; k++) {
-    cur = &list[k];
+  const size_t nall = ncases + (gpu_mode ? HC_ARRAY_LEN(gpu2_cases) : 0);
+  for (size_t k = 0; k < nall; k++) {
+    both_gpu = k >= ncases;
+    cur = both_gpu ? &gpu2_cases[k - ncases] : &list[k];
     if (only && strcmp(only, cur->name)) continue;
     tu_set_repro("%s--case %s", gpu_mode ? "--gpu " : "", cur->name);
     double t0 = tu_seconds();
@@ -214,6 +319,7 @@ int main(int argc, char **argv) {
   if (only == NULL && !gpu_mode) {
     tu_run_rank_processes(2, matching_rank, NULL);
     tu_run_rank_processes(3, matching_rank, NULL);
+    tu_run_rank_processes(2, late_rank, NULL);
   }
   return tu_finish("coll_mismatch");
 }
