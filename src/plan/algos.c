@@ -182,21 +182,26 @@ static bool coll_named(const char *word, size_t len, enum hc_coll *out) {
   return false;
 }
 
-/* "HIER, ONESTEP, RING, RD": the algorithms of collective c, in table order. */
+/* Appends name to the list in buf, after a comma unless it is the first. */
+static void list_add(char *buf, size_t len, const char *name) {
+  const size_t at = strlen(buf);
+  if (at < len) snprintf(buf + at, len - at, "%s%s", at ? ", " : "", name);
+}
+
+/* "HIER, ONESTEP, RING, RD": the algorithms of collective c, in table
+ * order; every algorithm for HC_COLL_COUNT. */
 static const char *algos_of(enum hc_coll c, char *buf, size_t len) {
-  size_t at = 0;
   buf[0] = 0;
-  for (size_t i = 0; i < HC_ARRAY_LEN(table) && at < len; i++)
-    if (table[i].coll == c)
-      at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? ", " : "", hc_algo_name(table[i].algo));
+  for (int a = HC_ALGO_AUTO + 1; a < HC_ALGO_COUNT && c == HC_COLL_COUNT; a++)
+    list_add(buf, len, hc_algo_name((enum hc_algo)a));
+  for (size_t i = 0; i < HC_ARRAY_LEN(table); i++)
+    if (table[i].coll == c) list_add(buf, len, hc_algo_name(table[i].algo));
   return buf;
 }
 
 static const char *coll_names(char *buf, size_t len) {
-  size_t at = 0;
   buf[0] = 0;
-  for (int c = 0; c < HC_COLL_COUNT && at < len; c++)
-    at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? ", " : "", hc_coll_name((enum hc_coll)c));
+  for (int c = 0; c < HC_COLL_COUNT; c++) list_add(buf, len, hc_coll_name((enum hc_coll)c));
   return buf;
 }
 
@@ -218,9 +223,9 @@ hc_result_t hc_algo_parse(const char *s, enum hc_algo forced[HC_COLL_COUNT]) {
                      (int)(colon - item), item, coll_names(names, sizeof(names)));
     if (!algo_named(word, wlen, &algo))
       return HC_FAIL(HC_ERR_USAGE,
-                     "HETCCL_ALGO=%s: '%.*s' is no algorithm; the names are RING, RD, TREE, HIER, ONESTEP and "
-                     "DIRECT, alone or after a collective and a colon (allreduce:ring)",
-                     s, (int)wlen, word);
+                     "HETCCL_ALGO=%s: '%.*s' is no algorithm; the names are %s, alone or after a collective and "
+                     "a colon (allreduce:ring)",
+                     s, (int)wlen, word, algos_of(HC_COLL_COUNT, names, sizeof(names)));
     if (colon && !has_row(c, algo))
       return HC_FAIL(HC_ERR_USAGE, "HETCCL_ALGO=%s: %s has no algorithm %s; it has %s", s, hc_coll_name(c),
                      hc_algo_name(algo), algos_of(c, names, sizeof(names)));

@@ -105,7 +105,7 @@ static void check_parsing(void) {
               (const char *const[]){"RD", "RING", "RING", "RING", "HIER", "", "", "", "", "", ""});
   check_parse("allgather:onestep,send:direct",
               (const char *const[]){"", "", "", "ONESTEP", "", "", "", "", "", "DIRECT", ""});
-  check_refused("FOO", "RING, RD, TREE, HIER, ONESTEP and DIRECT");
+  check_refused("FOO", "the names are RING, RD, TREE, HIER, ONESTEP, DIRECT,");
   check_refused("allreduce:tree", "AllReduce has no algorithm TREE; it has HIER, ONESTEP, RING, RD");
   check_refused("bcast:ring", "AllReduce, Broadcast, Reduce, AllGather, ReduceScatter");
   check_refused("RING,TREE", "two algorithms for every collective (RING and TREE)");
