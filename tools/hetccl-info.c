@@ -3,13 +3,19 @@
  *   hetccl-info            version, device backends (and why any is off), transports
  *   hetccl-info --params   every HETCCL_* variable as a Markdown table
  *                          (docs/params.md is this output; a test diffs them)
+ *   hetccl-info --algos [--nranks N | --groups A,A,B,B] [--vendor B] [--gpu] [--sizes 4,64K,1M]
+ *                          the algorithm table (plan/algos.c), and the
+ *                          algorithm each collective gets at each size on a
+ *                          comm of that shape under the HETCCL_* variables set
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "device/device.h"
 #include "hetccl.h"
 #include "net/net.h"
+#include "plan/plan.h"
 #include "util/util.h"
 
 static void print_params(void) {
@@ -41,6 +47,178 @@ static void print_params(void) {
   }
 }
 
+/* ---- --algos ---- */
+
+#define INFO_MAX_RANKS 4096
+#define INFO_MAX_SIZES 64
+
+/* A comm as the algorithm choice sees it. */
+struct shape {
+  int nranks, ngroups;
+  int group_of[INFO_MAX_RANKS];
+  char group_name[INFO_MAX_RANKS][32]; /* per group */
+  bool vendor[INFO_MAX_RANKS];         /* per group: runs the vendor library */
+  bool gpu;                            /* some rank is a GPU */
+  int64_t sizes[INFO_MAX_SIZES];
+  int nsizes;
+};
+
+/* The next comma-separated item of *list into buf; false at the end. */
+static bool next_item(const char **list, char *buf, size_t len) {
+  if (*list == NULL) return false;
+  const size_t n = strcspn(*list, ",");
+  snprintf(buf, len, "%.*s", (int)n, *list);
+  *list = (*list)[n] ? *list + n + 1 : NULL;
+  return true;
+}
+
+static int group_named(const struct shape *sh, const char *name) {
+  for (int g = 0; g < sh->ngroups; g++)
+    if (!strcmp(sh->group_name[g], name)) return g;
+  return -1;
+}
+
+/* Groups are numbered in the order of their lowest rank, as api/comm.c does. */
+static bool parse_groups(struct shape *sh, const char *list) {
+  char name[32];
+  sh->nranks = sh->ngroups = 0;
+  while (next_item(&list, name, sizeof(name))) {
+    if (name[0] == 0 || sh->nranks == INFO_MAX_RANKS) return false;
+    int g = group_named(sh, name);
+    if (g < 0) snprintf(sh->group_name[g = sh->ngroups++], sizeof(sh->group_name[0]), "%s", name);
+    sh->group_of[sh->nranks++] = g;
+  }
+  return sh->nranks > 0;
+}
+
+static bool parse_sizes(struct shape *sh, const char *list) {
+  char item[32];
+  sh->nsizes = 0;
+  while (next_item(&list, item, sizeof(item)))
+    if (sh->nsizes == INFO_MAX_SIZES || hc_parse_size(item, &sh->sizes[sh->nsizes]) != HC_OK ||
+        sh->sizes[sh->nsizes] <= 0 || sh->sizes[sh->nsizes++] % 4)
+      return false;
+  return sh->nsizes > 0;
+}
+
+static int algos_usage(const char *why) {
+  fprintf(stderr, "hetccl-info --algos: %s\n"
+                  "usage: hetccl-info --algos [--nranks N | --groups NAME,NAME,...] [--vendor GROUP,...] [--gpu]\n"
+                  "                           [--sizes BYTES,...]\n"
+                  "  --groups   the group of each rank (HETCCL_GROUP), one name per rank; default one group\n"
+                  "  --vendor   these groups run the vendor library (NCCL, RCCL); implies --gpu\n"
+                  "  --gpu      some rank is a GPU\n"
+                  "  --sizes    bytes of a float32 buffer (multiples of 4, K, M, G suffixes), as the call counts\n"
+                  "             them (per rank for all-gather, reduce-scatter, all-to-all, gather, scatter)\n",
+          why);
+  return 2;
+}
+
+static int parse_shape(int argc, char **argv, struct shape *sh) {
+  const char *vendor = NULL;
+  int64_t nranks = 8;
+  bool nranks_given = false, groups_given = false;
+  parse_groups(sh, "a");
+  parse_sizes(sh, "4,1K,4K,8K,64K,1M,16M");
+  for (int i = 2; i < argc; i++) {
+    const char *opt = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(opt, "--gpu")) {
+      sh->gpu = true;
+      continue;
+    }
+    if (val == NULL) return algos_usage("an option without its value");
+    i++;
+    if (!strcmp(opt, "--nranks")) {
+      if (hc_parse_int(val, &nranks) != HC_OK || nranks < 1 || nranks > INFO_MAX_RANKS)
+        return algos_usage("--nranks: a number of ranks from 1 to 4096");
+      nranks_given = true;
+    } else if (!strcmp(opt, "--groups")) {
+      if (!parse_groups(sh, val)) return algos_usage("--groups: one non-empty name per rank, at most 4096");
+      groups_given = true;
+    } else if (!strcmp(opt, "--vendor")) {
+      vendor = val;
+    } else if (!strcmp(opt, "--sizes")) {
+      if (!parse_sizes(sh, val)) return algos_usage("--sizes: at most 64 sizes, each a positive multiple of 4");
+    } else {
+      return algos_usage("unknown option");
+    }
+  }
+  if (nranks_given && groups_given && sh->nranks != nranks)
+    return algos_usage("--nranks and --groups disagree on the number of ranks");
+  if (!groups_given)
+    for (sh->nranks = 0; sh->nranks < nranks; sh->nranks++) sh->group_of[sh->nranks] = 0;
+  char name[32];
+  while (next_item(&vendor, name, sizeof(name))) {
+    const int g = group_named(sh, name);
+    if (g < 0) return algos_usage("--vendor: a group that --groups does not name");
+    if (sh->ngroups == 1)
+      return algos_usage("--vendor: a comm of one group that runs the vendor library hands it every call; "
+                         "hetccl plans none");
+    sh->vendor[g] = sh->gpu = true;
+  }
+  return 0;
+}
+
+static void print_algo_table(void) {
+  size_t n;
+  const struct hc_algo_desc *t = hc_algo_table(&n);
+  printf("Algorithms (src/plan/algos.c). A call takes the first row of its collective, in this order, that\n"
+         "applies to it (every call, unless said) and is chosen; HETCCL_ALGO forces another row of its\n"
+         "collective where that one applies. Bytes: the call's count x the datatype's size (a count per rank\n"
+         "for all-gather, reduce-scatter, all-to-all, gather and scatter).\n");
+  for (size_t i = 0; i < n; i++) {
+    if (i == 0 || t[i].coll != t[i - 1].coll) printf("\n%s\n", hc_coll_name(t[i].coll));
+    printf("  %-8s %s\n", hc_algo_name(t[i].algo), t[i].what);
+    if (t[i].applies_doc) printf("  %-8s applies: %s\n", "", t[i].applies_doc);
+    printf("  %-8s chosen:  %s\n", "", t[i].chosen_doc ? t[i].chosen_doc : "always");
+  }
+}
+
+/* The grid: one line per size, one column per collective. */
+static void print_choices(const struct shape *sh, const struct hc_plan_ctx *x) {
+  const char *algo_env = hc_param_str(HC_P_ALGO);
+  printf("\nChoice on %d ranks in %d group%s", sh->nranks, sh->ngroups, sh->ngroups > 1 ? "s" : "");
+  for (int g = 0; g < sh->ngroups && sh->ngroups > 1; g++) {
+    printf("%s %s (", g ? ";" : ":", sh->group_name[g]);
+    for (int r = 0, first = 1; r < sh->nranks; r++)
+      if (sh->group_of[r] == g) printf(first-- ? "%d" : ",%d", r);
+    printf(sh->vendor[g] ? ", vendor library)" : ")");
+  }
+  printf(", %s\nHETCCL_ALGO %s, HETCCL_RING_THRESHOLD %zu, HETCCL_ONESTEP_BYTES %zu; float32 buffers\n\n",
+         sh->gpu ? "a GPU rank" : "CPU ranks only", algo_env[0] ? algo_env : "(unset)", x->ring_threshold,
+         x->onestep_bytes);
+  printf("%12s", "bytes");
+  for (int c = 0; c < HC_COLL_COUNT; c++)
+    printf(c + 1 < HC_COLL_COUNT ? "  %-9s" : "  %s", hc_coll_name((enum hc_coll)c));
+  printf("\n");
+  for (int s = 0; s < sh->nsizes; s++) {
+    printf("%12lld", (long long)sh->sizes[s]);
+    for (int c = 0; c < HC_COLL_COUNT; c++) {
+      const struct hc_coll_args a = {.coll = (enum hc_coll)c, .count = (size_t)sh->sizes[s] / 4, .dtype = HC_FLOAT32};
+      const int width = c + 1 < HC_COLL_COUNT ? (int)HC_MAX(strlen(hc_coll_name(a.coll)), 9) : 0;
+      printf("  %-*s", width, hc_algo_name(hc_algo_choose(x, &a)->algo));
+    }
+    printf("\n");
+  }
+}
+
+static int print_algos(int argc, char **argv) {
+  static struct shape sh;
+  const int bad = parse_shape(argc, argv, &sh);
+  if (bad) return bad;
+  struct hc_plan_ctx x = {.nranks = sh.nranks, .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
+                          .onestep_bytes = (size_t)hc_param_int(HC_P_ONESTEP_BYTES), .any_gpu = sh.gpu,
+                          .ngroups = sh.ngroups, .group_of = sh.ngroups > 1 ? sh.group_of : NULL,
+                          .group_vendor = sh.ngroups > 1 ? sh.vendor : NULL};
+  if (hc_algo_parse(hc_param_str(HC_P_ALGO), x.algo) != HC_OK) {
+    fprintf(stderr, "hetccl-info: %s\n", hc_last_error());
+    return 2;
+  }
+  print_algo_table();
+  print_choices(&sh, &x);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (hc_params_load() != HC_OK) {
     fprintf(stderr, "hetccl-info: %s\n", hc_last_error());
@@ -50,8 +228,9 @@ int main(int argc, char **argv) {
     print_params();
     return 0;
   }
+  if (argc > 1 && !strcmp(argv[1], "--algos")) return print_algos(argc, argv);
   if (argc > 1) {
-    fprintf(stderr, "usage: hetccl-info [--params]\n");
+    fprintf(stderr, "usage: hetccl-info [--params | --algos [options]]\n");
     return 2;
   }
   int version;

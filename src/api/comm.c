@@ -480,22 +480,20 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
 
   bool any_gpu = false;
   for (int i = 0; i < nranks; i++) any_gpu |= comm->peers[i].device_kind != HC_MEM_HOST;
-  enum hc_algo algo;
-  HC_TRY_GOTO(hc_algo_parse(hc_param_str(HC_P_ALGO), &algo), r, fail);
+  enum hc_algo forced[HC_COLL_COUNT];
+  HC_TRY_GOTO(hc_algo_parse(hc_param_str(HC_P_ALGO), forced), r, fail);
   struct hc_scratch_pool *pool;
   const struct hc_dev_ops *gpu = config->device_kind == HC_MEM_HOST ? NULL : hc_dev_get(config->device_kind);
   HC_TRY_GOTO(hc_scratch_pool_create(gpu ? HC_POOL_PINNED : HC_POOL_HOST, gpu, config->device_id, &pool), r, fail);
   comm->plan.pool = pool;
   if (gpu) HC_TRY_GOTO(hc_scratch_pool_create(HC_POOL_DEVICE, gpu, config->device_id, &comm->plan.dev_pool), r, fail);
   comm->plan_ctx = (struct hc_plan_ctx){
-      .rank = rank, .nranks = nranks, .algo = algo,
+      .rank = rank, .nranks = nranks,
       .chunk_bytes = any_gpu ? gpu_chunk_bytes() : (size_t)HC_MAX(hc_param_int(HC_P_CHUNK_BYTES), 64),
       .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
-      /* One step pays where a small message costs a round trip whatever
-       * its size (shm's inline descriptors); GPU ranks stage every
-       * transfer, and there n-1 copies per rank cost more. */
-      .onestep_bytes = any_gpu ? 0 : (size_t)hc_param_int(HC_P_ONESTEP_BYTES),
+      .onestep_bytes = (size_t)hc_param_int(HC_P_ONESTEP_BYTES), .any_gpu = any_gpu,
       .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1), .ngroups = 1};
+  memcpy(comm->plan_ctx.algo, forced, sizeof(forced));
   if (comm->ngroups > 1) {
     HC_TRY_GOTO(hc_calloc(&comm->group_of, (size_t)nranks, sizeof(int), "group table"), r, fail);
     for (int i = 0; i < nranks; i++) comm->group_of[i] = comm->peers[i].group;

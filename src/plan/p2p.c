@@ -1,6 +1,6 @@
 /*
- * Direct point-to-point plans: all-to-all(v), gather, scatter. Every pair
- * exchanges directly; rank r talks to r+k and r-k at round k, so that no
+ * Direct point-to-point plans: all-to-all(v), gather, scatter, send and
+ * receive. Every pair exchanges directly; rank r talks to r+k and r-k at round k, so that no
  * rank is the target of everyone at once. Between two ranks of a group
  * that runs the vendor's library (hc_vendor_peer), the blocks go in one
  * group of the vendor's sends and receives instead, on the caller's
@@ -8,6 +8,7 @@
  * transports at the same time.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "plan_priv.h"
 
@@ -131,5 +132,53 @@ hc_result_t hc_p2p_scatter(struct hc_plan *p, const struct hc_plan_ctx *x,
     vendor_ops_push(p, &v, pass, io.in_dep);
   }
   if (r == root) hc_push_copy(p, io.out, (const char *)io.in + (size_t)root * bytes, bytes, io.in_dep, 0);
+  return HC_OK;
+}
+
+/* A send or receive between two ranks of a vendor group. It joins the
+ * plan's open group of vendor sends and receives unless a vendor step came
+ * after it (the vendor must see every rank's collectives in one order): a
+ * new step holds the ops of both and waits for the old one, which becomes
+ * a NOP. */
+static void vendor_sendrecv(struct hc_plan *p, const struct hc_plan_ctx *x, int peer, void *buf, size_t bytes,
+                            bool send, hc_ref_t ready) {
+  hc_ref_t open = p->open_vendor_p2p;
+  for (int i = open; open && i < p->nsteps; i++)
+    if (p->steps[i].kind == HC_STEP_VENDOR) open = 0;
+  const int nold = open ? (int)p->steps[open - 1].count : 0;
+  struct hc_vendor_p2p *ops = malloc((size_t)(nold + 1) * sizeof(*ops));
+  if (ops == NULL) {
+    p->cap = -1; /* hc_plan_add reports it */
+    return;
+  }
+  if (nold) memcpy(ops, p->steps[open - 1].src0, (size_t)nold * sizeof(*ops));
+  ops[nold] = (struct hc_vendor_p2p){.buf = buf, .bytes = bytes, .peer = hc_group_index(x, peer), .send = send};
+  if (open) p->steps[open - 1].kind = HC_STEP_NOP; /* its deps stay: the new step waits for them */
+  p->open_vendor_p2p = hc_push_vendor_p2p(p, ops, nold + 1, open, ready);
+  free(ops);
+}
+
+
+hc_result_t hc_p2p_send(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                        struct hc_alg_io io) {
+  const size_t bytes = a->count * hc_dtype_size(a->dtype);
+  const void *src = io.in;
+  hc_ref_t ready = 0;
+  if (a->stage_send && a->count > 0) {
+    void *copy = hc_plan_scratch(p, bytes);
+    if (copy == NULL) return HC_OK; /* the plan reports it */
+    ready = hc_push_copy(p, copy, src, bytes, 0, 0);
+    src = copy;
+  }
+  if (hc_vendor_peer(x, a->root)) vendor_sendrecv(p, x, a->root, (void *)src, bytes, true, ready);
+  else hc_push_send(p, a->root, src, bytes, ready, 0);
+  return HC_OK;
+}
+
+hc_result_t hc_p2p_recv(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                        struct hc_alg_io io) {
+  const size_t bytes = a->count * hc_dtype_size(a->dtype);
+  if (hc_vendor_peer(x, a->root)) vendor_sendrecv(p, x, a->root, io.out, bytes, false, 0);
+  else hc_push_recv(p, a->root, io.out, bytes, 0, 0);
   return HC_OK;
 }

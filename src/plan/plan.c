@@ -1,12 +1,11 @@
 /*
- * plan: step storage, the scratch pool, and the choice of algorithm for each
- * collective. The algorithms live in ring.c, tree.c, onestep.c, hier.c and
- * p2p.c.
+ * plan: step storage, the scratch pool, and hc_plan_add, which builds each
+ * call with the algorithm the table in algos.c chooses. The algorithms live
+ * in ring.c, tree.c, onestep.c, hier.c and p2p.c.
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <strings.h>
 
 #include "plan_priv.h"
 
@@ -248,29 +247,6 @@ hc_ref_t hc_push_vendor_p2p(struct hc_plan *p, const struct hc_vendor_p2p *ops, 
                                           .count = (size_t)n, HC_DEPS(d0, d1)});
 }
 
-/* A send or receive between two ranks of a vendor group. It joins the
- * plan's open group of vendor sends and receives unless a vendor step came
- * after it (the vendor must see every rank's collectives in one order): a
- * new step holds the ops of both and waits for the old one, which becomes
- * a NOP. */
-static void vendor_sendrecv(struct hc_plan *p, const struct hc_plan_ctx *x, int peer, void *buf, size_t bytes,
-                            bool send, hc_ref_t ready) {
-  hc_ref_t open = p->open_vendor_p2p;
-  for (int i = open; open && i < p->nsteps; i++)
-    if (p->steps[i].kind == HC_STEP_VENDOR) open = 0;
-  const int nold = open ? (int)p->steps[open - 1].count : 0;
-  struct hc_vendor_p2p *ops = malloc((size_t)(nold + 1) * sizeof(*ops));
-  if (ops == NULL) {
-    p->cap = -1; /* hc_plan_add reports it */
-    return;
-  }
-  if (nold) memcpy(ops, p->steps[open - 1].src0, (size_t)nold * sizeof(*ops));
-  ops[nold] = (struct hc_vendor_p2p){.buf = buf, .bytes = bytes, .peer = hc_group_index(x, peer), .send = send};
-  if (open) p->steps[open - 1].kind = HC_STEP_NOP; /* its deps stay: the new step waits for them */
-  p->open_vendor_p2p = hc_push_vendor_p2p(p, ops, nold + 1, open, ready);
-  free(ops);
-}
-
 /* ---- names ---- */
 
 const char *hc_coll_name(enum hc_coll c) {
@@ -340,22 +316,6 @@ void hc_plan_sig_explain(char *buf, size_t len, int me, const struct hc_net_sig 
   snprintf(buf, len, "rank %d called %s, rank %d called %s", me, a, peer, b);
 }
 
-const char *hc_algo_name(enum hc_algo a) {
-  static const char *const names[] = {"AUTO", "RING", "RD", "TREE", "HIER", "ONESTEP"};
-  return (unsigned)a < HC_ARRAY_LEN(names) ? names[a] : "?";
-}
-
-hc_result_t hc_algo_parse(const char *s, enum hc_algo *out) {
-  if (s == NULL || s[0] == 0) *out = HC_ALGO_AUTO;
-  else if (!strcasecmp(s, "RING")) *out = HC_ALGO_RING;
-  else if (!strcasecmp(s, "RD")) *out = HC_ALGO_RD;
-  else if (!strcasecmp(s, "TREE")) *out = HC_ALGO_TREE;
-  else if (!strcasecmp(s, "HIER")) *out = HC_ALGO_HIER;
-  else if (!strcasecmp(s, "ONESTEP")) *out = HC_ALGO_ONESTEP;
-  else return HC_FAIL(HC_ERR_USAGE, "HETCCL_ALGO=%s: expected RING, RD, TREE, HIER or ONESTEP", s);
-  return HC_OK;
-}
-
 /* ---- scaling steps ---- */
 
 hc_ref_t hc_push_avg(struct hc_plan *p, const struct hc_coll_args *a, void *out, size_t count,
@@ -386,127 +346,33 @@ static hc_ref_t push_premul(struct hc_plan *p, const struct hc_coll_args *a, siz
   return hc_plan_push(p, s);
 }
 
-/* ---- choice of algorithm ---- */
+/* ---- one call, with the algorithm the table gives (algos.c) ---- */
 
 /* Elements of this rank's input for the reducing collectives. */
 static size_t input_count(const struct hc_coll_args *a, int nranks) {
   return a->coll == HC_COLL_REDUCESCATTER ? a->count * (size_t)nranks : a->count;
 }
 
-/* The hierarchical plans (hier.c): forced by HETCCL_ALGO=HIER on a comm of
- * several groups, chosen by default when some group has several ranks (one
- * rank per group is the flat algorithm already). */
-static bool hierarchical(const struct hc_plan_ctx *x) {
-  if (x->ngroups < 2 || x->group_of == NULL || x->members != NULL) return false;
-  return x->algo == HC_ALGO_HIER || (x->algo == HC_ALGO_AUTO && x->ngroups < x->nranks);
-}
-
-static bool any_vendor_group(const struct hc_plan_ctx *x) {
-  for (int g = 0; g < x->ngroups; g++)
-    if (hc_runs_vendor(x, g)) return true;
-  return false;
-}
-
-static enum hc_algo choose(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
-  size_t bytes = a->count * hc_dtype_size(a->dtype);
-  switch (a->coll) {
-  case HC_COLL_ALLREDUCE:
-    if (x->algo == HC_ALGO_RING || x->algo == HC_ALGO_RD || x->algo == HC_ALGO_ONESTEP) return x->algo;
-    /* Each byte crosses between groups once per group, not once per rank;
-     * small messages take recursive doubling's few steps instead (and the
-     * smallest a single one: onestep.c), unless a group runs the vendor's
-     * library (whose steps keep its bytes off hetccl's transports) and every
-     * rank has an element (the rings inside the other groups need one per
-     * member). */
-    if (hierarchical(x) && (x->algo == HC_ALGO_HIER || bytes >= x->ring_threshold ||
-                            (any_vendor_group(x) && a->count >= (size_t)x->nranks)))
-      return HC_ALGO_HIER;
-    if (bytes <= x->onestep_bytes) return HC_ALGO_ONESTEP;
-    return bytes >= x->ring_threshold && a->count >= (size_t)x->nranks ? HC_ALGO_RING : HC_ALGO_RD;
-  case HC_COLL_BROADCAST:
-  case HC_COLL_REDUCE:
-    if (x->algo == HC_ALGO_RING || x->algo == HC_ALGO_TREE) return x->algo;
-    if (hierarchical(x)) return HC_ALGO_HIER;
-    return bytes >= x->ring_threshold ? HC_ALGO_RING : HC_ALGO_TREE;
-  case HC_COLL_ALLGATHER:
-    if (x->algo == HC_ALGO_ONESTEP || x->algo == HC_ALGO_RING) return x->algo;
-    if (hierarchical(x)) return HC_ALGO_HIER;
-    return bytes <= x->onestep_bytes ? HC_ALGO_ONESTEP : HC_ALGO_RING;
-  case HC_COLL_REDUCESCATTER:
-    return hierarchical(x) ? HC_ALGO_HIER : HC_ALGO_RING;
-  default:
-    return HC_ALGO_AUTO; /* direct point-to-point */
-  }
-}
-
 hc_result_t hc_plan_add(struct hc_plan *p, const struct hc_plan_ctx *x,
                         const struct hc_coll_args *a) {
   struct hc_alg_io io = {.in = a->sendbuf, .out = a->recvbuf};
   bool reducing = hc_coll_reduces(a->coll);
-  size_t esize = hc_dtype_size(a->dtype);
   if (a->coll != HC_COLL_ALLTOALLV && a->coll != HC_COLL_SEND && a->coll != HC_COLL_RECV &&
       a->count == 0)
     return HC_OK; /* as NCCL: a count of 0 is a no-op */
   if (reducing && a->op == HC_PREMULSUM) io.in_dep = push_premul(p, a, input_count(a, x->nranks), &io.in);
-  enum hc_algo algo = choose(x, a);
+  const struct hc_algo_desc *algo = hc_algo_choose(x, a);
+  if (algo == NULL) return HC_FAIL(HC_ERR_INTERNAL, "plan: unknown collective %d", (int)a->coll);
   const int first_step = p->nsteps;
   const struct hc_net_sig sig = hc_plan_sig(a, x->rank);
   const uint32_t call = hc_plan_sig_add(p, &sig);
-  p->algo = algo;
-  hc_result_t r = HC_OK;
-  switch (a->coll) {
-  case HC_COLL_ALLREDUCE:
-    r = algo == HC_ALGO_HIER      ? hc_hier_allreduce(p, x, a, io)
-        : algo == HC_ALGO_RING    ? hc_ring_allreduce(p, x, a, io)
-        : algo == HC_ALGO_ONESTEP ? hc_onestep_allreduce(p, x, a, io)
-                                  : hc_rd_allreduce(p, x, a, io);
-    break;
-  case HC_COLL_REDUCESCATTER:
-    r = algo == HC_ALGO_HIER ? hc_hier_reducescatter(p, x, a, io) : hc_ring_reducescatter(p, x, a, io);
-    break;
-  case HC_COLL_ALLGATHER:
-    r = algo == HC_ALGO_HIER      ? hc_hier_allgather(p, x, a, io)
-        : algo == HC_ALGO_ONESTEP ? hc_onestep_allgather(p, x, a, io)
-                                  : hc_ring_allgather(p, x, a, io);
-    break;
-  case HC_COLL_BROADCAST:
-    r = algo == HC_ALGO_HIER   ? hc_hier_broadcast(p, x, a, io)
-        : algo == HC_ALGO_RING ? hc_chain_broadcast(p, x, a, io)
-                               : hc_tree_broadcast(p, x, a, io);
-    break;
-  case HC_COLL_REDUCE:
-    r = algo == HC_ALGO_HIER   ? hc_hier_reduce(p, x, a, io)
-        : algo == HC_ALGO_RING ? hc_chain_reduce(p, x, a, io)
-                               : hc_tree_reduce(p, x, a, io);
-    break;
-  case HC_COLL_ALLTOALL:
-  case HC_COLL_ALLTOALLV: r = hc_p2p_alltoallv(p, x, a, io); break;
-  case HC_COLL_GATHER: r = hc_p2p_gather(p, x, a, io); break;
-  case HC_COLL_SCATTER: r = hc_p2p_scatter(p, x, a, io); break;
-  case HC_COLL_SEND: {
-    const void *src = a->sendbuf;
-    hc_ref_t ready = 0;
-    if (a->stage_send && a->count > 0) {
-      void *copy = hc_plan_scratch(p, a->count * esize);
-      if (copy == NULL) break;
-      ready = hc_push_copy(p, copy, src, a->count * esize, 0, 0);
-      src = copy;
-    }
-    if (hc_vendor_peer(x, a->root)) vendor_sendrecv(p, x, a->root, (void *)src, a->count * esize, true, ready);
-    else hc_push_send(p, a->root, src, a->count * esize, ready, 0);
-    break;
-  }
-  case HC_COLL_RECV:
-    if (hc_vendor_peer(x, a->root)) vendor_sendrecv(p, x, a->root, a->recvbuf, a->count * esize, false, 0);
-    else hc_push_recv(p, a->root, a->recvbuf, a->count * esize, 0, 0);
-    break;
-  default: return HC_FAIL(HC_ERR_INTERNAL, "plan: unknown collective %d", (int)a->coll);
-  }
+  p->algo = algo->algo;
+  hc_result_t r = algo->build(p, x, a, io);
   if (r != HC_OK) return r;
   if (plan_failed(p)) return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory building %s", hc_coll_name(a->coll));
   for (int i = first_step; i < p->nsteps; i++)
     if (p->steps[i].kind == HC_STEP_SEND || p->steps[i].kind == HC_STEP_RECV) p->steps[i].call = call;
   HC_TRACE(HC_PLAN, "%s count %zu %s %s: %s, %d steps so far", hc_coll_name(a->coll), a->count,
-           hc_dtype_name(a->dtype), hc_redop_name(a->op), hc_algo_name(algo), p->nsteps);
+           hc_dtype_name(a->dtype), hc_redop_name(a->op), hc_algo_name(algo->algo), p->nsteps);
   return HC_OK;
 }

@@ -32,10 +32,18 @@ const char *hc_coll_name(enum hc_coll c);
 /* All-reduce, reduce and reduce-scatter: the collectives that combine. */
 bool hc_coll_reduces(enum hc_coll c);
 
-enum hc_algo { HC_ALGO_AUTO, HC_ALGO_RING, HC_ALGO_RD, HC_ALGO_TREE, HC_ALGO_HIER, HC_ALGO_ONESTEP };
+/* The algorithms of the table in algos.c; AUTO: the table's choice. */
+enum hc_algo { HC_ALGO_AUTO, HC_ALGO_RING, HC_ALGO_RD, HC_ALGO_TREE, HC_ALGO_HIER, HC_ALGO_ONESTEP, HC_ALGO_DIRECT,
+               HC_ALGO_COUNT };
 const char *hc_algo_name(enum hc_algo a);
-/* Parses HETCCL_ALGO ("" = AUTO). */
-hc_result_t hc_algo_parse(const char *s, enum hc_algo *out);
+/* Parses HETCCL_ALGO into one forced algorithm per collective (AUTO where
+ * none is forced): a comma-separated list of NAME (every collective that
+ * has an algorithm of that name) and COLLECTIVE:NAME (that collective,
+ * whatever a bare NAME says), case-insensitive; "" forces none. A name
+ * no collective has, a collective without that algorithm, a collective
+ * named twice or two bare names fail with HC_ERR_USAGE, naming what is
+ * accepted. */
+hc_result_t hc_algo_parse(const char *s, enum hc_algo forced[HC_COLL_COUNT]);
 
 /* One call, validated by api/. Counts are in elements. */
 struct hc_coll_args {
@@ -156,10 +164,11 @@ void hc_scratch_pool_destroy(struct hc_scratch_pool *pool); /* takes NULL */
 /* What a plan may depend on besides the call. */
 struct hc_plan_ctx {
   int rank, nranks;
-  enum hc_algo algo;      /* HC_ALGO_AUTO: chosen by size */
+  enum hc_algo algo[HC_COLL_COUNT]; /* HETCCL_ALGO per collective (hc_algo_parse); AUTO: the table's choice */
   size_t chunk_bytes;     /* HETCCL_CHUNK_BYTES */
   size_t ring_threshold;  /* HETCCL_RING_THRESHOLD */
-  size_t onestep_bytes;   /* all-reduce and all-gather up to this many bytes per rank take one step; 0: never */
+  size_t onestep_bytes;   /* HETCCL_ONESTEP_BYTES */
+  bool any_gpu;           /* some rank's buffers are GPU memory: one step is never chosen by size */
   int scratch_slots;      /* HETCCL_SCRATCH_SLOTS */
   int ngroups;            /* HETCCL_GROUP groups (plan/hier.c); 1 when there is one */
   const int *group_of;    /* per rank: its group, 0 .. ngroups - 1; NULL with one group */
@@ -208,6 +217,33 @@ void hc_coll_args_keep_counts(struct hc_coll_args *a, int nranks, size_t *store)
 hc_result_t hc_plan_add(struct hc_plan *plan, const struct hc_plan_ctx *ctx,
                         const struct hc_coll_args *a);
 void hc_plan_reset(struct hc_plan *plan);
+
+/* The algorithm table (algos.c): one row per collective and algorithm.
+ * A call gets the first row of its collective, in table order, that
+ * applies to it and that the automatic choice takes, unless HETCCL_ALGO
+ * forces another row of its collective that applies. The last row of each
+ * collective applies to every call and is always taken, so every call
+ * gets a row. Every rank chooses the same row: the predicates read only
+ * the call and what every rank's context holds alike. */
+struct hc_alg_io;
+struct hc_algo_desc {
+  enum hc_coll coll;
+  enum hc_algo algo;
+  /* Can it run this call on this comm at all? NULL: always. */
+  bool (*applies)(const struct hc_plan_ctx *x, const struct hc_coll_args *a);
+  /* Does the automatic choice take it (once it applies)? NULL: always. */
+  bool (*chosen)(const struct hc_plan_ctx *x, const struct hc_coll_args *a);
+  /* Appends the call's steps (plan_priv.h: struct hc_alg_io). */
+  hc_result_t (*build)(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                       struct hc_alg_io io);
+  const char *what;        /* the algorithm in a few words */
+  const char *applies_doc; /* the two predicates in words, for hetccl-info --algos */
+  const char *chosen_doc;
+};
+/* The rows, in the order the choice tries them; *n: their number. */
+const struct hc_algo_desc *hc_algo_table(size_t *n);
+/* The row hc_plan_add builds call a with (NULL only for an unknown collective). */
+const struct hc_algo_desc *hc_algo_choose(const struct hc_plan_ctx *x, const struct hc_coll_args *a);
 
 /* Last pass over every plan. A transfer with a peer that has a window
  * becomes window pieces (for host and GPU plans alike: both ranks of the

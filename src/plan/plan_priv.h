@@ -147,6 +147,12 @@ hc_result_t hc_p2p_gather(struct hc_plan *p, const struct hc_plan_ctx *x,
                           const struct hc_coll_args *a, struct hc_alg_io io);
 hc_result_t hc_p2p_scatter(struct hc_plan *p, const struct hc_plan_ctx *x,
                            const struct hc_coll_args *a, struct hc_alg_io io);
+/* The peer of send and receive is a->root; a->stage_send copies the data
+ * aside first. */
+hc_result_t hc_p2p_send(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                        struct hc_alg_io io);
+hc_result_t hc_p2p_recv(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                        struct hc_alg_io io);
 
 /* For AVG, the division of out[0..count) by nranks after dep; otherwise
  * nothing. Returns the reference after which out is final. */

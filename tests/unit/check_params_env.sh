@@ -67,6 +67,13 @@ check debug_lowercase 0 "${P}_DEBUG set to info" "" info -- "${P}_DEBUG=info"
 check coll_timeout_abc nonzero "hetcclCommInitFromEnv failed: invalid usage: ${P}_TIMEOUT=\"abc\" is not accepted" "" coll -- "${P}_TIMEOUT=abc"
 check coll_timeout_zero nonzero "${P}_TIMEOUT=\"0\" is not accepted" "" coll -- "${P}_TIMEOUT=0"
 check coll_typo 0 "did you mean ${P}_TIMEOUT\?" "" coll -- "${P}_TIMOUT=10"
+# HETCCL_ALGO: a collective without the named algorithm fails init listing
+# the ones it has; a per-collective choice reaches the planner (8 bytes on
+# CPU ranks: one step unless forced).
+check coll_algo_refused nonzero "${P}_ALGO=allreduce:tree: AllReduce has no algorithm TREE; it has HIER, ONESTEP, RING, RD" \
+  "" coll -- "${P}_ALGO=allreduce:tree"
+check coll_algo_forced 0 "AllReduce count 2 .*: RING," "AllReduce count 2 .*: ONESTEP," coll -- "${P}_ALGO=broadcast:tree,allreduce:ring" \
+  "${P}_DEBUG=TRACE" "${P}_DEBUG_SUBSYS=PLAN"
 
 # NCCL_* stand-ins: read when the HETCCL_* name is unset, HETCCL_* wins.
 check nccl_debug_info 0 "${P}_DEBUG unset: taken from NCCL_DEBUG=INFO" "" info -- NCCL_DEBUG=INFO

@@ -59,9 +59,10 @@ static struct moved plans_move(const struct layout *l, enum hc_algo algo, struct
   a.recvbuf = out;
   struct moved m = {0};
   for (int r = 0; r < n; r++) {
-    struct hc_plan_ctx x = {.rank = r, .nranks = n, .algo = algo, .chunk_bytes = 4096,
-                            .ring_threshold = RING_THRESHOLD, .scratch_slots = 3, .ngroups = ngroups,
-                            .group_of = group_of, .group_vendor = group_vendor};
+    struct hc_plan_ctx x = {.rank = r, .nranks = n, .chunk_bytes = 4096, .ring_threshold = RING_THRESHOLD,
+                            .scratch_slots = 3, .ngroups = ngroups, .group_of = group_of,
+                            .group_vendor = group_vendor};
+    for (int c = 0; c < HC_COLL_COUNT; c++) x.algo[c] = algo; /* where the collective has it */
     struct hc_plan p = {.pool = pool};
     struct hc_coll_args ar = a;
     if (a.coll == HC_COLL_SEND || a.coll == HC_COLL_RECV) { /* a.root: the distance to the peer */

@@ -335,7 +335,7 @@ static hc_result_t plans_append(struct plans *ps, const struct hc_plan *p, const
 /* The context api/comm.c gives a GPU comm's plans (HETCCL_* as set). */
 static struct hc_plan_ctx library_ctx(const struct topo *t, int r, size_t chunk, struct hc_plan_window *win) {
   const bool groups = t->ngroups > 1;
-  return (struct hc_plan_ctx){.rank = r, .nranks = t->nranks, .algo = HC_ALGO_AUTO, .chunk_bytes = chunk,
+  return (struct hc_plan_ctx){.rank = r, .nranks = t->nranks, .chunk_bytes = chunk, .any_gpu = true,
                               .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
                               .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1),
                               .ngroups = t->ngroups, .group_of = groups ? t->group_of : NULL,

@@ -1,0 +1,248 @@
+/*
+ * The algorithm table: one row per (collective, algorithm) saying when the
+ * algorithm can run a call, when the automatic choice takes it, and which
+ * function builds its steps (ring.c, tree.c, onestep.c, hier.c, p2p.c).
+ * hc_plan_add builds every call with the row hc_algo_choose gives, and
+ * hetccl-info --algos prints the table and the choice for a comm shape, so
+ * the documented choice and the planner's are one.
+ *
+ * Every predicate reads only the call and what every rank's context holds
+ * alike (sizes, rank and group counts, which groups run the vendor, whether
+ * a rank is a GPU, HETCCL_* thresholds that must be set alike): all ranks
+ * choose the same row, so their steps meet.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "plan_priv.h"
+
+/* ---- when each algorithm applies and pays ---- */
+
+static size_t call_bytes(const struct hc_coll_args *a) { return a->count * hc_dtype_size(a->dtype); }
+
+/* The hierarchical plans need groups, and the whole comm to plan over. */
+static bool grouped(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  (void)a;
+  return x->ngroups >= 2 && x->group_of != NULL && x->members == NULL;
+}
+
+/* With one rank per group the flat algorithm is already hierarchical. */
+static bool some_group_shared(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  (void)a;
+  return x->ngroups < x->nranks;
+}
+
+static bool any_vendor_group(const struct hc_plan_ctx *x) {
+  for (int g = 0; g < x->ngroups; g++)
+    if (hc_runs_vendor(x, g)) return true;
+  return false;
+}
+
+/* Each byte crosses between groups once per group, not once per rank;
+ * smaller messages take the flat algorithms' few steps instead, unless a
+ * group runs the vendor's library (whose steps keep its bytes off hetccl's
+ * transports) and every rank has an element (the rings inside the other
+ * groups need one per member). */
+static bool hier_allreduce_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  return some_group_shared(x, a) &&
+         (call_bytes(a) >= x->ring_threshold || (any_vendor_group(x) && a->count >= (size_t)x->nranks));
+}
+
+/* One step pays where a small message costs a round trip whatever its size
+ * (shm's inline descriptors); GPU ranks stage every transfer, and there
+ * n-1 copies per rank cost more. */
+static bool one_step_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  return !x->any_gpu && call_bytes(a) <= x->onestep_bytes;
+}
+
+static bool large(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  return call_bytes(a) >= x->ring_threshold;
+}
+
+/* The ring splits the buffer into a block per rank. */
+static bool ring_allreduce_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  return large(x, a) && a->count >= (size_t)x->nranks;
+}
+
+/* ---- the table ---- */
+
+#define HIER_APPLIES "a comm of several groups"
+#define HIER_CHOSEN "some group has several ranks"
+#define ONESTEP_CHOSEN "no rank is a GPU and the call has at most ONESTEP_BYTES bytes per rank"
+#define DIRECT_WHAT "direct transfers between each pair (a vendor group's mates: the vendor's sends and receives)"
+
+static const struct hc_algo_desc table[] = {
+    {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_HIER, .applies = grouped, .chosen = hier_allreduce_pays,
+     .build = hc_hier_allreduce,
+     .what = "reduce-scatter inside each group, a ring of one rank per group across, all-gather inside",
+     .applies_doc = HIER_APPLIES,
+     .chosen_doc = HIER_CHOSEN ", and the call has RING_THRESHOLD bytes or more, or some group runs the "
+                   "vendor library and the call has an element per rank"},
+    {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_ONESTEP, .chosen = one_step_pays, .build = hc_onestep_allreduce,
+     .what = "every rank sends its input to every other at once and reduces alone", .chosen_doc = ONESTEP_CHOSEN},
+    {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_RING, .chosen = ring_allreduce_pays, .build = hc_ring_allreduce,
+     .what = "ring reduce-scatter then ring all-gather, pipelined in chunks",
+     .chosen_doc = "the call has RING_THRESHOLD bytes or more and an element per rank"},
+    {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_RD, .build = hc_rd_allreduce,
+     .what = "recursive doubling: log2(n) exchanges of the whole buffer"},
+
+    {.coll = HC_COLL_BROADCAST, .algo = HC_ALGO_HIER, .applies = grouped, .chosen = some_group_shared,
+     .build = hc_hier_broadcast,
+     .what = "from RING_THRESHOLD bytes without a vendor group: a chain through the ranks ordered by group; "
+             "else a tree among one leader per group, then one inside each group",
+     .applies_doc = HIER_APPLIES, .chosen_doc = HIER_CHOSEN},
+    {.coll = HC_COLL_BROADCAST, .algo = HC_ALGO_RING, .chosen = large, .build = hc_chain_broadcast,
+     .what = "a pipelined chain from the root through every rank",
+     .chosen_doc = "the call has RING_THRESHOLD bytes or more"},
+    {.coll = HC_COLL_BROADCAST, .algo = HC_ALGO_TREE, .build = hc_tree_broadcast,
+     .what = "a binomial tree from the root"},
+
+    {.coll = HC_COLL_REDUCE, .algo = HC_ALGO_HIER, .applies = grouped, .chosen = some_group_shared,
+     .build = hc_hier_reduce,
+     .what = "from RING_THRESHOLD bytes without a vendor group: a chain through the ranks ordered by group; "
+             "else a tree inside each group to its leader, then one among the leaders",
+     .applies_doc = HIER_APPLIES, .chosen_doc = HIER_CHOSEN},
+    {.coll = HC_COLL_REDUCE, .algo = HC_ALGO_RING, .chosen = large, .build = hc_chain_reduce,
+     .what = "a pipelined chain through every rank to the root",
+     .chosen_doc = "the call has RING_THRESHOLD bytes or more"},
+    {.coll = HC_COLL_REDUCE, .algo = HC_ALGO_TREE, .build = hc_tree_reduce, .what = "a binomial tree to the root"},
+
+    {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_HIER, .applies = grouped, .chosen = some_group_shared,
+     .build = hc_hier_allgather,
+     .what = "each block to one member of every other group, which passes it on inside its group",
+     .applies_doc = HIER_APPLIES, .chosen_doc = HIER_CHOSEN},
+    {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_ONESTEP, .chosen = one_step_pays, .build = hc_onestep_allgather,
+     .what = "every rank sends its block to every other at once", .chosen_doc = ONESTEP_CHOSEN},
+    {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_RING, .build = hc_ring_allgather,
+     .what = "a ring, n - 1 steps, pipelined in chunks"},
+
+    {.coll = HC_COLL_REDUCESCATTER, .algo = HC_ALGO_HIER, .applies = grouped, .chosen = some_group_shared,
+     .build = hc_hier_reducescatter,
+     .what = "block b summed on one member of each group, whose partial goes to rank b",
+     .applies_doc = HIER_APPLIES, .chosen_doc = HIER_CHOSEN},
+    {.coll = HC_COLL_REDUCESCATTER, .algo = HC_ALGO_RING, .build = hc_ring_reducescatter,
+     .what = "a ring, n - 1 steps, pipelined in chunks"},
+
+    {.coll = HC_COLL_ALLTOALL, .algo = HC_ALGO_DIRECT, .build = hc_p2p_alltoallv, .what = DIRECT_WHAT},
+    {.coll = HC_COLL_ALLTOALLV, .algo = HC_ALGO_DIRECT, .build = hc_p2p_alltoallv, .what = DIRECT_WHAT},
+    {.coll = HC_COLL_GATHER, .algo = HC_ALGO_DIRECT, .build = hc_p2p_gather, .what = DIRECT_WHAT},
+    {.coll = HC_COLL_SCATTER, .algo = HC_ALGO_DIRECT, .build = hc_p2p_scatter, .what = DIRECT_WHAT},
+    {.coll = HC_COLL_SEND, .algo = HC_ALGO_DIRECT, .build = hc_p2p_send, .what = DIRECT_WHAT},
+    {.coll = HC_COLL_RECV, .algo = HC_ALGO_DIRECT, .build = hc_p2p_recv, .what = DIRECT_WHAT},
+};
+
+const struct hc_algo_desc *hc_algo_table(size_t *n) {
+  *n = HC_ARRAY_LEN(table);
+  return table;
+}
+
+const struct hc_algo_desc *hc_algo_choose(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  if ((unsigned)a->coll >= HC_COLL_COUNT) return NULL;
+  const enum hc_algo forced = x->algo[a->coll];
+  const struct hc_algo_desc *pick = NULL;
+  for (size_t i = 0; i < HC_ARRAY_LEN(table); i++) {
+    const struct hc_algo_desc *d = &table[i];
+    if (d->coll != a->coll || (d->applies && !d->applies(x, a))) continue;
+    if (d->algo == forced) return d;
+    if (pick == NULL && (d->chosen == NULL || d->chosen(x, a))) pick = d;
+  }
+  return pick;
+}
+
+/* ---- names ---- */
+
+const char *hc_algo_name(enum hc_algo a) {
+  static const char *const names[HC_ALGO_COUNT] = {"AUTO", "RING", "RD", "TREE", "HIER", "ONESTEP", "DIRECT"};
+  return (unsigned)a < HC_ALGO_COUNT ? names[a] : "?";
+}
+
+static bool has_row(enum hc_coll c, enum hc_algo algo) {
+  for (size_t i = 0; i < HC_ARRAY_LEN(table); i++)
+    if (table[i].coll == c && table[i].algo == algo) return true;
+  return false;
+}
+
+/* The algorithm or collective whose name is word[0..len), case aside. */
+static bool algo_named(const char *word, size_t len, enum hc_algo *out) {
+  for (int a = HC_ALGO_AUTO + 1; a < HC_ALGO_COUNT; a++)
+    if (strlen(hc_algo_name((enum hc_algo)a)) == len && !strncasecmp(word, hc_algo_name((enum hc_algo)a), len)) {
+      *out = (enum hc_algo)a;
+      return true;
+    }
+  return false;
+}
+
+static bool coll_named(const char *word, size_t len, enum hc_coll *out) {
+  for (int c = 0; c < HC_COLL_COUNT; c++)
+    if (strlen(hc_coll_name((enum hc_coll)c)) == len && !strncasecmp(word, hc_coll_name((enum hc_coll)c), len)) {
+      *out = (enum hc_coll)c;
+      return true;
+    }
+  return false;
+}
+
+/* Appends name to the list in buf, after a comma unless it is the first. */
+static void list_add(char *buf, size_t len, const char *name) {
+  const size_t at = strlen(buf);
+  if (at < len) snprintf(buf + at, len - at, "%s%s", at ? ", " : "", name);
+}
+
+/* "HIER, ONESTEP, RING, RD": the algorithms of collective c, in table
+ * order; every algorithm for HC_COLL_COUNT. */
+static const char *algos_of(enum hc_coll c, char *buf, size_t len) {
+  buf[0] = 0;
+  for (int a = HC_ALGO_AUTO + 1; a < HC_ALGO_COUNT && c == HC_COLL_COUNT; a++)
+    list_add(buf, len, hc_algo_name((enum hc_algo)a));
+  for (size_t i = 0; i < HC_ARRAY_LEN(table); i++)
+    if (table[i].coll == c) list_add(buf, len, hc_algo_name(table[i].algo));
+  return buf;
+}
+
+static const char *coll_names(char *buf, size_t len) {
+  buf[0] = 0;
+  for (int c = 0; c < HC_COLL_COUNT; c++) list_add(buf, len, hc_coll_name((enum hc_coll)c));
+  return buf;
+}
+
+hc_result_t hc_algo_parse(const char *s, enum hc_algo forced[HC_COLL_COUNT]) {
+  enum hc_algo bare = HC_ALGO_AUTO;
+  bool named[HC_COLL_COUNT] = {false};
+  char names[160];
+  for (int c = 0; c < HC_COLL_COUNT; c++) forced[c] = HC_ALGO_AUTO;
+  if (s == NULL || s[0] == 0) return HC_OK;
+  for (const char *item = s;; item++) {
+    const size_t len = strcspn(item, ",");
+    const char *colon = memchr(item, ':', len);
+    const char *word = colon ? colon + 1 : item;
+    const size_t wlen = len - (size_t)(word - item);
+    enum hc_coll c = HC_COLL_COUNT;
+    enum hc_algo algo;
+    if (colon && !coll_named(item, (size_t)(colon - item), &c))
+      return HC_FAIL(HC_ERR_USAGE, "HETCCL_ALGO=%s: '%.*s' is no collective; the collectives are %s", s,
+                     (int)(colon - item), item, coll_names(names, sizeof(names)));
+    if (!algo_named(word, wlen, &algo))
+      return HC_FAIL(HC_ERR_USAGE,
+                     "HETCCL_ALGO=%s: '%.*s' is no algorithm; the names are %s, alone or after a collective and "
+                     "a colon (allreduce:ring)",
+                     s, (int)wlen, word, algos_of(HC_COLL_COUNT, names, sizeof(names)));
+    if (colon && !has_row(c, algo))
+      return HC_FAIL(HC_ERR_USAGE, "HETCCL_ALGO=%s: %s has no algorithm %s; it has %s", s, hc_coll_name(c),
+                     hc_algo_name(algo), algos_of(c, names, sizeof(names)));
+    if (colon && named[c]) return HC_FAIL(HC_ERR_USAGE, "HETCCL_ALGO=%s: %s is named twice", s, hc_coll_name(c));
+    if (!colon && bare != HC_ALGO_AUTO)
+      return HC_FAIL(HC_ERR_USAGE, "HETCCL_ALGO=%s: two algorithms for every collective (%s and %s); name the "
+                     "collective of one (broadcast:tree)", s, hc_algo_name(bare), hc_algo_name(algo));
+    if (colon) {
+      named[c] = true;
+      forced[c] = algo;
+    } else {
+      bare = algo;
+    }
+    item += len;
+    if (*item == 0) break;
+  }
+  for (int c = 0; c < HC_COLL_COUNT; c++)
+    if (!named[c] && has_row((enum hc_coll)c, bare)) forced[c] = bare;
+  return HC_OK;
+}

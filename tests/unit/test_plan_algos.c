@@ -1,0 +1,279 @@
+/*
+ * The algorithm table (plan/algos.c), HETCCL_ALGO and hetccl-info --algos.
+ *  1. The table: no (collective, algorithm) twice, and each collective's
+ *     last row applies to every call and is always chosen, so that every
+ *     call gets a row.
+ *  2. HETCCL_ALGO: what each form forces, and the refusals, whose message
+ *     names what is accepted.
+ *  3. The planner: the algorithm hc_plan_add builds each call with (on
+ *     every rank) against the rules as docs/params.md states them, written
+ *     out below per shape and size.
+ *  4. hetccl-info --algos for the same shapes: each cell of its grid is
+ *     the algorithm the planner builds that call with; a bad HETCCL_ALGO
+ *     makes it fail naming the accepted names.
+ * argv[1]: the hetccl-info binary.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan.h"
+#include "testutil.h"
+
+/* The five collectives whose choice depends on the shape and the size, in
+ * the order of the expected rows below; the others are always DIRECT. */
+static const enum hc_coll choosy[] = {HC_COLL_ALLREDUCE, HC_COLL_BROADCAST, HC_COLL_REDUCE, HC_COLL_ALLGATHER,
+                                      HC_COLL_REDUCESCATTER};
+
+struct shape {
+  const char *groups;         /* one letter per rank: its group */
+  const char *vendor;         /* groups that run the vendor library ("" none; implies a GPU rank) */
+  bool gpu;                   /* some rank is a GPU */
+  const char *algo;           /* HETCCL_ALGO */
+  size_t ring_threshold;      /* ONESTEP_BYTES is 4K throughout */
+  size_t bytes[3];            /* 0: none */
+  const char *expect[3];      /* per size: the algorithms of choosy[] */
+};
+
+/* The rules: one step up to 4K on CPU-only comms; from the ring threshold
+ * the ring (all-reduce: given an element per rank) or the chain; below,
+ * recursive doubling or the tree; with several groups one of which has
+ * several ranks, the hierarchy (all-reduce: from the threshold, or with a
+ * vendor group and an element per rank). A forced name applies where the
+ * collective has it and it applies; elsewhere the table chooses. */
+static const struct shape shapes[] = {
+    {"aaaaaaaa", "", false, "", 64 << 10, {4, 4096, 8192},
+     {"ONESTEP TREE TREE ONESTEP RING", "ONESTEP TREE TREE ONESTEP RING", "RD TREE TREE RING RING"}},
+    {"aaaaaaaa", "", false, "", 64 << 10, {65536}, {"RING RING RING RING RING"}},
+    {"aaaaaaaa", "", true, "", 64 << 10, {4, 65536}, {"RD TREE TREE RING RING", "RING RING RING RING RING"}},
+    {"aaaaaaaa", "", true, "", 16, {16, 32}, {"RD RING RING RING RING", "RING RING RING RING RING"}},
+    {"aabb", "", false, "", 64 << 10, {4, 8192, 65536},
+     {"ONESTEP HIER HIER HIER HIER", "RD HIER HIER HIER HIER", "HIER HIER HIER HIER HIER"}},
+    {"ab", "", false, "", 64 << 10, {4, 65536}, {"ONESTEP TREE TREE ONESTEP RING", "RING RING RING RING RING"}},
+    {"aabbc", "ab", false, "", 64 << 10, {16, 20}, {"RD HIER HIER HIER HIER", "HIER HIER HIER HIER HIER"}},
+    {"aabb", "", false, "RING,broadcast:tree", 64 << 10, {4}, {"RING TREE RING RING RING"}},
+    {"aabb", "", false, "allreduce:onestep", 64 << 10, {65536}, {"ONESTEP HIER HIER HIER HIER"}},
+    {"aaaa", "", false, "HIER", 64 << 10, {65536}, {"RING RING RING RING RING"}},
+    {"abab", "", false, "TREE", 64 << 10, {65536}, {"HIER TREE TREE HIER HIER"}},
+};
+
+/* ---- 1, 2 ---- */
+
+static void check_table(void) {
+  size_t n;
+  const struct hc_algo_desc *t = hc_algo_table(&n);
+  for (int c = 0; c < HC_COLL_COUNT; c++) {
+    const struct hc_algo_desc *last = NULL;
+    for (size_t i = 0; i < n; i++) {
+      if (t[i].coll != (enum hc_coll)c) continue;
+      last = &t[i];
+      CHECK(t[i].build != NULL && t[i].what != NULL, "%s %s: no build function or text", hc_coll_name(t[i].coll),
+            hc_algo_name(t[i].algo));
+      for (size_t j = 0; j < i; j++)
+        CHECK(t[j].coll != t[i].coll || t[j].algo != t[i].algo, "%s %s: two rows", hc_coll_name(t[i].coll),
+              hc_algo_name(t[i].algo));
+    }
+    CHECK(last != NULL && last->applies == NULL && last->chosen == NULL,
+          "%s: its last row must apply to every call and always be chosen", hc_coll_name((enum hc_coll)c));
+  }
+}
+
+/* forced: per collective the name it must force, "" for none. */
+static void check_parse(const char *s, const char *const forced[HC_COLL_COUNT]) {
+  enum hc_algo got[HC_COLL_COUNT];
+  if (!CHECK(hc_algo_parse(s, got) == HC_OK, "HETCCL_ALGO=%s refused: %s", s, hc_last_error())) return;
+  for (int c = 0; c < HC_COLL_COUNT; c++) {
+    const char *want = forced[c][0] ? forced[c] : "AUTO";
+    CHECK(!strcmp(hc_algo_name(got[c]), want), "HETCCL_ALGO=%s: %s forced to %s, expected %s", s,
+          hc_coll_name((enum hc_coll)c), hc_algo_name(got[c]), want);
+  }
+}
+
+static void check_refused(const char *s, const char *names) {
+  enum hc_algo got[HC_COLL_COUNT];
+  const hc_result_t r = hc_algo_parse(s, got);
+  CHECK(r == HC_ERR_USAGE && strstr(hc_last_error(), names),
+        "HETCCL_ALGO=%s: result %d, message '%s', expected it to name %s", s, (int)r, hc_last_error(), names);
+}
+
+static void check_parsing(void) {
+  /* AllReduce Broadcast Reduce AllGather ReduceScatter AlltoAll AlltoAllv Gather Scatter Send Recv */
+  check_parse("", (const char *const[]){"", "", "", "", "", "", "", "", "", "", ""});
+  check_parse("RING", (const char *const[]){"RING", "RING", "RING", "RING", "RING", "", "", "", "", "", ""});
+  check_parse("tree", (const char *const[]){"", "TREE", "TREE", "", "", "", "", "", "", "", ""});
+  check_parse("ring,AllReduce:rd,reducescatter:hier",
+              (const char *const[]){"RD", "RING", "RING", "RING", "HIER", "", "", "", "", "", ""});
+  check_parse("allgather:onestep,send:direct",
+              (const char *const[]){"", "", "", "ONESTEP", "", "", "", "", "", "DIRECT", ""});
+  check_refused("FOO", "the names are RING, RD, TREE, HIER, ONESTEP, DIRECT,");
+  check_refused("allreduce:tree", "AllReduce has no algorithm TREE; it has HIER, ONESTEP, RING, RD");
+  check_refused("bcast:ring", "AllReduce, Broadcast, Reduce, AllGather, ReduceScatter");
+  check_refused("RING,TREE", "two algorithms for every collective (RING and TREE)");
+  check_refused("allreduce:ring,AllReduce:rd", "AllReduce is named twice");
+  check_refused("allreduce:", "'' is no algorithm");
+  check_refused("RING,", "'' is no algorithm");
+  check_refused("AUTO", "'AUTO' is no algorithm");
+}
+
+/* ---- 3 ---- */
+
+/* Groups numbered in the order of their lowest rank, as api/comm.c does. */
+struct comm_shape {
+  int n, ngroups, group_of[16];
+  bool vendor[16];
+};
+
+static struct comm_shape comm_shape_of(const struct shape *s) {
+  struct comm_shape cs = {.n = (int)strlen(s->groups)};
+  for (int i = 0; i < cs.n; i++) {
+    const char *first = strchr(s->groups, s->groups[i]);
+    cs.group_of[i] = first == s->groups + i ? cs.ngroups++ : cs.group_of[first - s->groups];
+    if (strchr(s->vendor, s->groups[i])) cs.vendor[cs.group_of[i]] = true;
+  }
+  return cs;
+}
+
+/* The algorithm rank r's plan for coll on bytes of float32 is built with. */
+static enum hc_algo planned(const struct shape *s, const struct comm_shape *cs, int r, enum hc_coll coll,
+                            size_t bytes, struct hc_scratch_pool *pool) {
+  const int n = cs->n;
+  struct hc_plan_ctx x = {.rank = r, .nranks = n, .chunk_bytes = 64 << 10, .ring_threshold = s->ring_threshold,
+                          .onestep_bytes = 4096, .any_gpu = s->gpu || s->vendor[0], .scratch_slots = 4,
+                          .ngroups = cs->ngroups, .group_of = cs->ngroups > 1 ? cs->group_of : NULL,
+                          .group_vendor = cs->ngroups > 1 ? cs->vendor : NULL};
+  if (!CHECK(hc_algo_parse(s->algo, x.algo) == HC_OK, "HETCCL_ALGO=%s: %s", s->algo, hc_last_error()))
+    return HC_ALGO_AUTO;
+  const size_t count = bytes / 4;
+  size_t counts[16], displs[16];
+  for (int i = 0; i < n; i++) counts[i] = count, displs[i] = (size_t)i * count;
+  char *in = calloc((size_t)n, bytes), *out = calloc((size_t)n, bytes);
+  struct hc_coll_args a = {.coll = coll, .sendbuf = in, .recvbuf = out, .count = count, .dtype = HC_FLOAT32,
+                           .op = HC_SUM, .root = coll == HC_COLL_SEND || coll == HC_COLL_RECV ? (r + 1) % n : 0,
+                           .sendcounts = counts, .sdispls = displs, .recvcounts = counts, .rdispls = displs};
+  struct hc_plan p = {.pool = pool};
+  enum hc_algo algo = HC_ALGO_AUTO;
+  if (in && out && CHECK_OK((hetcclResult_t)hc_plan_add(&p, &x, &a))) algo = p.algo;
+  hc_plan_reset(&p);
+  free(in);
+  free(out);
+  return algo;
+}
+
+static void check_planner(const struct shape *s, struct hc_scratch_pool *pool) {
+  const struct comm_shape cs = comm_shape_of(s);
+  for (int k = 0; k < 3 && s->bytes[k]; k++)
+    for (int c = 0; c < HC_COLL_COUNT; c++) {
+      char want[16] = "DIRECT";
+      const char *row = s->expect[k];
+      for (size_t i = 0; i < HC_ARRAY_LEN(choosy); i++) { /* word i of the expected row */
+        const size_t len = strcspn(row, " ");
+        if (choosy[i] == (enum hc_coll)c) snprintf(want, sizeof(want), "%.*s", (int)len, row);
+        row += len + (row[len] == ' ');
+      }
+      for (int r = 0; r < cs.n; r++) {
+        tu_set_case("groups %s vendor '%s'%s HETCCL_ALGO=%s threshold %zu: %s of %zu bytes on rank %d", s->groups,
+                    s->vendor, s->gpu ? " gpu" : "", s->algo, s->ring_threshold, hc_coll_name((enum hc_coll)c),
+                    s->bytes[k], r);
+        const enum hc_algo got = planned(s, &cs, r, (enum hc_coll)c, s->bytes[k], pool);
+        CHECK(!strcmp(hc_algo_name(got), want), "planned with %s, expected %s", hc_algo_name(got), want);
+      }
+    }
+  tu_set_case("%s", "");
+}
+
+/* ---- 4 ---- */
+
+/* "a,a,b,b" from "aabb". */
+static void comma_list(const char *letters, char *buf, size_t len) {
+  size_t at = 0;
+  buf[0] = 0;
+  for (const char *l = letters; *l && at < len; l++) at += (size_t)snprintf(buf + at, len - at, at ? ",%c" : "%c", *l);
+}
+
+/* Runs hetccl-info --algos for s under its variables; its output in out. */
+static bool run_info(const char *info, const struct shape *s, char *out, size_t len) {
+  char cmd[512], groups[64], vendor[16], sizes[64] = "";
+  comma_list(s->groups, groups, sizeof(groups));
+  comma_list(s->vendor, vendor, sizeof(vendor));
+  for (int k = 0; k < 3 && s->bytes[k]; k++)
+    snprintf(sizes + strlen(sizes), sizeof(sizes) - strlen(sizes), "%s%zu", k ? "," : "", s->bytes[k]);
+  snprintf(cmd, sizeof(cmd),
+           "HETCCL_ALGO='%s' HETCCL_RING_THRESHOLD=%zu HETCCL_ONESTEP_BYTES=4K '%s' --algos --groups %s%s%s%s "
+           "--sizes %s 2>&1",
+           s->algo, s->ring_threshold, info, groups, vendor[0] ? " --vendor " : "", vendor, s->gpu ? " --gpu" : "",
+           sizes);
+  FILE *f = popen(cmd, "r");
+  if (!CHECK(f != NULL, "popen: %s", cmd)) return false;
+  const size_t got = fread(out, 1, len - 1, f);
+  out[got] = 0;
+  const int status = pclose(f);
+  return CHECK(status == 0, "%s exited with status %d:\n%s", cmd, status, out);
+}
+
+static void check_info(const char *info, const struct shape *s, struct hc_scratch_pool *pool) {
+  static char out[1 << 16];
+  if (!run_info(info, s, out, sizeof(out))) return;
+  const struct comm_shape cs = comm_shape_of(s);
+  char *line = strstr(out, "\n       bytes ");
+  if (!CHECK(line != NULL, "no grid in the output of hetccl-info --algos:\n%s", out)) return;
+  enum hc_coll cols[HC_COLL_COUNT];
+  int ncols = 0;
+  char *save, *word = strtok_r(line + 1, " \n", &save); /* "bytes" */
+  while (ncols < HC_COLL_COUNT && (word = strtok_r(NULL, " \n", &save)) != NULL) {
+    int c = 0;
+    while (c < HC_COLL_COUNT && strcmp(hc_coll_name((enum hc_coll)c), word)) c++;
+    if (!CHECK(c < HC_COLL_COUNT, "grid header: '%s' is no collective", word)) return;
+    cols[ncols++] = (enum hc_coll)c;
+  }
+  CHECK(ncols == HC_COLL_COUNT, "grid header: %d collectives", ncols);
+  int rows = 0;
+  while ((word = strtok_r(NULL, " \n", &save)) != NULL) {
+    const size_t bytes = strtoull(word, NULL, 10);
+    CHECK(rows < 3 && bytes == s->bytes[rows], "grid row %d is for %s bytes", rows, word);
+    for (int i = 0; i < ncols; i++) {
+      word = strtok_r(NULL, " \n", &save);
+      const enum hc_algo want = planned(s, &cs, 0, cols[i], bytes, pool);
+      CHECK(word && !strcmp(word, hc_algo_name(want)),
+            "groups %s HETCCL_ALGO=%s: hetccl-info says %s for %s of %zu bytes, the planner builds %s", s->groups,
+            s->algo, word ? word : "nothing", hc_coll_name(cols[i]), bytes, hc_algo_name(want));
+    }
+    rows++;
+  }
+  int nsizes = 0;
+  while (nsizes < 3 && s->bytes[nsizes]) nsizes++;
+  CHECK(rows == nsizes, "groups %s: %d grid rows, expected %d", s->groups, rows, nsizes);
+}
+
+static void check_info_refuses(const char *info) {
+  static char out[1 << 12];
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd), "HETCCL_ALGO=allreduce:tree '%s' --algos 2>&1", info);
+  FILE *f = popen(cmd, "r");
+  if (!CHECK(f != NULL, "popen: %s", cmd)) return;
+  const size_t got = fread(out, 1, sizeof(out) - 1, f);
+  out[got] = 0;
+  const int status = pclose(f);
+  CHECK(status != 0 && strstr(out, "it has HIER, ONESTEP, RING, RD"), "%s: status %d, output:\n%s", cmd, status, out);
+}
+
+int main(int argc, char **argv) {
+  tu_init(argc, argv);
+  if (argc < 2) {
+    fprintf(stderr, "usage: test_plan_algos HETCCL-INFO\n");
+    return 2;
+  }
+  setenv("HETCCL_DEBUG", "NONE", 0); /* the refusals' WARN lines are noise unless asked for */
+  hc_params_reset();
+  check_table();
+  check_parsing();
+  struct hc_scratch_pool *pool;
+  if (!CHECK_OK((hetcclResult_t)hc_scratch_pool_create(HC_POOL_HOST, NULL, 0, &pool)))
+    return tu_finish("test_plan_algos");
+  for (size_t i = 0; i < HC_ARRAY_LEN(shapes); i++) {
+    check_planner(&shapes[i], pool);
+    check_info(argv[1], &shapes[i], pool);
+  }
+  check_info_refuses(argv[1]);
+  hc_scratch_pool_destroy(pool);
+  return tu_finish("test_plan_algos");
+}
