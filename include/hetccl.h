@@ -109,15 +109,14 @@ typedef struct {
   size_t size;
   unsigned int magic;
   unsigned int version;
-  int blocking;          /* 1 (default): calls complete before returning;
-                          * 0: see "Nonblocking comms" below */
+  int blocking; /* 1 (default): calls complete before returning; 0: "Nonblocking comms" below */
   int cgaClusterSize;
   int minCTAs;
   int maxCTAs;
   const char *netName;
   int splitShare;
   int trafficClass;
-  const char *commName;  /* shown in the comm's log lines and errors */
+  const char *commName; /* shown in the comm's log lines and errors */
   int collnetEnable;
   int CTAPolicy;
   int shrinkShare;

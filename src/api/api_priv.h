@@ -49,11 +49,11 @@ struct hc_premul_op {
 };
 
 struct hc_config {
-  int blocking;           /* 0: init, split and finalize return HC_IN_PROGRESS (comm_async.c) */
+  int blocking; /* 0: init, split and finalize return HC_IN_PROGRESS (comm_async.c) */
   enum hc_mem_kind device_kind;
   int device_id;
   char group_name[HC_GROUP_NAME_BYTES];
-  char comm_name[64];     /* the caller's name for the comm, shown in its log lines */
+  char comm_name[64]; /* the caller's name for the comm, shown in its log lines */
 };
 
 /* Where a comm is in its life, as hc_comm_check and hetcclCommGetAsyncError

@@ -16,7 +16,6 @@
 
 #define HC_PEER_INFO_MAGIC 0x68637069u
 
-
 hc_result_t hc_comm_check_handle(const struct hetcclComm *comm, const char *fn) {
   if (comm == NULL) return HC_FAIL(HC_ERR_ARG, "%s: comm is NULL", fn);
   if (comm->magic_head != HC_COMM_MAGIC_HEAD || comm->magic_tail != HC_COMM_MAGIC_TAIL)
@@ -33,12 +32,15 @@ hc_result_t hc_comm_check(const struct hetcclComm *comm, const char *fn) {
   case HC_COMM_INITIALISING:
   case HC_COMM_FINALIZING:
     /* NCCL's answer to a call before GetAsyncError read success. */
-    return HC_FAIL(HC_ERR_ARG, "%s: comm %p%s%s: its nonblocking %s is still running; poll CommGetAsyncError "
-                   "until it stops returning InProgress", fn, (const void *)comm, HC_COMM_NAME_ARGS(comm),
+    return HC_FAIL(HC_ERR_ARG,
+                   "%s: comm %p%s%s: its nonblocking %s is still running; poll CommGetAsyncError "
+                   "until it stops returning InProgress",
+                   fn, (const void *)comm, HC_COMM_NAME_ARGS(comm),
                    state == HC_COMM_INITIALISING ? "init" : "finalize");
   case HC_COMM_INIT_FAILED:
-    return HC_FAIL((hc_result_t)atomic_load(&comm->async_error), "%s: comm %p: its init failed (%s); destroy or "
-                   "abort it", fn, (const void *)comm, comm->async_error_text);
+    return HC_FAIL((hc_result_t)atomic_load(&comm->async_error),
+                   "%s: comm %p: its init failed (%s); destroy or abort it", fn, (const void *)comm,
+                   comm->async_error_text);
   case HC_COMM_FINALIZED: break;
   }
   return HC_FAIL(HC_ERR_USAGE, "%s: comm %p%s%s was finalized; only CommDestroy may follow", fn, (const void *)comm,
@@ -530,8 +532,8 @@ hc_result_t hc_comm_build(struct hetcclComm *comm) {
   HC_INFO(HC_API,
           "comm %p%s%s rank %d of %d up: device %s:%d, group %s (%d groups), %d peers over shm, %d over ib, %d over "
           "sockets",
-          (void *)comm, HC_COMM_NAME_ARGS(comm), rank, nranks, mem_kind_name(config->device_kind), config->device_id, me->group_name,
-          comm->ngroups, nshm, nib, nranks - 1 - nshm - nib);
+          (void *)comm, HC_COMM_NAME_ARGS(comm), rank, nranks, mem_kind_name(config->device_kind), config->device_id,
+          me->group_name, comm->ngroups, nshm, nib, nranks - 1 - nshm - nib);
   return HC_OK;
 fail:
   return r;
@@ -539,8 +541,8 @@ fail:
 
 /* A blocking comm is built here, on the caller's thread; a nonblocking
  * one is handed out at once and built on a thread of its own. */
-static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t id[HC_UNIQUE_ID_BYTES],
-                             int rank, const struct hc_config *config) {
+static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t id[HC_UNIQUE_ID_BYTES], int rank,
+                             const struct hc_config *config) {
   struct hetcclComm *comm;
   *out = NULL;
   HC_TRY(hc_calloc(&comm, 1, sizeof(*comm), "communicator"));

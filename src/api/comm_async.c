@@ -48,8 +48,9 @@ static hc_result_t task_start(struct hetcclComm *comm, void *(*fn)(void *), enum
   hc_comm_task_join(comm); /* a finished init's thread, before its handle is reused */
   atomic_store(&comm->state, running);
   const int e = pthread_create(&comm->task, NULL, fn, comm);
-  if (e != 0) return HC_FAIL(HC_ERR_SYSTEM, "rank %d: cannot start the thread of a nonblocking %s: %s", comm->rank,
-                             what, strerror(e));
+  if (e != 0)
+    return HC_FAIL(HC_ERR_SYSTEM, "rank %d: cannot start the thread of a nonblocking %s: %s", comm->rank, what,
+                   strerror(e));
   comm->task_started = true;
   return HC_IN_PROGRESS;
 }

@@ -106,8 +106,7 @@ void hc_log_emit(int level, int sys, const char *file, int line, const char *fmt
   va_end(ap);
   const char *base = strrchr(file, '/');
   char rank[96] = "";
-  if (log_rank >= 0)
-    snprintf(rank, sizeof(rank), "[%d%s%s] ", log_rank, log_comm_name[0] ? " " : "", log_comm_name);
+  if (log_rank >= 0) snprintf(rank, sizeof(rank), "[%d%s%s] ", log_rank, log_comm_name[0] ? " " : "", log_comm_name);
   FILE *out = log_file ? log_file : stderr;
   /* TRACE lines carry a time (microseconds, monotonic clock), to read
    * where a call spends it. */
