@@ -11,7 +11,6 @@
  * FINALIZING; it ends by storing the next state, which is what publishes
  * its writes to a caller that reads the state. Destroy and abort join it.
  */
-#include <errno.h>
 #include <string.h>
 
 #include "api_priv.h"
