@@ -109,14 +109,14 @@ typedef struct {
   size_t size;
   unsigned int magic;
   unsigned int version;
-  int blocking;          /* 1 (default): calls complete before returning */
+  int blocking; /* 1 (default): calls complete before returning; 0: "Nonblocking comms" below */
   int cgaClusterSize;
   int minCTAs;
   int maxCTAs;
   const char *netName;
   int splitShare;
   int trafficClass;
-  const char *commName;
+  const char *commName; /* shown in the comm's log lines and errors */
   int collnetEnable;
   int CTAPolicy;
   int shrinkShare;
@@ -129,6 +129,18 @@ typedef struct {
   const char *groupName; /* overrides HETCCL_GROUP for this comm */
 } hetcclConfig_t;
 
+/*
+ * Nonblocking comms (blocking = 0), as NCCL has them: CommInitRankConfig,
+ * CommInitFromEnv, CommSplit and CommFinalize may return hetcclInProgress
+ * and finish on a thread of hetccl's; the comm handle is valid at once. Poll
+ * hetcclCommGetAsyncError until it stops reading hetcclInProgress: then it
+ * reads success, or the error (its text through hetcclGetLastError(comm)).
+ * Until then every other call on the comm fails with hetcclInvalidArgument;
+ * hetcclCommDestroy and hetcclCommAbort may be called at any time, and stop
+ * an init still running. A split's exchange over the parent comm runs in the
+ * call; only the new comm's init is left running. Collectives complete as on
+ * a blocking comm and never return hetcclInProgress.
+ */
 #define HETCCL_CONFIG_INITIALIZER                                              \
   {                                                                            \
     sizeof(hetcclConfig_t), HETCCL_CONFIG_MAGIC, HETCCL_VERSION_CODE,          \
@@ -169,7 +181,8 @@ hetcclResult_t hetcclCommInitFromEnv(hetcclComm_t *comm, hetcclConfig_t *config)
  * config NULL inherits the parent's. */
 hetcclResult_t hetcclCommSplit(hetcclComm_t comm, int color, int key,
                                hetcclComm_t *newcomm, hetcclConfig_t *config);
-/* Completes all issued work; collective. */
+/* Completes all issued work; collective. Afterwards only CommDestroy is
+ * accepted (others: hetcclInvalidUsage). */
 hetcclResult_t hetcclCommFinalize(hetcclComm_t comm);
 hetcclResult_t hetcclCommDestroy(hetcclComm_t comm);
 /* Safe from any thread: unblocks calls in flight on comm, which return

@@ -49,11 +49,25 @@ struct hc_premul_op {
 };
 
 struct hc_config {
-  int blocking;
+  int blocking; /* 0: init, split and finalize return HC_IN_PROGRESS (comm_async.c) */
   enum hc_mem_kind device_kind;
   int device_id;
   char group_name[HC_GROUP_NAME_BYTES];
-  char comm_name[64];
+  char comm_name[64]; /* the caller's name for the comm, shown in its log lines */
+};
+
+/* Where a comm is in its life, as hc_comm_check and hetcclCommGetAsyncError
+ * see it. A blocking comm is READY when the caller first sees it. A
+ * nonblocking one (config blocking = 0) is handed out INITIALISING while a
+ * thread of its own builds it, and its finalize runs on such a thread too
+ * (comm_async.c); INIT_FAILED keeps the error for GetAsyncError until the
+ * caller destroys or aborts the comm. */
+enum hc_comm_state {
+  HC_COMM_READY,
+  HC_COMM_INITIALISING,
+  HC_COMM_INIT_FAILED,
+  HC_COMM_FINALIZING,
+  HC_COMM_FINALIZED,
 };
 
 struct hetcclComm {
@@ -86,7 +100,9 @@ struct hetcclComm {
   atomic_int async_error;         /* hc_result_t */
   pthread_mutex_t error_lock;
   char async_error_text[512];
-  bool finalized;
+  atomic_int state;               /* enum hc_comm_state */
+  pthread_t task;                 /* a nonblocking comm's init or finalize (comm_async.c) */
+  bool task_started;              /* task is to be joined; the owner thread's */
   struct hc_proxy *proxy;         /* GPU comms: their side of the process's progress engine */
   /* The vendor library of this rank's device kind, when some group runs
    * it (plan.h, hc_plan_ctx.group_vendor). A pass-through comm (one such
@@ -99,16 +115,44 @@ struct hetcclComm {
   uint64_t magic_tail;
 };
 
-/* Validates the handle: HC_ERR_ARG with a message for NULL or garbage. */
+/* printf arguments that follow a comm's address with its name (config
+ * commName) where it has one: "comm %p%s%s". */
+#define HC_COMM_NAME_ARGS(comm) ((comm)->config.comm_name[0] ? " " : ""), (comm)->config.comm_name
+
+/* Validates the handle: HC_ERR_ARG with a message for NULL or garbage.
+ * hc_comm_check also wants the comm READY, as NCCL does: a nonblocking
+ * init or finalize still running is HC_ERR_ARG, a failed init its error,
+ * a finalized comm HC_ERR_USAGE. hc_comm_check_handle takes a comm in any
+ * state (destroy, abort, GetAsyncError). */
 hc_result_t hc_comm_check(const struct hetcclComm *comm, const char *fn);
+hc_result_t hc_comm_check_handle(const struct hetcclComm *comm, const char *fn);
 /* Records a failure of work on comm for hetcclCommGetAsyncError. */
 void hc_comm_set_async_error(struct hetcclComm *comm, hc_result_t r);
 /* Work on comm failed: records r for hetcclCommGetAsyncError and closes
  * every connection so that the peers learn it too. The owner thread only;
  * for a GPU comm, the engine thread (its windows stay mapped). */
 void hc_comm_fail(struct hetcclComm *comm, hc_result_t r);
-/* Frees everything comm owns; takes half-built comms. */
+/* Frees everything comm owns; takes half-built comms. Waits for a
+ * nonblocking init or finalize still running (hc_comm_task_join). */
 void hc_comm_free(struct hetcclComm *comm);
+/* Builds a comm that comm.c allocated (rank, nranks, id and config set)
+ * into a working one. On failure comm is half-built: hc_comm_free takes it.
+ * Runs on the caller's thread, or a nonblocking comm's init thread. */
+hc_result_t hc_comm_build(struct hetcclComm *comm);
+
+/* ---- nonblocking comms (comm_async.c) ---- */
+
+/* Hands out comm (allocated, not built) INITIALISING and builds it on a
+ * thread of its own: *out = comm and HC_IN_PROGRESS. When no thread can be
+ * started, frees comm and fails. */
+hc_result_t hc_comm_init_async(struct hetcclComm *comm, struct hetcclComm **out);
+/* Finalizes a READY nonblocking comm on a thread of its own:
+ * HC_IN_PROGRESS, or HC_OK when nothing was left to wait for. */
+hc_result_t hc_comm_finalize_async(struct hetcclComm *comm);
+/* Waits for a nonblocking init or finalize still running, first raising
+ * the abort flag under an init (an unfinished comm has no work to finish).
+ * Returns at once when none runs. The owner thread (destroy, abort). */
+void hc_comm_task_join(struct hetcclComm *comm);
 
 /* "OCP (e4m3fn, e5m2)" or "fnuz (e4m3fnuz, e5m2fnuz)" for an enum hc_fp8_layout. */
 const char *hc_fp8_layout_name(int layout);

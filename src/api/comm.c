@@ -16,8 +16,7 @@
 
 #define HC_PEER_INFO_MAGIC 0x68637069u
 
-
-hc_result_t hc_comm_check(const struct hetcclComm *comm, const char *fn) {
+hc_result_t hc_comm_check_handle(const struct hetcclComm *comm, const char *fn) {
   if (comm == NULL) return HC_FAIL(HC_ERR_ARG, "%s: comm is NULL", fn);
   if (comm->magic_head != HC_COMM_MAGIC_HEAD || comm->magic_tail != HC_COMM_MAGIC_TAIL)
     return HC_FAIL(HC_ERR_ARG, "%s: comm %p is not a valid communicator (destroyed or corrupted)",
@@ -25,10 +24,34 @@ hc_result_t hc_comm_check(const struct hetcclComm *comm, const char *fn) {
   return HC_OK;
 }
 
+hc_result_t hc_comm_check(const struct hetcclComm *comm, const char *fn) {
+  HC_TRY(hc_comm_check_handle(comm, fn));
+  const int state = atomic_load(&comm->state);
+  switch ((enum hc_comm_state)state) {
+  case HC_COMM_READY: return HC_OK;
+  case HC_COMM_INITIALISING:
+  case HC_COMM_FINALIZING:
+    /* NCCL's answer to a call before GetAsyncError read success. */
+    return HC_FAIL(HC_ERR_ARG,
+                   "%s: comm %p%s%s: its nonblocking %s is still running; poll CommGetAsyncError "
+                   "until it stops returning InProgress",
+                   fn, (const void *)comm, HC_COMM_NAME_ARGS(comm),
+                   state == HC_COMM_INITIALISING ? "init" : "finalize");
+  case HC_COMM_INIT_FAILED:
+    return HC_FAIL((hc_result_t)atomic_load(&comm->async_error),
+                   "%s: comm %p: its init failed (%s); destroy or abort it", fn, (const void *)comm,
+                   comm->async_error_text);
+  case HC_COMM_FINALIZED: break;
+  }
+  return HC_FAIL(HC_ERR_USAGE, "%s: comm %p%s%s was finalized; only CommDestroy may follow", fn, (const void *)comm,
+                 HC_COMM_NAME_ARGS(comm));
+}
+
 void hc_comm_set_async_error(struct hetcclComm *comm, hc_result_t r) {
   pthread_mutex_lock(&comm->error_lock);
   if (atomic_load(&comm->async_error) == HC_OK) {
-    snprintf(comm->async_error_text, sizeof(comm->async_error_text), "%s", hc_last_error());
+    snprintf(comm->async_error_text, sizeof(comm->async_error_text), "%s%s%s", comm->config.comm_name,
+             comm->config.comm_name[0] ? ": " : "", hc_last_error());
     atomic_store(&comm->async_error, r);
   }
   pthread_mutex_unlock(&comm->error_lock);
@@ -124,6 +147,7 @@ static hc_result_t windows_open(struct hetcclComm *comm) {
 
 void hc_comm_free(struct hetcclComm *comm) {
   if (comm == NULL) return;
+  hc_comm_task_join(comm);
   const bool vendor_aborted = hc_proxy_destroy(comm->proxy);
   if (vendor_aborted) comm->group_vendor_comm = NULL;
   if (comm->windows_registered) windows_register(comm, false);
@@ -371,21 +395,11 @@ static hc_result_t ib_open(struct hetcclComm *comm, const struct hc_net_args *ar
   return HC_OK;
 }
 
-static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t id[HC_UNIQUE_ID_BYTES],
-                             int rank, const struct hc_config *config) {
+hc_result_t hc_comm_build(struct hetcclComm *comm) {
   hc_result_t r;
-  struct hetcclComm *comm;
-  *out = NULL;
-  HC_TRY(hc_calloc(&comm, 1, sizeof(*comm), "communicator"));
-  pthread_mutex_init(&comm->error_lock, NULL);
-  comm->magic_head = HC_COMM_MAGIC_HEAD;
-  comm->magic_tail = HC_COMM_MAGIC_TAIL;
-  comm->rank = rank;
-  comm->nranks = nranks;
-  comm->config = *config;
-  memcpy(comm->id, id, HC_UNIQUE_ID_BYTES);
-  atomic_init(&comm->abort_flag, false);
-  hc_log_set_rank(rank);
+  const int rank = comm->rank, nranks = comm->nranks;
+  const struct hc_config *config = &comm->config;
+  const uint8_t *id = comm->id;
 
   HC_TRY_GOTO(hc_bootstrap_create(id, rank, nranks, &comm->abort_flag, &comm->boot), r, fail);
   struct hc_net_args net_args = {.rank = rank, .nranks = nranks, .abort_flag = &comm->abort_flag,
@@ -514,15 +528,40 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
   if (config->device_kind != HC_MEM_HOST && comm->vendor_comm == NULL)
     HC_TRY_GOTO(hc_proxy_create(comm, &comm->proxy), r, fail);
   HC_INFO(HC_API,
-          "comm %p rank %d of %d up: device %s:%d, group %s (%d groups), %d peers over shm, %d over ib, %d over "
+          "comm %p%s%s rank %d of %d up: device %s:%d, group %s (%d groups), %d peers over shm, %d over ib, %d over "
           "sockets",
-          (void *)comm, rank, nranks, mem_kind_name(config->device_kind), config->device_id, me->group_name,
-          comm->ngroups, nshm, nib, nranks - 1 - nshm - nib);
-  *out = comm;
+          (void *)comm, HC_COMM_NAME_ARGS(comm), rank, nranks, mem_kind_name(config->device_kind), config->device_id,
+          me->group_name, comm->ngroups, nshm, nib, nranks - 1 - nshm - nib);
   return HC_OK;
 fail:
-  hc_comm_free(comm);
   return r;
+}
+
+/* A blocking comm is built here, on the caller's thread; a nonblocking
+ * one is handed out at once and built on a thread of its own. */
+static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t id[HC_UNIQUE_ID_BYTES], int rank,
+                             const struct hc_config *config) {
+  struct hetcclComm *comm;
+  *out = NULL;
+  HC_TRY(hc_calloc(&comm, 1, sizeof(*comm), "communicator"));
+  pthread_mutex_init(&comm->error_lock, NULL);
+  comm->magic_head = HC_COMM_MAGIC_HEAD;
+  comm->magic_tail = HC_COMM_MAGIC_TAIL;
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->config = *config;
+  memcpy(comm->id, id, HC_UNIQUE_ID_BYTES);
+  atomic_init(&comm->abort_flag, false);
+  atomic_init(&comm->state, HC_COMM_READY);
+  hc_log_set_comm(rank, config->comm_name);
+  if (!config->blocking) return hc_comm_init_async(comm, out);
+  const hc_result_t r = hc_comm_build(comm);
+  if (r != HC_OK) {
+    hc_comm_free(comm);
+    return r;
+  }
+  *out = comm;
+  return HC_OK;
 }
 
 static hc_result_t check_init_args(hetcclComm_t *comm, int nranks, int rank) {
@@ -616,7 +655,7 @@ static hc_result_t api_CommSplit(hetcclComm_t comm, int color, int key, hetcclCo
   r = HC_OK;
   if (color != HETCCL_SPLIT_NOCOLOR)
     r = comm_init(newcomm, nnew, recs[leader].id, newrank, &cfg);
-  hc_log_set_rank(comm->rank);
+  hc_log_set_comm(comm->rank, comm->config.comm_name);
 out:
   free(recs);
   return r;
@@ -628,22 +667,26 @@ static hc_result_t api_CommFinalize(hetcclComm_t comm) {
   HC_TRY(hc_comm_check(comm, "CommFinalize"));
   /* Host calls complete before they return; a GPU comm's proxy may still
    * have plans to run. */
+  if (!comm->config.blocking) return hc_comm_finalize_async(comm);
   if (comm->proxy) HC_TRY(hc_proxy_drain_blocking(comm->proxy));
-  comm->finalized = true;
+  atomic_store(&comm->state, HC_COMM_FINALIZED);
   return HC_OK;
 }
 
+/* Destroying a comm whose nonblocking init still runs aborts that init
+ * (hc_comm_free, hc_comm_task_join); one whose finalize runs waits for it. */
 static hc_result_t api_CommDestroy(hetcclComm_t comm) {
   if (comm == NULL) return HC_OK; /* as NCCL */
-  HC_TRY(hc_comm_check(comm, "CommDestroy"));
+  HC_TRY(hc_comm_check_handle(comm, "CommDestroy"));
   hc_comm_free(comm);
   return HC_OK;
 }
 
 static hc_result_t api_CommAbort(hetcclComm_t comm) {
   if (comm == NULL) return HC_OK;
-  HC_TRY(hc_comm_check(comm, "CommAbort"));
+  HC_TRY(hc_comm_check_handle(comm, "CommAbort"));
   atomic_store(&comm->abort_flag, true);
+  hc_comm_task_join(comm);
   /* Calls in flight on other threads see the flag within their 100 ms poll
    * slice and return; the comm is freed only once they are out. */
   uint64_t deadline = hc_now_ns() + 10ull * 1000000000ull;
@@ -671,8 +714,13 @@ static hc_result_t api_CommUserRank(const hetcclComm_t comm, int *rank) {
 }
 
 static hc_result_t api_CommGetAsyncError(hetcclComm_t comm, hetcclResult_t *asyncError) {
-  HC_TRY(hc_comm_check(comm, "CommGetAsyncError"));
+  HC_TRY(hc_comm_check_handle(comm, "CommGetAsyncError"));
   if (asyncError == NULL) return HC_FAIL(HC_ERR_ARG, "CommGetAsyncError: asyncError is NULL");
+  const int state = atomic_load(&comm->state);
+  if (state == HC_COMM_INITIALISING || state == HC_COMM_FINALIZING) {
+    *asyncError = hetcclInProgress;
+    return HC_OK;
+  }
   *asyncError = (hetcclResult_t)atomic_load(&comm->async_error);
   void *vendor_comm = comm->vendor_comm ? comm->vendor_comm : comm->group_vendor_comm;
   if (*asyncError == hetcclSuccess && vendor_comm) {
@@ -692,7 +740,7 @@ HC_EXPORT const char *hetcclGetErrorString(hetcclResult_t result) {
 
 HC_EXPORT const char *hetcclGetLastError(hetcclComm_t comm) {
   const char *text = hc_last_error();
-  if (text[0] == 0 && comm != NULL && hc_comm_check(comm, "GetLastError") == HC_OK)
+  if (text[0] == 0 && comm != NULL && hc_comm_check_handle(comm, "GetLastError") == HC_OK)
     return comm->async_error_text;
   return text;
 }

@@ -4,8 +4,8 @@
  * local steps (reduce, copy, scale) on the device backend as soon as their
  * dependencies are done. Knows nothing of the API.
  *
- * For host buffers the calling thread drives the engine (no hand-off to a
- * proxy thread, so a small all-reduce costs the wire and nothing else).
+ * For host buffers the calling thread drives the engine (no hand-off to
+ * another thread, so a small all-reduce costs the wire and nothing else).
  * When nothing moves it polls, first bare while a peer is likely to answer
  * soon, then yielding the core between passes, and after HETCCL_SPIN_US
  * sleeps in the transport's wait (exec.c says why).

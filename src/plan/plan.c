@@ -16,8 +16,9 @@
  * freeing such memory (cuMemFreeHost, cuMemFree) waits for every stream of
  * the context, and a GPU call returns its plan's buffers on the calling
  * thread as soon as the call is enqueued (api/proxy.c), while its stream
- * may still wait for the proxy thread: a free there would make every GPU
- * call wait for its own completion. Its buffers are reused by size. */
+ * may still wait for the progress engine's transfers (exec/engine.h): a
+ * free there would make every GPU call wait for its own completion. Its
+ * buffers are reused by size. */
 #define HC_POOL_KEEP 8
 struct hc_scratch_pool {
   pthread_mutex_t lock;

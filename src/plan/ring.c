@@ -77,32 +77,25 @@ hc_result_t hc_ring_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
   return hc_ring_allreduce_split(p, x, a, io, NULL, NULL, NULL);
 }
 
-hc_result_t hc_ring_allreduce_split(struct hc_plan *p, const struct hc_plan_ctx *x,
-                                    const struct hc_coll_args *a, struct hc_alg_io io, hc_ring_mid_fn mid,
-                                    void *arg, hc_ref_t *done) {
-  const int n = x->nranks, r = x->rank;
-  const size_t es = hc_dtype_size(a->dtype);
-  const enum hc_redop op = hc_step_op(a->op);
-  if (n == 1) {
-    hc_ref_t d = hc_push_copy(p, io.out, io.in, a->count * es, io.in_dep, 0);
-    if (mid) d = mid(p, arg, 0, a->count, d);
-    d = hc_push_avg(p, a, io.out, a->count, n, d);
-    if (done) *done = d;
-    return HC_OK;
-  }
-  const int next = hc_member(x, (r + 1) % n), prev = hc_member(x, (r + n - 1) % n);
-  const size_t maxlen = HC_DIV_UP(a->count, (size_t)n);
-  const size_t nch = hc_nchunks(maxlen, es, x->chunk_bytes);
+/* One ring all-reduce being built: who its neighbours are, how its blocks
+ * are cut into chunks, and the last writer and reader of each chunk. */
+struct ring_ar {
+  struct hc_plan *p;
+  const struct hc_coll_args *a;
+  struct hc_alg_io io;
+  int n, r, next, prev;
+  size_t es, nch;
   struct chunk_refs t;
-  struct slots sl;
-  HC_TRY(chunk_refs_create(&t, n, nch));
-  hc_result_t res = slots_create(p, x, HC_DIV_UP(maxlen, nch) * es, &sl);
-  if (res != HC_OK) {
-    chunk_refs_destroy(&t);
-    return res;
-  }
-  size_t boff, blen, coff, clen;
+};
 
+/* The reduce-scatter half: after it, block r of io.out holds the sum. */
+static void ring_ar_reduce_scatter(struct ring_ar *g, struct slots *sl) {
+  const struct hc_coll_args *a = g->a;
+  const struct hc_alg_io io = g->io;
+  const int n = g->n, r = g->r;
+  const size_t es = g->es, nch = g->nch;
+  const enum hc_redop op = hc_step_op(a->op);
+  size_t boff, blen, coff, clen;
   for (int s = 0; s < n - 1; s++) {
     const int sb = ring_mod(r - 1 - s, n), rb = ring_mod(r - 2 - s, n);
     for (size_t c = 0; c < nch; c++) {
@@ -111,56 +104,96 @@ hc_result_t hc_ring_allreduce_split(struct hc_plan *p, const struct hc_plan_ctx 
       if (clen) {
         /* Step 0 sends this rank's raw input, later steps the partial sums. */
         const void *src = s == 0 ? HC_PTR(io.in, boff + coff, es) : HC_PTR(io.out, boff + coff, es);
-        hc_ref_t ready = s == 0 ? io.in_dep : t.writer[sb * nch + c];
-        t.reader[sb * nch + c] = hc_push_send(p, next, src, clen * es, ready, 0);
+        hc_ref_t ready = s == 0 ? io.in_dep : g->t.writer[sb * nch + c];
+        g->t.reader[sb * nch + c] = hc_push_send(g->p, g->next, src, clen * es, ready, 0);
       }
       hc_block(a->count, n, rb, &boff, &blen);
       hc_chunk(blen, nch, c, &coff, &clen);
       if (clen) {
         void *slot;
         hc_ref_t slot_free;
-        int si = slot_take(&sl, &slot, &slot_free);
-        hc_ref_t got = hc_push_recv(p, prev, slot, clen * es, slot_free, 0);
-        hc_ref_t red = hc_push_reduce(p, HC_PTR(io.out, boff + coff, es), slot,
-                                      HC_PTR(io.in, boff + coff, es), clen, a->dtype, op, got,
-                                      io.in_dep, 0);
-        t.writer[rb * nch + c] = red;
-        sl.last_user[si] = red;
+        int si = slot_take(sl, &slot, &slot_free);
+        hc_ref_t got = hc_push_recv(g->p, g->prev, slot, clen * es, slot_free, 0);
+        hc_ref_t red = hc_push_reduce(g->p, HC_PTR(io.out, boff + coff, es), slot, HC_PTR(io.in, boff + coff, es), clen,
+                                      a->dtype, op, got, io.in_dep, 0);
+        g->t.writer[rb * nch + c] = red;
+        sl->last_user[si] = red;
       }
     }
   }
-  hc_block(a->count, n, r, &boff, &blen);
-  if (mid) { /* the join overwrites this block's writers, which become `after` anyway */
-    hc_ref_t after = mid(p, arg, boff, blen, hc_plan_join(p, &t.writer[r * nch], (int)nch));
-    for (size_t c = 0; c < nch; c++) t.writer[r * nch + c] = after;
-  }
-  for (size_t c = 0; c < nch; c++) {
-    hc_chunk(blen, nch, c, &coff, &clen);
-    t.writer[r * nch + c] = hc_push_avg(p, a, HC_PTR(io.out, boff + coff, es), clen, n, t.writer[r * nch + c]);
-  }
+}
+
+/* The all-gather half: block r of io.out goes round the ring. */
+static void ring_ar_all_gather(struct ring_ar *g) {
+  const int n = g->n, r = g->r;
+  const size_t es = g->es, nch = g->nch;
+  size_t boff, blen, coff, clen;
   for (int s = 0; s < n - 1; s++) {
     const int sb = ring_mod(r - s, n), rb = ring_mod(r - s - 1, n);
     for (size_t c = 0; c < nch; c++) {
-      hc_block(a->count, n, sb, &boff, &blen);
+      hc_block(g->a->count, n, sb, &boff, &blen);
       hc_chunk(blen, nch, c, &coff, &clen);
       if (clen)
-        t.reader[sb * nch + c] = hc_push_send(p, next, HC_PTR(io.out, boff + coff, es), clen * es,
-                                              t.writer[sb * nch + c], 0);
-      hc_block(a->count, n, rb, &boff, &blen);
+        g->t.reader[sb * nch + c] =
+            hc_push_send(g->p, g->next, HC_PTR(g->io.out, boff + coff, es), clen * es, g->t.writer[sb * nch + c], 0);
+      hc_block(g->a->count, n, rb, &boff, &blen);
       hc_chunk(blen, nch, c, &coff, &clen);
       if (clen)
-        t.writer[rb * nch + c] = hc_push_recv(p, prev, HC_PTR(io.out, boff + coff, es), clen * es,
-                                              t.writer[rb * nch + c], t.reader[rb * nch + c]);
+        g->t.writer[rb * nch + c] = hc_push_recv(g->p, g->prev, HC_PTR(g->io.out, boff + coff, es), clen * es,
+                                                 g->t.writer[rb * nch + c], g->t.reader[rb * nch + c]);
     }
   }
+}
+
+hc_result_t hc_ring_allreduce_split(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                    struct hc_alg_io io, hc_ring_mid_fn mid, void *arg, hc_ref_t *done) {
+  const int n = x->nranks, r = x->rank;
+  const size_t es = hc_dtype_size(a->dtype);
+  if (n == 1) {
+    hc_ref_t d = hc_push_copy(p, io.out, io.in, a->count * es, io.in_dep, 0);
+    if (mid) d = mid(p, arg, 0, a->count, d);
+    d = hc_push_avg(p, a, io.out, a->count, n, d);
+    if (done) *done = d;
+    return HC_OK;
+  }
+  const size_t maxlen = HC_DIV_UP(a->count, (size_t)n);
+  struct ring_ar g = {.p = p,
+                      .a = a,
+                      .io = io,
+                      .n = n,
+                      .r = r,
+                      .next = hc_member(x, (r + 1) % n),
+                      .prev = hc_member(x, (r + n - 1) % n),
+                      .es = es,
+                      .nch = hc_nchunks(maxlen, es, x->chunk_bytes)};
+  const size_t nch = g.nch;
+  struct slots sl;
+  HC_TRY(chunk_refs_create(&g.t, n, nch));
+  hc_result_t res = slots_create(p, x, HC_DIV_UP(maxlen, nch) * es, &sl);
+  if (res != HC_OK) {
+    chunk_refs_destroy(&g.t);
+    return res;
+  }
+  ring_ar_reduce_scatter(&g, &sl);
+  size_t boff, blen, coff, clen;
+  hc_block(a->count, n, r, &boff, &blen);
+  if (mid) { /* the join overwrites this block's writers, which become `after` anyway */
+    hc_ref_t after = mid(p, arg, boff, blen, hc_plan_join(p, &g.t.writer[r * nch], (int)nch));
+    for (size_t c = 0; c < nch; c++) g.t.writer[r * nch + c] = after;
+  }
+  for (size_t c = 0; c < nch; c++) {
+    hc_chunk(blen, nch, c, &coff, &clen);
+    g.t.writer[r * nch + c] = hc_push_avg(p, a, HC_PTR(io.out, boff + coff, es), clen, n, g.t.writer[r * nch + c]);
+  }
+  ring_ar_all_gather(&g);
   if (done) {
     /* Final once written, and free once the sends that read it are done
      * (a caller may write it next). The arrays are not read again. */
-    hc_ref_t written = hc_plan_join(p, t.writer, n * (int)nch), sent = hc_plan_join(p, t.reader, n * (int)nch);
+    hc_ref_t written = hc_plan_join(p, g.t.writer, n * (int)nch), sent = hc_plan_join(p, g.t.reader, n * (int)nch);
     *done = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_NOP, HC_DEPS(written, sent)});
   }
   free(sl.last_user);
-  chunk_refs_destroy(&t);
+  chunk_refs_destroy(&g.t);
   return HC_OK;
 }
 

@@ -17,6 +17,7 @@ static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static FILE *log_file;
 static char host_name[64];
 static _Thread_local int log_rank = -1;
+static _Thread_local char log_comm_name[64];
 
 static const char *const sys_names[] = {"UTIL", "BOOT", "DEV", "NET", "VENDOR",
                                         "PLAN", "EXEC", "API", "ENV"};
@@ -77,7 +78,12 @@ void hc_log_reload(void) {
   if (hc_params_load() == HC_OK) apply_settings();
 }
 
-void hc_log_set_rank(int rank) { log_rank = rank; }
+void hc_log_set_rank(int rank) { hc_log_set_comm(rank, NULL); }
+
+void hc_log_set_comm(int rank, const char *name) {
+  log_rank = rank;
+  snprintf(log_comm_name, sizeof(log_comm_name), "%s", name ? name : "");
+}
 
 static const char *sys_name(int sys) {
   for (size_t i = 0; i < HC_ARRAY_LEN(sys_names); i++)
@@ -99,8 +105,8 @@ void hc_log_emit(int level, int sys, const char *file, int line, const char *fmt
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
   const char *base = strrchr(file, '/');
-  char rank[16] = "";
-  if (log_rank >= 0) snprintf(rank, sizeof(rank), "[%d] ", log_rank);
+  char rank[96] = "";
+  if (log_rank >= 0) snprintf(rank, sizeof(rank), "[%d%s%s] ", log_rank, log_comm_name[0] ? " " : "", log_comm_name);
   FILE *out = log_file ? log_file : stderr;
   /* TRACE lines carry a time (microseconds, monotonic clock), to read
    * where a call spends it. */

@@ -83,6 +83,9 @@ void hc_log_init(void);
 void hc_log_reload(void);
 /* Rank shown in log lines of this thread (-1: none). */
 void hc_log_set_rank(int rank);
+/* The same, and the name of the comm the thread works for ("" or NULL:
+ * none; copied): "[3 name]" opens its lines (config commName). */
+void hc_log_set_comm(int rank, const char *name);
 void hc_log_emit(int level, int sys, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 #define HC_LOG(lvl, sys, ...)                                                  \

@@ -1,7 +1,7 @@
 # Collectives with GPU buffers: on the GPU machine for real; everywhere over
 # the fake libcuda.so.1 of gpu.cmake (its kernels are the host emulation of
 # the same source), which runs every GPU code path of hetccl's own: the
-# proxy thread, stream flags, windows, staging through pinned slots, kernels.
+# progress engine, stream flags, windows, staging through pinned slots, kernels.
 add_test(NAME gpu_coll COMMAND test_coll_gpu)
 set_tests_properties(gpu_coll PROPERTIES LABELS gpu TIMEOUT 900 SKIP_RETURN_CODE 77
                      ENVIRONMENT "HETCCL_TIMEOUT=120")
@@ -26,6 +26,12 @@ add_dependencies(test_coll_gpu hc_fake_nccl)
 add_test(NAME gpu_coll_fake_nccl COMMAND test_coll_gpu)
 set_tests_properties(gpu_coll_fake_nccl PROPERTIES LABELS "unit;gpu" TIMEOUT 600
   ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=2;FAKE_CUDA_DELAY_US=0;GPU_TEST_QUICK=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=1;HETCCL_NCCL_LIBRARY=${CMAKE_CURRENT_BINARY_DIR}/fake-nccl/libnccl.so.2;GPU_TEST_SCENARIOS=EF;TU_RANKS=threads")
+# Nonblocking comms (config blocking = 0, GPU_TEST_NONBLOCKING): a GPU rank's
+# init (its engine side, the vendor comm of E) and finalize (the drain) run
+# on the comm's own thread; scenarios B and E, over the fake NCCL.
+add_test(NAME gpu_coll_fake_cuda_nonblocking COMMAND test_coll_gpu)
+set_tests_properties(gpu_coll_fake_cuda_nonblocking PROPERTIES LABELS "unit;gpu" TIMEOUT 600
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=2;FAKE_CUDA_DELAY_US=0;GPU_TEST_QUICK=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=1;HETCCL_NCCL_LIBRARY=${CMAKE_CURRENT_BINARY_DIR}/fake-nccl/libnccl.so.2;GPU_TEST_SCENARIOS=BE;GPU_TEST_NONBLOCKING=1;TU_RANKS=threads")
 # A comm of CUDA and HIP ranks (GPU_TEST_KINDS=ch) over the fake libcuda
 # and the fake libamdhip64 at once: every scenario with the vendors
 # alternating, and G, grouped by device kind (one group per vendor).

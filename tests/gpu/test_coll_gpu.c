@@ -28,6 +28,8 @@
  *      plans across them.
  * Ranks of mixed vendors must be processes (TU_RANKS=threads shares one
  * backend pointer).
+ * GPU_TEST_NONBLOCKING=1 makes every comm of the scenarios nonblocking
+ * (config blocking = 0): init and finalize are polled until done.
  * Exits 77 (skip) where no device of the kinds asked for is found.
  */
 #include <dlfcn.h>
@@ -280,6 +282,25 @@ out:
   free(expect);
 }
 
+/* GPU_TEST_NONBLOCKING=1: comms are nonblocking (config blocking = 0);
+ * their init and finalize are polled until done. */
+static bool nonblocking(void) {
+  const char *v = getenv("GPU_TEST_NONBLOCKING");
+  return v && !strcmp(v, "1");
+}
+
+/* Polls comm until GetAsyncError stops reading InProgress (300 s: longer
+ * is a hang); true when it then reads success. */
+static bool wait_done(hetcclComm_t comm, const char *what) {
+  hetcclResult_t state = hetcclInProgress;
+  const double t0 = tu_seconds();
+  while (state == hetcclInProgress && tu_seconds() - t0 < 300) {
+    if (!CHECK_OK(hetcclCommGetAsyncError(comm, &state))) return false;
+    if (state == hetcclInProgress) usleep(1000);
+  }
+  return CHECK(state == hetcclSuccess, "nonblocking %s ended in %d: %s", what, (int)state, hetcclGetLastError(comm));
+}
+
 static hetcclComm_t make_comm(int rank, int n, hetcclUniqueId id, bool on_gpu, int device, const char *groups) {
   hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
   char group[16];
@@ -291,7 +312,18 @@ static hetcclComm_t make_comm(int rank, int n, hetcclUniqueId id, bool on_gpu, i
    * the grouping to hetccl (by device kind). */
   cfg.groupName = groups && !groups[0] ? NULL : group;
   hetcclComm_t comm = NULL;
-  CHECK_OK(hetcclCommInitRankConfig(&comm, n, id, rank, &cfg));
+  if (!nonblocking()) {
+    CHECK_OK(hetcclCommInitRankConfig(&comm, n, id, rank, &cfg));
+    return comm;
+  }
+  cfg.blocking = 0;
+  hetcclResult_t r = hetcclCommInitRankConfig(&comm, n, id, rank, &cfg);
+  CHECK(r == hetcclInProgress || r == hetcclSuccess, "nonblocking init returned %d: %s", (int)r,
+        hetcclGetLastError(NULL));
+  if (comm && !wait_done(comm, "init")) {
+    hetcclCommDestroy(comm);
+    comm = NULL;
+  }
   return comm;
 }
 
@@ -334,6 +366,11 @@ static int rank_scenario(int rank, int n, hetcclUniqueId id, void *arg) {
   for (int i = 0; i < ncases; i++) run_case(comm, &m, rank, n, &cases[i], i);
   if (rank == 0) printf("%s: %d cases in %.1f s\n", cur->name, ncases, tu_seconds() - t0);
   spares_free(&m);
+  if (nonblocking()) {
+    hetcclResult_t r = hetcclCommFinalize(comm);
+    CHECK(r == hetcclInProgress || r == hetcclSuccess, "nonblocking finalize returned %d", (int)r);
+    wait_done(comm, "finalize");
+  }
   CHECK_OK(hetcclCommDestroy(comm));
   if (m.on_gpu) gpu->stream_destroy(m.stream);
   return 0;

@@ -2,7 +2,8 @@
  * The NCCL ABI, seen from a program built against the real nccl.h 2.28.9
  * and linked to hetccl's drop-in (build/nccl/libnccl.so.2): layouts and
  * values agree, and calls through nccl* do their jobs. Runs on a host
- * without a GPU, where ABI comms are host comms.
+ * without a GPU, where ABI comms are host comms. Each rank also makes a
+ * nonblocking comm (config blocking = 0) and polls it.
  */
 #include <nccl.h>
 #include <pthread.h>
@@ -10,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 /* From nccl_device.h, which is C++: the host helper torch imports. */
 ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void *reqs, void *outDevComm);
@@ -36,7 +39,43 @@ static int failures;
   } while (0)
 
 #define NRANKS 3
-static ncclUniqueId id;
+static ncclUniqueId id, nonblocking_id;
+
+/* Polls a nonblocking comm until ncclCommGetAsyncError stops reading
+ * ncclInProgress (120 s: longer is a hang); returns what it read. */
+static ncclResult_t wait_done(ncclComm_t comm) {
+  ncclResult_t state = ncclInProgress;
+  const time_t deadline = time(NULL) + 120;
+  while (state == ncclInProgress && time(NULL) < deadline) {
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return ncclInternalError;
+    if (state == ncclInProgress) usleep(1000);
+  }
+  return state;
+}
+
+/* A nonblocking comm, as PyTorch makes one under
+ * TORCH_NCCL_USE_COMM_NONBLOCKING=1: init and finalize may return
+ * ncclInProgress; the comm is polled until each is done. */
+static void nonblocking_comm(int rank) {
+  ncclComm_t comm = NULL;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  cfg.commName = "abi-nonblocking";
+  ncclResult_t r = ncclCommInitRankConfig(&comm, NRANKS, nonblocking_id, rank, &cfg);
+  EXPECT(r == ncclInProgress || r == ncclSuccess, "nonblocking init returned %d: %s", (int)r, ncclGetLastError(NULL));
+  if (comm == NULL) return;
+  r = wait_done(comm);
+  EXPECT(r == ncclSuccess, "nonblocking init ended in %d: %s", (int)r, ncclGetLastError(comm));
+  if (r == ncclSuccess) {
+    int32_t in = rank + 1, out = 0;
+    EXPECT(ncclAllReduce(&in, &out, 1, ncclInt32, ncclSum, comm, NULL) == ncclSuccess, "%s", ncclGetLastError(NULL));
+    EXPECT(out == NRANKS * (NRANKS + 1) / 2, "nonblocking allreduce gave %d", (int)out);
+    r = ncclCommFinalize(comm);
+    EXPECT(r == ncclInProgress || r == ncclSuccess, "nonblocking finalize returned %d", (int)r);
+    EXPECT(wait_done(comm) == ncclSuccess, "nonblocking finalize: %s", ncclGetLastError(comm));
+  }
+  EXPECT(ncclCommDestroy(comm) == ncclSuccess, "destroy the nonblocking comm");
+}
 
 static void *rank_main(void *arg) {
   int rank = (int)(long)arg;
@@ -92,6 +131,7 @@ static void *rank_main(void *arg) {
   EXPECT(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess, "async %d", async);
   EXPECT(ncclCommFinalize(comm) == ncclSuccess, "finalize");
   EXPECT(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+  nonblocking_comm(rank);
   return NULL;
 }
 
@@ -99,6 +139,7 @@ int main(void) {
   int v = 0;
   EXPECT(ncclGetVersion(&v) == ncclSuccess && v == NCCL_VERSION_CODE, "version %d, header %d", v, NCCL_VERSION_CODE);
   EXPECT(ncclGetUniqueId(&id) == ncclSuccess, "id");
+  EXPECT(ncclGetUniqueId(&nonblocking_id) == ncclSuccess, "id");
   pthread_t t[NRANKS];
   for (long r = 0; r < NRANKS; r++) pthread_create(&t[r], NULL, rank_main, (void *)r);
   for (int r = 0; r < NRANKS; r++) pthread_join(t[r], NULL);
