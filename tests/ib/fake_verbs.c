@@ -186,6 +186,15 @@ static const char *mem_of(const void *p) {
   return type == CU_MEMORYTYPE_DEVICE ? "device" : type == CU_MEMORYTYPE_HOST ? "pinned" : "host";
 }
 
+/* What a registered range holds: its page-rounded ends may lie outside
+ * the buffer it was made for, so the middle is asked first. */
+static const char *range_mem(const void *addr, size_t len) {
+  const char *mid = mem_of((const char *)addr + len / 2);
+  if (strcmp(mid, "host") != 0 || len == 0) return mid;
+  const char *first = mem_of(addr);
+  return strcmp(first, "host") != 0 ? first : mem_of((const char *)addr + len - 1);
+}
+
 /* ---- devices ---- */
 
 EXPORT struct ibv_device **ibv_get_device_list(int *n) {
@@ -287,7 +296,7 @@ static struct ibv_mr *mr_add(struct ibv_pd *pd, void *addr, size_t len, int acce
 
 EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) {
   pthread_mutex_lock(&big);
-  const char *mem = mem_of(addr);
+  const char *mem = range_mem(addr, len);
   struct ibv_mr *mr = NULL;
   if (strcmp(mem, "device") == 0 && !env_flag("FAKE_VERBS_PEERMEM", false))
     errno = EFAULT; /* the pages are not the kernel's to pin without a peer-memory module */
@@ -311,7 +320,7 @@ EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size
     return NULL;
   }
   pthread_mutex_lock(&big);
-  struct ibv_mr *mr = mr_add(pd, (void *)(uintptr_t)iova, len, access, mem_of((void *)(uintptr_t)iova), true);
+  struct ibv_mr *mr = mr_add(pd, (void *)(uintptr_t)iova, len, access, range_mem((void *)(uintptr_t)iova, len), true);
   pthread_mutex_unlock(&big);
   return mr;
 }
@@ -581,16 +590,16 @@ static int execute_write(struct fake_qp *q, struct fake_qp *to, const struct wri
   uintptr_t dst = (uintptr_t)wr->remote_addr;
   struct fake_mr *rm = len > 0 ? mr_covering(wr->rkey, dst, len) : NULL;
   if (len > 0 && (rm == NULL || !(rm->access & HC_IBV_ACCESS_REMOTE_WRITE))) return WC_REM_ACCESS_ERR;
-  const char *src_mem = "host";
+  /* What the bytes themselves are, at either end. */
   uintptr_t src = wr->nsge > 0 ? (uintptr_t)wr->sge[0].addr : 0;
-  if (!inline_data && wr->nsge > 0) src_mem = mr_covering(wr->sge[0].lkey, src, 0)->mem;
+  const char *src_mem = inline_data || len == 0 ? "host" : mem_of((const void *)src);
+  const char *dst_mem = len == 0 ? "host" : mem_of((const void *)dst);
   size_t off = 0;
   for (int i = 0; i < wr->nsge; i++) {
     const void *from = inline_data ? (const void *)(wr->inline_copy + off) : (const void *)(uintptr_t)wr->sge[i].addr;
     memmove((char *)dst + off, from, wr->sge[i].length);
     off += wr->sge[i].length;
   }
-  const char *dst_mem = rm ? rm->mem : "host";
   bool imm = wr->opcode == HC_IBV_WR_RDMA_WRITE_WITH_IMM;
   bytes_by[kind_index(src_mem)][kind_index(dst_mem)] += (long long)len;
   log_line("write qp=%u to=%u len=%zu src=%p src_mem=%s dst=%p dst_mem=%s imm=%d inline=%d", q->qp.qp_num,
