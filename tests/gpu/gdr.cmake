@@ -9,10 +9,10 @@ set(gdr_env "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda:${CMAKE_CURRE
 add_dependencies(test_coll_gdr hc_fake_cuda hc_fake_nccl hc_fake_verbs)
 add_test(NAME gpu_coll_gdr_fake_verbs COMMAND test_coll_gdr)
 set_tests_properties(gpu_coll_gdr_fake_verbs PROPERTIES LABELS "unit;gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
-  ENVIRONMENT "${gdr_env};GDR_TEST_EXPECT=direct")
+  ENVIRONMENT "${gdr_env};GDR_TEST_EXPECT=direct;FAKE_VERBS_LOG=${CMAKE_CURRENT_BINARY_DIR}/gdr_direct.verbs.log")
 add_test(NAME gpu_coll_gdr_stage_fake_verbs COMMAND test_coll_gdr)
 set_tests_properties(gpu_coll_gdr_stage_fake_verbs PROPERTIES LABELS "unit;gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
-  ENVIRONMENT "${gdr_env};GDR_TEST_EXPECT=staged;HETCCL_GDR=STAGE")
+  ENVIRONMENT "${gdr_env};GDR_TEST_EXPECT=staged;HETCCL_GDR=STAGE;FAKE_VERBS_LOG=${CMAKE_CURRENT_BINARY_DIR}/gdr_stage.verbs.log")
 add_test(NAME gpu_coll_gdr_refused_fake_verbs COMMAND test_coll_gdr)
 set_tests_properties(gpu_coll_gdr_refused_fake_verbs PROPERTIES LABELS "unit;gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
-  ENVIRONMENT "${gdr_env};GDR_TEST_EXPECT=staged;FAKE_VERBS_DMABUF=0")
+  ENVIRONMENT "${gdr_env};GDR_TEST_EXPECT=staged;FAKE_VERBS_DMABUF=0;FAKE_VERBS_LOG=${CMAKE_CURRENT_BINARY_DIR}/gdr_refused.verbs.log")

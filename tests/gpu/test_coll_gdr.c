@@ -22,12 +22,15 @@
  *                           memory and back in by the GPU, and no GPU
  *                           memory is ever registered.
  * Messages of at most HETCCL_IB_EAGER_BYTES are staged either way (the
- * small all-reduce). Exits 77 unless the fake drivers are there.
+ * small all-reduce). At the end the fake verbs' log (FAKE_VERBS_LOG) is
+ * read back against the counters. Exits 77 unless the fake drivers are
+ * there.
  */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "device/device.h"
 #include "testutil.h"
@@ -285,8 +288,45 @@ static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
   return 0;
 }
 
+/* The fake verbs' log (FAKE_VERBS_LOG), read back once the comms are
+ * gone: every registration of GPU memory went through dma-buf (direct) or
+ * none was made (staged), and the RDMA writes it lists from GPU memory
+ * into GPU memory add up to what its counters said, with every GPU
+ * registration deregistered again. */
+static void check_log(const char *path, long long direct_total) {
+  FILE *f = fopen(path, "r");
+  if (!CHECK(f != NULL, "cannot read the fake verbs' log %s", path)) return;
+  char line[512], mem[16], src_mem[16], dst_mem[16];
+  long long regs = 0, dev_regs = 0, dev_dmabuf = 0, deregs = 0, writes = 0, direct = 0;
+  int dmabuf;
+  size_t len;
+  while (fgets(line, sizeof(line), f)) {
+    if (sscanf(line, "reg key=%*u addr=%*s len=%zu mem=%15s dmabuf=%d", &len, mem, &dmabuf) == 3) {
+      regs++;
+      dev_regs += !strcmp(mem, "device");
+      dev_dmabuf += !strcmp(mem, "device") && dmabuf;
+    } else if (!strncmp(line, "dereg ", 6)) {
+      deregs++;
+    } else if (sscanf(line, "write qp=%*u to=%*u len=%zu src=%*s src_mem=%15s dst=%*s dst_mem=%15s", &len, src_mem,
+                      dst_mem) == 3) {
+      writes++;
+      if (!strcmp(src_mem, "device") && !strcmp(dst_mem, "device")) direct += (long long)len;
+    }
+  }
+  fclose(f);
+  printf("fake verbs log: %lld registrations (%lld of GPU memory, %lld through dma-buf), %lld deregistrations, "
+         "%lld RDMA writes, %lld bytes GPU to GPU\n", regs, dev_regs, dev_dmabuf, deregs, writes, direct);
+  CHECK(direct == direct_total, "the log lists %lld bytes GPU to GPU, the counters %lld", direct, direct_total);
+  CHECK(deregs == regs, "%lld registrations, %lld deregistrations", regs, deregs);
+  if (expect_direct) CHECK(dev_regs > 0 && dev_dmabuf == dev_regs, "%lld GPU registrations, %lld through dma-buf",
+                           dev_regs, dev_dmabuf);
+  else CHECK(dev_regs == 0, "%lld GPU registrations while staging", dev_regs);
+}
+
 int main(int argc, char **argv) {
   tu_init(argc, argv);
+  const char *log_path = getenv("FAKE_VERBS_LOG");
+  if (log_path) unlink(log_path); /* the fake appends */
   const char *want = getenv("GDR_TEST_EXPECT");
   expect_direct = want == NULL || strcmp(want, "staged") != 0;
   gpu = hc_dev_get(HC_MEM_CUDA);
@@ -296,5 +336,6 @@ int main(int argc, char **argv) {
   }
   printf("expecting GPU bytes between hosts %s\n", expect_direct ? "straight to the NIC" : "staged");
   tu_run_ranks(NRANKS, rank_main, NULL);
+  if (log_path && verbs_bytes) check_log(log_path, verbs_bytes("device", "device"));
   return tu_finish("test_coll_gdr");
 }
