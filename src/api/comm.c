@@ -584,8 +584,8 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
       .chunk_bytes = any_gpu ? gpu_chunk_bytes() : (size_t)HC_MAX(hc_param_int(HC_P_CHUNK_BYTES), 64),
       .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
       /* One step pays where a small message costs a round trip whatever
-       * its size (shm's inline descriptors); GPU ranks stage every
-       * transfer, and there n-1 copies per rank cost more. */
+       * its size (shm's inline descriptors); GPU ranks stage small
+       * transfers, and there n-1 copies per rank cost more. */
       .onestep_bytes = any_gpu ? 0 : (size_t)hc_param_int(HC_P_ONESTEP_BYTES),
       .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1), .ngroups = 1};
   if (comm->ngroups > 1) {

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "device/device.h"
+#include "gpu_rank_mem.h"
 #include "testutil.h"
 
 enum { NRANKS = 4, GROUP = 2 };
@@ -43,22 +44,6 @@ static bool expect_direct;
 static long long (*verbs_bytes)(const char *src, const char *dst);
 static long long (*verbs_regs)(const char *mem, int dmabuf);
 static long long (*cuda_copied)(const char *src, const char *dst);
-
-struct rank_mem {
-  hc_stream_t stream;
-  void *send, *recv;
-  size_t bytes;
-};
-
-static void put(struct rank_mem *m, void *dst, const void *src, size_t bytes) {
-  gpu->copy(dst, src, bytes, m->stream);
-  gpu->stream_sync(m->stream);
-}
-static void get(struct rank_mem *m, void *dst, const void *src, size_t bytes) {
-  gpu->stream_sync(m->stream);
-  gpu->copy(dst, src, bytes, m->stream);
-  gpu->stream_sync(m->stream);
-}
 
 /* How the bytes of one call went, all ranks together. */
 struct paths {
@@ -244,12 +229,11 @@ out:
 
 static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
-  struct rank_mem m = {.bytes = 4u << 20};
-  gpu->set_device(device_of[rank]);
-  if (!CHECK(gpu->stream_create(device_of[rank], &m.stream) == HC_OK &&
-                 gpu->mem_alloc(device_of[rank], m.bytes, &m.send) == HC_OK &&
-                 gpu->mem_alloc(device_of[rank], m.bytes, &m.recv) == HC_OK,
-             "device memory")) return 1;
+  struct rank_mem m;
+  if (!CHECK(rank_mem_open(&m, gpu, device_of[rank], 4u << 20), "device memory")) {
+    rank_mem_close(&m);
+    return 1;
+  }
   hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
   cfg.deviceKind = hetcclDeviceCuda;
   cfg.deviceId = device_of[rank];
@@ -282,9 +266,7 @@ static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
   allreduce(comm, &m, 3000, "small all-reduce (staged: eager size)");
   tu_barrier();
   CHECK_OK(hetcclCommDestroy(comm));
-  gpu->mem_free(device_of[rank], m.send);
-  gpu->mem_free(device_of[rank], m.recv);
-  gpu->stream_destroy(m.stream);
+  rank_mem_close(&m);
   return 0;
 }
 
