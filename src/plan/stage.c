@@ -242,10 +242,14 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
         if (dev) add_dep(p, &piece, entry_gate);
         pieces[k] = hc_plan_push(p, piece);
         if (dev && ndirect == direct_cap) {
-          direct_cap = HC_MAX(2 * direct_cap, 64);
-          hc_ref_t *grown = realloc(direct_refs, (size_t)direct_cap * sizeof(*grown));
-          if (grown == NULL) p->cap = -1; /* reported below, as the plan's own out-of-memory */
-          else direct_refs = grown;
+          const int cap = HC_MAX(2 * direct_cap, 64);
+          hc_ref_t *grown = realloc(direct_refs, (size_t)cap * sizeof(*grown));
+          if (grown == NULL) {
+            p->cap = -1; /* reported below, as the plan's own out-of-memory */
+          } else {
+            direct_refs = grown;
+            direct_cap = cap;
+          }
         }
         if (dev && ndirect < direct_cap) direct_refs[ndirect++] = pieces[k];
         continue;
