@@ -17,6 +17,7 @@
 #define HC_COMM_MAGIC_TAIL 0x6d6f636363746568ull
 #define HC_MAX_PREMUL_OPS 64
 #define HC_GROUP_NAME_BYTES 32
+#define HC_MAX_LOGGED_PEERS 64 /* the INFO line of GPU paths names this many peers at most */
 
 /* What every rank publishes at init; every rank derives the same groups and
  * transports from the same table. */
@@ -112,6 +113,7 @@ struct hetcclComm {
   void *vendor_comm;
   void *group_vendor_comm;
   bool *group_vendor;             /* per group */
+  bool *peer_gdr;                 /* GPU comms: per peer, GPU memory straight to the NIC (plan_ctx.peer_gdr) */
   uint64_t magic_tail;
 };
 

@@ -145,6 +145,72 @@ static hc_result_t windows_open(struct hetcclComm *comm) {
   return HC_OK;
 }
 
+/* How a GPU rank's bytes reach peer, and why, into text (for the INFO
+ * line); *direct: straight between GPU memory and the RDMA adapter. */
+static void gpu_path_of(const struct hetcclComm *comm, int peer, const struct hc_net_caps *ib_caps, bool *direct,
+                        char *text, size_t len) {
+  const struct hc_link *l = &comm->links.peer[peer];
+  const int mine = comm->peers[comm->rank].group;
+  *direct = false;
+  if (comm->group_vendor && comm->group_vendor[mine] && comm->peers[peer].group == mine)
+    snprintf(text, len, "the vendor library (group mates)");
+  else if (pair_has_window(comm, peer))
+    snprintf(text, len, "shm window (GPU copies into shared host memory)");
+  else if (l->net == &hc_net_ib && ib_caps->device_memory) {
+    *direct = true;
+    snprintf(text, len, "%s (messages of up to %zu bytes staged)", ib_caps->device_path, ib_caps->device_min_bytes);
+  } else if (l->net == &hc_net_ib)
+    snprintf(text, len, "%s", ib_caps->device_path);
+  else if (l->net == &hc_net_shm)
+    snprintf(text, len, "staged: same host, shm without windows");
+  else
+    snprintf(text, len, "staged: sockets (no ib between the two, or HETCCL_NET=SOCKET)");
+}
+
+/* Which peers a GPU rank's transfers reach with GPU memory straight to the
+ * NIC (plan.h, hc_plan_ctx.peer_gdr), and one INFO line saying, per class
+ * of peers, which path GPU bytes take and why. Local facts only: the two
+ * ends of a pair need not agree, since a staged and a direct transfer are
+ * the same bytes on the wire, cut into the same pieces. */
+static hc_result_t gdr_choose(struct hetcclComm *comm, const struct hc_net_caps *ib_caps) {
+  if (comm->config.device_kind == HC_MEM_HOST || comm->nranks < 2) return HC_OK;
+  HC_TRY(hc_calloc(&comm->peer_gdr, (size_t)comm->nranks, sizeof(bool), "GPU paths"));
+  char line[1024], cls[256], other[256];
+  size_t at = 0;
+  bool done[HC_MAX_LOGGED_PEERS] = {false};
+  bool any = false, direct;
+  for (int i = 0; i < comm->nranks; i++) {
+    if (i == comm->rank) continue;
+    gpu_path_of(comm, i, ib_caps, &direct, cls, sizeof(cls));
+    comm->peer_gdr[i] = direct;
+    any |= direct;
+  }
+  /* Peers of one class together: "ranks 2,3: gdr dma-buf on mlx5_0". */
+  for (int i = 0; i < comm->nranks && i < HC_MAX_LOGGED_PEERS && at < sizeof(line); i++) {
+    if (i == comm->rank || done[i]) continue;
+    gpu_path_of(comm, i, ib_caps, &direct, cls, sizeof(cls));
+    int n = snprintf(line + at, sizeof(line) - at, "%s%d", at ? "; " : "", i);
+    at = HC_MIN(at + (size_t)HC_MAX(n, 0), sizeof(line));
+    for (int j = i + 1; j < comm->nranks && j < HC_MAX_LOGGED_PEERS && at < sizeof(line); j++) {
+      if (j == comm->rank || done[j]) continue;
+      gpu_path_of(comm, j, ib_caps, &direct, other, sizeof(other));
+      if (strcmp(cls, other) != 0) continue;
+      done[j] = true;
+      n = snprintf(line + at, sizeof(line) - at, ",%d", j);
+      at = HC_MIN(at + (size_t)HC_MAX(n, 0), sizeof(line));
+    }
+    n = snprintf(line + at, sizeof(line) - at, ": %s", cls);
+    at = HC_MIN(at + (size_t)HC_MAX(n, 0), sizeof(line));
+  }
+  HC_INFO(HC_NET, "rank %d: GPU bytes to ranks %s%s", comm->rank, line,
+          comm->nranks > HC_MAX_LOGGED_PEERS ? "; ..." : "");
+  if (any) {
+    comm->plan_ctx.peer_gdr = comm->peer_gdr;
+    comm->plan_ctx.gdr_min_bytes = ib_caps->device_min_bytes;
+  }
+  return HC_OK;
+}
+
 void hc_comm_free(struct hetcclComm *comm) {
   if (comm == NULL) return;
   hc_comm_task_join(comm);
@@ -153,6 +219,7 @@ void hc_comm_free(struct hetcclComm *comm) {
   if (comm->windows_registered) windows_register(comm, false);
   free(comm->plan_ctx.windows);
   free(comm->group_of);
+  free(comm->peer_gdr);
   void *vendor_comms[2] = {comm->vendor_comm, comm->group_vendor_comm};
   for (int k = 0; k < 2; k++)
     if (vendor_comms[k])
@@ -212,9 +279,31 @@ static hc_result_t config_resolve(const hetcclConfig_t *user, struct hc_config *
 
 /* ---- init ---- */
 
+/* HETCCL_FAKE_HOSTS (tests): the host number rank stands on, -1 when the
+ * list is empty. */
+static hc_result_t fake_host_of(int rank, int *out) {
+  const char *list = hc_param_str(HC_P_FAKE_HOSTS), *p = list;
+  *out = -1;
+  if (list[0] == 0) return HC_OK;
+  for (int r = 0;; r++) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < 0 || v > 1000000 || (*end != ',' && *end != 0))
+      return HC_FAIL(HC_ERR_USAGE, "HETCCL_FAKE_HOSTS=%s: not a list of host numbers", list);
+    if (r == rank) {
+      *out = (int)v;
+      return HC_OK;
+    }
+    if (*end == 0)
+      return HC_FAIL(HC_ERR_USAGE, "HETCCL_FAKE_HOSTS=%s names %d hosts, rank %d has none", list, r + 1, rank);
+    p = end + 1;
+  }
+}
+
 /* Ranks in one network namespace of one booted host share this; ranks in
- * different namespaces (the two-host tests) do not. */
-static uint64_t host_hash(void) {
+ * different namespaces (the two-host tests), or on different fake hosts
+ * (fake_host >= 0, HETCCL_FAKE_HOSTS), do not. */
+static uint64_t host_hash(int fake_host) {
   char text[512] = "";
   size_t n = 0;
   gethostname(text, 128);
@@ -233,6 +322,7 @@ static uint64_t host_hash(void) {
       n += (size_t)snprintf(text + n, sizeof(text) - n, ":%llu.%llu", (unsigned long long)st.st_dev,
                             (unsigned long long)st.st_ino);
   }
+  if (fake_host >= 0) n += (size_t)snprintf(text + n, sizeof(text) - n, ":fake host %d", fake_host);
   uint8_t digest[32];
   hc_sha256(text, n, digest);
   uint64_t h;
@@ -372,13 +462,13 @@ static hc_result_t net_choice_parse(enum hc_net_choice *out) {
 /* Opens the ib transport unless HETCCL_NET says socket; a host without a
  * usable RDMA port goes on without it (INFO), unless HETCCL_NET=IB. */
 static hc_result_t ib_open(struct hetcclComm *comm, const struct hc_net_args *args, enum hc_net_choice choice,
-                           struct hc_net_handle *handle, bool *has_ib) {
+                           struct hc_net_handle *handle, bool *has_ib, struct hc_net_caps *caps) {
   *has_ib = false;
+  *caps = (struct hc_net_caps){0};
   if (choice == HC_NET_SOCKET || comm->nranks < 2) return HC_OK;
-  struct hc_net_caps caps;
   char earlier_error[512]; /* a host without ib is no error of the caller's: its text goes back */
   snprintf(earlier_error, sizeof(earlier_error), "%s", hc_last_error());
-  hc_result_t r = hc_net_ib.open(args, &caps, handle, &comm->ib_ctx);
+  hc_result_t r = hc_net_ib.open(args, caps, handle, &comm->ib_ctx);
   if (r == HC_OK) {
     *has_ib = true;
     return HC_OK;
@@ -406,28 +496,30 @@ hc_result_t hc_comm_build(struct hetcclComm *comm) {
                                  .device_kind = (int)config->device_kind, .device_id = config->device_id,
                                  .sig_explain = hc_plan_sig_explain};
   HC_TRY_GOTO(hc_bootstrap_id_secret(id, net_args.secret), r, fail);
-  struct hc_net_caps caps;
+  struct hc_net_caps caps = {0}, ib_caps;
   struct hc_net_handle handle;
   HC_TRY_GOTO(hc_net_socket.open(&net_args, &caps, &handle, &comm->socket_ctx), r, fail);
   struct hc_net_handle shm_handle = {0};
   bool has_shm = false;
   if (nranks > 1 && !hc_param_int(HC_P_SHM_DISABLE)) {
-    struct hc_net_caps shm_caps;
+    struct hc_net_caps shm_caps = {0};
     if (config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_SHM_WINDOW))
       net_args.window_bytes = HC_WINDOW_SLOTS * gpu_chunk_bytes();
     has_shm = hc_net_shm.open(&net_args, &shm_caps, &shm_handle, &comm->shm_ctx) == HC_OK;
     if (!has_shm) HC_INFO(HC_NET, "shm: not available here (%s); local peers use sockets", hc_last_error());
   }
 
-  enum hc_net_choice net_choice;
+  enum hc_net_choice net_choice = HC_NET_AUTO;
   struct hc_net_handle ib_handle = {0};
   bool has_ib = false;
   HC_TRY_GOTO(net_choice_parse(&net_choice), r, fail);
-  HC_TRY_GOTO(ib_open(comm, &net_args, net_choice, &ib_handle, &has_ib), r, fail);
+  HC_TRY_GOTO(ib_open(comm, &net_args, net_choice, &ib_handle, &has_ib, &ib_caps), r, fail);
 
   HC_TRY_GOTO(hc_calloc(&comm->peers, (size_t)nranks, sizeof(*comm->peers), "peer table"), r, fail);
+  int fake_host;
+  HC_TRY_GOTO(fake_host_of(rank, &fake_host), r, fail);
   struct hc_peer_info *me = &comm->peers[rank];
-  *me = (struct hc_peer_info){.magic = HC_PEER_INFO_MAGIC, .rank = rank, .host_hash = host_hash(),
+  *me = (struct hc_peer_info){.magic = HC_PEER_INFO_MAGIC, .rank = rank, .host_hash = host_hash(fake_host),
                               .pid = (int32_t)getpid(), .device_kind = config->device_kind,
                               .shm_window = net_args.window_bytes > 0,
                               .device_id = config->device_id, .socket_handle = handle,
@@ -522,6 +614,7 @@ hc_result_t hc_comm_build(struct hetcclComm *comm) {
   HC_TRY_GOTO(vendor_groups_choose(comm), r, fail);
   if (comm->ngroups > 1) comm->plan_ctx.group_vendor = comm->group_vendor;
   HC_TRY_GOTO(windows_open(comm), r, fail);
+  HC_TRY_GOTO(gdr_choose(comm, &ib_caps), r, fail);
   if (config->device_kind != HC_MEM_HOST)
     HC_TRY_GOTO(hc_dev_get(config->device_kind)->set_device(config->device_id), r, fail);
   HC_TRY_GOTO(vendor_comms_init(comm), r, fail);

@@ -627,7 +627,18 @@ static hc_result_t ib_open(const struct hc_net_args *a, struct hc_net_caps *caps
   sa.window_bytes = 0;
   sa.socket_nstreams = 1;
   HC_TRY_GOTO(hc_net_socket.open(&sa, NULL, handle, &ctx->sock_ctx), r, fail);
-  if (caps) caps->device_memory = false; /* GPU buffers reach ib through the plans' pinned staging */
+  if (caps) {
+    /* GPU memory straight to the adapter where a registration works; an
+     * eager message (up to eager_bytes) is copied by the CPU, so smaller
+     * ones stay host memory (the plans stage them). */
+    *caps = (struct hc_net_caps){.device_min_bytes = ctx->eager_bytes};
+    bool forced = !ctx->gdr_auto && ctx->gdr_mode != HC_IB_GDR_STAGE;
+    caps->device_memory = hc_ib_gdr_probe_reg(ctx, a->device_id, caps->device_path, sizeof(caps->device_path));
+    if (forced && !caps->device_memory) {
+      r = HC_FAIL(HC_ERR_USAGE, "ib: HETCCL_GDR=%s, but %s", hc_param_str(HC_P_GDR), caps->device_path);
+      goto fail;
+    }
+  }
   HC_INFO(HC_NET, "ib: rank %d on %s:%d (%s, %s %d, MTU %d; %s), %d queue pairs per peer, chunk %zu, eager %zu x %u",
           ctx->rank, ctx->dev.name, ctx->dev.port, link_layer_name(ctx->dev.link_layer),
           ctx->dev.link_layer == HC_IBV_LINK_LAYER_ETHERNET ? "GID index" : "LID",

@@ -176,15 +176,19 @@ static bool reg_still_mapped(const struct hc_ib_ctx *ctx, const struct hc_ib_reg
          page_frame(ctx->pagemap_fd, r->end - 1) == r->pfn_last;
 }
 
-/* Registers GPU memory by the ctx's mode. */
-static hc_result_t reg_device(struct hc_ib_ctx *ctx, const struct hc_ptr_info *info, struct hc_ib_reg *r) {
+/* Registers GPU memory [r->start, r->end) by the ctx's mode; inside is a
+ * pointer into the allocation, by which the driver finds it (r->start, the
+ * first page, may lie before the allocation where the driver hands out
+ * memory that is not page-aligned). */
+static hc_result_t reg_device(struct hc_ib_ctx *ctx, const struct hc_ptr_info *info, const void *inside,
+                              struct hc_ib_reg *r) {
   const int access = HC_IBV_ACCESS_LOCAL_WRITE | HC_IBV_ACCESS_REMOTE_WRITE;
   void *start = (void *)r->start;
   size_t len = r->end - r->start;
   if (ctx->gdr_mode == HC_IB_GDR_DMABUF) {
     const struct hc_dev_ops *d = hc_dev_get(info->kind);
     uint64_t offset = 0;
-    HC_TRY(d->dmabuf_export(start, len, &r->dmabuf_fd, &offset));
+    HC_TRY(d->dmabuf_export(inside, len, &r->dmabuf_fd, &offset));
     r->mr = ctx->v->ibv_reg_dmabuf_mr(ctx->pd, offset, len, (uint64_t)r->start, r->dmabuf_fd, access);
     if (r->mr != NULL) return HC_OK;
     int e = errno;
@@ -207,9 +211,58 @@ static hc_result_t reg_device(struct hc_ib_ctx *ctx, const struct hc_ptr_info *i
                      ctx->dev.name, len, strerror(errno));
     return HC_OK;
   }
-  return HC_FAIL(HC_ERR_USAGE,
-                 "ib: %s cannot register GPU memory here (HETCCL_GDR resolved to staging): it must come through pinned "
-                 "host staging", ctx->dev.name);
+  /* Reached when a refused dma-buf left nothing but staging: the open's
+   * probe says so at INFO, and the plans stage from then on. */
+  char text[200];
+  snprintf(text, sizeof(text), "ib: %s cannot register GPU memory here (HETCCL_GDR resolved to staging): it must "
+           "come through pinned host staging", ctx->dev.name);
+  hc_set_last_error(text);
+  return HC_ERR_USAGE;
+}
+
+bool hc_ib_gdr_probe_reg(struct hc_ib_ctx *ctx, int device_id, char *path, size_t len) {
+  static const size_t probe_bytes = 2 * HC_IB_PAGE;
+  const struct hc_dev_ops *gpu =
+      ctx->device_kind == HC_MEM_HOST ? NULL : hc_dev_get((enum hc_mem_kind)ctx->device_kind);
+  if (gpu == NULL) {
+    snprintf(path, len, "staged: not a GPU comm");
+    return false;
+  }
+  if (ctx->gdr_mode == HC_IB_GDR_STAGE) {
+    snprintf(path, len, "staged: %s", ctx->gdr_auto ? "this host has neither dma-buf registration nor a peer-memory "
+                                                      "module" : "HETCCL_GDR=STAGE");
+    return false;
+  }
+  /* The probe's failure is no failure of the comm: the text before it is
+   * the caller's, and goes back. */
+  char saved[256];
+  snprintf(saved, sizeof(saved), "%s", hc_last_error());
+  void *buf = NULL;
+  bool ok = false;
+  struct hc_ptr_info info = {.kind = (enum hc_mem_kind)ctx->device_kind, .device = device_id};
+  struct hc_ib_reg r = {.dmabuf_fd = -1};
+  if (gpu->mem_alloc(device_id, probe_bytes, &buf) != HC_OK) {
+    snprintf(path, len, "staged: no device memory to try a registration with (%s)", hc_last_error());
+  } else {
+    /* Whole pages inside the allocation, as the cache registers them. */
+    r.start = HC_DIV_UP((uintptr_t)buf, HC_IB_PAGE) * HC_IB_PAGE;
+    r.end = r.start + HC_IB_PAGE;
+    if (r.end > (uintptr_t)buf + probe_bytes) r.end = r.start; /* cannot happen: two pages hold one whole one */
+    ok = r.end > r.start && reg_device(ctx, &info, (const void *)r.start, &r) == HC_OK;
+    if (ok)
+      snprintf(path, len, "gdr %s on %s", ctx->gdr_mode == HC_IB_GDR_DMABUF ? "dma-buf" : "peer-mem", ctx->dev.name);
+    else if (ctx->gdr_mode == HC_IB_GDR_STAGE) /* AUTO, after a refused dma-buf */
+      snprintf(path, len, "staged: %s refuses dma-buf registrations, and no peer-memory module is loaded",
+               ctx->dev.name);
+    else
+      snprintf(path, len, "staged: %s", hc_last_error());
+    if (r.mr) ctx->v->ibv_dereg_mr(r.mr);
+    if (r.dmabuf_fd >= 0) close(r.dmabuf_fd);
+    gpu->mem_free(device_id, buf);
+  }
+  if (!ok) ctx->gdr_mode = HC_IB_GDR_STAGE; /* the transport then never meets GPU memory */
+  hc_set_last_error(saved);
+  return ok;
 }
 
 hc_result_t hc_ib_reg_get(struct hc_ib_ctx *ctx, void *buf, size_t n, bool need_write, struct hc_ib_reg **out) {
@@ -240,7 +293,7 @@ hc_result_t hc_ib_reg_get(struct hc_ib_ctx *ctx, void *buf, size_t n, bool need_
   r->writable = true;
   hc_result_t res = HC_OK;
   if (info.kind != HC_MEM_HOST) {
-    res = reg_device(ctx, &info, r);
+    res = reg_device(ctx, &info, buf, r);
   } else {
     r->mr = ctx->v->ibv_reg_mr(ctx->pd, (void *)start, end - start,
                                HC_IBV_ACCESS_LOCAL_WRITE | HC_IBV_ACCESS_REMOTE_WRITE);

@@ -246,6 +246,13 @@ enum hc_ib_gdr { HC_IB_GDR_AUTO, HC_IB_GDR_DMABUF, HC_IB_GDR_PEERMEM, HC_IB_GDR_
 hc_result_t hc_ib_gdr_parse(const char *s, int *mode);
 hc_result_t hc_ib_mem_init(struct hc_ib_ctx *ctx);
 void hc_ib_mem_fini(struct hc_ib_ctx *ctx);
+/* Whether GPU memory of device_id can be registered for this ctx: a
+ * registration of a page of it tried under the resolved mode (a refused
+ * dma-buf moving to the next mode under AUTO). path says how, or why not
+ * ("gdr dma-buf on mlx5_0", "staged: ..."); where not, the ctx's mode
+ * becomes staging. A GPU comm's open calls it; never a failure of its
+ * own. */
+bool hc_ib_gdr_probe_reg(struct hc_ib_ctx *ctx, int device_id, char *path, size_t len);
 /* A registration covering [buf, buf + n), from the cache when a live one
  * covers it; the caller holds a reference until hc_ib_reg_put. A receive
  * needs write access; a send may come from read-only pages (constant

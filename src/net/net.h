@@ -117,7 +117,16 @@ struct hc_net_window {
 };
 
 struct hc_net_caps {
-  bool device_memory; /* can send from / receive into GPU memory directly */
+  /* Sends from and receives into GPU memory of the comm's device go
+   * directly (the adapter reads and writes it: GPUDirect RDMA), for
+   * messages of more than device_min_bytes; smaller ones must be host
+   * memory (a transport may copy them with the CPU). A registration was
+   * tried at open and worked. */
+  bool device_memory;
+  size_t device_min_bytes;
+  /* How GPU memory goes ("dma-buf on mlx5_0") or why it is staged, for
+   * the comm's INFO line; "" where the transport has nothing to say. */
+  char device_path[200];
 };
 
 #define HC_NET_ABI 1

@@ -181,6 +181,14 @@ struct hc_plan_ctx {
    * (rank and nranks are then the index and count of members); NULL: all. */
   const int *members;
   struct hc_plan_window *windows; /* per peer, or NULL: no peer has a window */
+  /* GPU plans: per peer, or NULL for none: the transport reaches this
+   * rank's GPU memory directly (net.h, hc_net_caps.device_memory), so
+   * staging leaves a transfer of device memory with that peer as it is,
+   * except pieces of at most gdr_min_bytes (the transport copies those
+   * with the CPU), which are staged. api/comm.c decides, from local facts:
+   * a staged and a direct piece are the same bytes on the wire. */
+  const bool *peer_gdr;
+  size_t gdr_min_bytes;
 };
 
 /* A peer's window (net.h, hc_net_window) as staging uses it: a transfer
@@ -249,11 +257,11 @@ const struct hc_algo_desc *hc_algo_choose(const struct hc_plan_ctx *x, const str
  * becomes window pieces (for host and GPU plans alike: both ranks of the
  * pair use the window). Every other transfer is cut into pieces of at most
  * ctx->chunk_bytes (every rank cuts the same way, whatever its memory).
- * With device_memory (a GPU plan whose transports cannot reach device
- * memory), also rewrites every transfer of device memory into transfers of
- * pinned host slots (copy device -> slot, then send; receive, then copy
- * slot -> device), with separate slot rings for sends and receives; host
- * scratch is pinned already and is sent as it is. */
+ * With device_memory (a GPU plan), also rewrites every piece of device
+ * memory whose transport cannot reach device memory (ctx->peer_gdr) into
+ * transfers of pinned host slots (copy device -> slot, then send; receive,
+ * then copy slot -> device), with separate slot rings for sends and
+ * receives; host scratch is pinned already and is sent as it is. */
 hc_result_t hc_plan_stage(struct hc_plan *plan, const struct hc_plan_ctx *ctx, bool device_memory);
 
 #endif

@@ -20,6 +20,17 @@
  * on both ranks whatever each one's memory: a GPU rank that stages and a
  * CPU rank that does not must still match piece for piece.
  *
+ * GPU memory straight to the NIC: with a peer whose transport reaches this
+ * rank's device memory (hc_plan_ctx.peer_gdr), the pieces of a transfer of
+ * device memory stay sends and receives of the device buffer itself, cut
+ * the same way, with no copy: the adapter reads the GPU's memory, and
+ * writes a receive into it (a reduction slot in device scratch, which the
+ * GPU then reduces from where it landed). Only a piece of at most
+ * gdr_min_bytes is staged: the transport copies such a message with the
+ * CPU (ib's eager path), which cannot read GPU memory. The GPU copy into
+ * registered device memory that would keep small messages off the host
+ * is not built; staging them costs one copy each way, on the GPU.
+ *
  * With a peer that has a window (plan.h, hc_plan_window), no transport is
  * involved. Piece k of a send: wait until the receiver has freed piece
  * k - SLOTS, copy into tx slot k % SLOTS, publish filled = k + 1. Piece k
@@ -33,6 +44,7 @@
  * bytes cross host memory once. The signals of one counter are chained so
  * that they are published in piece order.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "plan_priv.h"
@@ -103,6 +115,46 @@ static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w
   return hc_plan_join(p, pieces, npieces);
 }
 
+/* Whether a piece of len bytes of a transfer of device memory with peer
+ * goes through pinned slots: its transport cannot reach GPU memory, or
+ * the piece is small enough for the transport to copy it with the CPU. */
+static bool piece_staged(const struct hc_plan_ctx *x, int peer, size_t len) {
+  return x->peer_gdr == NULL || !x->peer_gdr[peer] || len <= x->gdr_min_bytes;
+}
+
+/* Whether some piece of a transfer of count bytes with peer is staged
+ * (want_staged) or direct (!want_staged): only the first and the last
+ * piece can differ in length. */
+static bool some_piece(const struct hc_plan_ctx *x, int peer, size_t count, size_t piece_max, bool want_staged) {
+  const size_t npieces = HC_DIV_UP(count, piece_max);
+  return piece_staged(x, peer, HC_MIN(count, piece_max)) == want_staged ||
+         piece_staged(x, peer, count - (npieces - 1) * piece_max) == want_staged;
+}
+
+/* Always 0: a WAIT for 0 on it is reached at once, so such a step only
+ * holds a place on the main lane, the caller's stream (exec/enqueue.c). A
+ * transfer that waits for it waits for the stream to get there; the stream
+ * waits there for the transfers it depends on. */
+static atomic_ullong gate_counter;
+
+static hc_ref_t push_gate(struct hc_plan *p, hc_ref_t after) {
+  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_WAIT, .lane = HC_LANE_MAIN, .src0 = &gate_counter,
+                                          .count = 0, HC_DEPS(after)});
+}
+
+/* Adds ref to s's dependencies (joining them when all are taken). */
+static void add_dep(struct hc_plan *p, struct hc_step *s, hc_ref_t ref) {
+  for (int d = 0; d < HC_STEP_MAX_DEPS; d++)
+    if (s->deps[d] == 0) {
+      s->deps[d] = ref;
+      return;
+    }
+  hc_ref_t joined = hc_plan_join(p, s->deps, HC_STEP_MAX_DEPS);
+  memset(s->deps, 0, sizeof(s->deps));
+  s->deps[0] = joined;
+  s->deps[1] = ref;
+}
+
 hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool device_memory) {
   struct hc_step *old = p->steps;
   const int nold = p->nsteps;
@@ -112,7 +164,10 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
   hc_ref_t *pieces = NULL;
   struct slot_ring ring[2] = {{0}}; /* [0] sends, [1] receives */
   size_t max_pieces = 1;
-  bool any = false, rings = false; /* rings: some transfer of device memory goes through a transport */
+  bool any = false, rings = false; /* rings: some piece of device memory is staged */
+  bool direct = false;             /* some piece of device memory goes straight to the transport */
+  hc_ref_t *direct_refs = NULL, entry_gate = 0;
+  int ndirect = 0, direct_cap = 0;
   for (int i = 0; i < nold; i++) {
     const struct hc_step *s = &old[i];
     if (s->kind != HC_STEP_SEND && s->kind != HC_STEP_RECV) continue;
@@ -124,7 +179,8 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
     }
     bool dev = device_memory && s->peer != x->rank &&
                !hc_plan_in_host_scratch(p, s->kind == HC_STEP_SEND ? s->src0 : s->dst);
-    rings |= dev && s->count > 0;
+    rings |= dev && s->count > 0 && some_piece(x, s->peer, s->count, piece_max, true);
+    direct |= dev && s->count > 0 && some_piece(x, s->peer, s->count, piece_max, false);
     if ((dev && s->count > 0) || s->count > piece_max) {
       any = true;
       max_pieces = HC_MAX(max_pieces, HC_DIV_UP(s->count, piece_max));
@@ -152,6 +208,12 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
   /* Rebuild the step list from scratch, old steps read from `old`. */
   p->steps = NULL;
   p->nsteps = p->cap = 0;
+  /* A direct piece reads or writes GPU memory that the caller's stream
+   * wrote or will read, with no copy on a lane to order it: it waits for
+   * the stream to reach the call (the entry gate, first on the main lane),
+   * and the stream waits for every direct piece before the call ends (the
+   * exit gate, last). */
+  if (direct) entry_gate = push_gate(p, 0);
   for (int i = 0; i < nold; i++) {
     struct hc_step s = old[i];
     for (int d = 0; d < HC_STEP_MAX_DEPS; d++)
@@ -169,22 +231,31 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
       continue;
     }
     const int npieces = (int)HC_DIV_UP(s.count, piece_max);
-    if (!dev) {
-      /* Host memory: pieces in place, no copies. */
-      for (int k = 0; k < npieces; k++) {
-        size_t off = (size_t)k * piece_max, len = HC_MIN(piece_max, s.count - off);
+    struct slot_ring *rg = &ring[recv];
+    for (int k = 0; k < npieces; k++) {
+      size_t off = (size_t)k * piece_max, len = HC_MIN(piece_max, s.count - off);
+      if (!dev || !piece_staged(x, s.peer, len)) {
+        /* Host memory, or device memory the transport reaches: the piece
+         * in place, no copies. */
         struct hc_step piece = s;
         piece.count = len;
         if (send) piece.src0 = (const char *)s.src0 + off;
         else piece.dst = (char *)s.dst + off;
+        if (dev) add_dep(p, &piece, entry_gate);
         pieces[k] = hc_plan_push(p, piece);
+        if (dev && ndirect == direct_cap) {
+          const int cap = HC_MAX(2 * direct_cap, 64);
+          hc_ref_t *grown = realloc(direct_refs, (size_t)cap * sizeof(*grown));
+          if (grown == NULL) {
+            p->cap = -1; /* reported below, as the plan's own out-of-memory */
+          } else {
+            direct_refs = grown;
+            direct_cap = cap;
+          }
+        }
+        if (dev && ndirect < direct_cap) direct_refs[ndirect++] = pieces[k];
+        continue;
       }
-      map[i] = hc_plan_join(p, pieces, npieces);
-      continue;
-    }
-    struct slot_ring *rg = &ring[recv];
-    for (int k = 0; k < npieces; k++) {
-      size_t off = (size_t)k * piece_max, len = HC_MIN(piece_max, s.count - off);
       int si = rg->next;
       rg->next = (rg->next + 1) % rg->count;
       char *slot = rg->base + (size_t)si * rg->bytes;
@@ -216,12 +287,14 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
     }
     map[i] = hc_plan_join(p, pieces, npieces);
   }
+  if (direct && p->cap >= 0) push_gate(p, hc_plan_join(p, direct_refs, ndirect));
   if (p->cap < 0) r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory staging %d steps", nold);
   free(old);
 out:
   if (r != HC_OK && p->steps == NULL) p->steps = old; /* failed before the rebuild */
   free(map);
   free(pieces);
+  free(direct_refs);
   free(ring[0].last_user);
   free(ring[1].last_user);
   return r;

@@ -20,6 +20,10 @@
  * needs the stream's context current; a kernel runs only on a stream of the
  * context its module was loaded into.
  *
+ * fake_cuda_copied(src, dst) counts the bytes of copies by the memory at
+ * either end ("device", "pinned", "host"), for tests that show which bytes
+ * crossed host memory.
+ *
  * Environment: FAKE_CUDA_DEVICES (default 2), FAKE_CUDA_MEMOPS=0 (stream
  * memory operations answer CUDA_ERROR_NOT_SUPPORTED), FAKE_CUDA_REJECT_CUBIN=1
  * (cuModuleLoadData takes only PTX, as a driver older than the compiler
@@ -497,12 +501,14 @@ EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p, size_
   if (type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags != 0 || size == 0 || p % 4096 || size % 4096)
     return CUDA_ERROR_INVALID_VALUE;
   /* p was rounded down to its page from a pointer inside the allocation, so
-   * it may lie before the fake's 256-byte-aligned base: the page's last
-   * 256-byte unit is looked up too. */
-  if (cuMemGetAddressRange_v2(&base, &n, p) != CUDA_SUCCESS &&
-      cuMemGetAddressRange_v2(&base, &n, p + 4096 - 256) != CUDA_SUCCESS)
-    return CUDA_ERROR_INVALID_VALUE;
-  if (p < base / 4096 * 4096 || p + size > (base + n + 4095) / 4096 * 4096) return CUDA_ERROR_INVALID_VALUE;
+   * it may lie before the fake's 256-byte-aligned base, even inside the
+   * allocation before it: the page's last 256-byte unit is looked up too,
+   * and either allocation may hold the range. */
+  bool inside = false;
+  for (int k = 0; k < 2 && !inside; k++)
+    inside = cuMemGetAddressRange_v2(&base, &n, p + (k ? 4096 - 256 : 0)) == CUDA_SUCCESS &&
+             p >= base / 4096 * 4096 && p + size <= (base + n + 4095) / 4096 * 4096;
+  if (!inside) return CUDA_ERROR_INVALID_VALUE;
   int fd = memfd_create("fake-cuda-dmabuf", MFD_CLOEXEC);
   if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   if (ftruncate(fd, (off_t)size) != 0) {
@@ -513,7 +519,27 @@ EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p, size_
   return CUDA_SUCCESS;
 }
 
+/* Bytes copied, by the memory of source and destination: 0 device, 1
+ * pinned or registered host memory, 2 other host memory; for tests that
+ * show which bytes crossed host memory (fake_cuda_copied). */
+static atomic_llong copied[3][3];
+
+static int mem_index(uintptr_t p) {
+  pthread_mutex_lock(&mem_lock);
+  struct range *r = find_locked(p);
+  int k = r == NULL ? 2 : r->type == R_DEVICE ? 0 : 1;
+  pthread_mutex_unlock(&mem_lock);
+  return k;
+}
+
+static int mem_name_index(const char *mem) { return !strcmp(mem, "device") ? 0 : !strcmp(mem, "pinned") ? 1 : 2; }
+
+EXPORT long long fake_cuda_copied(const char *src_mem, const char *dst_mem) {
+  return atomic_load(&copied[mem_name_index(src_mem)][mem_name_index(dst_mem)]);
+}
+
 EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  atomic_fetch_add(&copied[mem_index((uintptr_t)src)][mem_index((uintptr_t)dst)], (long long)n);
   struct op *o = op_new(OP_COPY);
   if (o == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
   o->dst = (void *)(uintptr_t)dst;

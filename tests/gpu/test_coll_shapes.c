@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "device/device.h"
+#include "gpu_rank_mem.h"
 #include "testutil.h"
 
 enum { NRANKS = 4, GROUP = 2, STEPS = 3 };
@@ -31,22 +32,6 @@ static const struct hc_dev_ops *gpu;
 
 static long (*calls_of)(const char *name);
 static long (*p2p_bytes)(void);
-
-struct rank_mem {
-  hc_stream_t stream;
-  void *send, *recv;
-  size_t bytes;
-};
-
-static void put(struct rank_mem *m, void *dst, const void *src, size_t bytes) {
-  gpu->copy(dst, src, bytes, m->stream);
-  gpu->stream_sync(m->stream);
-}
-static void get(struct rank_mem *m, void *dst, const void *src, size_t bytes) {
-  gpu->stream_sync(m->stream);
-  gpu->copy(dst, src, bytes, m->stream);
-  gpu->stream_sync(m->stream);
-}
 
 /* Counter deltas between two barriers, read by rank 0 only. */
 struct counts {
@@ -182,12 +167,11 @@ out:
 
 static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
-  struct rank_mem m = {.bytes = shard * NRANKS * 4};
-  gpu->set_device(device_of[rank]);
-  if (!CHECK(gpu->stream_create(device_of[rank], &m.stream) == HC_OK &&
-                 gpu->mem_alloc(device_of[rank], m.bytes, &m.send) == HC_OK &&
-                 gpu->mem_alloc(device_of[rank], m.bytes, &m.recv) == HC_OK,
-             "device memory")) return 1;
+  struct rank_mem m;
+  if (!CHECK(rank_mem_open(&m, gpu, device_of[rank], shard * NRANKS * 4), "device memory")) {
+    rank_mem_close(&m);
+    return 1;
+  }
   hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
   cfg.deviceKind = hetcclDeviceCuda;
   cfg.deviceId = device_of[rank];
@@ -212,9 +196,7 @@ static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
   pipeline(comm, &m, rank);
   tu_barrier();
   CHECK_OK(hetcclCommDestroy(comm));
-  gpu->mem_free(device_of[rank], m.send);
-  gpu->mem_free(device_of[rank], m.recv);
-  gpu->stream_destroy(m.stream);
+  rank_mem_close(&m);
   return 0;
 }
 

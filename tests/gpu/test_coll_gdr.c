@@ -1,0 +1,323 @@
+/*
+ * GPU memory straight to the NIC, shown over the fake drivers: a comm of 2
+ * groups x 2 GPUs on 2 "hosts" (HETCCL_FAKE_HOSTS=0,0,1,1: ranks 0 and 1,
+ * group a, on host 0; ranks 2 and 3, group b, on host 1; each group on
+ * devices 0 and 1, so each runs the fake NCCL inside), ranks as threads
+ * over the fake libcuda, the fake NCCL and the fake libibverbs
+ * (tests/ib/fake_verbs.c), the hosts joined by ib.
+ *
+ * Per call (all-reduce, send/recv between hosts, FSDP's all-gather and
+ * reduce-scatter, MoE's all-to-all and all-to-all-v, a small all-reduce)
+ * the results are compared bitwise with the test's own, and the drivers'
+ * counters say how the bytes between the hosts went, which must be
+ * exactly the bytes that have to cross (each group's data once to the
+ * other group: test_plan_groups proves the plans cross no more):
+ *   GDR_TEST_EXPECT=direct  every byte between the hosts is an RDMA write
+ *                           from GPU memory into GPU memory (registered
+ *                           through dma-buf), and no byte is copied between
+ *                           GPU memory and pinned host memory (staging);
+ *   GDR_TEST_EXPECT=staged  (HETCCL_GDR=STAGE, or an adapter that refuses
+ *                           dma-buf) every byte between the hosts goes
+ *                           pinned slot to pinned slot, copied out of GPU
+ *                           memory and back in by the GPU, and no GPU
+ *                           memory is ever registered.
+ * Messages of at most HETCCL_IB_EAGER_BYTES are staged either way (the
+ * small all-reduce). At the end the fake verbs' log (FAKE_VERBS_LOG) is
+ * read back against the counters. Exits 77 unless the fake drivers are
+ * there.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "device/device.h"
+#include "gpu_rank_mem.h"
+#include "testutil.h"
+
+enum { NRANKS = 4, GROUP = 2 };
+static const int device_of[NRANKS] = {0, 1, 0, 1};
+static const struct hc_dev_ops *gpu;
+static bool expect_direct;
+
+static long long (*verbs_bytes)(const char *src, const char *dst);
+static long long (*verbs_regs)(const char *mem, int dmabuf);
+static long long (*cuda_copied)(const char *src, const char *dst);
+
+/* How the bytes of one call went, all ranks together. */
+struct paths {
+  long long direct;     /* RDMA writes GPU memory -> GPU memory */
+  long long via_pinned; /* RDMA writes pinned -> pinned (staged) */
+  long long other;      /* RDMA writes between GPU and host memory (must not happen) */
+  long long to_pinned, from_pinned; /* GPU copies GPU memory <-> pinned host memory */
+  long long dev_regs;   /* registrations of GPU memory (dma-buf or not) */
+};
+static struct paths now(void) {
+  return (struct paths){
+      .direct = verbs_bytes("device", "device"),
+      .via_pinned = verbs_bytes("pinned", "pinned"),
+      .other = verbs_bytes("device", "pinned") + verbs_bytes("pinned", "device") + verbs_bytes("device", "host") +
+               verbs_bytes("host", "device"),
+      .to_pinned = cuda_copied("device", "pinned"),
+      .from_pinned = cuda_copied("pinned", "device"),
+      .dev_regs = verbs_regs("device", 0) + verbs_regs("device", 1)};
+}
+/* Rank 0 reads the counters once every rank is between calls. */
+static struct paths snapshot(void) {
+  tu_barrier();
+  struct paths p = tu_rank() == 0 ? now() : (struct paths){0};
+  tu_barrier();
+  return p;
+}
+
+/* After a call whose cross-host bytes are `cross` (all ranks together) and
+ * whose every rank has synchronised its stream: did they go the expected
+ * way? small: a flat all-reduce of messages below the eager size, staged
+ * in either mode. */
+static void expect_paths(struct paths before, long long cross, bool small, const char *what) {
+  tu_barrier();
+  if (tu_rank() == 0) {
+    struct paths a = now();
+    long long direct = a.direct - before.direct, pinned = a.via_pinned - before.via_pinned;
+    long long out = a.to_pinned - before.to_pinned, in = a.from_pinned - before.from_pinned;
+    printf("%s: %lld bytes between hosts: %lld GPU -> NIC -> GPU, %lld through pinned slots (GPU copies %lld out, "
+           "%lld in); %lld GPU registrations so far\n",
+           what, cross, direct, pinned, out, in, a.dev_regs);
+    CHECK(a.other == before.other, "%s: %lld bytes went between GPU and host memory over the NIC", what,
+          a.other - before.other);
+    if (small) { /* flat, so its volume is another; none of it direct, all copied out of GPU memory */
+      CHECK(direct == 0 && out > 0 && in > 0, "%s: %lld bytes GPU to GPU over the NIC, %lld + %lld copied", what,
+            direct, out, in);
+    } else if (expect_direct) {
+      CHECK(direct == cross, "%s: %lld bytes GPU to GPU over the NIC, expected all %lld", what, direct, cross);
+      CHECK(pinned == 0 && out == 0 && in == 0, "%s: %lld bytes through pinned slots, %lld + %lld copied", what,
+            pinned, out, in);
+      CHECK(a.dev_regs > 0, "%s: no GPU memory registered", what);
+    } else {
+      CHECK(pinned == cross, "%s: %lld bytes through pinned slots, expected all %lld", what, pinned, cross);
+      CHECK(direct == 0, "%s: %lld bytes GPU to GPU over the NIC, expected none", what, direct);
+      CHECK(out == cross && in == cross, "%s: GPU copies %lld bytes out and %lld in, expected %lld each", what, out,
+            in, cross);
+      if (!expect_direct) CHECK(a.dev_regs == 0, "%s: %lld GPU registrations while staging", what, a.dev_regs);
+    }
+  }
+  tu_barrier();
+}
+
+static void allreduce(hetcclComm_t comm, struct rank_mem *m, size_t count, const char *what) {
+  const enum hc_dtype t = HC_FLOAT32;
+  const size_t es = 4;
+  uint8_t *host = malloc(count * es), *expect = malloc(count * es);
+  if (!CHECK(host && expect, "out of memory")) goto out;
+  tu_set_case("%s", what);
+  struct tu_red red = {t, HC_SUM, NRANKS, 11};
+  tu_red_fill(&red, tu_rank(), 0, count, host);
+  put(m, m->send, host, count * es);
+  struct paths before = snapshot();
+  CHECK_OK(hetcclAllReduce(m->send, m->recv, count, hetcclFloat, hetcclSum, comm, m->stream));
+  get(m, host, m->recv, count * es);
+  for (size_t i = 0; i < count; i++) tu_red_expect(&red, i, expect + i * es);
+  tu_compare(t, host, expect, count, what);
+  /* Each group's sum goes once to the other group, cut among its ranks. */
+  expect_paths(before, (long long)(NRANKS / GROUP * count * es), count * es < 65536, what);
+out:
+  free(host);
+  free(expect);
+}
+
+/* Pipeline stages on two hosts: rank r and rank r ^ 2 swap activations. */
+static void sendrecv(hetcclComm_t comm, struct rank_mem *m) {
+  const size_t count = 300007, es = 4;
+  uint8_t *host = malloc(count * es), *expect = malloc(count * es);
+  if (!CHECK(host && expect, "out of memory")) goto out;
+  tu_set_case("send/recv between hosts");
+  tu_data_fill(HC_INT32, 9, tu_rank(), 0, count, host);
+  put(m, m->send, host, count * es);
+  const int peer = tu_rank() ^ 2;
+  struct paths before = snapshot();
+  CHECK_OK(hetcclGroupStart());
+  CHECK_OK(hetcclSend(m->send, count, hetcclInt32, peer, comm, m->stream));
+  CHECK_OK(hetcclRecv(m->recv, count, hetcclInt32, peer, comm, m->stream));
+  CHECK_OK(hetcclGroupEnd());
+  get(m, host, m->recv, count * es);
+  tu_data_fill(HC_INT32, 9, peer, 0, count, expect);
+  tu_compare(HC_INT32, host, expect, count, "send/recv");
+  expect_paths(before, (long long)(NRANKS * count * es), false, "send/recv between hosts");
+out:
+  free(host);
+  free(expect);
+}
+
+static void fsdp(hetcclComm_t comm, struct rank_mem *m) {
+  const enum hc_dtype t = HC_FLOAT32;
+  const size_t es = 4, shard = 65536 + 5, full = shard * NRANKS;
+  uint8_t *host = malloc(full * es), *expect = malloc(full * es);
+  if (!CHECK(host && expect, "out of memory")) goto out;
+  tu_set_case("FSDP all-gather");
+  tu_data_fill(t, 21, tu_rank(), 0, shard, host);
+  put(m, m->send, host, shard * es);
+  struct paths before = snapshot();
+  CHECK_OK(hetcclAllGather(m->send, m->recv, shard, hetcclFloat, comm, m->stream));
+  get(m, host, m->recv, full * es);
+  for (int s = 0; s < NRANKS; s++) tu_data_fill(t, 21, s, 0, shard, expect + (size_t)s * shard * es);
+  tu_compare(t, host, expect, full, "FSDP all-gather");
+  /* Every shard once to the other group. */
+  expect_paths(before, (long long)(NRANKS * shard * es), false, "FSDP all-gather");
+
+  tu_set_case("FSDP reduce-scatter");
+  struct tu_red red = {t, HC_SUM, NRANKS, 22};
+  tu_red_fill(&red, tu_rank(), 0, full, host);
+  put(m, m->send, host, full * es);
+  before = snapshot();
+  CHECK_OK(hetcclReduceScatter(m->send, m->recv, shard, hetcclFloat, hetcclSum, comm, m->stream));
+  get(m, host, m->recv, shard * es);
+  for (size_t i = 0; i < shard; i++) tu_red_expect(&red, (size_t)tu_rank() * shard + i, expect + i * es);
+  tu_compare(t, host, expect, shard, "FSDP reduce-scatter");
+  /* Each group's partial sums of the other group's shards, once. */
+  expect_paths(before, (long long)(NRANKS * shard * es), false, "FSDP reduce-scatter");
+out:
+  free(host);
+  free(expect);
+}
+
+static void moe(hetcclComm_t comm, struct rank_mem *m) {
+  const enum hc_dtype t = HC_BFLOAT16;
+  const int rank = tu_rank();
+  const size_t es = 2, block = 40999, full = block * NRANKS;
+  uint8_t *host = malloc(full * es * 4), *expect = malloc(full * es * 4);
+  if (!CHECK(host && expect, "out of memory")) goto out;
+  tu_set_case("MoE all-to-all");
+  tu_data_fill(t, 7, rank, 0, full, host);
+  put(m, m->send, host, full * es);
+  struct paths before = snapshot();
+  CHECK_OK(hetcclAlltoAll(m->send, m->recv, block, hetcclBfloat16, comm, m->stream));
+  get(m, host, m->recv, full * es);
+  for (int s = 0; s < NRANKS; s++) tu_data_fill(t, 7, s, (size_t)rank * block, block, expect + (size_t)s * block * es);
+  tu_compare(t, host, expect, full, "MoE all-to-all");
+  /* Each rank's blocks for the other host's two ranks. */
+  expect_paths(before, (long long)(NRANKS * (NRANKS - GROUP) * block * es), false, "MoE all-to-all");
+
+  /* Uneven: rank s sends (s + 1) * (d + 1) * 3000 elements to rank d (each
+   * block more than the eager size). */
+  tu_set_case("MoE all-to-all-v");
+  size_t sc[NRANKS], sd[NRANKS], rc[NRANKS], rd[NRANKS], stot = 0, rtot = 0;
+  for (int d = 0; d < NRANKS; d++) {
+    sc[d] = (size_t)(rank + 1) * (size_t)(d + 1) * 3000, sd[d] = stot, stot += sc[d];
+    rc[d] = (size_t)(d + 1) * (size_t)(rank + 1) * 3000, rd[d] = rtot, rtot += rc[d];
+  }
+  long long cross = 0;
+  for (int s = 0; s < NRANKS; s++)
+    for (int d = 0; d < NRANKS; d++)
+      if (s / GROUP != d / GROUP) cross += (long long)((s + 1) * (d + 1) * 3000) * (long long)es;
+  tu_data_fill(t, 8, rank, 0, stot, host);
+  put(m, m->send, host, stot * es);
+  before = snapshot();
+  CHECK_OK(hetcclAlltoAllv(m->send, sc, sd, m->recv, rc, rd, hetcclBfloat16, comm, m->stream));
+  get(m, host, m->recv, rtot * es);
+  for (int s = 0; s < NRANKS; s++) {
+    size_t first = 0;
+    for (int d = 0; d < rank; d++) first += (size_t)(s + 1) * (size_t)(d + 1) * 3000;
+    tu_data_fill(t, 8, s, first, rc[s], expect + rd[s] * es);
+  }
+  tu_compare(t, host, expect, rtot, "MoE all-to-all-v");
+  expect_paths(before, cross, false, "MoE all-to-all-v");
+out:
+  free(host);
+  free(expect);
+}
+
+static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
+  (void)arg;
+  struct rank_mem m;
+  if (!CHECK(rank_mem_open(&m, gpu, device_of[rank], 4u << 20), "device memory")) {
+    rank_mem_close(&m);
+    return 1;
+  }
+  hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
+  cfg.deviceKind = hetcclDeviceCuda;
+  cfg.deviceId = device_of[rank];
+  cfg.groupName = rank < GROUP ? "a" : "b";
+  hetcclComm_t comm = NULL;
+  if (!CHECK_OK(hetcclCommInitRankConfig(&comm, n, id, rank, &cfg))) return 1;
+  if (rank == 0) { /* hetccl has loaded both fakes now */
+    void *verbs = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD), *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (verbs) {
+      *(void **)&verbs_bytes = dlsym(verbs, "fake_verbs_bytes");
+      *(void **)&verbs_regs = dlsym(verbs, "fake_verbs_regs");
+      dlclose(verbs);
+    }
+    if (cuda) {
+      *(void **)&cuda_copied = dlsym(cuda, "fake_cuda_copied");
+      dlclose(cuda);
+    }
+  }
+  tu_barrier();
+  if (!verbs_bytes || !verbs_regs || !cuda_copied) {
+    CHECK(rank != 0, "the fake libibverbs and libcuda are not both loaded (LD_LIBRARY_PATH, HETCCL_NET=IB)");
+    hetcclCommDestroy(comm);
+    return 1;
+  }
+  allreduce(comm, &m, 262147, "all-reduce");
+  sendrecv(comm, &m);
+  fsdp(comm, &m);
+  moe(comm, &m);
+  allreduce(comm, &m, 65536 + 3, "all-reduce, 2 x 128 KiB across");
+  allreduce(comm, &m, 3000, "small all-reduce (staged: eager size)");
+  tu_barrier();
+  CHECK_OK(hetcclCommDestroy(comm));
+  rank_mem_close(&m);
+  return 0;
+}
+
+/* The fake verbs' log (FAKE_VERBS_LOG), read back once the comms are
+ * gone: every registration of GPU memory went through dma-buf (direct) or
+ * none was made (staged), and the RDMA writes it lists from GPU memory
+ * into GPU memory add up to what its counters said, with every GPU
+ * registration deregistered again. */
+static void check_log(const char *path, long long direct_total) {
+  FILE *f = fopen(path, "r");
+  if (!CHECK(f != NULL, "cannot read the fake verbs' log %s", path)) return;
+  char line[512], mem[16], src_mem[16], dst_mem[16];
+  long long regs = 0, dev_regs = 0, dev_dmabuf = 0, deregs = 0, writes = 0, direct = 0;
+  int dmabuf;
+  size_t len;
+  while (fgets(line, sizeof(line), f)) {
+    if (sscanf(line, "reg key=%*u addr=%*s len=%zu mem=%15s dmabuf=%d", &len, mem, &dmabuf) == 3) {
+      regs++;
+      dev_regs += !strcmp(mem, "device");
+      dev_dmabuf += !strcmp(mem, "device") && dmabuf;
+    } else if (!strncmp(line, "dereg ", 6)) {
+      deregs++;
+    } else if (sscanf(line, "write qp=%*u to=%*u len=%zu src=%*s src_mem=%15s dst=%*s dst_mem=%15s", &len, src_mem,
+                      dst_mem) == 3) {
+      writes++;
+      if (!strcmp(src_mem, "device") && !strcmp(dst_mem, "device")) direct += (long long)len;
+    }
+  }
+  fclose(f);
+  printf("fake verbs log: %lld registrations (%lld of GPU memory, %lld through dma-buf), %lld deregistrations, "
+         "%lld RDMA writes, %lld bytes GPU to GPU\n", regs, dev_regs, dev_dmabuf, deregs, writes, direct);
+  CHECK(direct == direct_total, "the log lists %lld bytes GPU to GPU, the counters %lld", direct, direct_total);
+  CHECK(deregs == regs, "%lld registrations, %lld deregistrations", regs, deregs);
+  if (expect_direct) CHECK(dev_regs > 0 && dev_dmabuf == dev_regs, "%lld GPU registrations, %lld through dma-buf",
+                           dev_regs, dev_dmabuf);
+  else CHECK(dev_regs == 0, "%lld GPU registrations while staging", dev_regs);
+}
+
+int main(int argc, char **argv) {
+  tu_init(argc, argv);
+  const char *log_path = getenv("FAKE_VERBS_LOG");
+  if (log_path) unlink(log_path); /* the fake appends */
+  const char *want = getenv("GDR_TEST_EXPECT");
+  expect_direct = want == NULL || strcmp(want, "staged") != 0;
+  gpu = hc_dev_get(HC_MEM_CUDA);
+  if (getenv("HETCCL_NCCL_LIBRARY") == NULL || gpu == NULL || hc_dev_caps(HC_MEM_CUDA).device_count < 2) {
+    printf("skip: needs the fake NCCL (HETCCL_NCCL_LIBRARY), the fake libibverbs and two fake CUDA devices\n");
+    return 77;
+  }
+  printf("expecting GPU bytes between hosts %s\n", expect_direct ? "straight to the NIC" : "staged");
+  tu_run_ranks(NRANKS, rank_main, NULL);
+  if (log_path && verbs_bytes) check_log(log_path, verbs_bytes("device", "device"));
+  return tu_finish("test_coll_gdr");
+}
