@@ -4,12 +4,9 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <strings.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../plan/plan.h"
-#include "../util/auth.h"
 #include "../vendor/vendor.h"
 #include "api_priv.h"
 #include "proxy.h"
@@ -41,22 +38,14 @@ void hc_comm_fail(struct hetcclComm *comm, hc_result_t r) {
    * on every survivor without each one waiting for its deadline. A notice
    * first names the rank this one blames, so that the others blame it too
    * rather than this rank, which only saw it first. */
-  const int culprit = hc_blamed();
-  if (culprit >= 0 && comm->socket_ctx) hc_net_socket_notice(comm->socket_ctx, culprit);
-  if (culprit >= 0 && comm->shm_ctx) hc_net_shm_notice(comm->shm_ctx, culprit);
-  if (comm->socket_ctx) hc_net_socket.close(comm->socket_ctx);
-  if (comm->ib_ctx) hc_net_ib.close(comm->ib_ctx);
-  comm->socket_ctx = comm->ib_ctx = NULL;
-  for (int i = 0; i < comm->nranks && comm->links.peer; i++)
-    if (comm->links.peer[i].net != &hc_net_shm) comm->links.peer[i] = (struct hc_link){0};
+  hc_net_set_notice(&comm->nets, hc_blamed());
   /* A GPU comm fails on the engine thread: its streams may still copy
    * through the windows of its shm segments, and its owner thread may be
    * in a call. The engine's notice in each window tells those peers;
    * destroy unmaps the segments and ends the bootstrap. */
-  if (comm->config.device_kind != HC_MEM_HOST) return;
-  if (comm->shm_ctx) hc_net_shm.close(comm->shm_ctx);
-  comm->shm_ctx = NULL;
-  for (int i = 0; i < comm->nranks && comm->links.peer; i++) comm->links.peer[i] = (struct hc_link){0};
+  const bool gpu = comm->config.device_kind != HC_MEM_HOST;
+  hc_net_set_close(&comm->nets, comm->links.peer, comm->links.peer ? comm->nranks : 0, gpu);
+  if (gpu) return;
   hc_bootstrap_destroy(comm->boot);
   comm->boot = NULL;
 }
@@ -80,10 +69,12 @@ static hc_result_t windows_register(struct hetcclComm *comm, bool on) {
   return r;
 }
 
-/* A pair of one host where either rank asked for windows has them. */
+/* A pair whose transport offers windows (shm) has them where either rank
+ * asked for them. */
 static bool pair_has_window(const struct hetcclComm *comm, int peer) {
-  return comm->links.peer[peer].net == &hc_net_shm &&
-         (comm->peers[comm->rank].shm_window || comm->peers[peer].shm_window);
+  const struct hc_net_ops *net = comm->links.peer[peer].net;
+  return net != NULL && HC_HAS_OP(net, struct hc_net_ops, window) &&
+         (comm->peers[comm->rank].net.window || comm->peers[peer].net.window);
 }
 
 /* Pairs with windows connect now, at init, and take the windows of their
@@ -137,9 +128,7 @@ void hc_comm_free(struct hetcclComm *comm) {
   hc_plan_reset(&comm->plan);
   hc_scratch_pool_destroy(comm->plan.pool);
   hc_scratch_pool_destroy(comm->plan.dev_pool);
-  if (comm->socket_ctx) hc_net_socket.close(comm->socket_ctx);
-  if (comm->shm_ctx) hc_net_shm.close(comm->shm_ctx);
-  if (comm->ib_ctx) hc_net_ib.close(comm->ib_ctx);
+  hc_net_set_close(&comm->nets, NULL, 0, false);
   hc_bootstrap_destroy(comm->boot);
   free(comm->links.peer);
   free(comm->peers);
@@ -188,34 +177,6 @@ static hc_result_t config_resolve(const hetcclConfig_t *user, struct hc_config *
 
 /* ---- init ---- */
 
-/* Ranks in one network namespace of one booted host share this; ranks in
- * different namespaces (the two-host tests) do not. */
-static uint64_t host_hash(void) {
-  char text[512] = "";
-  size_t n = 0;
-  gethostname(text, 128);
-  n = strlen(text);
-  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  if (f) {
-    n += fread(text + n, 1, 64, f);
-    fclose(f);
-  }
-  /* Shared memory also needs the same pid namespace (CMA, /proc/<pid>)
-   * and the same /dev/shm. */
-  const char *const ids[] = {"/proc/self/ns/net", "/proc/self/ns/pid", "/dev/shm"};
-  for (size_t i = 0; i < HC_ARRAY_LEN(ids); i++) {
-    struct stat st;
-    if (stat(ids[i], &st) == 0)
-      n += (size_t)snprintf(text + n, sizeof(text) - n, ":%llu.%llu", (unsigned long long)st.st_dev,
-                            (unsigned long long)st.st_ino);
-  }
-  uint8_t digest[32];
-  hc_sha256(text, n, digest);
-  uint64_t h;
-  memcpy(&h, digest, sizeof(h));
-  return h;
-}
-
 /* Groups in order of their lowest rank: the same on every rank. */
 static int assign_groups(struct hc_peer_info *peers, int nranks) {
   int ngroups = 0;
@@ -263,7 +224,7 @@ static bool vendor_can_run(const struct hetcclComm *comm, int g) {
     if (!p[i].vendor_ok || p[i].device_kind != first->device_kind || p[i].vendor_version != first->vendor_version)
       return false;
     for (int j = 0; j < i; j++)
-      if (p[j].group == g && p[j].host_hash == p[i].host_hash && p[j].device_id == p[i].device_id) return false;
+      if (p[j].group == g && p[j].net.host == p[i].net.host && p[j].device_id == p[i].device_id) return false;
   }
   return first != NULL;
 }
@@ -333,44 +294,6 @@ out:
   return r;
 }
 
-/* HETCCL_NET: which transport crosses between hosts. */
-enum hc_net_choice { HC_NET_AUTO, HC_NET_IB, HC_NET_SOCKET };
-
-static hc_result_t net_choice_parse(enum hc_net_choice *out) {
-  const char *s = hc_param_str(HC_P_NET);
-  if (s[0] == '\0') *out = HC_NET_AUTO;
-  else if (strcasecmp(s, "IB") == 0) *out = HC_NET_IB;
-  else if (strcasecmp(s, "SOCKET") == 0) *out = HC_NET_SOCKET;
-  else return HC_FAIL(HC_ERR_USAGE, "HETCCL_NET=%s: must be IB or SOCKET (or empty: ib where usable)", s);
-  return HC_OK;
-}
-
-/* Opens the ib transport unless HETCCL_NET says socket; a host without a
- * usable RDMA port goes on without it (INFO), unless HETCCL_NET=IB. */
-static hc_result_t ib_open(struct hetcclComm *comm, const struct hc_net_args *args, enum hc_net_choice choice,
-                           struct hc_net_handle *handle, bool *has_ib) {
-  *has_ib = false;
-  if (choice == HC_NET_SOCKET || comm->nranks < 2) return HC_OK;
-  struct hc_net_caps caps;
-  char earlier_error[512]; /* a host without ib is no error of the caller's: its text goes back */
-  snprintf(earlier_error, sizeof(earlier_error), "%s", hc_last_error());
-  hc_result_t r = hc_net_ib.open(args, &caps, handle, &comm->ib_ctx);
-  if (r == HC_OK) {
-    *has_ib = true;
-    return HC_OK;
-  }
-  comm->ib_ctx = NULL;
-  if (r == HC_ERR_USAGE) return r; /* a bad ib parameter value */
-  if (choice == HC_NET_IB) {
-    char why[512];
-    snprintf(why, sizeof(why), "%s", hc_last_error());
-    return HC_FAIL(r, "rank %d: HETCCL_NET=IB, but %s", comm->rank, why);
-  }
-  HC_INFO(HC_NET, "ib: not used by rank %d (%s); other hosts over sockets", comm->rank, hc_last_error());
-  hc_set_last_error(earlier_error);
-  return HC_OK;
-}
-
 static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t id[HC_UNIQUE_ID_BYTES],
                              int rank, const struct hc_config *config) {
   hc_result_t r;
@@ -392,33 +315,16 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
                                  .device_kind = (int)config->device_kind, .device_id = config->device_id,
                                  .sig_explain = hc_plan_sig_explain};
   HC_TRY_GOTO(hc_bootstrap_id_secret(id, net_args.secret), r, fail);
-  struct hc_net_caps caps;
-  struct hc_net_handle handle;
-  HC_TRY_GOTO(hc_net_socket.open(&net_args, &caps, &handle, &comm->socket_ctx), r, fail);
-  struct hc_net_handle shm_handle = {0};
-  bool has_shm = false;
-  if (nranks > 1 && !hc_param_int(HC_P_SHM_DISABLE)) {
-    struct hc_net_caps shm_caps;
-    if (config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_SHM_WINDOW))
-      net_args.window_bytes = HC_WINDOW_SLOTS * gpu_chunk_bytes();
-    has_shm = hc_net_shm.open(&net_args, &shm_caps, &shm_handle, &comm->shm_ctx) == HC_OK;
-    if (!has_shm) HC_INFO(HC_NET, "shm: not available here (%s); local peers use sockets", hc_last_error());
-  }
-
-  enum hc_net_choice net_choice;
-  struct hc_net_handle ib_handle = {0};
-  bool has_ib = false;
-  HC_TRY_GOTO(net_choice_parse(&net_choice), r, fail);
-  HC_TRY_GOTO(ib_open(comm, &net_args, net_choice, &ib_handle, &has_ib), r, fail);
+  if (config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_SHM_WINDOW))
+    net_args.window_bytes = HC_WINDOW_SLOTS * gpu_chunk_bytes();
+  struct hc_net_record net_record;
+  HC_TRY_GOTO(hc_net_set_open(&comm->nets, &net_args, &net_record), r, fail);
 
   HC_TRY_GOTO(hc_calloc(&comm->peers, (size_t)nranks, sizeof(*comm->peers), "peer table"), r, fail);
   struct hc_peer_info *me = &comm->peers[rank];
-  *me = (struct hc_peer_info){.magic = HC_PEER_INFO_MAGIC, .rank = rank, .host_hash = host_hash(),
-                              .pid = (int32_t)getpid(), .device_kind = config->device_kind,
-                              .shm_window = net_args.window_bytes > 0,
-                              .device_id = config->device_id, .socket_handle = handle,
-                              .shm_handle = shm_handle, .has_shm = has_shm, .ib_handle = ib_handle,
-                              .has_ib = has_ib};
+  *me = (struct hc_peer_info){.magic = HC_PEER_INFO_MAGIC, .rank = rank, .pid = (int32_t)getpid(),
+                              .device_kind = config->device_kind, .device_id = config->device_id,
+                              .net = net_record};
   snprintf(me->group_name, sizeof(me->group_name), "%s",
            config->group_name[0] ? config->group_name : mem_kind_name(config->device_kind));
   const struct hc_vendor *my_vendor = config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_VENDOR)
@@ -451,32 +357,21 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
    * otherwise it steals the core a peer needs to answer, so the engine
    * yields between polls from the start (exec.c, the wait policy). */
   int local_ranks = 0;
-  for (int i = 0; i < nranks; i++) local_ranks += comm->peers[i].host_hash == me->host_hash;
+  for (int i = 0; i < nranks; i++) local_ranks += comm->peers[i].net.host == me->net.host;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   comm->links.spin_ns = (uint64_t)hc_param_int(HC_P_SPIN_US) * 1000;
   comm->links.cores_shared = local_ranks > cores;
-  /* Same host (and both ends have shared memory): shm; other hosts: ib when
-   * both ends opened it (HETCCL_NET), else sockets. Both ends decide from
-   * the same two records. */
-  int nshm = 0, nib = 0;
+  /* Each pair over the transport of the highest priority that can
+   * connect it; both ends decide from the same two records. */
+  int nlinks[HC_NET_NTRANSPORTS] = {0};
   for (int i = 0; i < nranks; i++) {
     if (i == rank) continue;
-    const struct hc_peer_info *p = &comm->peers[i];
-    if (p->host_hash == me->host_hash && p->has_shm && me->has_shm) {
-      comm->links.peer[i] = (struct hc_link){.net = &hc_net_shm, .ctx = comm->shm_ctx, .handle = p->shm_handle};
-      nshm++;
-    } else if (p->has_ib && me->has_ib) {
-      comm->links.peer[i] = (struct hc_link){.net = &hc_net_ib, .ctx = comm->ib_ctx, .handle = p->ib_handle};
-      nib++;
-    } else if (net_choice == HC_NET_IB) {
-      r = HC_FAIL(HC_ERR_USAGE, "HETCCL_NET=IB: rank %d has no usable RDMA port, so rank %d cannot reach it over ib",
-                  i, rank);
-      goto fail;
-    } else {
-      comm->links.peer[i] = (struct hc_link){.net = &hc_net_socket, .ctx = comm->socket_ctx,
-                                             .handle = p->socket_handle};
-    }
+    int t;
+    HC_TRY_GOTO(hc_net_link_choose(&comm->nets, rank, &me->net, i, &comm->peers[i].net, &comm->links.peer[i], &t),
+                r, fail);
+    nlinks[t]++;
   }
+  comm->stage_device = config->device_kind != HC_MEM_HOST && !hc_net_links_reach_device(comm->links.peer, nranks);
 
   bool any_gpu = false;
   for (int i = 0; i < nranks; i++) any_gpu |= comm->peers[i].device_kind != HC_MEM_HOST;
@@ -515,11 +410,13 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
   HC_TRY_GOTO(vendor_comms_init(comm), r, fail);
   if (config->device_kind != HC_MEM_HOST && comm->vendor_comm == NULL)
     HC_TRY_GOTO(hc_proxy_create(comm, &comm->proxy), r, fail);
-  HC_INFO(HC_API,
-          "comm %p rank %d of %d up: device %s:%d, group %s (%d groups), %d peers over shm, %d over ib, %d over "
-          "sockets",
-          (void *)comm, rank, nranks, mem_kind_name(config->device_kind), config->device_id, me->group_name,
-          comm->ngroups, nshm, nib, nranks - 1 - nshm - nib);
+  char links_said[128];
+  size_t said = 0;
+  for (int t = 0; t < HC_NET_NTRANSPORTS; t++)
+    said += (size_t)snprintf(links_said + said, sizeof(links_said) - HC_MIN(said, sizeof(links_said)), t ? ", %d over %s" : "%d peers over %s",
+                             nlinks[t], hc_transports[t].links_name);
+  HC_INFO(HC_API, "comm %p rank %d of %d up: device %s:%d, group %s (%d groups), %s", (void *)comm, rank,
+          nranks, mem_kind_name(config->device_kind), config->device_id, me->group_name, comm->ngroups, links_said);
   *out = comm;
   return HC_OK;
 fail:

@@ -18,14 +18,6 @@
 #include "../net/net.h"
 #include "../plan/plan.h"
 
-/* How this rank reaches one peer. */
-struct hc_link {
-  const struct hc_net_ops *net; /* NULL for this rank itself */
-  void *ctx;                    /* the transport's per-comm context */
-  struct hc_net_handle handle;  /* the peer's, from the init all-gather */
-  void *conn;                   /* NULL until connected */
-};
-
 /* A comm's links, as exec sees them. */
 struct hc_links {
   int rank, nranks;

@@ -175,6 +175,88 @@ extern const struct hc_net_ops hc_net_shm;
 void hc_net_socket_notice(void *ctx, int culprit);
 void hc_net_shm_notice(void *ctx, int culprit);
 
+/* ---- a comm's transports (net/net.c) ---- */
+
+/* The transports a comm may use, in hc_transports[] order (net.c): that
+ * order indexes the records' handles and a comm's contexts. */
+#define HC_NET_NTRANSPORTS 3
+
+/* What a rank publishes about its transports at init (all-gathered). Every
+ * rank chooses a pair's transport from the pair's two records alone, so
+ * both ends choose the same. */
+struct hc_net_record {
+  uint64_t host;                                   /* hc_net_host_id() */
+  struct hc_net_handle handle[HC_NET_NTRANSPORTS]; /* valid where open */
+  uint8_t open[HC_NET_NTRANSPORTS];                /* transport t opened here */
+  uint8_t window;                                  /* asked for windows: a pair with such a rank has them */
+  uint8_t pad[4];
+};
+
+/* How this rank reaches one peer. */
+struct hc_link {
+  const struct hc_net_ops *net; /* NULL for this rank itself */
+  void *ctx;                    /* the transport's per-comm context */
+  struct hc_net_handle handle;  /* the peer's, from the init all-gather */
+  void *conn;                   /* NULL until connected */
+  struct hc_net_caps caps;      /* what net said it can do, when it opened here */
+};
+
+/* The transports one comm opened: ctx[t] of hc_transports[t], NULL where
+ * it is not open here. */
+struct hc_net_set {
+  void *ctx[HC_NET_NTRANSPORTS];
+  struct hc_net_caps caps[HC_NET_NTRANSPORTS];
+};
+
+/* One entry of hc_transports[]: how a comm uses a transport. */
+enum hc_net_use { HC_NET_USE_OFF, HC_NET_USE_OPTIONAL, HC_NET_USE_REQUIRED };
+struct hc_transport {
+  const struct hc_net_ops *ops;
+  const char *links_name; /* how init's summary counts its links: "over shm" */
+  /* From the parameters and args: whether this rank opens it, and whether
+   * a failure to open then fails init (optional: said at INFO, the pairs
+   * go over another). HC_ERR_USAGE for a bad parameter value. */
+  hc_result_t (*use)(const struct hc_net_args *a, enum hc_net_use *use);
+  /* What makes it required, for the failure's text ("HETCCL_NET=IB");
+   * NULL: the transport's own failure is the text. */
+  const char *required_by;
+  /* Called only where both records say it is open: the priority of this
+   * transport for the pair (the highest wins), or HC_NET_NO. Depends on
+   * the two records only, and gives the same either way round. */
+  int (*can_connect)(const struct hc_net_record *self, const struct hc_net_record *peer);
+  /* Optional (NULL: none): before a failing comm closes its connections,
+   * tells every peer the rank it blames (hc_net_socket_notice). */
+  void (*notice)(void *ctx, int culprit);
+  /* Its connections map memory that a GPU comm's streams may still touch
+   * when the comm fails: hc_net_set_close keeps it open when asked. */
+  bool maps_memory;
+};
+#define HC_NET_NO (-1)
+extern const struct hc_transport hc_transports[HC_NET_NTRANSPORTS];
+
+/* Ranks in one network and pid namespace of one booted host, seeing one
+ * /dev/shm, share this value; others do not. */
+uint64_t hc_net_host_id(void);
+/* Opens each transport this rank uses (hc_transport.use) and fills mine:
+ * this host, the handles and which are open. On failure closes what it
+ * opened. */
+hc_result_t hc_net_set_open(struct hc_net_set *set, const struct hc_net_args *a, struct hc_net_record *mine);
+/* The link from a rank with record mine to rank peer (record theirs): the
+ * open transport of the highest priority for the pair. HC_ERR_USAGE, naming
+ * both ranks and what each opened, when none can connect them. *t: its
+ * index in hc_transports. */
+hc_result_t hc_net_link_choose(const struct hc_net_set *set, int me, const struct hc_net_record *mine, int peer,
+                               const struct hc_net_record *theirs, struct hc_link *link, int *t);
+/* Every link's transport sends from and receives into device memory
+ * (hc_net_caps.device_memory); true when there are none. */
+bool hc_net_links_reach_device(const struct hc_link *links, int nranks);
+/* A failing comm: tells every peer the rank it blames (culprit >= 0). */
+void hc_net_set_notice(const struct hc_net_set *set, int culprit);
+/* Closes the transports of set, all of them or, with keep_mapped, those
+ * whose memory may still be in use (maps_memory); links (nranks, may be
+ * NULL) over a closed one are cleared. */
+void hc_net_set_close(struct hc_net_set *set, struct hc_link *links, int nranks, bool keep_mapped);
+
 /* Registered host memory (hetcclMemAlloc / hetcclMemFree; net/shm_mem.c):
  * page-aligned host memory that shm peers on this host read directly when
  * it is the buffer of an isend. Any thread. alloc: HC_ERR_ARG for a NULL ptr
