@@ -243,6 +243,7 @@ static hc_result_t vendor_groups_choose(struct hetcclComm *comm) {
     for (int i = 0; i < comm->nranks; i++) n += comm->peers[i].group == g;
     comm->group_vendor[g] = vendor_can_run(comm, g) && (comm->ngroups == 1 || n > 1);
   }
+  if (comm->ngroups > 1) comm->plan_ctx.group_vendor = comm->group_vendor;
   if (comm->ngroups > 1 && size > 1 && me->device_kind != HC_MEM_HOST && !comm->group_vendor[me->group])
     HC_INFO(HC_VENDOR, "rank %d: group %s of %d ranks runs hetccl's own algorithms inside (%s)", comm->rank,
             me->group_name, size,
@@ -294,9 +295,170 @@ out:
   return r;
 }
 
+/* ---- init, phase by phase (comm_init below lists them) ---- */
+
+static hc_result_t phase_bootstrap(struct hetcclComm *comm) {
+  return hc_bootstrap_create(comm->id, comm->rank, comm->nranks, &comm->abort_flag, &comm->boot);
+}
+
+/* net: opens each transport this rank uses; its record goes into the
+ * peer table for the exchange. */
+static hc_result_t phase_transports_open(struct hetcclComm *comm) {
+  const struct hc_config *config = &comm->config;
+  struct hc_net_args net_args = {.rank = comm->rank, .nranks = comm->nranks, .abort_flag = &comm->abort_flag,
+                                 .device_kind = (int)config->device_kind, .device_id = config->device_id,
+                                 .sig_explain = hc_plan_sig_explain};
+  HC_TRY(hc_bootstrap_id_secret(comm->id, net_args.secret));
+  if (config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_SHM_WINDOW))
+    net_args.window_bytes = HC_WINDOW_SLOTS * gpu_chunk_bytes();
+  HC_TRY(hc_calloc(&comm->peers, (size_t)comm->nranks, sizeof(*comm->peers), "peer table"));
+  return hc_net_set_open(&comm->nets, &net_args, &comm->peers[comm->rank].net);
+}
+
+/* bootstrap: every rank's record (device, group, vendor, fp8, transports)
+ * to every rank. */
+static hc_result_t phase_peers_exchange(struct hetcclComm *comm) {
+  const struct hc_config *config = &comm->config;
+  struct hc_peer_info *me = &comm->peers[comm->rank];
+  const struct hc_net_record net = me->net; /* phase_transports_open's */
+  *me = (struct hc_peer_info){.magic = HC_PEER_INFO_MAGIC, .rank = comm->rank, .pid = (int32_t)getpid(),
+                              .device_kind = config->device_kind, .device_id = config->device_id, .net = net};
+  snprintf(me->group_name, sizeof(me->group_name), "%s",
+           config->group_name[0] ? config->group_name : mem_kind_name(config->device_kind));
+  const struct hc_vendor *my_vendor = config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_VENDOR)
+                                          ? hc_vendor_get(config->device_kind) : NULL;
+  me->vendor_ok = my_vendor != NULL;
+  me->vendor_version = my_vendor ? my_vendor->version : 0;
+  enum hc_fp8_layout fp8;
+  HC_TRY(local_fp8_layout(config, &fp8));
+  me->fp8_layout = (int32_t)fp8;
+  HC_TRY(hc_bootstrap_allgather(comm->boot, comm->peers, sizeof(*comm->peers)));
+  for (int i = 0; i < comm->nranks; i++)
+    if (comm->peers[i].magic != HC_PEER_INFO_MAGIC || comm->peers[i].rank != i)
+      return HC_FAIL(HC_ERR_INTERNAL, "init: rank %d published a malformed peer record", i);
+  return HC_OK;
+}
+
+/* From the peer table, the same on every rank: groups, and whether fp8
+ * means the same everywhere. */
+static hc_result_t phase_groups(struct hetcclComm *comm) {
+  const struct hc_peer_info *peers = comm->peers;
+  comm->ngroups = assign_groups(comm->peers, comm->nranks);
+  comm->fp8_odd_rank = -1;
+  for (int i = 1; i < comm->nranks && comm->fp8_odd_rank < 0; i++)
+    if (peers[i].fp8_layout != peers[0].fp8_layout) comm->fp8_odd_rank = i;
+  if (comm->fp8_odd_rank >= 0)
+    HC_INFO(HC_API, "rank %d: ranks 0 and %d hold different fp8 encodings (%s, %s): fp8 calls on this comm are "
+            "refused", comm->rank, comm->fp8_odd_rank, hc_fp8_layout_name(peers[0].fp8_layout),
+            hc_fp8_layout_name(peers[comm->fp8_odd_rank].fp8_layout));
+  return HC_OK;
+}
+
+/* net: each pair over the transport of the highest priority that can
+ * connect it (both ends decide from the same two records); exec: the
+ * wait policy of the links. */
+static hc_result_t phase_links(struct hetcclComm *comm) {
+  const struct hc_peer_info *me = &comm->peers[comm->rank];
+  int local_ranks = 0;
+  for (int i = 0; i < comm->nranks; i++) local_ranks += comm->peers[i].net.host == me->net.host;
+  HC_TRY(hc_exec_links_init(&comm->links, comm->rank, comm->nranks, &comm->abort_flag, local_ranks));
+  for (int i = 0; i < comm->nranks; i++) {
+    int t;
+    if (i == comm->rank) continue;
+    HC_TRY(hc_net_link_choose(&comm->nets, comm->rank, &me->net, i, &comm->peers[i].net, &comm->links.peer[i], &t));
+  }
+  comm->stage_device =
+      comm->config.device_kind != HC_MEM_HOST && !hc_net_links_reach_device(comm->links.peer, comm->nranks);
+  return HC_OK;
+}
+
+/* plan: what every plan of this comm depends on besides the call, and its
+ * scratch pools. */
+static hc_result_t phase_plans(struct hetcclComm *comm) {
+  const struct hc_config *config = &comm->config;
+  bool any_gpu = false;
+  for (int i = 0; i < comm->nranks; i++) any_gpu |= comm->peers[i].device_kind != HC_MEM_HOST;
+  enum hc_algo algo;
+  HC_TRY(hc_algo_parse(hc_param_str(HC_P_ALGO), &algo));
+  const struct hc_dev_ops *gpu = config->device_kind == HC_MEM_HOST ? NULL : hc_dev_get(config->device_kind);
+  HC_TRY(hc_scratch_pool_create(gpu ? HC_POOL_PINNED : HC_POOL_HOST, gpu, config->device_id, &comm->plan.pool));
+  if (gpu) HC_TRY(hc_scratch_pool_create(HC_POOL_DEVICE, gpu, config->device_id, &comm->plan.dev_pool));
+  comm->plan_ctx = (struct hc_plan_ctx){
+      .rank = comm->rank, .nranks = comm->nranks, .algo = algo,
+      .chunk_bytes = any_gpu ? gpu_chunk_bytes() : (size_t)HC_MAX(hc_param_int(HC_P_CHUNK_BYTES), 64),
+      .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
+      /* One step pays where a small message costs a round trip whatever
+       * its size (shm's inline descriptors); GPU ranks stage every
+       * transfer, and there n-1 copies per rank cost more. */
+      .onestep_bytes = any_gpu ? 0 : (size_t)hc_param_int(HC_P_ONESTEP_BYTES),
+      .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1), .ngroups = 1};
+  if (comm->ngroups == 1) return HC_OK;
+  const struct hc_peer_info *me = &comm->peers[comm->rank];
+  HC_TRY(hc_calloc(&comm->group_of, (size_t)comm->nranks, sizeof(int), "group table"));
+  for (int i = 0; i < comm->nranks; i++) comm->group_of[i] = comm->peers[i].group;
+  comm->plan_ctx.ngroups = comm->ngroups;
+  comm->plan_ctx.group_of = comm->group_of;
+  int mine = 0;
+  for (int i = 0; i < comm->nranks; i++) mine += comm->peers[i].group == me->group;
+  if (comm->ngroups < comm->nranks)
+    HC_INFO(HC_PLAN, "rank %d: %d groups; group %s has %d ranks; collectives are hierarchical", comm->rank,
+            comm->ngroups, me->group_name, mine);
+  return HC_OK;
+}
+
+/* device: later calls of this thread go to the comm's GPU. */
+static hc_result_t phase_device(struct hetcclComm *comm) {
+  if (comm->config.device_kind == HC_MEM_HOST) return HC_OK;
+  return hc_dev_get(comm->config.device_kind)->set_device(comm->config.device_id);
+}
+
+/* exec: a GPU comm that does not pass every call to the vendor joins the
+ * process's progress engine. */
+static hc_result_t phase_engine(struct hetcclComm *comm) {
+  if (comm->config.device_kind == HC_MEM_HOST || comm->vendor_comm != NULL) return HC_OK;
+  return hc_proxy_create(comm, &comm->proxy);
+}
+
+/* The comm's one INFO line: where it runs and how many peers each
+ * transport reaches. */
+static hc_result_t phase_report(struct hetcclComm *comm) {
+  char links_said[128];
+  size_t said = 0;
+  for (int t = 0; t < HC_NET_NTRANSPORTS; t++) {
+    int n = 0;
+    for (int i = 0; i < comm->nranks; i++) n += comm->links.peer[i].net == hc_transports[t].ops;
+    said += (size_t)snprintf(links_said + said, sizeof(links_said) - HC_MIN(said, sizeof(links_said)),
+                             t ? ", %d over %s" : "%d peers over %s", n, hc_transports[t].links_name);
+  }
+  HC_INFO(HC_API, "comm %p rank %d of %d up: device %s:%d, group %s (%d groups), %s", (void *)comm, comm->rank,
+          comm->nranks, mem_kind_name(comm->config.device_kind), comm->config.device_id,
+          comm->peers[comm->rank].group_name, comm->ngroups, links_said);
+  return HC_OK;
+}
+
+/* Init in the order each phase needs the ones before it; the first that
+ * fails ends it, and hc_comm_free takes the half-built comm. */
+static const struct init_phase {
+  const char *name;
+  hc_result_t (*run)(struct hetcclComm *comm);
+} init_phases[] = {
+    {"bootstrap", phase_bootstrap},             /* bootstrap: the ring of ranks, authenticated */
+    {"transports", phase_transports_open},      /* net: open what this rank uses */
+    {"peers", phase_peers_exchange},            /* bootstrap: all-gather of the peer records */
+    {"groups", phase_groups},                   /* api: groups and fp8, from the records */
+    {"links", phase_links},                     /* net: a transport per pair; exec: wait policy */
+    {"plans", phase_plans},                     /* plan: plan context and scratch pools */
+    {"vendor groups", vendor_groups_choose},    /* vendor: which groups run the vendor's library */
+    {"windows", windows_open},                  /* net + device: shm windows, registered with the GPU */
+    {"device", phase_device},                   /* device: this thread on the comm's GPU */
+    {"vendor comms", vendor_comms_init},        /* vendor: the group's vendor communicator */
+    {"engine", phase_engine},                   /* exec: the progress engine, for GPU comms */
+    {"report", phase_report},
+};
+
 static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t id[HC_UNIQUE_ID_BYTES],
                              int rank, const struct hc_config *config) {
-  hc_result_t r;
+  hc_result_t r = HC_OK;
   struct hetcclComm *comm;
   *out = NULL;
   HC_TRY(hc_calloc(&comm, 1, sizeof(*comm), "communicator"));
@@ -309,119 +471,16 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
   memcpy(comm->id, id, HC_UNIQUE_ID_BYTES);
   atomic_init(&comm->abort_flag, false);
   hc_log_set_rank(rank);
-
-  HC_TRY_GOTO(hc_bootstrap_create(id, rank, nranks, &comm->abort_flag, &comm->boot), r, fail);
-  struct hc_net_args net_args = {.rank = rank, .nranks = nranks, .abort_flag = &comm->abort_flag,
-                                 .device_kind = (int)config->device_kind, .device_id = config->device_id,
-                                 .sig_explain = hc_plan_sig_explain};
-  HC_TRY_GOTO(hc_bootstrap_id_secret(id, net_args.secret), r, fail);
-  if (config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_SHM_WINDOW))
-    net_args.window_bytes = HC_WINDOW_SLOTS * gpu_chunk_bytes();
-  struct hc_net_record net_record;
-  HC_TRY_GOTO(hc_net_set_open(&comm->nets, &net_args, &net_record), r, fail);
-
-  HC_TRY_GOTO(hc_calloc(&comm->peers, (size_t)nranks, sizeof(*comm->peers), "peer table"), r, fail);
-  struct hc_peer_info *me = &comm->peers[rank];
-  *me = (struct hc_peer_info){.magic = HC_PEER_INFO_MAGIC, .rank = rank, .pid = (int32_t)getpid(),
-                              .device_kind = config->device_kind, .device_id = config->device_id,
-                              .net = net_record};
-  snprintf(me->group_name, sizeof(me->group_name), "%s",
-           config->group_name[0] ? config->group_name : mem_kind_name(config->device_kind));
-  const struct hc_vendor *my_vendor = config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_VENDOR)
-                                          ? hc_vendor_get(config->device_kind) : NULL;
-  me->vendor_ok = my_vendor != NULL;
-  me->vendor_version = my_vendor ? my_vendor->version : 0;
-  enum hc_fp8_layout fp8;
-  HC_TRY_GOTO(local_fp8_layout(config, &fp8), r, fail);
-  me->fp8_layout = (int32_t)fp8;
-  HC_TRY_GOTO(hc_bootstrap_allgather(comm->boot, comm->peers, sizeof(*comm->peers)), r, fail);
-  for (int i = 0; i < nranks; i++)
-    if (comm->peers[i].magic != HC_PEER_INFO_MAGIC || comm->peers[i].rank != i) {
-      r = HC_FAIL(HC_ERR_INTERNAL, "init: rank %d published a malformed peer record", i);
-      goto fail;
-    }
-  comm->ngroups = assign_groups(comm->peers, nranks);
-  comm->fp8_odd_rank = -1;
-  for (int i = 1; i < nranks && comm->fp8_odd_rank < 0; i++)
-    if (comm->peers[i].fp8_layout != comm->peers[0].fp8_layout) comm->fp8_odd_rank = i;
-  if (comm->fp8_odd_rank >= 0)
-    HC_INFO(HC_API, "rank %d: ranks 0 and %d hold different fp8 encodings (%s, %s): fp8 calls on this comm are "
-            "refused", rank, comm->fp8_odd_rank, hc_fp8_layout_name(comm->peers[0].fp8_layout),
-            hc_fp8_layout_name(comm->peers[comm->fp8_odd_rank].fp8_layout));
-
-  HC_TRY_GOTO(hc_calloc(&comm->links.peer, (size_t)nranks, sizeof(*comm->links.peer), "links"), r, fail);
-  comm->links.rank = rank;
-  comm->links.nranks = nranks;
-  comm->links.abort_flag = &comm->abort_flag;
-  /* Bare spinning only pays when every local rank has a core of its own;
-   * otherwise it steals the core a peer needs to answer, so the engine
-   * yields between polls from the start (exec.c, the wait policy). */
-  int local_ranks = 0;
-  for (int i = 0; i < nranks; i++) local_ranks += comm->peers[i].net.host == me->net.host;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  comm->links.spin_ns = (uint64_t)hc_param_int(HC_P_SPIN_US) * 1000;
-  comm->links.cores_shared = local_ranks > cores;
-  /* Each pair over the transport of the highest priority that can
-   * connect it; both ends decide from the same two records. */
-  int nlinks[HC_NET_NTRANSPORTS] = {0};
-  for (int i = 0; i < nranks; i++) {
-    if (i == rank) continue;
-    int t;
-    HC_TRY_GOTO(hc_net_link_choose(&comm->nets, rank, &me->net, i, &comm->peers[i].net, &comm->links.peer[i], &t),
-                r, fail);
-    nlinks[t]++;
+  for (size_t p = 0; p < HC_ARRAY_LEN(init_phases) && r == HC_OK; p++) {
+    r = init_phases[p].run(comm);
+    HC_TRACE(HC_API, "rank %d: init: %s %s", rank, init_phases[p].name, r == HC_OK ? "done" : "failed");
   }
-  comm->stage_device = config->device_kind != HC_MEM_HOST && !hc_net_links_reach_device(comm->links.peer, nranks);
-
-  bool any_gpu = false;
-  for (int i = 0; i < nranks; i++) any_gpu |= comm->peers[i].device_kind != HC_MEM_HOST;
-  enum hc_algo algo;
-  HC_TRY_GOTO(hc_algo_parse(hc_param_str(HC_P_ALGO), &algo), r, fail);
-  struct hc_scratch_pool *pool;
-  const struct hc_dev_ops *gpu = config->device_kind == HC_MEM_HOST ? NULL : hc_dev_get(config->device_kind);
-  HC_TRY_GOTO(hc_scratch_pool_create(gpu ? HC_POOL_PINNED : HC_POOL_HOST, gpu, config->device_id, &pool), r, fail);
-  comm->plan.pool = pool;
-  if (gpu) HC_TRY_GOTO(hc_scratch_pool_create(HC_POOL_DEVICE, gpu, config->device_id, &comm->plan.dev_pool), r, fail);
-  comm->plan_ctx = (struct hc_plan_ctx){
-      .rank = rank, .nranks = nranks, .algo = algo,
-      .chunk_bytes = any_gpu ? gpu_chunk_bytes() : (size_t)HC_MAX(hc_param_int(HC_P_CHUNK_BYTES), 64),
-      .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
-      /* One step pays where a small message costs a round trip whatever
-       * its size (shm's inline descriptors); GPU ranks stage every
-       * transfer, and there n-1 copies per rank cost more. */
-      .onestep_bytes = any_gpu ? 0 : (size_t)hc_param_int(HC_P_ONESTEP_BYTES),
-      .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1), .ngroups = 1};
-  if (comm->ngroups > 1) {
-    HC_TRY_GOTO(hc_calloc(&comm->group_of, (size_t)nranks, sizeof(int), "group table"), r, fail);
-    for (int i = 0; i < nranks; i++) comm->group_of[i] = comm->peers[i].group;
-    comm->plan_ctx.ngroups = comm->ngroups;
-    comm->plan_ctx.group_of = comm->group_of;
-    int mine = 0;
-    for (int i = 0; i < nranks; i++) mine += comm->peers[i].group == me->group;
-    if (comm->ngroups < nranks)
-      HC_INFO(HC_PLAN, "rank %d: %d groups; group %s has %d ranks; collectives are hierarchical",
-              rank, comm->ngroups, me->group_name, mine);
+  if (r != HC_OK) {
+    hc_comm_free(comm);
+    return r;
   }
-  HC_TRY_GOTO(vendor_groups_choose(comm), r, fail);
-  if (comm->ngroups > 1) comm->plan_ctx.group_vendor = comm->group_vendor;
-  HC_TRY_GOTO(windows_open(comm), r, fail);
-  if (config->device_kind != HC_MEM_HOST)
-    HC_TRY_GOTO(hc_dev_get(config->device_kind)->set_device(config->device_id), r, fail);
-  HC_TRY_GOTO(vendor_comms_init(comm), r, fail);
-  if (config->device_kind != HC_MEM_HOST && comm->vendor_comm == NULL)
-    HC_TRY_GOTO(hc_proxy_create(comm, &comm->proxy), r, fail);
-  char links_said[128];
-  size_t said = 0;
-  for (int t = 0; t < HC_NET_NTRANSPORTS; t++)
-    said += (size_t)snprintf(links_said + said, sizeof(links_said) - HC_MIN(said, sizeof(links_said)), t ? ", %d over %s" : "%d peers over %s",
-                             nlinks[t], hc_transports[t].links_name);
-  HC_INFO(HC_API, "comm %p rank %d of %d up: device %s:%d, group %s (%d groups), %s", (void *)comm, rank,
-          nranks, mem_kind_name(config->device_kind), config->device_id, me->group_name, comm->ngroups, links_said);
   *out = comm;
   return HC_OK;
-fail:
-  hc_comm_free(comm);
-  return r;
 }
 
 static hc_result_t check_init_args(hetcclComm_t *comm, int nranks, int rank) {

@@ -32,6 +32,11 @@ struct hc_links {
   int peer_here_waits;
 };
 
+/* Allocates links->peer (nranks, empty until net chooses each one) and
+ * sets the wait policy: local_ranks ranks of the comm share this host. */
+hc_result_t hc_exec_links_init(struct hc_links *links, int rank, int nranks, const atomic_bool *abort_flag,
+                               int local_ranks);
+
 /* One plan of host memory to run on one comm's links. (A GPU comm's plans
  * are split by enqueue.h: its streams take the local steps, and this
  * engine, on the progress engine's thread (engine.h), the transfers.) */
