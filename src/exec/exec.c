@@ -254,8 +254,8 @@ static hc_result_t job_progress(struct job_state *st, bool *moved) {
       /* The signature travels with the bytes; the receiving transport
        * checks it before it delivers any (net.h). */
       const struct hc_net_sig *sig = s->call < p->nsigs ? &p->sigs[s->call] : &no_sig;
-      if (st->q_dir[q] == DIR_SEND) HC_TRY(l->net->isend_sig(l->conn, s->src0, s->count, sig, &st->req[i]));
-      else HC_TRY(l->net->irecv_sig(l->conn, s->dst, s->count, sig, &st->req[i]));
+      if (st->q_dir[q] == DIR_SEND) HC_TRY(l->net->isend(l->conn, s->src0, s->count, sig, &st->req[i]));
+      else HC_TRY(l->net->irecv(l->conn, s->dst, s->count, sig, &st->req[i]));
       st->q_head[q]++;
       *moved = true;
     }

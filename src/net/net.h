@@ -7,7 +7,7 @@
  * receive posted for n bytes that meets a message of another length fails
  * with HC_ERR_USAGE naming both lengths ("mismatched counts").
  *
- * Signatures: isend_sig / irecv_sig carry a short record of the call a
+ * Signatures: isend / irecv take a short record of the call a
  * transfer belongs to (struct hc_net_sig, filled by plan/). The transports
  * carry it in a header they send anyway and compare it, as bytes, with the
  * receive's before they deliver anything; on a difference both ends fail
@@ -28,7 +28,7 @@
 
 /* What call of the comm a transfer belongs to; opaque here (plan.h,
  * hc_plan_sig, packs and explains it). All zeroes: "none", what isend and
- * irecv carry. */
+ * irecv carry when given no signature (NULL). */
 struct hc_net_sig {
   uint64_t w[2];
 };
@@ -98,7 +98,7 @@ struct hc_net_caps {
   bool device_memory; /* can send from / receive into GPU memory directly */
 };
 
-#define HC_NET_ABI 1
+#define HC_NET_ABI 2 /* 2: isend / irecv take the signature (isend_sig / irecv_sig gone) */
 struct hc_net_ops {
   uint32_t size, abi;
   const char *name; /* "socket" */
@@ -109,9 +109,11 @@ struct hc_net_ops {
    * authenticated. Both ranks of a pair call it; call again until non-NULL. */
   hc_result_t (*connect)(void *ctx, int peer, const struct hc_net_handle *peer_handle,
                          void **conn);
-  /* The buffer must stay valid until test reports done. */
-  hc_result_t (*isend)(void *conn, const void *buf, size_t n, void **req);
-  hc_result_t (*irecv)(void *conn, void *buf, size_t n, void **req);
+  /* The buffer must stay valid until test reports done. sig: the
+   * signature of the transfer's call (see the top of this file), copied;
+   * NULL: none (all zeroes). */
+  hc_result_t (*isend)(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req);
+  hc_result_t (*irecv)(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req);
   /* Makes progress; done = 1 frees req. A peer that closed is HC_ERR_REMOTE
    * naming it. */
   hc_result_t (*test)(void *req, int *done);
@@ -122,11 +124,7 @@ struct hc_net_ops {
   hc_result_t (*close)(void *ctx);
   /* Optional (NULL: never a window). The pair's window, once conn is up. */
   void (*window)(void *conn, struct hc_net_window *w);
-  /* isend / irecv with the signature of the transfer's call (see the top
-   * of this file); *sig is copied. */
-  hc_result_t (*isend_sig)(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req);
-  hc_result_t (*irecv_sig)(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req);
-}; /* append only */
+}; /* append only; a change of meaning bumps HC_NET_ABI */
 
 extern const struct hc_net_ops hc_net_socket;
 /* RDMA verbs (InfiniBand, RoCE v2) over libibverbs opened at run time;
