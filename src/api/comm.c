@@ -94,21 +94,22 @@ static hc_result_t windows_open(struct hetcclComm *comm) {
       HC_TRY(l->net->connect(l->ctx, i, &l->handle, &l->conn));
       if (l->conn != NULL) break;
       if (hc_now_ns() > deadline)
-        return HC_FAIL(HC_ERR_REMOTE, "rank %d: shm connection to rank %d not up within HETCCL_TIMEOUT",
-                       comm->rank, i);
+        return HC_FAIL(HC_ERR_REMOTE, "rank %d: %s connection to rank %d not up within HETCCL_TIMEOUT",
+                       comm->rank, l->net->name, i);
       HC_TRY(l->net->wait_blocking(l->ctx, 1));
     }
     struct hc_plan_window *w = &comm->plan_ctx.windows[i];
     l->net->window(l->conn, &w->w);
     if (w->w.bytes < HC_WINDOW_SLOTS * 4096)
-      return HC_FAIL(HC_ERR_INTERNAL, "rank %d: the shm segment shared with rank %d has no window", comm->rank, i);
+      return HC_FAIL(HC_ERR_INTERNAL, "rank %d: the %s connection with rank %d has no window", comm->rank,
+                     l->net->name, i);
     w->slot_bytes = slot_bytes = w->w.bytes / HC_WINDOW_SLOTS;
   }
   if (comm->config.device_kind != HC_MEM_HOST) {
     HC_TRY(windows_register(comm, true));
     comm->windows_registered = true;
   }
-  HC_INFO(HC_NET, "rank %d: %d same-host peers through shm windows of %d slots of %zu KiB", comm->rank, npairs,
+  HC_INFO(HC_NET, "rank %d: %d same-host peers through windows of %d slots of %zu KiB", comm->rank, npairs,
           HC_WINDOW_SLOTS, slot_bytes >> 10);
   return HC_OK;
 }

@@ -260,7 +260,7 @@ void hc_net_set_close(struct hc_net_set *set, struct hc_link *links, int nranks,
  * it is the buffer of an isend. Any thread. alloc: HC_ERR_ARG for a NULL ptr
  * or size 0, HC_ERR_SYSTEM when the memory cannot be had; free: NULL is a
  * no-op, a pointer alloc did not return is HC_ERR_ARG. */
-hc_result_t hc_net_shm_mem_alloc(void **ptr, size_t size);
-hc_result_t hc_net_shm_mem_free(void *ptr);
+hc_result_t hc_net_mem_alloc(void **ptr, size_t size);
+hc_result_t hc_net_mem_free(void *ptr);
 
 #endif
