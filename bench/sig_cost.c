@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sig_cost: setup: %s\n", hc_last_error());
     return 1;
   }
-  const struct hc_plan_ctx ctx = {.rank = 0, .nranks = 2, .algo = HC_ALGO_AUTO, .chunk_bytes = slot,
+  const struct hc_plan_ctx ctx = {.rank = 0, .nranks = 2, .chunk_bytes = slot, /* .algo: all HC_ALGO_AUTO */
                                   .ring_threshold = 1 << 20, .scratch_slots = 4, .ngroups = 1,
                                   .windows = windows};
   float buf[2] = {1, 2};

@@ -24,7 +24,6 @@
 struct hc_peer_info {
   uint32_t magic;
   int32_t rank;
-  uint64_t host_hash; /* host name, boot id and network namespace */
   int32_t pid;
   int32_t device_kind; /* enum hc_mem_kind */
   int32_t device_id;
@@ -32,13 +31,8 @@ struct hc_peer_info {
   int32_t vendor_ok;   /* the vendor library of device_kind loaded here */
   int32_t vendor_version; /* its version (NCCL's numbering; RCCL reports its NCCL base) */
   char group_name[HC_GROUP_NAME_BYTES];
-  struct hc_net_handle socket_handle;
-  struct hc_net_handle shm_handle; /* valid when has_shm */
-  int32_t has_shm;
-  int32_t shm_window;  /* asked shm for windows: a pair with such a rank has them */
   int32_t fp8_layout;  /* enum hc_fp8_layout: what this rank's fp8 buffers hold */
-  struct hc_net_handle ib_handle; /* valid when has_ib */
-  int32_t has_ib;      /* found a usable RDMA port and opened the ib transport */
+  struct hc_net_record net; /* its host and transports */
 };
 
 struct hc_premul_op {
@@ -84,9 +78,10 @@ struct hetcclComm {
    * the first rank whose encodings differ from rank 0's, else -1. */
   int fp8_odd_rank;
   struct hc_links links;
-  void *socket_ctx;
-  void *shm_ctx;
-  void *ib_ctx;
+  struct hc_net_set nets;         /* the transports open here */
+  /* Plans stage device memory through pinned host memory: a GPU comm
+   * with a link whose transport cannot reach device memory (caps). */
+  bool stage_device;
   struct hc_plan_ctx plan_ctx;
   bool windows_registered;        /* plan_ctx.windows, with this rank's GPU driver */
   struct hc_plan plan;            /* reused call after call */

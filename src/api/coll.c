@@ -240,7 +240,7 @@ static hc_result_t group_run(void) {
     struct hetcclComm *comm = NULL;
     for (int i = 0; i < group_ncalls && comm == NULL; i++)
       if (&group_calls[i].comm->plan == jobs[j].plan) comm = group_calls[i].comm;
-    if (!comm->plan_kept) HC_TRY_GOTO(hc_plan_stage(jobs[j].plan, &comm->plan_ctx, false), r, out);
+    if (!comm->plan_kept) HC_TRY_GOTO(hc_plan_stage(jobs[j].plan, &comm->plan_ctx, comm->stage_device), r, out);
   }
   r = hc_exec_run_blocking(jobs, njobs, hc_deadline_ns());
 out:

@@ -4,12 +4,9 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <strings.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../plan/plan.h"
-#include "../util/auth.h"
 #include "../vendor/vendor.h"
 #include "api_priv.h"
 #include "proxy.h"
@@ -64,22 +61,14 @@ void hc_comm_fail(struct hetcclComm *comm, hc_result_t r) {
    * on every survivor without each one waiting for its deadline. A notice
    * first names the rank this one blames, so that the others blame it too
    * rather than this rank, which only saw it first. */
-  const int culprit = hc_blamed();
-  if (culprit >= 0 && comm->socket_ctx) hc_net_socket_notice(comm->socket_ctx, culprit);
-  if (culprit >= 0 && comm->shm_ctx) hc_net_shm_notice(comm->shm_ctx, culprit);
-  if (comm->socket_ctx) hc_net_socket.close(comm->socket_ctx);
-  if (comm->ib_ctx) hc_net_ib.close(comm->ib_ctx);
-  comm->socket_ctx = comm->ib_ctx = NULL;
-  for (int i = 0; i < comm->nranks && comm->links.peer; i++)
-    if (comm->links.peer[i].net != &hc_net_shm) comm->links.peer[i] = (struct hc_link){0};
+  hc_net_set_notice(&comm->nets, hc_blamed());
   /* A GPU comm fails on the engine thread: its streams may still copy
    * through the windows of its shm segments, and its owner thread may be
    * in a call. The engine's notice in each window tells those peers;
    * destroy unmaps the segments and ends the bootstrap. */
-  if (comm->config.device_kind != HC_MEM_HOST) return;
-  if (comm->shm_ctx) hc_net_shm.close(comm->shm_ctx);
-  comm->shm_ctx = NULL;
-  for (int i = 0; i < comm->nranks && comm->links.peer; i++) comm->links.peer[i] = (struct hc_link){0};
+  const bool gpu = comm->config.device_kind != HC_MEM_HOST;
+  hc_net_set_close(&comm->nets, comm->links.peer, comm->links.peer ? comm->nranks : 0, gpu);
+  if (gpu) return;
   hc_bootstrap_destroy(comm->boot);
   comm->boot = NULL;
 }
@@ -103,10 +92,12 @@ static hc_result_t windows_register(struct hetcclComm *comm, bool on) {
   return r;
 }
 
-/* A pair of one host where either rank asked for windows has them. */
+/* A pair whose transport offers windows (shm) has them where either rank
+ * asked for them. */
 static bool pair_has_window(const struct hetcclComm *comm, int peer) {
-  return comm->links.peer[peer].net == &hc_net_shm &&
-         (comm->peers[comm->rank].shm_window || comm->peers[peer].shm_window);
+  const struct hc_net_ops *net = comm->links.peer[peer].net;
+  return net != NULL && HC_HAS_OP(net, struct hc_net_ops, window) &&
+         (comm->peers[comm->rank].net.window || comm->peers[peer].net.window);
 }
 
 /* Pairs with windows connect now, at init, and take the windows of their
@@ -126,45 +117,43 @@ static hc_result_t windows_open(struct hetcclComm *comm) {
       HC_TRY(l->net->connect(l->ctx, i, &l->handle, &l->conn));
       if (l->conn != NULL) break;
       if (hc_now_ns() > deadline)
-        return HC_FAIL(HC_ERR_REMOTE, "rank %d: shm connection to rank %d not up within HETCCL_TIMEOUT",
-                       comm->rank, i);
+        return HC_FAIL(HC_ERR_REMOTE, "rank %d: %s connection to rank %d not up within HETCCL_TIMEOUT",
+                       comm->rank, l->net->name, i);
       HC_TRY(l->net->wait_blocking(l->ctx, 1));
     }
     struct hc_plan_window *w = &comm->plan_ctx.windows[i];
     l->net->window(l->conn, &w->w);
     if (w->w.bytes < HC_WINDOW_SLOTS * 4096)
-      return HC_FAIL(HC_ERR_INTERNAL, "rank %d: the shm segment shared with rank %d has no window", comm->rank, i);
+      return HC_FAIL(HC_ERR_INTERNAL, "rank %d: the %s connection with rank %d has no window", comm->rank,
+                     l->net->name, i);
     w->slot_bytes = slot_bytes = w->w.bytes / HC_WINDOW_SLOTS;
   }
   if (comm->config.device_kind != HC_MEM_HOST) {
     HC_TRY(windows_register(comm, true));
     comm->windows_registered = true;
   }
-  HC_INFO(HC_NET, "rank %d: %d same-host peers through shm windows of %d slots of %zu KiB", comm->rank, npairs,
+  HC_INFO(HC_NET, "rank %d: %d same-host peers through windows of %d slots of %zu KiB", comm->rank, npairs,
           HC_WINDOW_SLOTS, slot_bytes >> 10);
   return HC_OK;
 }
 
 /* How a GPU rank's bytes reach peer, and why, into text (for the INFO
- * line); *direct: straight between GPU memory and the RDMA adapter. */
-static void gpu_path_of(const struct hetcclComm *comm, int peer, const struct hc_net_caps *ib_caps, bool *direct,
-                        char *text, size_t len) {
+ * line); *direct: straight between GPU memory and the NIC. */
+static void gpu_path_of(const struct hetcclComm *comm, int peer, bool *direct, char *text, size_t len) {
   const struct hc_link *l = &comm->links.peer[peer];
   const int mine = comm->peers[comm->rank].group;
   *direct = false;
   if (comm->group_vendor && comm->group_vendor[mine] && comm->peers[peer].group == mine)
     snprintf(text, len, "the vendor library (group mates)");
   else if (pair_has_window(comm, peer))
-    snprintf(text, len, "shm window (GPU copies into shared host memory)");
-  else if (l->net == &hc_net_ib && ib_caps->device_memory) {
+    snprintf(text, len, "%s window (GPU copies into shared host memory)", l->net->name);
+  else if (l->caps.device_memory) {
     *direct = true;
-    snprintf(text, len, "%s (messages of up to %zu bytes staged)", ib_caps->device_path, ib_caps->device_min_bytes);
-  } else if (l->net == &hc_net_ib)
-    snprintf(text, len, "%s", ib_caps->device_path);
-  else if (l->net == &hc_net_shm)
-    snprintf(text, len, "staged: same host, shm without windows");
+    snprintf(text, len, "%s (messages of up to %zu bytes staged)", l->caps.device_path, l->caps.device_min_bytes);
+  } else if (l->caps.device_path[0])
+    snprintf(text, len, "%s", l->caps.device_path);
   else
-    snprintf(text, len, "staged: sockets (no ib between the two, or HETCCL_NET=SOCKET)");
+    snprintf(text, len, "staged: %s takes host memory only", l->net->name);
 }
 
 /* Which peers a GPU rank's transfers reach with GPU memory straight to the
@@ -172,28 +161,30 @@ static void gpu_path_of(const struct hetcclComm *comm, int peer, const struct hc
  * of peers, which path GPU bytes take and why. Local facts only: the two
  * ends of a pair need not agree, since a staged and a direct transfer are
  * the same bytes on the wire, cut into the same pieces. */
-static hc_result_t gdr_choose(struct hetcclComm *comm, const struct hc_net_caps *ib_caps) {
+static hc_result_t gdr_choose(struct hetcclComm *comm) {
   if (comm->config.device_kind == HC_MEM_HOST || comm->nranks < 2) return HC_OK;
   HC_TRY(hc_calloc(&comm->peer_gdr, (size_t)comm->nranks, sizeof(bool), "GPU paths"));
   char line[1024], cls[256], other[256];
   size_t at = 0;
   bool done[HC_MAX_LOGGED_PEERS] = {false};
   bool any = false, direct;
+  size_t min_bytes = 0;
   for (int i = 0; i < comm->nranks; i++) {
     if (i == comm->rank) continue;
-    gpu_path_of(comm, i, ib_caps, &direct, cls, sizeof(cls));
+    gpu_path_of(comm, i, &direct, cls, sizeof(cls));
     comm->peer_gdr[i] = direct;
+    if (direct) min_bytes = HC_MAX(min_bytes, comm->links.peer[i].caps.device_min_bytes);
     any |= direct;
   }
   /* Peers of one class together: "ranks 2,3: gdr dma-buf on mlx5_0". */
   for (int i = 0; i < comm->nranks && i < HC_MAX_LOGGED_PEERS && at < sizeof(line); i++) {
     if (i == comm->rank || done[i]) continue;
-    gpu_path_of(comm, i, ib_caps, &direct, cls, sizeof(cls));
+    gpu_path_of(comm, i, &direct, cls, sizeof(cls));
     int n = snprintf(line + at, sizeof(line) - at, "%s%d", at ? "; " : "", i);
     at = HC_MIN(at + (size_t)HC_MAX(n, 0), sizeof(line));
     for (int j = i + 1; j < comm->nranks && j < HC_MAX_LOGGED_PEERS && at < sizeof(line); j++) {
       if (j == comm->rank || done[j]) continue;
-      gpu_path_of(comm, j, ib_caps, &direct, other, sizeof(other));
+      gpu_path_of(comm, j, &direct, other, sizeof(other));
       if (strcmp(cls, other) != 0) continue;
       done[j] = true;
       n = snprintf(line + at, sizeof(line) - at, ",%d", j);
@@ -206,7 +197,7 @@ static hc_result_t gdr_choose(struct hetcclComm *comm, const struct hc_net_caps 
           comm->nranks > HC_MAX_LOGGED_PEERS ? "; ..." : "");
   if (any) {
     comm->plan_ctx.peer_gdr = comm->peer_gdr;
-    comm->plan_ctx.gdr_min_bytes = ib_caps->device_min_bytes;
+    comm->plan_ctx.gdr_min_bytes = min_bytes;
   }
   return HC_OK;
 }
@@ -228,9 +219,7 @@ void hc_comm_free(struct hetcclComm *comm) {
   hc_plan_reset(&comm->plan);
   hc_scratch_pool_destroy(comm->plan.pool);
   hc_scratch_pool_destroy(comm->plan.dev_pool);
-  if (comm->socket_ctx) hc_net_socket.close(comm->socket_ctx);
-  if (comm->shm_ctx) hc_net_shm.close(comm->shm_ctx);
-  if (comm->ib_ctx) hc_net_ib.close(comm->ib_ctx);
+  hc_net_set_close(&comm->nets, NULL, 0, false);
   hc_bootstrap_destroy(comm->boot);
   free(comm->links.peer);
   free(comm->peers);
@@ -279,57 +268,6 @@ static hc_result_t config_resolve(const hetcclConfig_t *user, struct hc_config *
 
 /* ---- init ---- */
 
-/* HETCCL_FAKE_HOSTS (tests): the host number rank stands on, -1 when the
- * list is empty. */
-static hc_result_t fake_host_of(int rank, int *out) {
-  const char *list = hc_param_str(HC_P_FAKE_HOSTS), *p = list;
-  *out = -1;
-  if (list[0] == 0) return HC_OK;
-  for (int r = 0;; r++) {
-    char *end;
-    long v = strtol(p, &end, 10);
-    if (end == p || v < 0 || v > 1000000 || (*end != ',' && *end != 0))
-      return HC_FAIL(HC_ERR_USAGE, "HETCCL_FAKE_HOSTS=%s: not a list of host numbers", list);
-    if (r == rank) {
-      *out = (int)v;
-      return HC_OK;
-    }
-    if (*end == 0)
-      return HC_FAIL(HC_ERR_USAGE, "HETCCL_FAKE_HOSTS=%s names %d hosts, rank %d has none", list, r + 1, rank);
-    p = end + 1;
-  }
-}
-
-/* Ranks in one network namespace of one booted host share this; ranks in
- * different namespaces (the two-host tests), or on different fake hosts
- * (fake_host >= 0, HETCCL_FAKE_HOSTS), do not. */
-static uint64_t host_hash(int fake_host) {
-  char text[512] = "";
-  size_t n = 0;
-  gethostname(text, 128);
-  n = strlen(text);
-  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  if (f) {
-    n += fread(text + n, 1, 64, f);
-    fclose(f);
-  }
-  /* Shared memory also needs the same pid namespace (CMA, /proc/<pid>)
-   * and the same /dev/shm. */
-  const char *const ids[] = {"/proc/self/ns/net", "/proc/self/ns/pid", "/dev/shm"};
-  for (size_t i = 0; i < HC_ARRAY_LEN(ids); i++) {
-    struct stat st;
-    if (stat(ids[i], &st) == 0)
-      n += (size_t)snprintf(text + n, sizeof(text) - n, ":%llu.%llu", (unsigned long long)st.st_dev,
-                            (unsigned long long)st.st_ino);
-  }
-  if (fake_host >= 0) n += (size_t)snprintf(text + n, sizeof(text) - n, ":fake host %d", fake_host);
-  uint8_t digest[32];
-  hc_sha256(text, n, digest);
-  uint64_t h;
-  memcpy(&h, digest, sizeof(h));
-  return h;
-}
-
 /* Groups in order of their lowest rank: the same on every rank. */
 static int assign_groups(struct hc_peer_info *peers, int nranks) {
   int ngroups = 0;
@@ -377,7 +315,7 @@ static bool vendor_can_run(const struct hetcclComm *comm, int g) {
     if (!p[i].vendor_ok || p[i].device_kind != first->device_kind || p[i].vendor_version != first->vendor_version)
       return false;
     for (int j = 0; j < i; j++)
-      if (p[j].group == g && p[j].host_hash == p[i].host_hash && p[j].device_id == p[i].device_id) return false;
+      if (p[j].group == g && p[j].net.host == p[i].net.host && p[j].device_id == p[i].device_id) return false;
   }
   return first != NULL;
 }
@@ -396,6 +334,7 @@ static hc_result_t vendor_groups_choose(struct hetcclComm *comm) {
     for (int i = 0; i < comm->nranks; i++) n += comm->peers[i].group == g;
     comm->group_vendor[g] = vendor_can_run(comm, g) && (comm->ngroups == 1 || n > 1);
   }
+  if (comm->ngroups > 1) comm->plan_ctx.group_vendor = comm->group_vendor;
   if (comm->ngroups > 1 && size > 1 && me->device_kind != HC_MEM_HOST && !comm->group_vendor[me->group])
     HC_INFO(HC_VENDOR, "rank %d: group %s of %d ranks runs hetccl's own algorithms inside (%s)", comm->rank,
             me->group_name, size,
@@ -447,84 +386,34 @@ out:
   return r;
 }
 
-/* HETCCL_NET: which transport crosses between hosts. */
-enum hc_net_choice { HC_NET_AUTO, HC_NET_IB, HC_NET_SOCKET };
+/* ---- init, phase by phase (comm_init below lists them) ---- */
 
-static hc_result_t net_choice_parse(enum hc_net_choice *out) {
-  const char *s = hc_param_str(HC_P_NET);
-  if (s[0] == '\0') *out = HC_NET_AUTO;
-  else if (strcasecmp(s, "IB") == 0) *out = HC_NET_IB;
-  else if (strcasecmp(s, "SOCKET") == 0) *out = HC_NET_SOCKET;
-  else return HC_FAIL(HC_ERR_USAGE, "HETCCL_NET=%s: must be IB or SOCKET (or empty: ib where usable)", s);
-  return HC_OK;
+static hc_result_t phase_bootstrap(struct hetcclComm *comm) {
+  return hc_bootstrap_create(comm->id, comm->rank, comm->nranks, &comm->abort_flag, &comm->boot);
 }
 
-/* Opens the ib transport unless HETCCL_NET says socket; a host without a
- * usable RDMA port goes on without it (INFO), unless HETCCL_NET=IB. */
-static hc_result_t ib_open(struct hetcclComm *comm, const struct hc_net_args *args, enum hc_net_choice choice,
-                           struct hc_net_handle *handle, bool *has_ib, struct hc_net_caps *caps) {
-  *has_ib = false;
-  *caps = (struct hc_net_caps){0};
-  if (choice == HC_NET_SOCKET || comm->nranks < 2) return HC_OK;
-  char earlier_error[512]; /* a host without ib is no error of the caller's: its text goes back */
-  snprintf(earlier_error, sizeof(earlier_error), "%s", hc_last_error());
-  hc_result_t r = hc_net_ib.open(args, caps, handle, &comm->ib_ctx);
-  if (r == HC_OK) {
-    *has_ib = true;
-    return HC_OK;
-  }
-  comm->ib_ctx = NULL;
-  if (r == HC_ERR_USAGE) return r; /* a bad ib parameter value */
-  if (choice == HC_NET_IB) {
-    char why[512];
-    snprintf(why, sizeof(why), "%s", hc_last_error());
-    return HC_FAIL(r, "rank %d: HETCCL_NET=IB, but %s", comm->rank, why);
-  }
-  HC_INFO(HC_NET, "ib: not used by rank %d (%s); other hosts over sockets", comm->rank, hc_last_error());
-  hc_set_last_error(earlier_error);
-  return HC_OK;
-}
-
-hc_result_t hc_comm_build(struct hetcclComm *comm) {
-  hc_result_t r;
-  const int rank = comm->rank, nranks = comm->nranks;
+/* net: opens each transport this rank uses; its record goes into the
+ * peer table for the exchange. */
+static hc_result_t phase_transports_open(struct hetcclComm *comm) {
   const struct hc_config *config = &comm->config;
-  const uint8_t *id = comm->id;
-
-  HC_TRY_GOTO(hc_bootstrap_create(id, rank, nranks, &comm->abort_flag, &comm->boot), r, fail);
-  struct hc_net_args net_args = {.rank = rank, .nranks = nranks, .abort_flag = &comm->abort_flag,
+  struct hc_net_args net_args = {.rank = comm->rank, .nranks = comm->nranks, .abort_flag = &comm->abort_flag,
                                  .device_kind = (int)config->device_kind, .device_id = config->device_id,
                                  .sig_explain = hc_plan_sig_explain};
-  HC_TRY_GOTO(hc_bootstrap_id_secret(id, net_args.secret), r, fail);
-  struct hc_net_caps caps = {0}, ib_caps;
-  struct hc_net_handle handle;
-  HC_TRY_GOTO(hc_net_socket.open(&net_args, &caps, &handle, &comm->socket_ctx), r, fail);
-  struct hc_net_handle shm_handle = {0};
-  bool has_shm = false;
-  if (nranks > 1 && !hc_param_int(HC_P_SHM_DISABLE)) {
-    struct hc_net_caps shm_caps = {0};
-    if (config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_SHM_WINDOW))
-      net_args.window_bytes = HC_WINDOW_SLOTS * gpu_chunk_bytes();
-    has_shm = hc_net_shm.open(&net_args, &shm_caps, &shm_handle, &comm->shm_ctx) == HC_OK;
-    if (!has_shm) HC_INFO(HC_NET, "shm: not available here (%s); local peers use sockets", hc_last_error());
-  }
+  HC_TRY(hc_bootstrap_id_secret(comm->id, net_args.secret));
+  if (config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_SHM_WINDOW))
+    net_args.window_bytes = HC_WINDOW_SLOTS * gpu_chunk_bytes();
+  HC_TRY(hc_calloc(&comm->peers, (size_t)comm->nranks, sizeof(*comm->peers), "peer table"));
+  return hc_net_set_open(&comm->nets, &net_args, &comm->peers[comm->rank].net);
+}
 
-  enum hc_net_choice net_choice = HC_NET_AUTO;
-  struct hc_net_handle ib_handle = {0};
-  bool has_ib = false;
-  HC_TRY_GOTO(net_choice_parse(&net_choice), r, fail);
-  HC_TRY_GOTO(ib_open(comm, &net_args, net_choice, &ib_handle, &has_ib, &ib_caps), r, fail);
-
-  HC_TRY_GOTO(hc_calloc(&comm->peers, (size_t)nranks, sizeof(*comm->peers), "peer table"), r, fail);
-  int fake_host;
-  HC_TRY_GOTO(fake_host_of(rank, &fake_host), r, fail);
-  struct hc_peer_info *me = &comm->peers[rank];
-  *me = (struct hc_peer_info){.magic = HC_PEER_INFO_MAGIC, .rank = rank, .host_hash = host_hash(fake_host),
-                              .pid = (int32_t)getpid(), .device_kind = config->device_kind,
-                              .shm_window = net_args.window_bytes > 0,
-                              .device_id = config->device_id, .socket_handle = handle,
-                              .shm_handle = shm_handle, .has_shm = has_shm, .ib_handle = ib_handle,
-                              .has_ib = has_ib};
+/* bootstrap: every rank's record (device, group, vendor, fp8, transports)
+ * to every rank. */
+static hc_result_t phase_peers_exchange(struct hetcclComm *comm) {
+  const struct hc_config *config = &comm->config;
+  struct hc_peer_info *me = &comm->peers[comm->rank];
+  const struct hc_net_record net = me->net; /* phase_transports_open's */
+  *me = (struct hc_peer_info){.magic = HC_PEER_INFO_MAGIC, .rank = comm->rank, .pid = (int32_t)getpid(),
+                              .device_kind = config->device_kind, .device_id = config->device_id, .net = net};
   snprintf(me->group_name, sizeof(me->group_name), "%s",
            config->group_name[0] ? config->group_name : mem_kind_name(config->device_kind));
   const struct hc_vendor *my_vendor = config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_VENDOR)
@@ -532,101 +421,140 @@ hc_result_t hc_comm_build(struct hetcclComm *comm) {
   me->vendor_ok = my_vendor != NULL;
   me->vendor_version = my_vendor ? my_vendor->version : 0;
   enum hc_fp8_layout fp8;
-  HC_TRY_GOTO(local_fp8_layout(config, &fp8), r, fail);
+  HC_TRY(local_fp8_layout(config, &fp8));
   me->fp8_layout = (int32_t)fp8;
-  HC_TRY_GOTO(hc_bootstrap_allgather(comm->boot, comm->peers, sizeof(*comm->peers)), r, fail);
-  for (int i = 0; i < nranks; i++)
-    if (comm->peers[i].magic != HC_PEER_INFO_MAGIC || comm->peers[i].rank != i) {
-      r = HC_FAIL(HC_ERR_INTERNAL, "init: rank %d published a malformed peer record", i);
-      goto fail;
-    }
-  comm->ngroups = assign_groups(comm->peers, nranks);
+  HC_TRY(hc_bootstrap_allgather(comm->boot, comm->peers, sizeof(*comm->peers)));
+  for (int i = 0; i < comm->nranks; i++)
+    if (comm->peers[i].magic != HC_PEER_INFO_MAGIC || comm->peers[i].rank != i)
+      return HC_FAIL(HC_ERR_INTERNAL, "init: rank %d published a malformed peer record", i);
+  return HC_OK;
+}
+
+/* From the peer table, the same on every rank: groups, and whether fp8
+ * means the same everywhere. */
+static hc_result_t phase_groups(struct hetcclComm *comm) {
+  const struct hc_peer_info *peers = comm->peers;
+  comm->ngroups = assign_groups(comm->peers, comm->nranks);
   comm->fp8_odd_rank = -1;
-  for (int i = 1; i < nranks && comm->fp8_odd_rank < 0; i++)
-    if (comm->peers[i].fp8_layout != comm->peers[0].fp8_layout) comm->fp8_odd_rank = i;
+  for (int i = 1; i < comm->nranks && comm->fp8_odd_rank < 0; i++)
+    if (peers[i].fp8_layout != peers[0].fp8_layout) comm->fp8_odd_rank = i;
   if (comm->fp8_odd_rank >= 0)
     HC_INFO(HC_API, "rank %d: ranks 0 and %d hold different fp8 encodings (%s, %s): fp8 calls on this comm are "
-            "refused", rank, comm->fp8_odd_rank, hc_fp8_layout_name(comm->peers[0].fp8_layout),
-            hc_fp8_layout_name(comm->peers[comm->fp8_odd_rank].fp8_layout));
+            "refused", comm->rank, comm->fp8_odd_rank, hc_fp8_layout_name(peers[0].fp8_layout),
+            hc_fp8_layout_name(peers[comm->fp8_odd_rank].fp8_layout));
+  return HC_OK;
+}
 
-  HC_TRY_GOTO(hc_calloc(&comm->links.peer, (size_t)nranks, sizeof(*comm->links.peer), "links"), r, fail);
-  comm->links.rank = rank;
-  comm->links.nranks = nranks;
-  comm->links.abort_flag = &comm->abort_flag;
-  /* Bare spinning only pays when every local rank has a core of its own;
-   * otherwise it steals the core a peer needs to answer, so the engine
-   * yields between polls from the start (exec.c, the wait policy). */
+/* net: each pair over the transport of the highest priority that can
+ * connect it (both ends decide from the same two records); exec: the
+ * wait policy of the links. */
+static hc_result_t phase_links(struct hetcclComm *comm) {
+  const struct hc_peer_info *me = &comm->peers[comm->rank];
   int local_ranks = 0;
-  for (int i = 0; i < nranks; i++) local_ranks += comm->peers[i].host_hash == me->host_hash;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  comm->links.spin_ns = (uint64_t)hc_param_int(HC_P_SPIN_US) * 1000;
-  comm->links.cores_shared = local_ranks > cores;
-  /* Same host (and both ends have shared memory): shm; other hosts: ib when
-   * both ends opened it (HETCCL_NET), else sockets. Both ends decide from
-   * the same two records. */
-  int nshm = 0, nib = 0;
-  for (int i = 0; i < nranks; i++) {
-    if (i == rank) continue;
-    const struct hc_peer_info *p = &comm->peers[i];
-    if (p->host_hash == me->host_hash && p->has_shm && me->has_shm) {
-      comm->links.peer[i] = (struct hc_link){.net = &hc_net_shm, .ctx = comm->shm_ctx, .handle = p->shm_handle};
-      nshm++;
-    } else if (p->has_ib && me->has_ib) {
-      comm->links.peer[i] = (struct hc_link){.net = &hc_net_ib, .ctx = comm->ib_ctx, .handle = p->ib_handle};
-      nib++;
-    } else if (net_choice == HC_NET_IB) {
-      r = HC_FAIL(HC_ERR_USAGE, "HETCCL_NET=IB: rank %d has no usable RDMA port, so rank %d cannot reach it over ib",
-                  i, rank);
-      goto fail;
-    } else {
-      comm->links.peer[i] = (struct hc_link){.net = &hc_net_socket, .ctx = comm->socket_ctx,
-                                             .handle = p->socket_handle};
-    }
+  for (int i = 0; i < comm->nranks; i++) local_ranks += comm->peers[i].net.host == me->net.host;
+  HC_TRY(hc_exec_links_init(&comm->links, comm->rank, comm->nranks, &comm->abort_flag, local_ranks));
+  for (int i = 0; i < comm->nranks; i++) {
+    int t;
+    if (i == comm->rank) continue;
+    HC_TRY(hc_net_link_choose(&comm->nets, comm->rank, &me->net, i, &comm->peers[i].net, &comm->links.peer[i], &t));
   }
+  comm->stage_device =
+      comm->config.device_kind != HC_MEM_HOST && !hc_net_links_reach_device(comm->links.peer, comm->nranks);
+  return HC_OK;
+}
 
+/* plan: what every plan of this comm depends on besides the call, and its
+ * scratch pools. */
+static hc_result_t phase_plans(struct hetcclComm *comm) {
+  const struct hc_config *config = &comm->config;
   bool any_gpu = false;
-  for (int i = 0; i < nranks; i++) any_gpu |= comm->peers[i].device_kind != HC_MEM_HOST;
+  for (int i = 0; i < comm->nranks; i++) any_gpu |= comm->peers[i].device_kind != HC_MEM_HOST;
   enum hc_algo forced[HC_COLL_COUNT];
-  HC_TRY_GOTO(hc_algo_parse(hc_param_str(HC_P_ALGO), forced), r, fail);
-  struct hc_scratch_pool *pool;
+  HC_TRY(hc_algo_parse(hc_param_str(HC_P_ALGO), forced));
   const struct hc_dev_ops *gpu = config->device_kind == HC_MEM_HOST ? NULL : hc_dev_get(config->device_kind);
-  HC_TRY_GOTO(hc_scratch_pool_create(gpu ? HC_POOL_PINNED : HC_POOL_HOST, gpu, config->device_id, &pool), r, fail);
-  comm->plan.pool = pool;
-  if (gpu) HC_TRY_GOTO(hc_scratch_pool_create(HC_POOL_DEVICE, gpu, config->device_id, &comm->plan.dev_pool), r, fail);
+  HC_TRY(hc_scratch_pool_create(gpu ? HC_POOL_PINNED : HC_POOL_HOST, gpu, config->device_id, &comm->plan.pool));
+  if (gpu) HC_TRY(hc_scratch_pool_create(HC_POOL_DEVICE, gpu, config->device_id, &comm->plan.dev_pool));
   comm->plan_ctx = (struct hc_plan_ctx){
-      .rank = rank, .nranks = nranks,
+      .rank = comm->rank, .nranks = comm->nranks,
       .chunk_bytes = any_gpu ? gpu_chunk_bytes() : (size_t)HC_MAX(hc_param_int(HC_P_CHUNK_BYTES), 64),
       .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
       .onestep_bytes = (size_t)hc_param_int(HC_P_ONESTEP_BYTES), .any_gpu = any_gpu,
       .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1), .ngroups = 1};
   memcpy(comm->plan_ctx.algo, forced, sizeof(forced));
-  if (comm->ngroups > 1) {
-    HC_TRY_GOTO(hc_calloc(&comm->group_of, (size_t)nranks, sizeof(int), "group table"), r, fail);
-    for (int i = 0; i < nranks; i++) comm->group_of[i] = comm->peers[i].group;
-    comm->plan_ctx.ngroups = comm->ngroups;
-    comm->plan_ctx.group_of = comm->group_of;
-    int mine = 0;
-    for (int i = 0; i < nranks; i++) mine += comm->peers[i].group == me->group;
-    if (comm->ngroups < nranks)
-      HC_INFO(HC_PLAN, "rank %d: %d groups; group %s has %d ranks; collectives are hierarchical",
-              rank, comm->ngroups, me->group_name, mine);
-  }
-  HC_TRY_GOTO(vendor_groups_choose(comm), r, fail);
-  if (comm->ngroups > 1) comm->plan_ctx.group_vendor = comm->group_vendor;
-  HC_TRY_GOTO(windows_open(comm), r, fail);
-  HC_TRY_GOTO(gdr_choose(comm, &ib_caps), r, fail);
-  if (config->device_kind != HC_MEM_HOST)
-    HC_TRY_GOTO(hc_dev_get(config->device_kind)->set_device(config->device_id), r, fail);
-  HC_TRY_GOTO(vendor_comms_init(comm), r, fail);
-  if (config->device_kind != HC_MEM_HOST && comm->vendor_comm == NULL)
-    HC_TRY_GOTO(hc_proxy_create(comm, &comm->proxy), r, fail);
-  HC_INFO(HC_API,
-          "comm %p%s%s rank %d of %d up: device %s:%d, group %s (%d groups), %d peers over shm, %d over ib, %d over "
-          "sockets",
-          (void *)comm, HC_COMM_NAME_ARGS(comm), rank, nranks, mem_kind_name(config->device_kind), config->device_id,
-          me->group_name, comm->ngroups, nshm, nib, nranks - 1 - nshm - nib);
+  if (comm->ngroups == 1) return HC_OK;
+  const struct hc_peer_info *me = &comm->peers[comm->rank];
+  HC_TRY(hc_calloc(&comm->group_of, (size_t)comm->nranks, sizeof(int), "group table"));
+  for (int i = 0; i < comm->nranks; i++) comm->group_of[i] = comm->peers[i].group;
+  comm->plan_ctx.ngroups = comm->ngroups;
+  comm->plan_ctx.group_of = comm->group_of;
+  int mine = 0;
+  for (int i = 0; i < comm->nranks; i++) mine += comm->peers[i].group == me->group;
+  if (comm->ngroups < comm->nranks)
+    HC_INFO(HC_PLAN, "rank %d: %d groups; group %s has %d ranks; collectives are hierarchical", comm->rank,
+            comm->ngroups, me->group_name, mine);
   return HC_OK;
-fail:
+}
+
+/* device: later calls of this thread go to the comm's GPU. */
+static hc_result_t phase_device(struct hetcclComm *comm) {
+  if (comm->config.device_kind == HC_MEM_HOST) return HC_OK;
+  return hc_dev_get(comm->config.device_kind)->set_device(comm->config.device_id);
+}
+
+/* exec: a GPU comm that does not pass every call to the vendor joins the
+ * process's progress engine. */
+static hc_result_t phase_engine(struct hetcclComm *comm) {
+  if (comm->config.device_kind == HC_MEM_HOST || comm->vendor_comm != NULL) return HC_OK;
+  return hc_proxy_create(comm, &comm->proxy);
+}
+
+/* The comm's one INFO line: where it runs and how many peers each
+ * transport reaches. */
+static hc_result_t phase_report(struct hetcclComm *comm) {
+  char links_said[128];
+  size_t said = 0;
+  for (int t = 0; t < HC_NET_NTRANSPORTS; t++) {
+    int n = 0;
+    for (int i = 0; i < comm->nranks; i++) n += comm->links.peer[i].net == hc_transports[t].ops;
+    said += (size_t)snprintf(links_said + said, sizeof(links_said) - HC_MIN(said, sizeof(links_said)),
+                             t ? ", %d over %s" : "%d peers over %s", n, hc_transports[t].links_name);
+  }
+  HC_INFO(HC_API, "comm %p%s%s rank %d of %d up: device %s:%d, group %s (%d groups), %s", (void *)comm,
+          HC_COMM_NAME_ARGS(comm), comm->rank, comm->nranks, mem_kind_name(comm->config.device_kind), comm->config.device_id,
+          comm->peers[comm->rank].group_name, comm->ngroups, links_said);
+  return HC_OK;
+}
+
+/* Init in the order each phase needs the ones before it; the first that
+ * fails ends it, and hc_comm_free takes the half-built comm. */
+static const struct init_phase {
+  const char *name;
+  hc_result_t (*run)(struct hetcclComm *comm);
+} init_phases[] = {
+    {"bootstrap", phase_bootstrap},             /* bootstrap: the ring of ranks, authenticated */
+    {"transports", phase_transports_open},      /* net: open what this rank uses */
+    {"peers", phase_peers_exchange},            /* bootstrap: all-gather of the peer records */
+    {"groups", phase_groups},                   /* api: groups and fp8, from the records */
+    {"links", phase_links},                     /* net: a transport per pair; exec: wait policy */
+    {"plans", phase_plans},                     /* plan: plan context and scratch pools */
+    {"vendor groups", vendor_groups_choose},    /* vendor: which groups run the vendor's library */
+    {"windows", windows_open},                  /* net + device: shm windows, registered with the GPU */
+    {"GPU paths", gdr_choose},                  /* plan: which peers' GPU bytes go straight to the NIC */
+    {"device", phase_device},                   /* device: this thread on the comm's GPU */
+    {"vendor comms", vendor_comms_init},        /* vendor: the group's vendor communicator */
+    {"engine", phase_engine},                   /* exec: the progress engine, for GPU comms */
+    {"report", phase_report},
+};
+
+/* Runs the phases in order; the first that fails ends it (the caller
+ * frees the half-built comm). A nonblocking comm runs this on a thread of
+ * its own (comm_async.c). */
+hc_result_t hc_comm_build(struct hetcclComm *comm) {
+  hc_result_t r = HC_OK;
+  for (size_t p = 0; p < HC_ARRAY_LEN(init_phases) && r == HC_OK; p++) {
+    r = init_phases[p].run(comm);
+    HC_TRACE(HC_API, "rank %d: init: %s %s", comm->rank, init_phases[p].name, r == HC_OK ? "done" : "failed");
+  }
   return r;
 }
 

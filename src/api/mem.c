@@ -1,16 +1,16 @@
 /*
  * Registered host memory (hetcclMemAlloc / hetcclMemFree): validation and
- * export only; the buffers and the registry that the shm transport consults
- * live in net/shm_mem.c.
+ * export only; the buffers and the registry that the transports of this
+ * host consult live in net/ (net.h, hc_net_mem_alloc).
  */
 #include "api_priv.h"
 
 static hc_result_t api_MemAlloc(void **ptr, size_t size) {
   HC_TRY(hc_params_load());
-  return hc_net_shm_mem_alloc(ptr, size);
+  return hc_net_mem_alloc(ptr, size);
 }
 
-static hc_result_t api_MemFree(void *ptr) { return hc_net_shm_mem_free(ptr); }
+static hc_result_t api_MemFree(void *ptr) { return hc_net_mem_free(ptr); }
 
 HC_EXPORT hetcclResult_t hetcclMemAlloc(void **ptr, size_t size) { return (hetcclResult_t)api_MemAlloc(ptr, size); }
 

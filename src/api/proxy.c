@@ -43,7 +43,7 @@ hc_result_t hc_proxy_create(struct hetcclComm *comm, struct hc_proxy **out) {
   HC_TRY_GOTO(hc_calloc(&px->window_end, 2 * n, sizeof(uint64_t), "proxy counters"), r, fail);
   HC_TRY_GOTO(hc_calloc(&px->peer_pid, n, sizeof(int32_t), "peer pids"), r, fail);
   for (int i = 0; i < comm->nranks; i++)
-    if (i != comm->rank && comm->peers[i].host_hash == comm->peers[comm->rank].host_hash)
+    if (i != comm->rank && comm->peers[i].net.host == comm->peers[comm->rank].net.host)
       px->peer_pid[i] = comm->peers[i].pid;
   HC_TRY_GOTO(px->dev->set_device(comm->config.device_id), r, fail);
   HC_TRY_GOTO(hc_gpu_lanes_create(px->dev, comm->config.device_id, comm->rank, comm->nranks,
@@ -87,7 +87,7 @@ static hc_result_t submit(struct hc_proxy *px, const struct hc_coll_args *calls,
   hc_result_t r = HC_OK;
   HC_TRACE(HC_EXEC, "proxy: call %u submitted", px->next_seq + 1);
   for (int i = 0; i < ncalls && r == HC_OK; i++) r = hc_plan_add(&px->plan, x, &calls[i]);
-  if (r == HC_OK) r = hc_plan_stage(&px->plan, x, true);
+  if (r == HC_OK) r = hc_plan_stage(&px->plan, x, comm->stage_device);
   if (r == HC_OK) r = hc_calloc(&job, 1, sizeof(*job), "an engine job");
   if (r == HC_OK) {
     job->host.mem = HC_MEM_HOST;

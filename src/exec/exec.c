@@ -7,6 +7,7 @@
  */
 #include <sched.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "../device/device.h"
 #include "exec.h"
@@ -264,8 +265,8 @@ static hc_result_t job_progress(struct job_state *st, bool *moved) {
       /* The signature travels with the bytes; the receiving transport
        * checks it before it delivers any (net.h). */
       const struct hc_net_sig *sig = s->call < p->nsigs ? &p->sigs[s->call] : &no_sig;
-      if (st->q_dir[q] == DIR_SEND) HC_TRY(l->net->isend_sig(l->conn, s->src0, s->count, sig, &st->req[i]));
-      else HC_TRY(l->net->irecv_sig(l->conn, s->dst, s->count, sig, &st->req[i]));
+      if (st->q_dir[q] == DIR_SEND) HC_TRY(l->net->isend(l->conn, s->src0, s->count, sig, &st->req[i]));
+      else HC_TRY(l->net->irecv(l->conn, s->dst, s->count, sig, &st->req[i]));
       st->q_head[q]++;
       *moved = true;
     }
@@ -598,4 +599,18 @@ void hc_exec_end(struct hc_exec_run *run) {
   if (run == NULL) return;
   job_state_destroy(&run->st);
   free(run);
+}
+
+hc_result_t hc_exec_links_init(struct hc_links *links, int rank, int nranks, const atomic_bool *abort_flag,
+                               int local_ranks) {
+  HC_TRY(hc_calloc(&links->peer, (size_t)nranks, sizeof(*links->peer), "links"));
+  links->rank = rank;
+  links->nranks = nranks;
+  links->abort_flag = abort_flag;
+  /* Bare spinning only pays when every local rank has a core of its own;
+   * otherwise it steals the core a peer needs to answer, so the engine
+   * yields between polls from the start (the wait policy above). */
+  links->spin_ns = (uint64_t)hc_param_int(HC_P_SPIN_US) * 1000;
+  links->cores_shared = local_ranks > sysconf(_SC_NPROCESSORS_ONLN);
+  return HC_OK;
 }

@@ -18,14 +18,6 @@
 #include "../net/net.h"
 #include "../plan/plan.h"
 
-/* How this rank reaches one peer. */
-struct hc_link {
-  const struct hc_net_ops *net; /* NULL for this rank itself */
-  void *ctx;                    /* the transport's per-comm context */
-  struct hc_net_handle handle;  /* the peer's, from the init all-gather */
-  void *conn;                   /* NULL until connected */
-};
-
 /* A comm's links, as exec sees them. */
 struct hc_links {
   int rank, nranks;
@@ -39,6 +31,11 @@ struct hc_links {
   uint64_t answer_ns;
   int peer_here_waits;
 };
+
+/* Allocates links->peer (nranks, empty until net chooses each one) and
+ * sets the wait policy: local_ranks ranks of the comm share this host. */
+hc_result_t hc_exec_links_init(struct hc_links *links, int rank, int nranks, const atomic_bool *abort_flag,
+                               int local_ranks);
 
 /* One plan of host memory to run on one comm's links. (A GPU comm's plans
  * are split by enqueue.h: its streams take the local steps, and this

@@ -317,7 +317,7 @@ hc_result_t hc_ib_conn_fail(struct hc_ib_conn *c, hc_result_t r) {
   if (r == HC_ERR_USAGE && c->control != NULL && c->state == HC_IB_UP) {
     void *req = NULL;
     int done = 0;
-    if (hc_net_socket.isend(c->control, c->bye_out, sizeof(c->bye_out), &req) == HC_OK)
+    if (hc_net_socket.isend(c->control, c->bye_out, sizeof(c->bye_out), NULL, &req) == HC_OK)
       (void)hc_net_socket.test(req, &done);
   }
   qps_to_error(c);
@@ -514,8 +514,8 @@ static hc_result_t conn_setup_step(struct hc_ib_conn *c, const struct hc_net_han
     struct hc_ib_setup s;
     setup_fill(c, &s);
     hc_ib_setup_encode(&s, c->setup_out);
-    HC_TRY(hc_net_socket.isend(c->control, c->setup_out, sizeof(c->setup_out), &c->setup_send));
-    HC_TRY(hc_net_socket.irecv(c->control, c->setup_in, sizeof(c->setup_in), &c->setup_recv));
+    HC_TRY(hc_net_socket.isend(c->control, c->setup_out, sizeof(c->setup_out), NULL, &c->setup_send));
+    HC_TRY(hc_net_socket.irecv(c->control, c->setup_in, sizeof(c->setup_in), NULL, &c->setup_recv));
     c->state = HC_IB_EXCHANGE;
   }
   if (c->state == HC_IB_EXCHANGE) {
@@ -528,7 +528,7 @@ static hc_result_t conn_setup_step(struct hc_ib_conn *c, const struct hc_net_han
                      c->peer, c->remote.magic, c->remote.nqps);
     HC_TRY(setup_check(c, &c->remote));
     HC_TRY(qps_connect(c));
-    HC_TRY(hc_net_socket.irecv(c->control, c->bye_in, sizeof(c->bye_in), &c->bye_recv));
+    HC_TRY(hc_net_socket.irecv(c->control, c->bye_in, sizeof(c->bye_in), NULL, &c->bye_recv));
     c->state = HC_IB_UP;
   }
   return HC_OK;
@@ -770,8 +770,6 @@ const struct hc_net_ops hc_net_ib = {
     .connect = ib_connect,
     .isend = hc_ib_isend,
     .irecv = hc_ib_irecv,
-    .isend_sig = hc_ib_isend_sig,
-    .irecv_sig = hc_ib_irecv_sig,
     .test = hc_ib_test,
     .wait_blocking = ib_wait_blocking,
     .close = ib_close,

@@ -227,10 +227,8 @@ hc_result_t hc_ib_conn_fail(struct hc_ib_conn *c, hc_result_t r);
 hc_result_t hc_ib_conn_check(const struct hc_ib_conn *c);
 
 /* ---- ib_progress.c ---- */
-hc_result_t hc_ib_isend(void *conn, const void *buf, size_t n, void **req);
-hc_result_t hc_ib_irecv(void *conn, void *buf, size_t n, void **req);
-hc_result_t hc_ib_isend_sig(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req);
-hc_result_t hc_ib_irecv_sig(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req);
+hc_result_t hc_ib_isend(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req);
+hc_result_t hc_ib_irecv(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req);
 /* Bytes of one eager slot: signature, then up to eager_bytes of payload. */
 static inline size_t hc_ib_eager_stride(size_t eager_bytes) { return HC_IB_SIG_BYTES + eager_bytes; }
 hc_result_t hc_ib_test(void *req, int *done);

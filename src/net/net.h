@@ -7,7 +7,7 @@
  * receive posted for n bytes that meets a message of another length fails
  * with HC_ERR_USAGE naming both lengths ("mismatched counts").
  *
- * Signatures: isend_sig / irecv_sig carry a short record of the call a
+ * Signatures: isend / irecv take a short record of the call a
  * transfer belongs to (struct hc_net_sig, filled by plan/). The transports
  * carry it in a header they send anyway and compare it, as bytes, with the
  * receive's before they deliver anything; on a difference both ends fail
@@ -28,7 +28,7 @@
 
 /* What call of the comm a transfer belongs to; opaque here (plan.h,
  * hc_plan_sig, packs and explains it). All zeroes: "none", what isend and
- * irecv carry. */
+ * irecv carry when given no signature (NULL). */
 struct hc_net_sig {
   uint64_t w[2];
 };
@@ -129,7 +129,7 @@ struct hc_net_caps {
   char device_path[200];
 };
 
-#define HC_NET_ABI 1
+#define HC_NET_ABI 2 /* 2: isend / irecv take the signature (isend_sig / irecv_sig gone) */
 struct hc_net_ops {
   uint32_t size, abi;
   const char *name; /* "socket" */
@@ -140,9 +140,11 @@ struct hc_net_ops {
    * authenticated. Both ranks of a pair call it; call again until non-NULL. */
   hc_result_t (*connect)(void *ctx, int peer, const struct hc_net_handle *peer_handle,
                          void **conn);
-  /* The buffer must stay valid until test reports done. */
-  hc_result_t (*isend)(void *conn, const void *buf, size_t n, void **req);
-  hc_result_t (*irecv)(void *conn, void *buf, size_t n, void **req);
+  /* The buffer must stay valid until test reports done. sig: the
+   * signature of the transfer's call (see the top of this file), copied;
+   * NULL: none (all zeroes). */
+  hc_result_t (*isend)(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req);
+  hc_result_t (*irecv)(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req);
   /* Makes progress; done = 1 frees req. A peer that closed is HC_ERR_REMOTE
    * naming it. */
   hc_result_t (*test)(void *req, int *done);
@@ -153,10 +155,6 @@ struct hc_net_ops {
   hc_result_t (*close)(void *ctx);
   /* Optional (NULL: never a window). The pair's window, once conn is up. */
   void (*window)(void *conn, struct hc_net_window *w);
-  /* isend / irecv with the signature of the transfer's call (see the top
-   * of this file); *sig is copied. */
-  hc_result_t (*isend_sig)(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req);
-  hc_result_t (*irecv_sig)(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req);
   /* Optional (NULL: no stall probes; test with HC_HAS_OP). A rank that has
    * waited for the peer for a while (exec.c) publishes the signature of
    * the call it waits in (all zeroes: it waits no more), which the peer
@@ -168,7 +166,7 @@ struct hc_net_ops {
   void (*stall_publish)(void *conn, const struct hc_net_sig *mine);
   void (*stall_peek)(void *conn, struct hc_net_sig *theirs, uint64_t *gen);
   void (*mismatch_found)(void *conn, const struct hc_net_sig *got, const struct hc_net_sig *want);
-}; /* append only */
+}; /* append only; a change of meaning bumps HC_NET_ABI */
 
 extern const struct hc_net_ops hc_net_socket;
 /* RDMA verbs (InfiniBand, RoCE v2) over libibverbs opened at run time;
@@ -217,12 +215,96 @@ extern const struct hc_net_ops hc_net_shm;
 void hc_net_socket_notice(void *ctx, int culprit);
 void hc_net_shm_notice(void *ctx, int culprit);
 
+/* ---- a comm's transports (net/net.c) ---- */
+
+/* The transports a comm may use, in hc_transports[] order (net.c): that
+ * order indexes the records' handles and a comm's contexts. */
+#define HC_NET_NTRANSPORTS 3
+
+/* What a rank publishes about its transports at init (all-gathered). Every
+ * rank chooses a pair's transport from the pair's two records alone, so
+ * both ends choose the same. */
+struct hc_net_record {
+  uint64_t host;                                   /* hc_net_host_id */
+  struct hc_net_handle handle[HC_NET_NTRANSPORTS]; /* valid where open */
+  uint8_t open[HC_NET_NTRANSPORTS];                /* transport t opened here */
+  uint8_t window;                                  /* asked for windows: a pair with such a rank has them */
+  uint8_t pad[4];
+};
+
+/* How this rank reaches one peer. */
+struct hc_link {
+  const struct hc_net_ops *net; /* NULL for this rank itself */
+  void *ctx;                    /* the transport's per-comm context */
+  struct hc_net_handle handle;  /* the peer's, from the init all-gather */
+  void *conn;                   /* NULL until connected */
+  struct hc_net_caps caps;      /* what net said it can do, when it opened here */
+};
+
+/* The transports one comm opened: ctx[t] of hc_transports[t], NULL where
+ * it is not open here. */
+struct hc_net_set {
+  void *ctx[HC_NET_NTRANSPORTS];
+  struct hc_net_caps caps[HC_NET_NTRANSPORTS];
+};
+
+/* One entry of hc_transports[]: how a comm uses a transport. */
+enum hc_net_use { HC_NET_USE_OFF, HC_NET_USE_OPTIONAL, HC_NET_USE_REQUIRED };
+struct hc_transport {
+  const struct hc_net_ops *ops;
+  const char *links_name; /* how init's summary counts its links: "over shm" */
+  /* From the parameters and args: whether this rank opens it, and whether
+   * a failure to open then fails init (optional: said at INFO, the pairs
+   * go over another). HC_ERR_USAGE for a bad parameter value. */
+  hc_result_t (*use)(const struct hc_net_args *a, enum hc_net_use *use);
+  /* What makes it required, for the failure's text ("HETCCL_NET=IB");
+   * NULL: the transport's own failure is the text. */
+  const char *required_by;
+  /* Called only where both records say it is open: the priority of this
+   * transport for the pair (the highest wins), or HC_NET_NO. Depends on
+   * the two records only, and gives the same either way round. */
+  int (*can_connect)(const struct hc_net_record *self, const struct hc_net_record *peer);
+  /* Optional (NULL: none): before a failing comm closes its connections,
+   * tells every peer the rank it blames (hc_net_socket_notice). */
+  void (*notice)(void *ctx, int culprit);
+  /* Its connections map memory that a GPU comm's streams may still touch
+   * when the comm fails: hc_net_set_close keeps it open when asked. */
+  bool maps_memory;
+};
+#define HC_NET_NO (-1)
+extern const struct hc_transport hc_transports[HC_NET_NTRANSPORTS];
+
+/* Ranks in one network and pid namespace of one booted host, seeing one
+ * /dev/shm, share this value; others do not, nor do ranks on different fake
+ * hosts (fake_host >= 0: HETCCL_FAKE_HOSTS, tests only). */
+uint64_t hc_net_host_id(int fake_host);
+/* Opens each transport this rank uses (hc_transport.use) and fills mine:
+ * this host, the handles and which are open. On failure closes what it
+ * opened. */
+hc_result_t hc_net_set_open(struct hc_net_set *set, const struct hc_net_args *a, struct hc_net_record *mine);
+/* The link from a rank with record mine to rank peer (record theirs): the
+ * open transport of the highest priority for the pair. HC_ERR_USAGE, naming
+ * both ranks and what each opened, when none can connect them. *t: its
+ * index in hc_transports. */
+hc_result_t hc_net_link_choose(const struct hc_net_set *set, int me, const struct hc_net_record *mine, int peer,
+                               const struct hc_net_record *theirs, struct hc_link *link, int *t);
+/* Every link's transport sends from and receives into device memory at
+ * every size (hc_net_caps.device_memory, device_min_bytes 0), so that no
+ * plan needs host staging; true when there are none. */
+bool hc_net_links_reach_device(const struct hc_link *links, int nranks);
+/* A failing comm: tells every peer the rank it blames (culprit >= 0). */
+void hc_net_set_notice(const struct hc_net_set *set, int culprit);
+/* Closes the transports of set, all of them or, with keep_mapped, those
+ * whose memory may still be in use (maps_memory); links (nranks, may be
+ * NULL) over a closed one are cleared. */
+void hc_net_set_close(struct hc_net_set *set, struct hc_link *links, int nranks, bool keep_mapped);
+
 /* Registered host memory (hetcclMemAlloc / hetcclMemFree; net/shm_mem.c):
  * page-aligned host memory that shm peers on this host read directly when
  * it is the buffer of an isend. Any thread. alloc: HC_ERR_ARG for a NULL ptr
  * or size 0, HC_ERR_SYSTEM when the memory cannot be had; free: NULL is a
  * no-op, a pointer alloc did not return is HC_ERR_ARG. */
-hc_result_t hc_net_shm_mem_alloc(void **ptr, size_t size);
-hc_result_t hc_net_shm_mem_free(void *ptr);
+hc_result_t hc_net_mem_alloc(void **ptr, size_t size);
+hc_result_t hc_net_mem_free(void *ptr);
 
 #endif

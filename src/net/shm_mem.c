@@ -38,7 +38,7 @@ static struct region *regions;
 static int nregions, cap_regions;
 static atomic_int reg_count; /* = nregions, readable without the lock */
 
-hc_result_t hc_net_shm_mem_alloc(void **ptr, size_t size) {
+hc_result_t hc_net_mem_alloc(void **ptr, size_t size) {
   if (ptr == NULL) return HC_FAIL(HC_ERR_ARG, "MemAlloc: ptr is NULL");
   *ptr = NULL;
   if (size == 0) return HC_FAIL(HC_ERR_ARG, "MemAlloc: size is 0");
@@ -79,7 +79,7 @@ hc_result_t hc_net_shm_mem_alloc(void **ptr, size_t size) {
   return HC_OK;
 }
 
-hc_result_t hc_net_shm_mem_free(void *ptr) {
+hc_result_t hc_net_mem_free(void *ptr) {
   if (ptr == NULL) return HC_OK;
   struct region r = {.map = NULL};
   pthread_mutex_lock(&reg_lock);

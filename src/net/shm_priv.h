@@ -237,10 +237,8 @@ static inline bool hc_shm_aborted(const struct hc_shm_ctx *ctx) {
 }
 
 /* shm_progress.c */
-hc_result_t hc_net_shm_isend(void *conn, const void *buf, size_t n, void **req);
-hc_result_t hc_net_shm_irecv(void *conn, void *buf, size_t n, void **req);
-hc_result_t hc_net_shm_isend_sig(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req);
-hc_result_t hc_net_shm_irecv_sig(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req);
+hc_result_t hc_net_shm_isend(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req);
+hc_result_t hc_net_shm_irecv(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req);
 hc_result_t hc_net_shm_test(void *req, int *done);
 /* One pass over both directions of c; *moved (may be NULL): it moved
  * bytes, completed requests or stopped on its budget. */

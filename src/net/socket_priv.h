@@ -183,10 +183,8 @@ static inline uint64_t hc_sock_get_le64(const uint8_t *p) {
 }
 
 /* socket_progress.c */
-hc_result_t hc_net_socket_isend(void *conn, const void *buf, size_t n, void **req);
-hc_result_t hc_net_socket_irecv(void *conn, void *buf, size_t n, void **req);
-hc_result_t hc_net_socket_isend_sig(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req);
-hc_result_t hc_net_socket_irecv_sig(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req);
+hc_result_t hc_net_socket_isend(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req);
+hc_result_t hc_net_socket_irecv(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req);
 hc_result_t hc_net_socket_test(void *req, int *done);
 /* poll() events that would let stream s of c progress (0: none). */
 short hc_net_socket_stream_events(const struct hc_sock_conn *c, int s);

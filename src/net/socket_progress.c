@@ -219,22 +219,14 @@ static hc_result_t post(struct hc_sock_conn *c, void *buf, size_t n, const struc
   return HC_OK;
 }
 
-hc_result_t hc_net_socket_isend_sig(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig,
+hc_result_t hc_net_socket_isend(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig,
                                     void **req) {
   /* The cast drops const only to share post(); a send never writes buf. */
   return post(conn, (void *)buf, n, sig, true, req);
 }
 
-hc_result_t hc_net_socket_irecv_sig(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req) {
+hc_result_t hc_net_socket_irecv(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req) {
   return post(conn, buf, n, sig, false, req);
-}
-
-hc_result_t hc_net_socket_isend(void *conn, const void *buf, size_t n, void **req) {
-  return hc_net_socket_isend_sig(conn, buf, n, NULL, req);
-}
-
-hc_result_t hc_net_socket_irecv(void *conn, void *buf, size_t n, void **req) {
-  return hc_net_socket_irecv_sig(conn, buf, n, NULL, req);
 }
 
 static void req_unlink(struct hc_sock_conn *c, struct hc_sock_req *q) {

@@ -25,15 +25,10 @@
 
 /* ---- requests ---- */
 
-static bool has_sig_ops(const struct hc_net_ops *ops) {
-  return HC_HAS_OP(ops, struct hc_net_ops, isend_sig) && HC_HAS_OP(ops, struct hc_net_ops, irecv_sig);
-}
-
 /* Posts one send (send) or receive, with sig when it is not NULL. */
 static hc_result_t post(struct nc_end *e, bool send, void *buf, size_t n, const struct hc_net_sig *sig, void **req) {
   *req = NULL;
-  if (sig) return send ? e->ops->isend_sig(e->conn, buf, n, sig, req) : e->ops->irecv_sig(e->conn, buf, n, sig, req);
-  return send ? e->ops->isend(e->conn, buf, n, req) : e->ops->irecv(e->conn, buf, n, req);
+  return send ? e->ops->isend(e->conn, buf, n, sig, req) : e->ops->irecv(e->conn, buf, n, sig, req);
 }
 
 hc_result_t nc_complete(struct nc_end *e, void **reqs, int n) {
@@ -167,8 +162,7 @@ static void body_sizes(struct nc_end *e) {
   int k = 0; /* without repeats */
   for (int i = 0; i < n; i++)
     if (k == 0 || sizes[k - 1] != sizes[i]) sizes[k++] = sizes[i];
-  bool sigs = has_sig_ops(e->ops);
-  for (int dir = 0; dir < 3 && tu_thread_failures() == 0; dir++) exchange(e, sizes, k, dir, dir, sigs);
+  for (int dir = 0; dir < 3 && tu_thread_failures() == 0; dir++) exchange(e, sizes, k, dir, dir, true);
 }
 
 static void body_ordering(struct nc_end *e) {
@@ -222,7 +216,6 @@ static void body_mismatch_counts_large(struct nc_end *e) { mismatch_counts(e, MI
 
 /* n bytes both ends; rank 0 sends with {n, 1}, rank 1 receives with {n, 2}. */
 static void mismatch_sig(struct nc_end *e, size_t n) {
-  if (!CHECK(has_sig_ops(e->ops), "%s has no isend_sig / irecv_sig", e->t->name)) return;
   uint8_t *buf = calloc(1, n);
   void *req = NULL;
   const struct hc_net_sig mine = {{n, e->me == 0 ? 1 : 2}}, theirs = {{n, e->me == 0 ? 2 : 1}};

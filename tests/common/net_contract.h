@@ -10,7 +10,7 @@
  *                   all posted before any test; bytes and the receive
  *                   buffers' guards checked, a 0-byte receive writes
  *                   nothing; every other message carries a signature
- *                   (isend_sig / irecv_sig) that matches;
+ *                   (isend / irecv with a signature) that matches;
  *   ordering        512 messages each way of sizes 0..5000 and ~100K, all
  *                   in flight: each lands in the receive posted at its
  *                   position (net.h matches in posted order; a message

@@ -98,7 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     far[s] = sv[1];
   }
   void *req[MAX_RECVS];
-  for (int r = 0; r < nrecv; r++) FUZZ_CHECK(hc_net_socket_irecv(c, buf[r], n[r], &req[r]) == HC_OK);
+  for (int r = 0; r < nrecv; r++) FUZZ_CHECK(hc_net_socket_irecv(c, buf[r], n[r], NULL, &req[r]) == HC_OK);
 
   /* First portion: test() may complete some receives, or fail already. */
   for (int s = 0; s < m.nstreams; s++) fuzz_write_all(far[s], m.data[s], split[s]);

@@ -123,8 +123,8 @@ static void body_perf(struct nc_end *e) {
       if (i == 1) t0 = hc_now_ns(); /* round 0 warms up */
       hc_result_t r = HC_OK;
       for (int w = 0; w < window && r == HC_OK; w++) {
-        if (mode == 0 || e->me == 1) r = e->ops->irecv(e->conn, d + (size_t)w * n, n, &reqs[2 * w]);
-        if (r == HC_OK && (mode == 0 || e->me == 0)) r = e->ops->isend(e->conn, s + (size_t)w * n, n, &reqs[2 * w + 1]);
+        if (mode == 0 || e->me == 1) r = e->ops->irecv(e->conn, d + (size_t)w * n, n, NULL, &reqs[2 * w]);
+        if (r == HC_OK && (mode == 0 || e->me == 0)) r = e->ops->isend(e->conn, s + (size_t)w * n, n, NULL, &reqs[2 * w + 1]);
       }
       if (r == HC_OK) r = nc_complete(e, reqs, 2 * window);
       CHECK(r == HC_OK, "round %d: %s", i, hc_last_error());
@@ -148,12 +148,12 @@ static void body_latency(struct nc_end *e) {
     if (i == 1000) t0 = hc_now_ns();
     void *reqs[2] = {NULL, NULL};
     if (e->me == 0) {
-      r = e->ops->isend(e->conn, &x, 8, &reqs[0]);
-      if (r == HC_OK) r = e->ops->irecv(e->conn, &y, 8, &reqs[1]);
+      r = e->ops->isend(e->conn, &x, 8, NULL, &reqs[0]);
+      if (r == HC_OK) r = e->ops->irecv(e->conn, &y, 8, NULL, &reqs[1]);
     } else {
-      r = e->ops->irecv(e->conn, &y, 8, &reqs[1]);
+      r = e->ops->irecv(e->conn, &y, 8, NULL, &reqs[1]);
       if (r == HC_OK) r = nc_complete(e, &reqs[1], 1);
-      if (r == HC_OK) r = e->ops->isend(e->conn, &y, 8, &reqs[0]);
+      if (r == HC_OK) r = e->ops->isend(e->conn, &y, 8, NULL, &reqs[0]);
     }
     if (r == HC_OK) r = nc_complete(e, reqs, 2);
     x++;
@@ -174,8 +174,8 @@ static void body_sleep(struct nc_end *e) {
   for (int i = 0; i < iters && r == HC_OK; i++) {
     uint64_t ti = hc_now_ns();
     void *reqs[2] = {NULL, NULL};
-    r = e->ops->irecv(e->conn, &y, 8, &reqs[1]);
-    if (r == HC_OK && (e->me == 0 || i > 0)) r = e->ops->isend(e->conn, &x, 8, &reqs[0]);
+    r = e->ops->irecv(e->conn, &y, 8, NULL, &reqs[1]);
+    if (r == HC_OK && (e->me == 0 || i > 0)) r = e->ops->isend(e->conn, &x, 8, NULL, &reqs[0]);
     for (int k = 0; k < 2 && r == HC_OK; k++) {
       uint64_t deadline = hc_now_ns() + e->step_ns;
       while (reqs[k] && r == HC_OK) {
@@ -191,7 +191,7 @@ static void body_sleep(struct nc_end *e) {
   CHECK(r == HC_OK || r == HC_ERR_INTERNAL, "ping-pong through sleep: %s", hc_last_error());
   if (e->me == 1 && r == HC_OK) { /* the last reply */
     void *req = NULL;
-    r = e->ops->isend(e->conn, &x, 8, &req);
+    r = e->ops->isend(e->conn, &x, 8, NULL, &req);
     if (r == HC_OK) r = nc_complete(e, &req, 1);
     CHECK(r == HC_OK, "the last reply: %s", hc_last_error());
   }

@@ -99,8 +99,8 @@ static void body_throughput(struct nc_end *e) {
   hc_result_t r = HC_OK;
   for (int i = 0; i < ROUNDS && r == HC_OK; i++) {
     void *reqs[2] = {NULL, NULL};
-    r = ops->irecv(e->conn, d, BIG, &reqs[0]);
-    if (r == HC_OK) r = ops->isend(e->conn, s, BIG, &reqs[1]);
+    r = ops->irecv(e->conn, d, BIG, NULL, &reqs[0]);
+    if (r == HC_OK) r = ops->isend(e->conn, s, BIG, NULL, &reqs[1]);
     if (r == HC_OK) r = nc_complete(e, reqs, 2);
   }
   uint64_t t1 = hc_now_ns();
@@ -177,8 +177,8 @@ static void body_three(struct rank *r) {
       sbuf[k][i] = malloc(sizes[i] + 1);
       rbuf[k][i] = tu_buf_alloc(sizes[i], 0xee);
       nc_fill(sbuf[k][i], sizes[i], nc_seed(r->me, p, i));
-      if (res == HC_OK) res = ops->irecv(r->conns[p], rbuf[k][i], sizes[i], &reqs[2 * (k * NS + i)]);
-      if (res == HC_OK) res = ops->isend(r->conns[p], sbuf[k][i], sizes[i], &reqs[2 * (k * NS + i) + 1]);
+      if (res == HC_OK) res = ops->irecv(r->conns[p], rbuf[k][i], sizes[i], NULL, &reqs[2 * (k * NS + i)]);
+      if (res == HC_OK) res = ops->isend(r->conns[p], sbuf[k][i], sizes[i], NULL, &reqs[2 * (k * NS + i) + 1]);
     }
     k++;
   }
