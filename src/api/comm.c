@@ -12,6 +12,7 @@
 #include "../util/auth.h"
 #include "../vendor/vendor.h"
 #include "api_priv.h"
+#include "init_watch.h"
 #include "proxy.h"
 
 #define HC_PEER_INFO_MAGIC 0x68637069u
@@ -105,6 +106,7 @@ static hc_result_t windows_open(struct hetcclComm *comm) {
       if (hc_now_ns() > deadline)
         return HC_FAIL(HC_ERR_REMOTE, "rank %d: shm connection to rank %d not up within HETCCL_TIMEOUT",
                        comm->rank, i);
+      HC_TRY(hc_comm_init_peers_check(comm, "while this rank waited for its shm windows"));
       HC_TRY(l->net->wait_blocking(l->ctx, 1));
     }
     struct hc_plan_window *w = &comm->plan_ctx.windows[i];
@@ -318,7 +320,7 @@ static hc_result_t vendor_comms_init(struct hetcclComm *comm) {
   HC_TRY_GOTO(made, r, out);
   if (v == NULL) goto out;
   void *vc = NULL;
-  HC_TRY_GOTO(hc_vendor_check(v, NULL, v->comm_init_rank(&vc, size, ids[first], index), "CommInitRank"), r, out);
+  HC_TRY_GOTO(hc_comm_vendor_init_watched_blocking(comm, v, size, ids[first], index, &vc), r, out);
   comm->vendor = v;
   if (comm->ngroups == 1) {
     comm->vendor_comm = vc;
@@ -463,7 +465,8 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
     if (i == rank) continue;
     const struct hc_peer_info *p = &comm->peers[i];
     if (p->host_hash == me->host_hash && p->has_shm && me->has_shm) {
-      comm->links.peer[i] = (struct hc_link){.net = &hc_net_shm, .ctx = comm->shm_ctx, .handle = p->shm_handle};
+      comm->links.peer[i] = (struct hc_link){.net = &hc_net_shm, .ctx = comm->shm_ctx, .handle = p->shm_handle,
+                                             .pid = p->pid};
       nshm++;
     } else if (p->has_ib && me->has_ib) {
       comm->links.peer[i] = (struct hc_link){.net = &hc_net_ib, .ctx = comm->ib_ctx, .handle = p->ib_handle};
@@ -680,7 +683,9 @@ static hc_result_t api_CommGetAsyncError(hetcclComm_t comm, hetcclResult_t *asyn
   if (*asyncError == hetcclSuccess && vendor_comm) {
     int vendor_error = 0;
     comm->vendor->comm_get_async_error(vendor_comm, &vendor_error);
-    *asyncError = (hetcclResult_t)vendor_error;
+    /* The sub-comm is nonblocking inside; this comm is not: a call still
+     * settling in the library is no error (hc_vendor_check waits for it). */
+    *asyncError = vendor_error == HC_VENDOR_IN_PROGRESS ? hetcclSuccess : (hetcclResult_t)vendor_error;
   }
   return HC_OK;
 }

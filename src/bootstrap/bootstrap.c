@@ -841,6 +841,18 @@ hc_result_t hc_bootstrap_allgather(struct hc_bootstrap *b, void *buf, size_t siz
   return HC_OK;
 }
 
+int hc_bootstrap_hung_up(struct hc_bootstrap *b) {
+  if (b->nranks == 1) return -1;
+  if (b->broken) return (b->rank + b->nranks - 1) % b->nranks;
+  const int fds[2] = {b->prev_fd, b->next_fd};
+  const int ranks[2] = {(b->rank + b->nranks - 1) % b->nranks, (b->rank + 1) % b->nranks};
+  for (int i = 0; i < 2; i++) {
+    struct pollfd p = {.fd = fds[i], .events = POLLRDHUP};
+    if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) return ranks[i];
+  }
+  return -1;
+}
+
 hc_result_t hc_bootstrap_barrier(struct hc_bootstrap *b) {
   if (b->nranks == 1) return HC_OK;
   uint8_t *buf;

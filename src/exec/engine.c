@@ -271,7 +271,9 @@ static void watch(struct hc_engine_comm *c, uint64_t now, bool *outstanding) {
     c->next_vendor_poll_ns = now + HC_ENGINE_VENDOR_POLL_NS;
     int e = 0;
     c->d.vendor->comm_get_async_error(c->d.vendor_comm, &e);
-    if (e != 0) {
+    /* In progress: a call of the (nonblocking) sub-comm is still being
+     * set up inside the library, as its caller waits for. */
+    if (e != 0 && e != HC_VENDOR_IN_PROGRESS) {
       HC_FAIL(HC_ERR_REMOTE, "rank %d: the %s communicator of this rank's group failed (%s error %d)", me,
               c->d.vendor->name, c->d.vendor->name, e);
       comm_fail(c, HC_ERR_REMOTE, me);

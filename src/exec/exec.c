@@ -283,6 +283,26 @@ static int awaited_peer(const struct job_state *st) {
   return -1;
 }
 
+/* A window counter moves only when the peer's process (its stream or its
+ * engine) writes it: no transport sees that peer die. So while a WAIT step
+ * is pending, the peer it waits for is looked at by its pid, and its exit
+ * fails the job at once, naming it. Called every WINDOW_PEER_LOOK_NS of
+ * idle waiting, not on every pass. */
+#define WINDOW_PEER_LOOK_NS 10000000ull
+static hc_result_t window_peers_check(const struct job_state *st) {
+  const struct hc_links *links = st->job->links;
+  for (int k = 0; k < st->nwaits; k++) {
+    const int peer = st->job->plan->steps[st->waits[k]].peer;
+    if (peer < 0 || peer >= links->nranks || peer == links->rank) continue;
+    const int32_t pid = links->peer[peer].pid;
+    if (pid <= 0 || !hc_pid_exited(pid, -1)) continue;
+    hc_blame(peer);
+    return HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d (pid %d) exited while this rank waited for it (a window counter)",
+                   links->rank, peer, (int)pid);
+  }
+  return HC_OK;
+}
+
 /* Sleeps in the transport that has work in flight; when several have, each
  * is only polled briefly, since none of their sleeps wakes for the others. */
 static hc_result_t wait_for_progress(struct job_state *const *states, int njobs, int timeout_ms) {
@@ -419,6 +439,7 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
 
   struct wait_state wait;
   wait_state_init(&wait, jobs, njobs);
+  uint64_t next_window_look = hc_now_ns() + WINDOW_PEER_LOOK_NS;
   for (;;) {
     bool moved = false, all_done = true;
     for (int j = 0; j < njobs; j++) {
@@ -456,6 +477,10 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
         r = HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d", me,
                     (long long)hc_param_int(HC_P_TIMEOUT), peer);
       goto out;
+    }
+    if (now >= next_window_look) {
+      next_window_look = now + WINDOW_PEER_LOOK_NS;
+      for (int j = 0; j < njobs; j++) HC_TRY_GOTO(window_peers_check(&states[j]), r, out);
     }
     HC_TRY_GOTO(wait_state_idle(&wait, each, njobs, now), r, out);
   }

@@ -24,6 +24,7 @@ struct hc_link {
   void *ctx;                    /* the transport's per-comm context */
   struct hc_net_handle handle;  /* the peer's, from the init all-gather */
   void *conn;                   /* NULL until connected */
+  int32_t pid;                  /* a same-host peer's process (liveness of its windows), else 0 */
 };
 
 /* A comm's links, as exec sees them. */
