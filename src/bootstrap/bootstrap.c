@@ -581,6 +581,10 @@ static hc_result_t join_root(struct hc_bootstrap *b, const union hc_sockaddr *ro
   HC_TRY_GOTO(hc_sock_connect_blocking(root, "the bootstrap root", deadline_ns, b->abort_flag, &fd), r, out);
   HC_TRY_GOTO(hc_auth_client_blocking(fd, secret, HC_AUTH_BOOT_ROOT, deadline_ns, b->abort_flag), r, out);
   HC_TRY_GOTO(hc_sock_send_blocking(fd, hello, sizeof(hello), deadline_ns, b->abort_flag), r, out);
+  /* From here on the root watches this connection: if this process dies,
+   * every rank waiting there learns it at once (tests/chaos/gpu.sh reads
+   * this line to tell such a kill from one before the rank arrived). */
+  HC_INFO(HC_BOOT, "bootstrap rank %d of %d: joined the root %s", b->rank, b->nranks, where);
   /* The root answers once every rank has arrived, so this wait is the
    * rendezvous itself. It gets a short grace past our deadline: the root's
    * deadline is about the same, and its answer names the missing ranks,
