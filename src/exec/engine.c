@@ -357,7 +357,6 @@ static void *engine_main(void *arg) {
   (void)arg;
   uint64_t idle_since = 0, next_beat = 0;
   hc_log_set_rank(-1);
-  dump_signal_install();
   pthread_mutex_lock(&eng.lock);
   for (;;) {
     atomic_store(&eng.queued, false);
@@ -479,6 +478,9 @@ hc_result_t hc_engine_register(const struct hc_engine_desc *d, struct hc_engine_
       atomic_store(&pw->expect[RX], atomic_load(w->rx_filled));
     }
   }
+  /* Before the first call can wait: a dump signal that came before its
+   * handler would end the process. */
+  dump_signal_install();
   hc_result_t r = HC_OK;
   pthread_mutex_lock(&eng_life);
   pthread_mutex_lock(&eng.lock);

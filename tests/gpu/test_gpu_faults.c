@@ -143,6 +143,27 @@ static int rank_loop(int rank, struct shared *S, bool kill_self) {
   return bad;
 }
 
+/* A stream, COUNT floats of device memory and the comm; NULL (said) on
+ * failure. */
+static hetcclComm_t rank_setup(int rank, struct shared *S, hc_stream_t *stream, void **d) {
+  gpu->set_device(0);
+  if (gpu->stream_create(0, stream) != HC_OK || gpu->mem_alloc(0, COUNT * 4, d) != HC_OK) {
+    fprintf(stderr, "rank %d: device setup: %s\n", rank, hc_last_error());
+    return NULL;
+  }
+  return comm_make(rank, S);
+}
+
+/* Rank 1 of abort and dump: a member that makes no call, until rank 0 is
+ * done. */
+static int idle_peer(int rank, struct shared *S, hetcclComm_t comm, hc_stream_t stream, void *d) {
+  while (!atomic_load(&S->survivor_done)) usleep(1000);
+  if (hetcclCommDestroy(comm) != hetcclSuccess) FAIL("destroy: %s", hetcclGetLastError(NULL));
+  gpu->mem_free(0, d);
+  gpu->stream_destroy(stream);
+  return 0;
+}
+
 /* cpu_kill's rank 0: all-reduces of host memory until one fails, which
  * must name rank 1. */
 static int cpu_rank_loop(struct shared *S) {
@@ -194,16 +215,9 @@ static int rank_init_fault(int rank, struct shared *S, bool killed) {
 static int rank_dump(int rank, struct shared *S) {
   hc_stream_t stream = NULL;
   void *d = NULL;
-  gpu->set_device(0);
-  if (gpu->stream_create(0, &stream) != HC_OK || gpu->mem_alloc(0, COUNT * 4, &d) != HC_OK)
-    FAIL("device setup: %s", hc_last_error());
-  hetcclComm_t comm = comm_make(rank, S);
+  hetcclComm_t comm = rank_setup(rank, S, &stream, &d);
   if (comm == NULL) return 1;
-  if (rank == 1) { /* never sends */
-    while (!atomic_load(&S->survivor_done)) usleep(1000);
-    hetcclCommDestroy(comm);
-    return 0;
-  }
+  if (rank == 1) return idle_peer(rank, S, comm, stream, d); /* never sends */
   char path[] = "/tmp/hetccl-dump-XXXXXX";
   int fd = mkstemp(path), saved = dup(2);
   if (fd < 0 || saved < 0) FAIL("mkstemp: %s", strerror(errno));
@@ -257,18 +271,9 @@ static void *abort_later(void *arg) {
 static int rank_abort(int rank, struct shared *S) {
   hc_stream_t stream = NULL;
   void *d = NULL;
-  gpu->set_device(0);
-  if (gpu->stream_create(0, &stream) != HC_OK || gpu->mem_alloc(0, COUNT * 4, &d) != HC_OK)
-    FAIL("device setup: %s", hc_last_error());
-  hetcclComm_t comm = comm_make(rank, S);
+  hetcclComm_t comm = rank_setup(rank, S, &stream, &d);
   if (comm == NULL) return 1;
-  if (rank == 1) { /* never calls: rank 0's stream waits on its window */
-    while (!atomic_load(&S->survivor_done)) usleep(1000);
-    if (hetcclCommDestroy(comm) != hetcclSuccess) FAIL("destroy: %s", hetcclGetLastError(NULL));
-    gpu->mem_free(0, d);
-    gpu->stream_destroy(stream);
-    return 0;
-  }
+  if (rank == 1) return idle_peer(rank, S, comm, stream, d); /* never calls: rank 0's stream waits on its window */
   /* Started first: without NVRTC the reduction runs on the host, and the
    * call itself waits for the stream. */
   struct aborter a = {.comm = comm, .result = hetcclInternalError};
