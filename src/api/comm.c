@@ -682,7 +682,7 @@ static hc_result_t api_CommGetAsyncError(hetcclComm_t comm, hetcclResult_t *asyn
   void *vendor_comm = comm->vendor_comm ? comm->vendor_comm : comm->group_vendor_comm;
   if (*asyncError == hetcclSuccess && vendor_comm) {
     int vendor_error = 0;
-    comm->vendor->comm_get_async_error(vendor_comm, &vendor_error);
+    hc_vendor_async_error(comm->vendor, vendor_comm, &vendor_error);
     /* The sub-comm is nonblocking inside; this comm is not: a call still
      * settling in the library is no error (hc_vendor_check waits for it). */
     *asyncError = vendor_error == HC_VENDOR_IN_PROGRESS ? hetcclSuccess : (hetcclResult_t)vendor_error;

@@ -1,5 +1,4 @@
 /* Watched waits of comm init; see init_watch.h. */
-#include <limits.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -46,8 +45,7 @@ hc_result_t hc_comm_vendor_init_watched_blocking(struct hetcclComm *comm, const 
     return hc_vendor_check(v, NULL, v->comm_init_rank(out, nranks, id, rank), "CommInitRank");
   }
   struct hc_vendor_config config = {.size = sizeof(config), .magic = HC_VENDOR_CONFIG_MAGIC,
-                                    .version = HC_VENDOR_CONFIG_VERSION, .blocking = 0,
-                                    .cga_cluster_size = INT_MIN, .min_ctas = INT_MIN, .max_ctas = INT_MIN};
+                                    .version = HC_VENDOR_CONFIG_VERSION, .blocking = 0};
   void *vc = NULL;
   int state = v->comm_init_rank_config(&vc, nranks, id, rank, &config);
   char during[128];
@@ -57,7 +55,7 @@ hc_result_t hc_comm_vendor_init_watched_blocking(struct hetcclComm *comm, const 
   uint64_t next_look = 0;
   hc_result_t r = HC_OK;
   while (r == HC_OK) {
-    if (state == HC_VENDOR_IN_PROGRESS && vc != NULL && v->comm_get_async_error(vc, &state) != 0)
+    if (state == HC_VENDOR_IN_PROGRESS && vc != NULL && hc_vendor_async_error(v, vc, &state) != 0)
       state = HC_VENDOR_IN_PROGRESS; /* asked again on the next pass */
     if (state == 0) break;
     if (state != HC_VENDOR_IN_PROGRESS) {

@@ -270,7 +270,7 @@ static void watch(struct hc_engine_comm *c, uint64_t now, bool *outstanding) {
   if (c->d.vendor_comm && now >= c->next_vendor_poll_ns) {
     c->next_vendor_poll_ns = now + HC_ENGINE_VENDOR_POLL_NS;
     int e = 0;
-    c->d.vendor->comm_get_async_error(c->d.vendor_comm, &e);
+    hc_vendor_async_error(c->d.vendor, c->d.vendor_comm, &e);
     /* In progress: a call of the (nonblocking) sub-comm is still being
      * set up inside the library, as its caller waits for. */
     if (e != 0 && e != HC_VENDOR_IN_PROGRESS) {

@@ -209,13 +209,22 @@ const struct hc_vendor *hc_vendor_get(enum hc_mem_kind kind) {
   return NULL;
 }
 
+static pthread_mutex_t async_error_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int hc_vendor_async_error(const struct hc_vendor *v, void *comm, int *err) {
+  pthread_mutex_lock(&async_error_lock);
+  const int r = v->comm_get_async_error(comm, err);
+  pthread_mutex_unlock(&async_error_lock);
+  return r;
+}
+
 /* A nonblocking comm's call that returned ncclInProgress: its async error
  * once it is no longer in progress, or ncclInProgress at the deadline. */
 static int settle_blocking(const struct hc_vendor *v, void *comm) {
   const uint64_t deadline = hc_deadline_ns();
   int state = HC_VENDOR_IN_PROGRESS;
   for (;;) {
-    if (v->comm_get_async_error(comm, &state) != 0 || state != HC_VENDOR_IN_PROGRESS) return state;
+    if (hc_vendor_async_error(v, comm, &state) != 0 || state != HC_VENDOR_IN_PROGRESS) return state;
     if (hc_now_ns() > deadline) return state;
     const struct timespec pause = {0, 100000};
     nanosleep(&pause, NULL);

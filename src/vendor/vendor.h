@@ -25,16 +25,14 @@ typedef struct {
 } hc_vendor_id;
 
 /* ncclConfig_t as NCCL 2.14 (the first with a config) laid it out: the
- * library reads the first `size` bytes and keeps its defaults for the
- * rest, so one layout serves every later NCCL and RCCL. Only blocking = 0
- * is asked for (vendor_init_watched in api/); the other fields stay at
- * NCCL_CONFIG_UNDEF_INT / NULL. */
+ * library reads the first `size` bytes and, for an older `version`, keeps
+ * its defaults for the fields added since, so one layout serves every
+ * later NCCL and RCCL. Only blocking = 0 is asked for (api/init_watch.h). */
 struct hc_vendor_config {
   size_t size;
   unsigned int magic;   /* HC_VENDOR_CONFIG_MAGIC */
   unsigned int version; /* HC_VENDOR_CONFIG_VERSION */
-  int blocking, cga_cluster_size, min_ctas, max_ctas;
-  const char *net_name;
+  int blocking;
 };
 #define HC_VENDOR_CONFIG_MAGIC 0xcafebeefu
 #define HC_VENDOR_CONFIG_VERSION 21400u /* NCCL_VERSION(2, 14, 0) */
@@ -91,6 +89,14 @@ struct hc_vendor {
  * where NCCL 2.28 callers read 8 as ncclNumResults) and anything newer
  * become HC_ERR_REMOTE, hetccl's own result for a wait that timed out. */
 hc_result_t hc_vendor_result(int vendor_result);
+
+/* ncclCommGetAsyncError(comm): *err, ncclInProgress while a nonblocking
+ * comm's init or call goes on. Every caller in hetccl goes through this
+ * one lock: on a nonblocking comm NCCL completes (joins) the library's
+ * own job thread inside this call, which two threads must not do at once
+ * (the engine's poll, the caller's wait, hetcclCommGetAsyncError from
+ * PyTorch's watchdog). Returns the call's own result. */
+int hc_vendor_async_error(const struct hc_vendor *v, void *comm, int *err);
 
 /* The vendor library for a GPU kind, loaded once per process; NULL (and an
  * INFO line) when none is found. */
