@@ -17,9 +17,9 @@
  * a same-host peer whose process exited (its pid from the init
  * all-gather), a bootstrap ring neighbour whose connection closed (a
  * remote host that vanished without a FIN shows there through the ring's
- * TCP keepalive), or hetcclCommAbort. Never blocks; a few syscalls per
- * same-host peer, so callers poll it every few milliseconds, not on
- * every pass of a busy loop. */
+ * TCP keepalive), or hetcclCommAbort. Never blocks; three syscalls per
+ * same-host peer and one per ring neighbour, so a wait calls it between
+ * sleeps of a millisecond or more, not on every pass of a busy loop. */
 hc_result_t hc_comm_init_peers_check(struct hetcclComm *comm, const char *during);
 
 /* Creates the vendor's communicator of this rank's group (nranks, id,
