@@ -465,8 +465,8 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
     if (i == rank) continue;
     const struct hc_peer_info *p = &comm->peers[i];
     if (p->host_hash == me->host_hash && p->has_shm && me->has_shm) {
-      comm->links.peer[i] = (struct hc_link){.net = &hc_net_shm, .ctx = comm->shm_ctx, .handle = p->shm_handle,
-                                             .pid = p->pid};
+      comm->links.peer[i] =
+          (struct hc_link){.net = &hc_net_shm, .ctx = comm->shm_ctx, .handle = p->shm_handle, .pid = p->pid};
       nshm++;
     } else if (p->has_ib && me->has_ib) {
       comm->links.peer[i] = (struct hc_link){.net = &hc_net_ib, .ctx = comm->ib_ctx, .handle = p->ib_handle};

@@ -22,8 +22,7 @@ hc_result_t hc_comm_init_peers_check(struct hetcclComm *comm, const char *during
     if (pidfd >= 0) close(pidfd);
     if (exited) {
       hc_blame(i);
-      return HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d (pid %d) exited during init, %s", me, i, (int)p->pid,
-                     during);
+      return HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d (pid %d) exited during init, %s", me, i, (int)p->pid, during);
     }
   }
   const int gone = comm->boot ? hc_bootstrap_hung_up(comm->boot) : -1;
@@ -31,7 +30,8 @@ hc_result_t hc_comm_init_peers_check(struct hetcclComm *comm, const char *during
     hc_blame(gone);
     return HC_FAIL(HC_ERR_REMOTE,
                    "rank %d: rank %d closed its bootstrap connection during init (it died, or failed its own init), "
-                   "%s", me, gone, during);
+                   "%s",
+                   me, gone, during);
   }
   return HC_OK;
 }
@@ -40,12 +40,14 @@ hc_result_t hc_comm_vendor_init_watched_blocking(struct hetcclComm *comm, const 
                                                  hc_vendor_id id, int rank, void **out) {
   *out = NULL;
   if (v->comm_init_rank_config == NULL) {
-    HC_INFO(HC_VENDOR, "rank %d: %s %d has no ncclCommInitRankConfig: its init is blocking, and a peer that dies "
-            "during it is not noticed there", comm->rank, v->name, v->version);
+    HC_INFO(HC_VENDOR,
+            "rank %d: %s %d has no ncclCommInitRankConfig: its init is blocking, and a peer that dies "
+            "during it is not noticed there",
+            comm->rank, v->name, v->version);
     return hc_vendor_check(v, NULL, v->comm_init_rank(out, nranks, id, rank), "CommInitRank");
   }
-  struct hc_vendor_config config = {.size = sizeof(config), .magic = HC_VENDOR_CONFIG_MAGIC,
-                                    .version = HC_VENDOR_CONFIG_VERSION, .blocking = 0};
+  struct hc_vendor_config config = {
+      .size = sizeof(config), .magic = HC_VENDOR_CONFIG_MAGIC, .version = HC_VENDOR_CONFIG_VERSION, .blocking = 0};
   void *vc = NULL;
   int state = v->comm_init_rank_config(&vc, nranks, id, rank, &config);
   char during[128];

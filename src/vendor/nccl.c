@@ -36,7 +36,7 @@
   X(red_op_create_pre_mul_sum, "RedOpCreatePreMulSum", "", true)               \
   X(red_op_destroy, "RedOpDestroy", "", true)                                  \
   X(all_to_all, "AlltoAll", "AllToAll", false)                                 \
-  X(all_to_allv, "AlltoAllv", "AllToAllv", false)                             \
+  X(all_to_allv, "AlltoAllv", "AllToAllv", false)                              \
   X(comm_init_rank_config, "CommInitRankConfig", "", false)
 
 /* Facts that differ between the two libraries, by version (the NCCL API

@@ -51,8 +51,14 @@
 #include "device/device.h"
 
 #define EXPORT __attribute__((visibility("default")))
-enum { NCCL_SUCCESS = 0, NCCL_SYSTEM_ERROR = 2, NCCL_INTERNAL_ERROR = 3, NCCL_INVALID_ARGUMENT = 4,
-       NCCL_INVALID_USAGE = 5, NCCL_IN_PROGRESS = 7 };
+enum {
+  NCCL_SUCCESS = 0,
+  NCCL_SYSTEM_ERROR = 2,
+  NCCL_INTERNAL_ERROR = 3,
+  NCCL_INVALID_ARGUMENT = 4,
+  NCCL_INVALID_USAGE = 5,
+  NCCL_IN_PROGRESS = 7
+};
 enum { MAX_RANKS = 64, ID_BYTES = 128, MEET_TIMEOUT_S = 120 };
 enum coll { ALLREDUCE, BROADCAST, REDUCE, ALLGATHER, REDUCESCATTER, SENDRECV, NCOLL };
 static const char *const coll_name[NCOLL] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
@@ -421,8 +427,10 @@ EXPORT int ncclCommGetAsyncError(struct fcomm *c, int *err) {
   *err = c && c->sh->failed ? NCCL_SYSTEM_ERROR : NCCL_SUCCESS;
   if (*err == NCCL_SUCCESS && c && atomic_load(&c->nonblocking)) {
     pthread_mutex_lock(&registry_lock);
-    if (c->sh->joined < c->sh->nranks) *err = NCCL_IN_PROGRESS;
-    else atomic_store(&c->nonblocking, false); /* up: stays up */
+    if (c->sh->joined < c->sh->nranks)
+      *err = NCCL_IN_PROGRESS;
+    else
+      atomic_store(&c->nonblocking, false); /* up: stays up */
     pthread_mutex_unlock(&registry_lock);
   }
   return NCCL_SUCCESS;

@@ -222,8 +222,7 @@ static int rank_dump(int rank, struct shared *S) {
   int fd = mkstemp(path), saved = dup(2);
   if (fd < 0 || saved < 0) FAIL("mkstemp: %s", strerror(errno));
   unlink(path);
-  if (hetcclRecv(d, COUNT, hetcclFloat, 1, comm, stream) != hetcclSuccess)
-    FAIL("recv: %s", hetcclGetLastError(comm));
+  if (hetcclRecv(d, COUNT, hetcclFloat, 1, comm, stream) != hetcclSuccess) FAIL("recv: %s", hetcclGetLastError(comm));
   fflush(stderr);
   dup2(fd, 2);
   char text[16384] = "";

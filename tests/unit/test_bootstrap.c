@@ -626,8 +626,7 @@ static void test_leaver(void) {
   struct rank_arg zero[1] = {{.claim_rank = 0, .claim_nranks = 3}};
   run_ranks(id, 1, zero, WORK_NONE, NULL);
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
-  CHECK(zero[0].r == HC_ERR_REMOTE && strstr(zero[0].err, "rank 1 left"), "rank 0 -> %d: %s", zero[0].r,
-        zero[0].err);
+  CHECK(zero[0].r == HC_ERR_REMOTE && strstr(zero[0].err, "rank 1 left"), "rank 0 -> %d: %s", zero[0].r, zero[0].err);
   CHECK(one.arg.r == HC_ERR_REMOTE && strstr(one.arg.err, "aborted"), "rank 1 -> %d: %s", one.arg.r, one.arg.err);
   set_param("HETCCL_TIMEOUT", NULL);
 }
@@ -732,11 +731,12 @@ int main(void) {
   static const struct {
     const char *name;
     void (*fn)(void);
-  } tests[] = {{"env", test_env},         {"ipv6", test_ipv6},       {"sizes", test_sizes},
-               {"strangers", test_strangers}, {"env_init", test_env_init}, {"invalid", test_invalid},
-               {"crowd", test_crowd},     {"env_mismatch", test_env_mismatch},
-               {"abort", test_abort},     {"leaver", test_leaver},   {"hung_up", test_hung_up},
-               {"timeout", test_timeout}};
+  } tests[] = {{"env", test_env},           {"ipv6", test_ipv6},
+               {"sizes", test_sizes},       {"strangers", test_strangers},
+               {"env_init", test_env_init}, {"invalid", test_invalid},
+               {"crowd", test_crowd},       {"env_mismatch", test_env_mismatch},
+               {"abort", test_abort},       {"leaver", test_leaver},
+               {"hung_up", test_hung_up},   {"timeout", test_timeout}};
   for (size_t i = 0; i < HC_ARRAY_LEN(tests); i++) {
     uint64_t t1 = hc_now_ns();
     tests[i].fn();
