@@ -26,7 +26,10 @@
  * drain, and destroy (abort) must return; the parent kills anything still
  * running after a deadline that only a hang reaches, and prints the time
  * from the fault to the survivor's exit.
- *   test_gpu_faults kill|stop|abort|cpu_kill|init_kill|init_hang|dump
+ *   recv_kill: sockets only (as between hosts): rank 0 receives from rank
+ *          1, which dies without sending; the closed connection must fail
+ *          rank 0's comm, naming it.
+ *   test_gpu_faults kill|stop|abort|cpu_kill|init_kill|init_hang|dump|recv_kill
  * Exits 77 (skip) where no CUDA device (real or fake) is found.
  */
 #include <errno.h>
@@ -209,6 +212,35 @@ static int rank_init_fault(int rank, struct shared *S, bool killed) {
   return 0;
 }
 
+/* recv_kill (sockets only, as between hosts): after one message, rank
+ * 0's second receive waits on the socket for rank 1, which dies instead; the engine's poll of
+ * the transfer sees the connection close and fails the comm, naming it. */
+static int rank_recv_kill(int rank, struct shared *S) {
+  hc_stream_t stream = NULL;
+  hc_event_t ev = NULL;
+  void *d = NULL;
+  hetcclComm_t comm = rank_setup(rank, S, &stream, &d);
+  if (comm == NULL || gpu->event_create(&ev) != HC_OK) return 1;
+  if (rank == 1) { /* one message, so that the connection is up; then dies */
+    if (hetcclSend(d, COUNT, hetcclFloat, 0, comm, stream) != hetcclSuccess || gpu->stream_sync(stream) != HC_OK)
+      FAIL("send: %s", hetcclGetLastError(comm));
+    usleep(300000); /* rank 0 waits in its second receive by then */
+    raise(SIGKILL);
+  }
+  for (int i = 0; i < 2; i++) {
+    if (hetcclRecv(d, COUNT, hetcclFloat, 1, comm, stream) != hetcclSuccess)
+      FAIL("recv: %s", hetcclGetLastError(comm));
+    if (wait_or_error(comm, stream, ev) != (i == 0)) FAIL("receive %d: %s", i, i ? "completed" : "failed");
+  }
+  if (gpu->stream_sync(stream) != HC_OK) FAIL("the stream did not drain: %s", hc_last_error());
+  int bad = expect_error_naming(rank, comm, d, stream, "rank 1");
+  if (hetcclCommDestroy(comm) != hetcclSuccess) FAIL("destroy: %s", hetcclGetLastError(NULL));
+  gpu->event_destroy(ev);
+  gpu->mem_free(0, d);
+  gpu->stream_destroy(stream);
+  return bad;
+}
+
 /* dump: rank 0's receive waits for rank 1 (sockets, so the engine runs its
  * transfer); SIGUSR1 makes the engine print its state to stderr, caught
  * here in a file. */
@@ -298,6 +330,7 @@ static int rank_main(int rank, struct shared *S, const char *mode) {
   if (atomic_load(&S->id_state) != 1) FAIL("no unique id");
   if (!strcmp(mode, "abort")) return rank_abort(rank, S);
   if (!strcmp(mode, "dump")) return rank_dump(rank, S);
+  if (!strcmp(mode, "recv_kill")) return rank_recv_kill(rank, S);
   if (!strncmp(mode, "init_", 5)) return rank_init_fault(rank, S, !strcmp(mode, "init_kill"));
   if (cpu_rank0 && rank == 0) return cpu_rank_loop(S);
   return rank_loop(rank, S, !strcmp(mode, "kill") || !strcmp(mode, "cpu_kill"));
@@ -316,17 +349,19 @@ static bool have_gpu(void) {
 int main(int argc, char **argv) {
   tu_init(argc, argv);
   const char *mode = argc > 1 ? argv[1] : "";
-  static const char *const modes[] = {"kill", "stop", "abort", "cpu_kill", "init_kill", "init_hang", "dump"};
+  static const char *const modes[] = {"kill",      "stop",      "abort", "cpu_kill",
+                                      "init_kill", "init_hang", "dump",  "recv_kill"};
   bool known = false;
   for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) known |= !strcmp(mode, modes[i]);
   if (!known) {
-    fprintf(stderr, "usage: %s kill|stop|abort|cpu_kill|init_kill|init_hang|dump\n", argv[0]);
+    fprintf(stderr, "usage: %s kill|stop|abort|cpu_kill|init_kill|init_hang|dump|recv_kill\n", argv[0]);
     return 2;
   }
   cpu_rank0 = !strcmp(mode, "cpu_kill");
   one_group = !strncmp(mode, "init_", 5);
   const bool rank1_ends_well = !strcmp(mode, "abort") || !strcmp(mode, "dump") || !strcmp(mode, "init_hang");
-  const bool killed = !strcmp(mode, "kill") || !strcmp(mode, "cpu_kill") || !strcmp(mode, "init_kill");
+  const bool killed = !strcmp(mode, "kill") || !strcmp(mode, "cpu_kill") || !strcmp(mode, "init_kill") ||
+                      !strcmp(mode, "recv_kill");
   if (!have_gpu()) {
     printf("skip: no CUDA device here\n");
     return 77;
