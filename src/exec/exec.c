@@ -32,6 +32,7 @@ struct job_state {
   int *q_peer, *q_dir, *q_tail, *q_head, *q_end; /* indices into q_items */
   int *q_items;
   int peer_at; /* the peer of the transport call in progress: whom a failure concerns */
+  int window_look; /* window_peers_check's looks so far (where the next starts) */
   hc_result_t result;
 };
 
@@ -289,11 +290,21 @@ static int awaited_peer(const struct job_state *st) {
  * fails the job at once, naming it. Called every WINDOW_PEER_LOOK_NS of
  * idle waiting, not on every pass. */
 #define WINDOW_PEER_LOOK_NS 10000000ull
-static hc_result_t window_peers_check(const struct job_state *st) {
+/* A look costs a few syscalls per peer, and a plan may have dozens of
+ * window waits pending on the same few peers: each look takes at most
+ * this many distinct peers, starting one wait further each time. */
+#define WINDOW_PEERS_PER_LOOK 4
+static hc_result_t window_peers_check(struct job_state *st) {
   const struct hc_links *links = st->job->links;
-  for (int k = 0; k < st->nwaits; k++) {
-    const int peer = st->job->plan->steps[st->waits[k]].peer;
+  int looked[WINDOW_PEERS_PER_LOOK], nlooked = 0;
+  const int start = st->window_look++;
+  for (int n = 0; n < st->nwaits && nlooked < WINDOW_PEERS_PER_LOOK; n++) {
+    const int peer = st->job->plan->steps[st->waits[(start + n) % st->nwaits]].peer;
     if (peer < 0 || peer >= links->nranks || peer == links->rank) continue;
+    bool seen = false;
+    for (int j = 0; j < nlooked; j++) seen |= looked[j] == peer;
+    if (seen) continue;
+    looked[nlooked++] = peer;
     const int32_t pid = links->peer[peer].pid;
     if (pid <= 0 || !hc_pid_exited(pid, -1)) continue;
     hc_blame(peer);
