@@ -9,6 +9,7 @@
 #include "../plan/plan.h"
 #include "../vendor/vendor.h"
 #include "api_priv.h"
+#include "init_watch.h"
 #include "proxy.h"
 
 #define HC_PEER_INFO_MAGIC 0x68637069u
@@ -119,6 +120,7 @@ static hc_result_t windows_open(struct hetcclComm *comm) {
       if (hc_now_ns() > deadline)
         return HC_FAIL(HC_ERR_REMOTE, "rank %d: %s connection to rank %d not up within HETCCL_TIMEOUT",
                        comm->rank, l->net->name, i);
+      HC_TRY(hc_comm_init_peers_check(comm, "while this rank waited for its shm windows"));
       HC_TRY(l->net->wait_blocking(l->ctx, 1));
     }
     struct hc_plan_window *w = &comm->plan_ctx.windows[i];
@@ -371,7 +373,7 @@ static hc_result_t vendor_comms_init(struct hetcclComm *comm) {
   HC_TRY_GOTO(made, r, out);
   if (v == NULL) goto out;
   void *vc = NULL;
-  HC_TRY_GOTO(hc_vendor_check(v, NULL, v->comm_init_rank(&vc, size, ids[first], index), "CommInitRank"), r, out);
+  HC_TRY_GOTO(hc_comm_vendor_init_watched_blocking(comm, v, size, ids[first], index, &vc), r, out);
   comm->vendor = v;
   if (comm->ngroups == 1) {
     comm->vendor_comm = vc;
@@ -457,6 +459,8 @@ static hc_result_t phase_links(struct hetcclComm *comm) {
     int t;
     if (i == comm->rank) continue;
     HC_TRY(hc_net_link_choose(&comm->nets, comm->rank, &me->net, i, &comm->peers[i].net, &comm->links.peer[i], &t));
+    /* exec watches a same-host peer's process while it waits on its windows */
+    if (comm->peers[i].net.host == me->net.host) comm->links.peer[i].pid = comm->peers[i].pid;
   }
   comm->stage_device =
       comm->config.device_kind != HC_MEM_HOST && !hc_net_links_reach_device(comm->links.peer, comm->nranks);
@@ -746,8 +750,10 @@ static hc_result_t api_CommGetAsyncError(hetcclComm_t comm, hetcclResult_t *asyn
   void *vendor_comm = comm->vendor_comm ? comm->vendor_comm : comm->group_vendor_comm;
   if (*asyncError == hetcclSuccess && vendor_comm) {
     int vendor_error = 0;
-    comm->vendor->comm_get_async_error(vendor_comm, &vendor_error);
-    *asyncError = (hetcclResult_t)vendor_error;
+    hc_vendor_async_error(comm->vendor, vendor_comm, &vendor_error);
+    /* The sub-comm is nonblocking inside; this comm is not: a call still
+     * settling in the library is no error (hc_vendor_check waits for it). */
+    *asyncError = vendor_error == HC_VENDOR_IN_PROGRESS ? hetcclSuccess : (hetcclResult_t)vendor_error;
   }
   return HC_OK;
 }

@@ -581,6 +581,10 @@ static hc_result_t join_root(struct hc_bootstrap *b, const union hc_sockaddr *ro
   HC_TRY_GOTO(hc_sock_connect_blocking(root, "the bootstrap root", deadline_ns, b->abort_flag, &fd), r, out);
   HC_TRY_GOTO(hc_auth_client_blocking(fd, secret, HC_AUTH_BOOT_ROOT, deadline_ns, b->abort_flag), r, out);
   HC_TRY_GOTO(hc_sock_send_blocking(fd, hello, sizeof(hello), deadline_ns, b->abort_flag), r, out);
+  /* From here on the root watches this connection: if this process dies,
+   * every rank waiting there learns it at once (tests/chaos/gpu.sh reads
+   * this line to tell such a kill from one before the rank arrived). */
+  HC_INFO(HC_BOOT, "bootstrap rank %d of %d: joined the root %s", b->rank, b->nranks, where);
   /* The root answers once every rank has arrived, so this wait is the
    * rendezvous itself. It gets a short grace past our deadline: the root's
    * deadline is about the same, and its answer names the missing ranks,
@@ -839,6 +843,18 @@ hc_result_t hc_bootstrap_allgather(struct hc_bootstrap *b, void *buf, size_t siz
   }
   b->seq++;
   return HC_OK;
+}
+
+int hc_bootstrap_hung_up(struct hc_bootstrap *b) {
+  if (b->nranks == 1) return -1;
+  if (b->broken) return (b->rank + b->nranks - 1) % b->nranks;
+  const int fds[2] = {b->prev_fd, b->next_fd};
+  const int ranks[2] = {(b->rank + b->nranks - 1) % b->nranks, (b->rank + 1) % b->nranks};
+  for (int i = 0; i < 2; i++) {
+    struct pollfd p = {.fd = fds[i], .events = POLLRDHUP};
+    if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) return ranks[i];
+  }
+  return -1;
 }
 
 hc_result_t hc_bootstrap_barrier(struct hc_bootstrap *b) {

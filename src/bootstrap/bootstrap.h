@@ -40,6 +40,11 @@ hc_result_t hc_bootstrap_create(const uint8_t id[HC_UNIQUE_ID_BYTES], int rank, 
 /* buf holds nranks slots of size bytes; this rank's slot is filled in. */
 hc_result_t hc_bootstrap_allgather(struct hc_bootstrap *b, void *buf, size_t size);
 hc_result_t hc_bootstrap_barrier(struct hc_bootstrap *b);
+/* Between all-gathers: the rank of a ring neighbour (prev first) whose
+ * connection has closed or failed (it died, or its process gave up on
+ * the comm), else -1. Never blocks and reads nothing: bytes of a later
+ * all-gather that a faster rank already sent stay where they are. */
+int hc_bootstrap_hung_up(struct hc_bootstrap *b);
 /* Takes NULL. */
 void hc_bootstrap_destroy(struct hc_bootstrap *b);
 

@@ -345,8 +345,10 @@ static void watch(struct hc_engine_comm *c, uint64_t now, bool *outstanding) {
   if (c->d.vendor_comm && now >= c->next_vendor_poll_ns) {
     c->next_vendor_poll_ns = now + HC_ENGINE_VENDOR_POLL_NS;
     int e = 0;
-    c->d.vendor->comm_get_async_error(c->d.vendor_comm, &e);
-    if (e != 0) {
+    hc_vendor_async_error(c->d.vendor, c->d.vendor_comm, &e);
+    /* In progress: a call of the (nonblocking) sub-comm is still being
+     * set up inside the library, as its caller waits for. */
+    if (e != 0 && e != HC_VENDOR_IN_PROGRESS) {
       HC_FAIL(HC_ERR_REMOTE, "rank %d: the %s communicator of this rank's group failed (%s error %d)", me,
               c->d.vendor->name, c->d.vendor->name, e);
       comm_fail(c, HC_ERR_REMOTE, me);
@@ -430,7 +432,6 @@ static void *engine_main(void *arg) {
   (void)arg;
   uint64_t idle_since = 0, next_beat = 0;
   hc_log_set_rank(-1);
-  dump_signal_install();
   pthread_mutex_lock(&eng.lock);
   for (;;) {
     atomic_store(&eng.queued, false);
@@ -564,6 +565,9 @@ hc_result_t hc_engine_register(const struct hc_engine_desc *d, struct hc_engine_
     }
   }
   pthread_mutex_init(&c->sigs_lock, NULL);
+  /* Before the first call can wait: a dump signal that came before its
+   * handler would end the process. */
+  dump_signal_install();
   hc_result_t r = HC_OK;
   pthread_mutex_lock(&eng_life);
   pthread_mutex_lock(&eng.lock);

@@ -33,6 +33,7 @@ struct job_state {
   int *q_peer, *q_dir, *q_tail, *q_head, *q_end; /* indices into q_items */
   int *q_items;
   int peer_at; /* the peer of the transport call in progress: whom a failure concerns */
+  int window_look; /* window_peers_check's looks so far (where the next starts) */
   hc_result_t result;
   uint64_t *probe_seen; /* per peer: 1 + the generation of its stall probe seen last (stall_look) */
   bool probed;          /* this run published a stall probe */
@@ -295,6 +296,36 @@ static int awaited_peer(const struct job_state *st) {
   return -1;
 }
 
+/* A window counter moves only when the peer's process (its stream or its
+ * engine) writes it: no transport sees that peer die. So while a WAIT step
+ * is pending, the peer it waits for is looked at by its pid, and its exit
+ * fails the job at once, naming it. Called every WINDOW_PEER_LOOK_NS of
+ * idle waiting, not on every pass. */
+#define WINDOW_PEER_LOOK_NS 10000000ull
+/* A look costs a few syscalls per peer, and a plan may have dozens of
+ * window waits pending on the same few peers: each look takes at most
+ * this many distinct peers, starting one wait further each time. */
+#define WINDOW_PEERS_PER_LOOK 4
+static hc_result_t window_peers_check(struct job_state *st) {
+  const struct hc_links *links = st->job->links;
+  int looked[WINDOW_PEERS_PER_LOOK], nlooked = 0;
+  const int start = st->window_look++;
+  for (int n = 0; n < st->nwaits && nlooked < WINDOW_PEERS_PER_LOOK; n++) {
+    const int peer = st->job->plan->steps[st->waits[(start + n) % st->nwaits]].peer;
+    if (peer < 0 || peer >= links->nranks || peer == links->rank) continue;
+    bool seen = false;
+    for (int j = 0; j < nlooked; j++) seen |= looked[j] == peer;
+    if (seen) continue;
+    looked[nlooked++] = peer;
+    const int32_t pid = links->peer[peer].pid;
+    if (pid <= 0 || !hc_pid_exited(pid, -1)) continue;
+    hc_blame(peer);
+    return HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d (pid %d) exited while this rank waited for it (a window counter)",
+                   links->rank, peer, (int)pid);
+  }
+  return HC_OK;
+}
+
 /* Sleeps in the transport that has work in flight; when several have, each
  * is only polled briefly, since none of their sleeps wakes for the others. */
 static hc_result_t wait_for_progress(struct job_state *const *states, int njobs, int timeout_ms) {
@@ -495,7 +526,8 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
 
   struct wait_state wait;
   wait_state_init(&wait, jobs, njobs);
-  uint64_t next_look_ns = 0;
+  uint64_t next_look_ns = 0; /* stall probes */
+  uint64_t next_window_look = hc_now_ns() + WINDOW_PEER_LOOK_NS;
   for (;;) {
     bool moved = false, all_done = true;
     for (int j = 0; j < njobs; j++) {
@@ -538,6 +570,10 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
       next_look_ns = now + STALL_LOOK_NS;
       for (int j = 0; j < njobs; j++)
         if (states[j].ndone < states[j].nsteps) HC_TRY_GOTO(stall_look(&states[j]), r, out);
+    }
+    if (now >= next_window_look) {
+      next_window_look = now + WINDOW_PEER_LOOK_NS;
+      for (int j = 0; j < njobs; j++) HC_TRY_GOTO(window_peers_check(&states[j]), r, out);
     }
     HC_TRY_GOTO(wait_state_idle(&wait, each, njobs, now), r, out);
   }

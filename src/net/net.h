@@ -239,6 +239,7 @@ struct hc_link {
   struct hc_net_handle handle;  /* the peer's, from the init all-gather */
   void *conn;                   /* NULL until connected */
   struct hc_net_caps caps;      /* what net said it can do, when it opened here */
+  int32_t pid;                  /* a same-host peer's process (liveness of its windows), else 0 */
 };
 
 /* The transports one comm opened: ctx[t] of hc_transports[t], NULL where

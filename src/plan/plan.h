@@ -76,7 +76,8 @@ void hc_plan_sig_explain(char *buf, size_t len, int me, const struct hc_net_sig 
 /* NOP does nothing: it joins several steps into one dependency. WAIT is
  * done once the counter at src0 (an atomic_ullong) is at least count (a
  * window receive's also names at src1 the two control words that must then
- * hold sigs[call], the signature of the piece from peer);
+ * hold sigs[call], the signature of the piece from peer; a window wait's
+ * peer is the rank whose process moves the counter);
  * SIGNAL stores count there (the window protocol, see hc_plan_window).
  * VENDOR is one collective of the vendor library's communicator of this
  * rank's group (hc_plan_ctx.group_vendor), on the main lane: coll (ALLREDUCE,

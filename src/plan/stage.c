@@ -74,7 +74,8 @@ static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w
     char *slot = (char *)(send ? w->w.tx : w->w.rx) + (piece % HC_WINDOW_SLOTS) * w->slot_bytes;
     /* A GPU runs the three steps in order on the copy's stream. */
     const uint8_t lane = send && device_memory ? HC_LANE_TO_HOST : HC_LANE_MAIN;
-    struct hc_step wait = {.kind = HC_STEP_WAIT, .lane = lane};
+    /* peer: whose process moves the counter (exec watches it while waiting). */
+    struct hc_step wait = {.kind = HC_STEP_WAIT, .lane = lane, .peer = s->peer};
     memcpy(wait.deps, s->deps, sizeof(wait.deps));
     if (send) {
       wait.src0 = w->w.tx_freed;
@@ -84,7 +85,6 @@ static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w
       wait.count = piece + 1;
       wait.src1 = w->w.rx_sig + 2 * (piece % HC_NET_WINDOW_SIGS);
       wait.call = s->call;
-      wait.peer = s->peer;
     }
     if (wait.count == 0) wait.kind = HC_STEP_NOP; /* the counter is there already */
     hc_ref_t ready = hc_plan_push(p, wait);

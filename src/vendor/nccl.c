@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "vendor.h"
@@ -35,7 +36,8 @@
   X(red_op_create_pre_mul_sum, "RedOpCreatePreMulSum", "", true)               \
   X(red_op_destroy, "RedOpDestroy", "", true)                                  \
   X(all_to_all, "AlltoAll", "AllToAll", false)                                 \
-  X(all_to_allv, "AlltoAllv", "AllToAllv", false)
+  X(all_to_allv, "AlltoAllv", "AllToAllv", false)                              \
+  X(comm_init_rank_config, "CommInitRankConfig", "", false)
 
 /* Facts that differ between the two libraries, by version (the NCCL API
  * version each reports: RCCL reports the NCCL release it is based on). */
@@ -207,7 +209,35 @@ const struct hc_vendor *hc_vendor_get(enum hc_mem_kind kind) {
   return NULL;
 }
 
+static pthread_mutex_t async_error_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int hc_vendor_async_error(const struct hc_vendor *v, void *comm, int *err) {
+  pthread_mutex_lock(&async_error_lock);
+  const int r = v->comm_get_async_error(comm, err);
+  pthread_mutex_unlock(&async_error_lock);
+  return r;
+}
+
+/* A nonblocking comm's call that returned ncclInProgress: its async error
+ * once it is no longer in progress, or ncclInProgress at the deadline. */
+static int settle_blocking(const struct hc_vendor *v, void *comm) {
+  const uint64_t deadline = hc_deadline_ns();
+  int state = HC_VENDOR_IN_PROGRESS;
+  for (;;) {
+    if (hc_vendor_async_error(v, comm, &state) != 0 || state != HC_VENDOR_IN_PROGRESS) return state;
+    if (hc_now_ns() > deadline) return state;
+    const struct timespec pause = {0, 100000};
+    nanosleep(&pause, NULL);
+  }
+}
+
 hc_result_t hc_vendor_check(const struct hc_vendor *v, void *comm, int result, const char *what) {
+  if (result == HC_VENDOR_IN_PROGRESS && comm != NULL) {
+    result = settle_blocking(v, comm);
+    if (result == HC_VENDOR_IN_PROGRESS)
+      return HC_FAIL(HC_ERR_REMOTE, "%s %s: still in progress after HETCCL_TIMEOUT=%llds", v->name, what,
+                     (long long)hc_param_int(HC_P_TIMEOUT));
+  }
   if (result == 0) return HC_OK;
   return HC_FAIL(hc_vendor_result(result), "%s %s: %s (%d): %s", v->name, what, v->get_error_string(result), result,
                  v->get_last_error(comm));

@@ -24,6 +24,21 @@ typedef struct {
   char internal[128];
 } hc_vendor_id;
 
+/* ncclConfig_t as NCCL 2.14 (the first with a config) laid it out: the
+ * library reads the first `size` bytes and, for an older `version`, keeps
+ * its defaults for the fields added since, so one layout serves every
+ * later NCCL and RCCL. Only blocking = 0 is asked for (api/init_watch.h). */
+struct hc_vendor_config {
+  size_t size;
+  unsigned int magic;   /* HC_VENDOR_CONFIG_MAGIC */
+  unsigned int version; /* HC_VENDOR_CONFIG_VERSION */
+  int blocking;
+};
+#define HC_VENDOR_CONFIG_MAGIC 0xcafebeefu
+#define HC_VENDOR_CONFIG_VERSION 21400u /* NCCL_VERSION(2, 14, 0) */
+/* ncclInProgress: a nonblocking comm's operation goes on in the library. */
+#define HC_VENDOR_IN_PROGRESS 7
+
 /* The vendor's functions, with nccl.h's signatures in hetccl's types
  * (values and layouts are the same). */
 struct hc_vendor {
@@ -61,6 +76,10 @@ struct hc_vendor {
   int (*all_to_all)(const void *s, void *r, size_t count, int dtype, void *comm, void *stream);
   int (*all_to_allv)(const void *s, const size_t *scounts, const size_t *sdispls, void *r, const size_t *rcounts,
                      const size_t *rdispls, int dtype, void *comm, void *stream);
+  /* ncclCommInitRankConfig (NCCL 2.14 on): hetccl creates sub-comms
+   * nonblocking through it, so that their init can be watched and
+   * aborted. NULL where the library lacks it (then the blocking init). */
+  int (*comm_init_rank_config)(void **comm, int nranks, hc_vendor_id id, int rank, struct hc_vendor_config *config);
   /* What this library's version means to hetccl (vendor.c's table). */
   bool has_fp8; /* ncclFloat8e4m3 / e5m2 (10, 11) are in its ncclDataType_t */
 };
@@ -71,12 +90,24 @@ struct hc_vendor {
  * become HC_ERR_REMOTE, hetccl's own result for a wait that timed out. */
 hc_result_t hc_vendor_result(int vendor_result);
 
+/* ncclCommGetAsyncError(comm): *err, ncclInProgress while a nonblocking
+ * comm's init or call goes on. Every caller in hetccl goes through this
+ * one lock: on a nonblocking comm NCCL completes (joins) the library's
+ * own job thread inside this call, which two threads must not do at once
+ * (the engine's poll, the caller's wait, hetcclCommGetAsyncError from
+ * PyTorch's watchdog). Returns the call's own result. */
+int hc_vendor_async_error(const struct hc_vendor *v, void *comm, int *err);
+
 /* The vendor library for a GPU kind, loaded once per process; NULL (and an
  * INFO line) when none is found. */
 const struct hc_vendor *hc_vendor_get(enum hc_mem_kind kind);
 /* HC_OK for the vendor's result 0; otherwise hc_vendor_result of it, with
  * a message naming what failed, the vendor's error string and code, and its
- * last-error text for comm. */
+ * last-error text for comm. ncclInProgress from a call on comm (its
+ * sub-comms are nonblocking, see comm_init_rank_config) means the call goes
+ * on inside the library: this waits, as a blocking comm's call would have,
+ * until comm's async error leaves ncclInProgress (bounded by
+ * HETCCL_TIMEOUT), and checks that instead. */
 hc_result_t hc_vendor_check(const struct hc_vendor *v, void *comm, int result, const char *what);
 /* Any entry point of a loaded vendor library: p<name> where it has one,
  * else <name>; NULL when absent. */

@@ -4,7 +4,9 @@
 # same-host pairs through shm windows on the streams), one rank killed
 # (SIGKILL) before or during a loop of 16 MiB all-reduces, or stopped
 # (SIGSTOP). Each survivor must exit on its own: within HANG_S after a
-# kill, within HETCCL_TIMEOUT (STOP_TIMEOUT) + HANG_S after a stop.
+# kill (init included, once the victim had joined hetccl's rendezvous;
+# before that, HETCCL_TIMEOUT + HANG_S: a rank that never arrived), within
+# HETCCL_TIMEOUT (STOP_TIMEOUT) + HANG_S after a stop.
 #   hetccl-native: tests/gpu/test_gpu_faults kill|stop|abort (2 ranks,
 #                  windows only) on the real driver;
 #   torch:         tests/chaos/gpu_allreduce.py under LD_PRELOAD of
@@ -62,7 +64,7 @@ for ((t = 1; t <= tries; t++)); do
   for ((r = 0; r < n; r++)); do
     [ $((r % 2)) = 0 ] && g=a || g=b
     MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r HETCCL_GROUP=$g \
-      HETCCL_TIMEOUT=$timeout_env LD_PRELOAD=$lib "$py" "$root/tests/chaos/gpu_allreduce.py" >"$tmp/out.$r" 2>&1 &
+      HETCCL_TIMEOUT=$timeout_env HETCCL_DEBUG=INFO HETCCL_DEBUG_SUBSYS=BOOT LD_PRELOAD=$lib "$py" "$root/tests/chaos/gpu_allreduce.py" >"$tmp/out.$r" 2>&1 &
     pids+=($!)
     disown $!
   done
@@ -80,12 +82,20 @@ for ((t = 1; t <= tries; t++)); do
   limit=$hang_s
   [ $kind = 3 ] && limit=$((stop_timeout + hang_s))
   line="torch n=$n $what rank $victim:"
-  # A kill at a random moment may land in init, where the survivors wait
-  # for the missing rank in the rendezvous (hetccl's bootstrap, bounded by
-  # HETCCL_TIMEOUT, or PyTorch's TCPStore, by its own timeout).
+  # A kill at a random moment may land in init. Once the victim has joined
+  # hetccl's rendezvous (its "joined the root" line), hetccl notices its
+  # death at once everywhere in init (the root's watch of its connection,
+  # then pids and the bootstrap ring, the vendor's comm created nonblocking
+  # and watched): survivors must be out within HANG_S. Before that, the
+  # survivors wait for a rank that never arrived: in hetccl's rendezvous
+  # (bounded by HETCCL_TIMEOUT) or PyTorch's TCPStore (its own timeout).
   if [ $kind = 1 ] && ! grep -q LOOP "$tmp/out.$victim" 2>/dev/null; then
-    limit=$((timeout_env + hang_s))
-    line="torch n=$n $what rank $victim (in init):"
+    if grep -q "joined the root" "$tmp/out.$victim" 2>/dev/null; then
+      line="torch n=$n $what rank $victim (in init, after joining):"
+    else
+      limit=$((timeout_env + hang_s))
+      line="torch n=$n $what rank $victim (in init, before joining):"
+    fi
   fi
   for ((r = 0; r < n; r++)); do
     [ $r = $victim ] && continue
@@ -107,7 +117,7 @@ for ((t = 1; t <= tries; t++)); do
       line="$line $(grep WRONG "$tmp/out.$r" | head -1);"
     fi
   done
-  culprit=$(grep -hoE 'rank [0-9]+ \(pid [0-9]+\) exited|waiting for rank [0-9]+|failed because of rank [0-9]+' "$tmp"/out.* | sort | uniq -c | tr '\n' ';' | cut -c1-200)
+  culprit=$(grep -hoE 'rank [0-9]+ \(pid [0-9]+\) exited|waiting for rank [0-9]+|failed because of rank [0-9]+|rank [0-9]+ left|rank [0-9]+ closed its bootstrap' "$tmp"/out.* | sort | uniq -c | tr '\n' ';' | cut -c1-200)
   echo "$line survivors out after $ms ms; errors: $culprit"
 done
 sorted=($(printf '%s\n' "${exit_ms[@]}" | sort -n))

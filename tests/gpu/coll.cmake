@@ -59,6 +59,34 @@ foreach(mode kill stop abort)
   set_tests_properties(gpu_faults_${mode}_fake_cuda PROPERTIES LABELS "unit;gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
     ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;HETCCL_NVRTC_LIBRARY=none;HETCCL_TIMEOUT=${timeout};HETCCL_VENDOR=0")
 endforeach()
+# The same program, more faults: a CPU rank whose GPU peer (windows) is
+# killed mid-exchange (cpu_kill); the state dump of a receive stuck on a
+# peer that never sends, then abort (dump, sockets so that the engine runs
+# the transfer); a receive on a socket from a peer killed meanwhile
+# (recv_kill); a peer killed while both wait in the vendor's comm init
+# (init_kill), and a vendor comm init that never completes (init_hang,
+# HETCCL_TIMEOUT=3), over the fake NCCL's nonblocking init.
+add_dependencies(test_gpu_faults hc_fake_nccl)
+set(hc_faults_env "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DELAY_US=0;HETCCL_NVRTC_LIBRARY=none")
+set(hc_faults_nccl "HETCCL_VENDOR=1;HETCCL_NCCL_LIBRARY=${CMAKE_CURRENT_BINARY_DIR}/fake-nccl/libnccl.so.2;FAKE_CUDA_DEVICES=2")
+add_test(NAME gpu_faults_cpu_kill_fake_cuda COMMAND test_gpu_faults cpu_kill)
+add_test(NAME gpu_faults_dump_fake_cuda COMMAND test_gpu_faults dump)
+add_test(NAME gpu_faults_recv_kill_fake_cuda COMMAND test_gpu_faults recv_kill)
+add_test(NAME gpu_faults_init_kill_fake_nccl COMMAND test_gpu_faults init_kill)
+add_test(NAME gpu_faults_init_hang_fake_nccl COMMAND test_gpu_faults init_hang)
+set_tests_properties(gpu_faults_cpu_kill_fake_cuda gpu_faults_dump_fake_cuda gpu_faults_recv_kill_fake_cuda
+  gpu_faults_init_kill_fake_nccl
+  gpu_faults_init_hang_fake_nccl PROPERTIES LABELS "unit;gpu" TIMEOUT 300 SKIP_RETURN_CODE 77)
+set_tests_properties(gpu_faults_cpu_kill_fake_cuda PROPERTIES
+  ENVIRONMENT "${hc_faults_env};FAKE_CUDA_DEVICES=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0")
+set_tests_properties(gpu_faults_dump_fake_cuda PROPERTIES
+  ENVIRONMENT "${hc_faults_env};FAKE_CUDA_DEVICES=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0;HETCCL_SHM_DISABLE=1;HETCCL_DUMP_SIGNAL=USR1")
+set_tests_properties(gpu_faults_recv_kill_fake_cuda PROPERTIES
+  ENVIRONMENT "${hc_faults_env};FAKE_CUDA_DEVICES=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0;HETCCL_SHM_DISABLE=1")
+set_tests_properties(gpu_faults_init_kill_fake_nccl PROPERTIES
+  ENVIRONMENT "${hc_faults_env};${hc_faults_nccl};HETCCL_TIMEOUT=120;FAKE_NCCL_INIT_KILL_RANK=1")
+set_tests_properties(gpu_faults_init_hang_fake_nccl PROPERTIES
+  ENVIRONMENT "${hc_faults_env};${hc_faults_nccl};HETCCL_TIMEOUT=3")
 # The training shapes in 2 groups x 2 GPUs over the fake driver and the
 # fake NCCL: FSDP (all-gather + reduce-scatter), MoE (all-to-all, -v),
 # pipeline send/recv; the group mates' part must run on the fake NCCL.

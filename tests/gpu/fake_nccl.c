@@ -23,6 +23,13 @@
  * ("AllReduce", ..., "SendRecv"), fake_nccl_p2p_bytes() how many bytes
  * the sends moved.
  *
+ * Nonblocking init (ncclCommInitRankConfig with config.blocking = 0), as
+ * hetccl creates its sub-comms: the comm's async error reads
+ * ncclInProgress until every rank of the comm has joined it in this
+ * process; ranks in other processes never do, which stands for a peer
+ * that never arrives. FAKE_NCCL_INIT_KILL_RANK=r: rank r's process dies
+ * by SIGKILL in its init (a peer killed while the others wait there).
+ *
  * Like NCCL, it calls its own exported names through its PLT (NCCL's
  * ncclBcast calls ncclBroadcast, its init ncclGetVersion), and a comm
  * starts with NCCL's magic word; fake_nccl_call_own() makes two such calls
@@ -33,6 +40,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,8 +51,14 @@
 #include "device/device.h"
 
 #define EXPORT __attribute__((visibility("default")))
-enum { NCCL_SUCCESS = 0, NCCL_SYSTEM_ERROR = 2, NCCL_INTERNAL_ERROR = 3, NCCL_INVALID_ARGUMENT = 4,
-       NCCL_INVALID_USAGE = 5 };
+enum {
+  NCCL_SUCCESS = 0,
+  NCCL_SYSTEM_ERROR = 2,
+  NCCL_INTERNAL_ERROR = 3,
+  NCCL_INVALID_ARGUMENT = 4,
+  NCCL_INVALID_USAGE = 5,
+  NCCL_IN_PROGRESS = 7
+};
 enum { MAX_RANKS = 64, ID_BYTES = 128, MEET_TIMEOUT_S = 120 };
 enum coll { ALLREDUCE, BROADCAST, REDUCE, ALLGATHER, REDUCESCATTER, SENDRECV, NCOLL };
 static const char *const coll_name[NCOLL] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
@@ -61,6 +75,7 @@ struct msg {
 struct shared {
   char id[ID_BYTES];
   int nranks, members;
+  int joined; /* ranks that ever joined (members less those gone) */
   pthread_mutex_t lock;
   pthread_cond_t cond;
   int arrived;
@@ -75,6 +90,7 @@ struct fcomm {
   uint64_t magic; /* NCCL's startMagic, first in every ncclComm */
   struct shared *sh;
   int rank;
+  atomic_bool nonblocking; /* in progress until every rank has joined sh */
 };
 
 /* One send (send set) or receive of a group, in bytes. */
@@ -325,8 +341,10 @@ struct unique_id {
   char internal[ID_BYTES];
 };
 
-EXPORT int ncclCommInitRank(struct fcomm **out, int nranks, struct unique_id id, int rank) {
+static int init_rank(struct fcomm **out, int nranks, struct unique_id id, int rank) {
   if (nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks) return NCCL_INVALID_ARGUMENT;
+  const char *kill_rank = getenv("FAKE_NCCL_INIT_KILL_RANK");
+  if (kill_rank && *kill_rank && atoi(kill_rank) == rank) raise(SIGKILL);
   pthread_mutex_lock(&registry_lock);
   struct shared *sh = registry;
   while (sh && memcmp(sh->id, id.internal, ID_BYTES) != 0) sh = sh->next;
@@ -341,11 +359,32 @@ EXPORT int ncclCommInitRank(struct fcomm **out, int nranks, struct unique_id id,
   struct fcomm *c = sh ? calloc(1, sizeof(*c)) : NULL;
   if (c) {
     sh->members++;
+    sh->joined++;
     *c = (struct fcomm){.magic = 0x0280028002800280ull, .sh = sh, .rank = rank};
   }
   pthread_mutex_unlock(&registry_lock);
   *out = c;
   return c ? NCCL_SUCCESS : NCCL_SYSTEM_ERROR;
+}
+
+EXPORT int ncclCommInitRank(struct fcomm **out, int nranks, struct unique_id id, int rank) {
+  return init_rank(out, nranks, id, rank);
+}
+
+/* ncclConfig_t's head, as every NCCL since 2.14 has it. */
+struct config_head {
+  size_t size;
+  unsigned int magic, version;
+  int blocking;
+};
+
+EXPORT int ncclCommInitRankConfig(struct fcomm **out, int nranks, struct unique_id id, int rank,
+                                  struct config_head *config) {
+  if (config && (config->magic != 0xcafebeefu || config->size < sizeof(*config))) return NCCL_INVALID_ARGUMENT;
+  int r = init_rank(out, nranks, id, rank);
+  if (r != NCCL_SUCCESS || config == NULL || config->blocking != 0) return r;
+  atomic_store(&(*out)->nonblocking, true);
+  return NCCL_IN_PROGRESS;
 }
 
 EXPORT int ncclCommDestroy(struct fcomm *c) {
@@ -386,6 +425,14 @@ EXPORT int fake_nccl_call_own(const struct fcomm *c, int *version, int *count, v
 }
 EXPORT int ncclCommGetAsyncError(struct fcomm *c, int *err) {
   *err = c && c->sh->failed ? NCCL_SYSTEM_ERROR : NCCL_SUCCESS;
+  if (*err == NCCL_SUCCESS && c && atomic_load(&c->nonblocking)) {
+    pthread_mutex_lock(&registry_lock);
+    if (c->sh->joined < c->sh->nranks)
+      *err = NCCL_IN_PROGRESS;
+    else
+      atomic_store(&c->nonblocking, false); /* up: stays up */
+    pthread_mutex_unlock(&registry_lock);
+  }
   return NCCL_SUCCESS;
 }
 EXPORT const char *ncclGetErrorString(int r) { return r == NCCL_SUCCESS ? "no error" : "fake nccl error"; }

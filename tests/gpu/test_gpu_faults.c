@@ -9,14 +9,31 @@
  *   abort: rank 0's stream waits on a window counter (rank 1 never calls)
  *          while another thread calls hetcclCommAbort; the main thread
  *          sits in the stream's synchronize.
+ *   cpu_kill: as kill, but rank 0 is a CPU rank: its host engine waits
+ *          on the window counters that rank 1's stream moves;
+ *   init_kill, init_hang: both ranks in one group on devices 0 and 1, so
+ *          that init creates the vendor's comm (the fake NCCL of
+ *          fake_nccl.c, nonblocking; its ranks in two processes never
+ *          meet, as a peer that never arrives); with
+ *          FAKE_NCCL_INIT_KILL_RANK=1 rank 1 dies there (init_kill: rank
+ *          0's init must fail naming it), else both wait until
+ *          HETCCL_TIMEOUT (init_hang: both fail saying so);
+ *   dump:  HETCCL_DUMP_SIGNAL=USR1, sockets only: rank 0 receives from
+ *          rank 1, which never sends; SIGUSR1 must print the call in
+ *          flight, its step and the peer it waits for; then abort.
  * The survivor must see an error (hetcclCommGetAsyncError, as PyTorch's
  * watchdog polls it) that names the rank that failed, its stream must
  * drain, and destroy (abort) must return; the parent kills anything still
  * running after a deadline that only a hang reaches, and prints the time
  * from the fault to the survivor's exit.
- *   test_gpu_faults kill|stop|abort
+ *   recv_kill: sockets only (as between hosts): rank 0 receives from rank
+ *          1, which dies without sending; the closed connection must fail
+ *          rank 0's comm, naming it.
+ *   test_gpu_faults kill|stop|abort|cpu_kill|init_kill|init_hang|dump|recv_kill
  * Exits 77 (skip) where no CUDA device (real or fake) is found.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -40,6 +57,7 @@ struct shared {
   atomic_int calls[2];  /* calls each rank has made */
   atomic_int survivor_done;
   atomic_int ready; /* ranks whose comm is up */
+  atomic_int timed_out[2]; /* init_hang: whose init error named HETCCL_TIMEOUT */
 };
 
 static const struct hc_dev_ops *gpu;
@@ -53,11 +71,15 @@ static double now_s(void) {
 #define FAIL(...) do { fprintf(stderr, "rank %d: ", rank); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); \
                        return 1; } while (0)
 
+/* Which ranks are CPU ranks, and whether the two share a group on two
+ * devices (the vendor's comm), by mode. */
+static bool cpu_rank0, one_group;
+
 static hetcclComm_t comm_make(int rank, struct shared *S) {
   hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
-  cfg.deviceKind = hetcclDeviceCuda;
-  cfg.deviceId = 0;
-  cfg.groupName = rank == 0 ? "a" : "b";
+  cfg.deviceKind = rank == 0 && cpu_rank0 ? hetcclDeviceHost : hetcclDeviceCuda;
+  cfg.deviceId = one_group ? rank : 0;
+  cfg.groupName = one_group ? "g" : rank == 0 ? "a" : "b";
   hetcclComm_t comm = NULL;
   if (hetcclCommInitRankConfig(&comm, 2, S->id, rank, &cfg) != hetcclSuccess) {
     fprintf(stderr, "rank %d: init: %s\n", rank, hetcclGetLastError(NULL));
@@ -124,6 +146,144 @@ static int rank_loop(int rank, struct shared *S, bool kill_self) {
   return bad;
 }
 
+/* A stream, COUNT floats of device memory and the comm; NULL (said) on
+ * failure. */
+static hetcclComm_t rank_setup(int rank, struct shared *S, hc_stream_t *stream, void **d) {
+  gpu->set_device(0);
+  if (gpu->stream_create(0, stream) != HC_OK || gpu->mem_alloc(0, COUNT * 4, d) != HC_OK) {
+    fprintf(stderr, "rank %d: device setup: %s\n", rank, hc_last_error());
+    return NULL;
+  }
+  return comm_make(rank, S);
+}
+
+/* Rank 1 of abort and dump: a member that makes no call, until rank 0 is
+ * done. */
+static int idle_peer(int rank, struct shared *S, hetcclComm_t comm, hc_stream_t stream, void *d) {
+  while (!atomic_load(&S->survivor_done)) usleep(1000);
+  if (hetcclCommDestroy(comm) != hetcclSuccess) FAIL("destroy: %s", hetcclGetLastError(NULL));
+  gpu->mem_free(0, d);
+  gpu->stream_destroy(stream);
+  return 0;
+}
+
+/* cpu_kill's rank 0: all-reduces of host memory until one fails, which
+ * must name rank 1. */
+static int cpu_rank_loop(struct shared *S) {
+  const int rank = 0;
+  float *h = calloc(COUNT, sizeof(float));
+  if (h == NULL) FAIL("out of memory");
+  hetcclComm_t comm = comm_make(rank, S);
+  if (comm == NULL) return 1;
+  hetcclResult_t r = hetcclSuccess;
+  for (int i = 0; r == hetcclSuccess; i++) {
+    r = hetcclAllReduce(h, h, COUNT, hetcclFloat, hetcclSum, comm, NULL);
+    if (r == hetcclSuccess) atomic_store(&S->calls[rank], i + 1);
+  }
+  const char *text = hetcclGetLastError(comm);
+  printf("rank 0: %s\n", text);
+  int bad = 0;
+  if (strstr(text, "rank 1") == NULL) {
+    fprintf(stderr, "rank 0: the error does not name rank 1: %s\n", text);
+    bad = 1;
+  }
+  if (hetcclCommDestroy(comm) != hetcclSuccess) FAIL("destroy: %s", hetcclGetLastError(NULL));
+  atomic_store(&S->survivor_done, 1);
+  free(h);
+  return bad;
+}
+
+/* init_kill, init_hang: init must fail, saying why. */
+static int rank_init_fault(int rank, struct shared *S, bool killed) {
+  hetcclComm_t comm = comm_make(rank, S);
+  if (comm != NULL) FAIL("init succeeded, but the vendor's comm cannot come up");
+  const char *text = hetcclGetLastError(NULL);
+  printf("rank %d: %s\n", rank, text);
+  if (killed) {
+    if (strstr(text, "rank 1 (pid") == NULL || strstr(text, "exited during init") == NULL)
+      FAIL("the init error does not say that rank 1 exited: %s", text);
+    return 0;
+  }
+  /* The rank whose deadline comes first says so; the other may instead
+   * learn it from the closed bootstrap connection. */
+  atomic_store(&S->timed_out[rank], strstr(text, "timed out after HETCCL_TIMEOUT") != NULL);
+  if (!atomic_load(&S->timed_out[rank]) && strstr(text, "closed its bootstrap connection") == NULL)
+    FAIL("the init error names neither the deadline nor the peer: %s", text);
+  return 0;
+}
+
+/* recv_kill (sockets only, as between hosts): after one message, rank
+ * 0's second receive waits on the socket for rank 1, which dies instead; the engine's poll of
+ * the transfer sees the connection close and fails the comm, naming it. */
+static int rank_recv_kill(int rank, struct shared *S) {
+  hc_stream_t stream = NULL;
+  hc_event_t ev = NULL;
+  void *d = NULL;
+  hetcclComm_t comm = rank_setup(rank, S, &stream, &d);
+  if (comm == NULL || gpu->event_create(&ev) != HC_OK) return 1;
+  if (rank == 1) { /* one message, so that the connection is up; then dies */
+    if (hetcclSend(d, COUNT, hetcclFloat, 0, comm, stream) != hetcclSuccess || gpu->stream_sync(stream) != HC_OK)
+      FAIL("send: %s", hetcclGetLastError(comm));
+    usleep(300000); /* rank 0 waits in its second receive by then */
+    raise(SIGKILL);
+  }
+  for (int i = 0; i < 2; i++) {
+    if (hetcclRecv(d, COUNT, hetcclFloat, 1, comm, stream) != hetcclSuccess)
+      FAIL("recv: %s", hetcclGetLastError(comm));
+    if (wait_or_error(comm, stream, ev) != (i == 0)) FAIL("receive %d: %s", i, i ? "completed" : "failed");
+  }
+  if (gpu->stream_sync(stream) != HC_OK) FAIL("the stream did not drain: %s", hc_last_error());
+  int bad = expect_error_naming(rank, comm, d, stream, "rank 1");
+  if (hetcclCommDestroy(comm) != hetcclSuccess) FAIL("destroy: %s", hetcclGetLastError(NULL));
+  gpu->event_destroy(ev);
+  gpu->mem_free(0, d);
+  gpu->stream_destroy(stream);
+  return bad;
+}
+
+/* dump: rank 0's receive waits for rank 1 (sockets, so the engine runs its
+ * transfer); SIGUSR1 makes the engine print its state to stderr, caught
+ * here in a file. */
+static int rank_dump(int rank, struct shared *S) {
+  hc_stream_t stream = NULL;
+  void *d = NULL;
+  hetcclComm_t comm = rank_setup(rank, S, &stream, &d);
+  if (comm == NULL) return 1;
+  if (rank == 1) return idle_peer(rank, S, comm, stream, d); /* never sends */
+  char path[] = "/tmp/hetccl-dump-XXXXXX";
+  int fd = mkstemp(path), saved = dup(2);
+  if (fd < 0 || saved < 0) FAIL("mkstemp: %s", strerror(errno));
+  unlink(path);
+  if (hetcclRecv(d, COUNT, hetcclFloat, 1, comm, stream) != hetcclSuccess) FAIL("recv: %s", hetcclGetLastError(comm));
+  fflush(stderr);
+  dup2(fd, 2);
+  char text[16384] = "";
+  for (double end = now_s() + HANG_S; now_s() < end && strstr(text, "in flight") == NULL;) {
+    kill(getpid(), SIGUSR1);
+    usleep(100000);
+    ssize_t n = pread(fd, text, sizeof(text) - 1, 0);
+    text[n > 0 ? n : 0] = 0;
+  }
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  close(fd);
+  fprintf(stderr, "%s", text);
+  const char *const want[] = {"hetccl dump: pid", "rank 0 of 2", "call 1 in flight: step", "waiting for rank 1"};
+  int bad = 0;
+  for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+    if (strstr(text, want[i]) == NULL) {
+      fprintf(stderr, "rank 0: the dump does not say \"%s\"\n", want[i]);
+      bad = 1;
+    }
+  if (hetcclCommAbort(comm) != hetcclSuccess) FAIL("abort: %s", hetcclGetLastError(NULL));
+  if (gpu->stream_sync(stream) != HC_OK) FAIL("the stream did not drain: %s", hc_last_error());
+  atomic_store(&S->survivor_done, 1);
+  gpu->mem_free(0, d);
+  gpu->stream_destroy(stream);
+  return bad;
+}
+
 struct aborter {
   hetcclComm_t comm;
   hetcclResult_t result;
@@ -142,18 +302,9 @@ static void *abort_later(void *arg) {
 static int rank_abort(int rank, struct shared *S) {
   hc_stream_t stream = NULL;
   void *d = NULL;
-  gpu->set_device(0);
-  if (gpu->stream_create(0, &stream) != HC_OK || gpu->mem_alloc(0, COUNT * 4, &d) != HC_OK)
-    FAIL("device setup: %s", hc_last_error());
-  hetcclComm_t comm = comm_make(rank, S);
+  hetcclComm_t comm = rank_setup(rank, S, &stream, &d);
   if (comm == NULL) return 1;
-  if (rank == 1) { /* never calls: rank 0's stream waits on its window */
-    while (!atomic_load(&S->survivor_done)) usleep(1000);
-    if (hetcclCommDestroy(comm) != hetcclSuccess) FAIL("destroy: %s", hetcclGetLastError(NULL));
-    gpu->mem_free(0, d);
-    gpu->stream_destroy(stream);
-    return 0;
-  }
+  if (rank == 1) return idle_peer(rank, S, comm, stream, d); /* never calls: rank 0's stream waits on its window */
   /* Started first: without NVRTC the reduction runs on the host, and the
    * call itself waits for the stream. */
   struct aborter a = {.comm = comm, .result = hetcclInternalError};
@@ -178,7 +329,11 @@ static int rank_main(int rank, struct shared *S, const char *mode) {
   for (double end = now_s() + HANG_S; atomic_load(&S->id_state) == 0 && now_s() < end;) usleep(1000);
   if (atomic_load(&S->id_state) != 1) FAIL("no unique id");
   if (!strcmp(mode, "abort")) return rank_abort(rank, S);
-  return rank_loop(rank, S, !strcmp(mode, "kill"));
+  if (!strcmp(mode, "dump")) return rank_dump(rank, S);
+  if (!strcmp(mode, "recv_kill")) return rank_recv_kill(rank, S);
+  if (!strncmp(mode, "init_", 5)) return rank_init_fault(rank, S, !strcmp(mode, "init_kill"));
+  if (cpu_rank0 && rank == 0) return cpu_rank_loop(S);
+  return rank_loop(rank, S, !strcmp(mode, "kill") || !strcmp(mode, "cpu_kill"));
 }
 
 /* Whether a CUDA device is there, asked in a child (the parent must not
@@ -194,10 +349,19 @@ static bool have_gpu(void) {
 int main(int argc, char **argv) {
   tu_init(argc, argv);
   const char *mode = argc > 1 ? argv[1] : "";
-  if (strcmp(mode, "kill") && strcmp(mode, "stop") && strcmp(mode, "abort")) {
-    fprintf(stderr, "usage: %s kill|stop|abort\n", argv[0]);
+  static const char *const modes[] = {"kill",      "stop",      "abort", "cpu_kill",
+                                      "init_kill", "init_hang", "dump",  "recv_kill"};
+  bool known = false;
+  for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) known |= !strcmp(mode, modes[i]);
+  if (!known) {
+    fprintf(stderr, "usage: %s kill|stop|abort|cpu_kill|init_kill|init_hang|dump|recv_kill\n", argv[0]);
     return 2;
   }
+  cpu_rank0 = !strcmp(mode, "cpu_kill");
+  one_group = !strncmp(mode, "init_", 5);
+  const bool rank1_ends_well = !strcmp(mode, "abort") || !strcmp(mode, "dump") || !strcmp(mode, "init_hang");
+  const bool killed = !strcmp(mode, "kill") || !strcmp(mode, "cpu_kill") || !strcmp(mode, "init_kill") ||
+                      !strcmp(mode, "recv_kill");
   if (!have_gpu()) {
     printf("skip: no CUDA device here\n");
     return 77;
@@ -221,8 +385,9 @@ int main(int argc, char **argv) {
   atomic_store(&S->id_state, idr == hetcclSuccess ? 1 : -1);
   CHECK(idr == hetcclSuccess, "hetcclGetUniqueId: %s", hetcclGetLastError(NULL));
 
-  /* The hang clock starts once both comms are up (NVRTC may take long). */
-  for (double end = now_s() + 5 * HANG_S; now_s() < end && atomic_load(&S->ready) < 2;) usleep(1000);
+  /* The hang clock starts once both comms are up (NVRTC may take long);
+   * in the init modes they never are. */
+  for (double end = now_s() + 5 * HANG_S; !one_group && now_s() < end && atomic_load(&S->ready) < 2;) usleep(1000);
   /* The fault: after a few calls of both ranks. */
   double fault_at = now_s();
   if (!strcmp(mode, "stop")) {
@@ -240,26 +405,28 @@ int main(int argc, char **argv) {
       if (status[r] != -1 || waitpid(pid[r], &st, WNOHANG) != pid[r]) continue;
       status[r] = st;
       exited_at[r] = now_s();
-      if (r == 1 && !strcmp(mode, "kill")) fault_at = exited_at[1];
+      if (r == 1 && killed) fault_at = exited_at[1];
     }
     usleep(2000);
   }
   CHECK(status[0] != -1, "%s: rank 0 still running %d s after the fault: a hang", mode, HANG_S);
   CHECK(status[0] != -1 && WIFEXITED(status[0]) && WEXITSTATUS(status[0]) == 0, "%s: rank 0 failed (status 0x%x)",
         mode, status[0]);
-  if (!strcmp(mode, "kill"))
+  if (killed)
     CHECK(status[1] != -1 && WIFSIGNALED(status[1]) && WTERMSIG(status[1]) == SIGKILL,
-          "kill: rank 1 did not die by SIGKILL (status 0x%x)", status[1]);
+          "%s: rank 1 did not die by SIGKILL (status 0x%x)", mode, status[1]);
   if (status[0] != -1) printf("%s: the survivor exited %.2f s after the fault\n", mode, exited_at[0] - fault_at);
   for (int r = 0; r < 2; r++) {
     if (status[r] != -1) continue;
     kill(pid[r], SIGKILL);
     kill(pid[r], SIGCONT);
     waitpid(pid[r], &status[r], 0);
-    if (!strcmp(mode, "abort") && r == 1) CHECK(0, "abort: rank 1 did not finish");
+    if (rank1_ends_well && r == 1) CHECK(0, "%s: rank 1 did not finish", mode);
   }
-  if (!strcmp(mode, "abort") && status[1] != -1 && exited_at[1] > 0)
-    CHECK(WIFEXITED(status[1]) && WEXITSTATUS(status[1]) == 0, "abort: rank 1 failed (status 0x%x)", status[1]);
+  if (rank1_ends_well && status[1] != -1 && exited_at[1] > 0)
+    CHECK(WIFEXITED(status[1]) && WEXITSTATUS(status[1]) == 0, "%s: rank 1 failed (status 0x%x)", mode, status[1]);
+  if (!strcmp(mode, "init_hang"))
+    CHECK(atomic_load(&S->timed_out[0]) || atomic_load(&S->timed_out[1]), "init_hang: no rank named the deadline");
   munmap(S, sizeof(*S));
   return tu_finish("test_gpu_faults");
 }

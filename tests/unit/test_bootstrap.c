@@ -597,6 +597,103 @@ static void *run_ranks_thread(void *p) {
   return NULL;
 }
 
+/* Rank 1 of 3 said hello and then leaves before rank 2 arrives (here it
+ * aborts its wait; a killed process closes its connection the same way):
+ * the root ends the rendezvous at once for rank 0, naming rank 1, instead
+ * of waiting for rank 2 until HETCCL_TIMEOUT (60 s here, so that a root
+ * that waited would answer with "timed out", not "left"). */
+struct leaver {
+  struct rank_arg arg;
+  atomic_bool flag;
+};
+
+static void *leaver_thread(void *p) {
+  struct leaver *l = p;
+  run_ranks(l->arg.id, 1, &l->arg, WORK_NONE, &l->flag);
+  return NULL;
+}
+
+static void test_leaver(void) {
+  set_param("HETCCL_TIMEOUT", "60");
+  uint8_t id[HC_UNIQUE_ID_BYTES];
+  CHECK(hc_bootstrap_id_create(id) == HC_OK, "id_create");
+  static struct leaver one; /* rank 1 */
+  one = (struct leaver){.arg = {.id = id, .claim_rank = 1, .claim_nranks = 3}};
+  struct aborter ab = {&one.flag, 1000}; /* its hello has long reached the root by then */
+  pthread_t t[2];
+  pthread_create(&t[0], NULL, leaver_thread, &one);
+  pthread_create(&t[1], NULL, abort_thread, &ab);
+  struct rank_arg zero[1] = {{.claim_rank = 0, .claim_nranks = 3}};
+  run_ranks(id, 1, zero, WORK_NONE, NULL);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  CHECK(zero[0].r == HC_ERR_REMOTE && strstr(zero[0].err, "rank 1 left"), "rank 0 -> %d: %s", zero[0].r, zero[0].err);
+  CHECK(one.arg.r == HC_ERR_REMOTE && strstr(one.arg.err, "aborted"), "rank 1 -> %d: %s", one.arg.r, one.arg.err);
+  set_param("HETCCL_TIMEOUT", NULL);
+}
+
+/* hc_bootstrap_hung_up: -1 while the ring is whole, even with bytes of a
+ * later all-gather waiting unread; a neighbour's rank once it has closed
+ * its end. */
+struct made {
+  const uint8_t *id;
+  int rank;
+  struct hc_bootstrap *b;
+};
+
+static void *make_thread(void *p) {
+  struct made *m = p;
+  hc_log_set_rank(m->rank);
+  CHECK(hc_bootstrap_create(m->id, m->rank, 3, NULL, &m->b) == HC_OK, "rank %d: create", m->rank);
+  return NULL;
+}
+
+struct gather {
+  struct hc_bootstrap *b;
+  int rank;
+  hc_result_t r;
+};
+
+static void *gather_thread(void *p) {
+  struct gather *g = p;
+  g->r = gather_check(g->b, g->rank, 3, 8);
+  return NULL;
+}
+
+static void test_hung_up(void) {
+  uint8_t id[HC_UNIQUE_ID_BYTES];
+  CHECK(hc_bootstrap_id_create(id) == HC_OK, "id_create");
+  struct made m[3];
+  pthread_t t[3];
+  for (int i = 0; i < 3; i++) {
+    m[i] = (struct made){.id = id, .rank = i};
+    pthread_create(&t[i], NULL, make_thread, &m[i]);
+  }
+  for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+  if (!m[0].b || !m[1].b || !m[2].b) return;
+  for (int i = 0; i < 3; i++) CHECK(hc_bootstrap_hung_up(m[i].b) == -1, "rank %d: a hang-up in a whole ring", i);
+  /* Ranks 0 and 1 start an all-gather: rank 1's header reaches rank 2 and
+   * waits there unread, which is no hang-up; then rank 2 joins. */
+  struct gather g[2] = {{.b = m[0].b, .rank = 0}, {.b = m[1].b, .rank = 1}};
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, gather_thread, &g[i]);
+  usleep(200000);
+  CHECK(hc_bootstrap_hung_up(m[2].b) == -1, "rank 2: unread bytes from rank 1 taken for a hang-up");
+  CHECK(gather_check(m[2].b, 2, 3, 8) == HC_OK, "rank 2: all-gather");
+  for (int i = 0; i < 2; i++) {
+    pthread_join(t[i], NULL);
+    CHECK(g[i].r == HC_OK, "rank %d: all-gather", i);
+  }
+  hc_bootstrap_destroy(m[1].b);
+  for (int i = 0; i < 3; i += 2) {
+    int seen = -1;
+    for (uint64_t t0 = hc_now_ns(); seen < 0 && ms_since(t0) < 10000;) { /* only a hang reaches 10 s */
+      seen = hc_bootstrap_hung_up(m[i].b);
+      if (seen < 0) usleep(1000);
+    }
+    CHECK(seen == 1, "rank %d: hung_up -> %d after rank 1 closed, want 1", i, seen);
+    hc_bootstrap_destroy(m[i].b);
+  }
+}
+
 static void test_timeout(void) {
   set_param("HETCCL_TIMEOUT", "2");
   uint8_t id[HC_UNIQUE_ID_BYTES], id_noroot[HC_UNIQUE_ID_BYTES];
@@ -634,10 +731,12 @@ int main(void) {
   static const struct {
     const char *name;
     void (*fn)(void);
-  } tests[] = {{"env", test_env},         {"ipv6", test_ipv6},       {"sizes", test_sizes},
-               {"strangers", test_strangers}, {"env_init", test_env_init}, {"invalid", test_invalid},
-               {"crowd", test_crowd},     {"env_mismatch", test_env_mismatch},
-               {"abort", test_abort},     {"timeout", test_timeout}};
+  } tests[] = {{"env", test_env},           {"ipv6", test_ipv6},
+               {"sizes", test_sizes},       {"strangers", test_strangers},
+               {"env_init", test_env_init}, {"invalid", test_invalid},
+               {"crowd", test_crowd},       {"env_mismatch", test_env_mismatch},
+               {"abort", test_abort},       {"leaver", test_leaver},
+               {"hung_up", test_hung_up},   {"timeout", test_timeout}};
   for (size_t i = 0; i < HC_ARRAY_LEN(tests); i++) {
     uint64_t t1 = hc_now_ns();
     tests[i].fn();
