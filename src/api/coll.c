@@ -76,75 +76,23 @@ static void mark_staged_sends(void) {
   }
 }
 
-static hc_result_t vendor_check(const struct hetcclComm *comm, int vr, const char *what) {
-  return hc_vendor_check(comm->vendor, comm->vendor_comm, vr, what);
-}
-
-/* One call on a pass-through comm, as the vendor's own calls: all-to-all
- * and all-to-all-v with the library's own functions where it has them
- * (RCCL, NCCL >= 2.28 for all-to-all) and the buffers are distinct; those
- * and gather, scatter otherwise as grouped send/recv. */
+/* One call on a pass-through comm, as the vendor's own call. */
 static hc_result_t vendor_call(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t st) {
-  const struct hc_vendor *v = comm->vendor;
-  void *vc = comm->vendor_comm;
-  const int n = comm->nranks, me = comm->rank, t = (int)a->dtype;
-  const size_t es = hc_dtype_size(a->dtype);
-  int op = (int)a->op, vr = 0;
-  if (a->op == HC_PREMULSUM) {
-    uint8_t factor[8];
-    memcpy(factor, a->premul_factor, sizeof(factor));
-    HC_TRY(vendor_check(comm, v->red_op_create_pre_mul_sum(&op, factor, t, hetcclScalarHostImmediate, vc),
-                        "RedOpCreatePreMulSum"));
-  }
-  switch (a->coll) {
-  case HC_COLL_ALLREDUCE: vr = v->all_reduce(a->sendbuf, a->recvbuf, a->count, t, op, vc, st); break;
-  case HC_COLL_BROADCAST: vr = v->broadcast(a->sendbuf, a->recvbuf, a->count, t, a->root, vc, st); break;
-  case HC_COLL_REDUCE: vr = v->reduce(a->sendbuf, a->recvbuf, a->count, t, op, a->root, vc, st); break;
-  case HC_COLL_ALLGATHER: vr = v->all_gather(a->sendbuf, a->recvbuf, a->count, t, vc, st); break;
-  case HC_COLL_REDUCESCATTER: vr = v->reduce_scatter(a->sendbuf, a->recvbuf, a->count, t, op, vc, st); break;
-  case HC_COLL_SEND: vr = v->send(a->sendbuf, a->count, t, a->root, vc, st); break;
-  case HC_COLL_RECV: vr = v->recv(a->recvbuf, a->count, t, a->root, vc, st); break;
-  case HC_COLL_ALLTOALL:
-  case HC_COLL_ALLTOALLV:
-    if (a->coll == HC_COLL_ALLTOALL && v->all_to_all != NULL && a->sendbuf != a->recvbuf) {
-      vr = v->all_to_all(a->sendbuf, a->recvbuf, a->count, t, vc, st);
-      break;
-    }
-    if (a->coll == HC_COLL_ALLTOALLV && v->all_to_allv != NULL && a->sendbuf != a->recvbuf) {
-      vr = v->all_to_allv(a->sendbuf, a->sendcounts, a->sdispls, a->recvbuf, a->recvcounts, a->rdispls, t, vc, st);
-      break;
-    }
-    for (int p = 0; p < n && vr == 0; p++) {
-      bool eq = a->coll == HC_COLL_ALLTOALL;
-      size_t sc = eq ? a->count : a->sendcounts[p], sd = eq ? a->count * (size_t)p : a->sdispls[p];
-      size_t rc = eq ? a->count : a->recvcounts[p], rd = eq ? a->count * (size_t)p : a->rdispls[p];
-      vr = v->send((const char *)a->sendbuf + sd * es, sc, t, p, vc, st);
-      if (vr == 0) vr = v->recv((char *)a->recvbuf + rd * es, rc, t, p, vc, st);
-    }
-    break;
-  case HC_COLL_GATHER:
-    vr = v->send(a->sendbuf, a->count, t, a->root, vc, st);
-    for (int p = 0; p < n && vr == 0 && me == a->root; p++)
-      vr = v->recv((char *)a->recvbuf + (size_t)p * a->count * es, a->count, t, p, vc, st);
-    break;
-  case HC_COLL_SCATTER:
-    for (int p = 0; p < n && vr == 0 && me == a->root; p++)
-      vr = v->send((const char *)a->sendbuf + (size_t)p * a->count * es, a->count, t, p, vc, st);
-    if (vr == 0) vr = v->recv(a->recvbuf, a->count, t, a->root, vc, st);
-    break;
-  default: break;
-  }
-  if (a->op == HC_PREMULSUM) v->red_op_destroy(op, vc);
-  return vendor_check(comm, vr, hc_coll_name(a->coll));
+  const struct hc_vendor_call c = {
+      .coll = a->coll, .sendbuf = a->sendbuf, .recvbuf = a->recvbuf, .count = a->count, .dtype = (int)a->dtype,
+      .op = (int)a->op, .root = a->root, .sendcounts = a->sendcounts, .sdispls = a->sdispls,
+      .recvcounts = a->recvcounts, .rdispls = a->rdispls,
+      .premul_factor = a->op == HC_PREMULSUM ? a->premul_factor : NULL};
+  return hc_vendor_run(comm->vendor, comm->vendor_comm, comm->rank, comm->nranks, &c, st);
 }
 
 /* A pass-through comm's calls of this group, in one vendor group. */
 static hc_result_t group_submit_vendor(struct hetcclComm *comm) {
-  hc_result_t r = vendor_check(comm, comm->vendor->group_start(), "GroupStart");
+  HC_TRY(hc_vendor_group_start(comm->vendor, comm->vendor_comm));
+  hc_result_t r = HC_OK;
   for (int i = 0; i < group_ncalls && r == HC_OK; i++)
     if (group_calls[i].comm == comm) r = vendor_call(comm, &group_calls[i].args, group_calls[i].stream);
-  hc_result_t end = vendor_check(comm, comm->vendor->group_end(), "GroupEnd");
-  return r != HC_OK ? r : end;
+  return hc_vendor_group_end(comm->vendor, comm->vendor_comm, r);
 }
 
 /* A GPU comm's calls of this group become one job of its proxy thread;

@@ -505,45 +505,20 @@ static hc_result_t start_lane(struct hc_gpu_lanes *g, int lane) {
   return HC_OK;
 }
 
-/* One group of the vendor's sends and receives (a VENDOR step of coll
- * SEND), in bytes. The group is closed even when a call in it failed, so
- * that the vendor's group depth on this thread stays balanced. */
-static hc_result_t run_vendor_p2p(struct hc_gpu_lanes *g, const struct hc_step *st, hc_stream_t s) {
-  const struct hc_vendor *v = g->vendor;
-  void *vc = g->vendor_comm;
-  const struct hc_vendor_p2p *ops = st->src0;
-  HC_TRY(hc_vendor_check(v, vc, v->group_start(), "GroupStart"));
-  int vr = 0;
-  const char *what = "Send";
-  for (size_t k = 0; k < st->count && vr == 0; k++) {
-    what = ops[k].send ? "Send" : "Recv";
-    vr = ops[k].send ? v->send(ops[k].buf, ops[k].bytes, HC_UINT8, ops[k].peer, vc, s)
-                     : v->recv(ops[k].buf, ops[k].bytes, HC_UINT8, ops[k].peer, vc, s);
-  }
-  hc_result_t r = hc_vendor_check(v, vc, vr, what);
-  hc_result_t ended = hc_vendor_check(v, vc, v->group_end(), "GroupEnd");
-  return r != HC_OK ? r : ended;
-}
-
 /* A VENDOR step: the vendor's collective on its communicator of the group,
- * on the lane's stream (dtype and op values are the vendor's own). */
+ * on the lane's stream (dtype and op values are the vendor's own); coll
+ * SEND is a group of the vendor's sends and receives, in bytes. */
 static hc_result_t run_vendor_step(struct hc_gpu_lanes *g, const struct hc_step *st, hc_stream_t s) {
-  const struct hc_vendor *v = g->vendor;
-  void *vc = g->vendor_comm;
-  if (v == NULL) return HC_FAIL(HC_ERR_INTERNAL, "rank %d: a vendor step, but no vendor communicator", g->rank);
-  int vr;
-  switch (st->coll) {
-  case HC_COLL_SEND: return run_vendor_p2p(g, st, s);
-  case HC_COLL_ALLREDUCE: vr = v->all_reduce(st->src0, st->dst, st->count, st->dtype, st->redop, vc, s); break;
-  case HC_COLL_BROADCAST: vr = v->broadcast(st->src0, st->dst, st->count, st->dtype, st->peer, vc, s); break;
-  case HC_COLL_REDUCE: vr = v->reduce(st->src0, st->dst, st->count, st->dtype, st->redop, st->peer, vc, s); break;
-  case HC_COLL_ALLGATHER: vr = v->all_gather(st->src0, st->dst, st->count, st->dtype, vc, s); break;
-  case HC_COLL_REDUCESCATTER:
-    vr = v->reduce_scatter(st->src0, st->dst, st->count, st->dtype, st->redop, vc, s);
-    break;
-  default: return HC_FAIL(HC_ERR_INTERNAL, "rank %d: vendor step of collective %d", g->rank, st->coll);
-  }
-  return hc_vendor_check(v, vc, vr, hc_coll_name((enum hc_coll)st->coll));
+  if (g->vendor == NULL)
+    return HC_FAIL(HC_ERR_INTERNAL, "rank %d: a vendor step, but no vendor communicator", g->rank);
+  if (st->coll == HC_COLL_SEND) return hc_vendor_run_p2p(g->vendor, g->vendor_comm, st->src0, st->count, s);
+  /* Plans make only these; the others would need this rank's place in the
+   * group's vendor comm, which the lanes do not know. */
+  if (!hc_coll_reduces((enum hc_coll)st->coll) && st->coll != HC_COLL_BROADCAST && st->coll != HC_COLL_ALLGATHER)
+    return HC_FAIL(HC_ERR_INTERNAL, "rank %d: vendor step of collective %d", g->rank, st->coll);
+  const struct hc_vendor_call c = {.coll = (enum hc_coll)st->coll, .sendbuf = st->src0, .recvbuf = st->dst,
+                                   .count = st->count, .dtype = st->dtype, .op = st->redop, .root = st->peer};
+  return hc_vendor_run(g->vendor, g->vendor_comm, -1, 0, &c, s);
 }
 
 static hc_result_t run_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int i, int lane) {

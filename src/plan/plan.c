@@ -271,19 +271,6 @@ static void vendor_sendrecv(struct hc_plan *p, const struct hc_plan_ctx *x, int 
   free(ops);
 }
 
-/* ---- names ---- */
-
-const char *hc_coll_name(enum hc_coll c) {
-  static const char *const names[HC_COLL_COUNT] = {
-      "AllReduce", "Broadcast", "Reduce",  "AllGather", "ReduceScatter", "AlltoAll",
-      "AlltoAllv", "Gather",    "Scatter", "Send",      "Recv"};
-  return (unsigned)c < HC_COLL_COUNT ? names[c] : "?";
-}
-
-bool hc_coll_reduces(enum hc_coll c) {
-  return c == HC_COLL_ALLREDUCE || c == HC_COLL_REDUCE || c == HC_COLL_REDUCESCATTER;
-}
-
 /* ---- signatures ----
  * w[0]: count (0 for ALLTOALLV, whose counts are per peer: the transports
  * compare those as lengths). w[1]: bits 0-3 the collective + 1 (0: no
