@@ -328,171 +328,157 @@ static hc_result_t check_fp8(const struct hetcclComm *comm, const struct hc_coll
   return HC_OK;
 }
 
-/* Checks shared by every call; then records or runs it. */
-static hc_result_t submit(struct hetcclComm *comm, struct hc_coll_args *a, hetcclStream_t stream,
-                          const char *fn) {
+/* Who must pass a buffer (non-NULL when it holds elements). */
+enum buf_rule { BUF_UNUSED, BUF_EVERY_RANK, BUF_ROOT_ONLY };
+
+/* The argument rules of each collective, checked once per call by
+ * check_call. The op is checked where hc_coll_reduces says the collective
+ * combines; root names what the root argument is (NULL: none). */
+static const struct coll_rule {
+  enum buf_rule send, recv;
+  const char *root;
+} coll_rules[HC_COLL_COUNT] = {
+    [HC_COLL_ALLREDUCE] = {BUF_EVERY_RANK, BUF_EVERY_RANK, NULL},
+    [HC_COLL_BROADCAST] = {BUF_ROOT_ONLY, BUF_EVERY_RANK, "root"},
+    [HC_COLL_REDUCE] = {BUF_EVERY_RANK, BUF_ROOT_ONLY, "root"},
+    [HC_COLL_ALLGATHER] = {BUF_EVERY_RANK, BUF_EVERY_RANK, NULL},
+    [HC_COLL_REDUCESCATTER] = {BUF_EVERY_RANK, BUF_EVERY_RANK, NULL},
+    [HC_COLL_ALLTOALL] = {BUF_EVERY_RANK, BUF_EVERY_RANK, NULL},
+    [HC_COLL_ALLTOALLV] = {BUF_EVERY_RANK, BUF_EVERY_RANK, NULL},
+    [HC_COLL_GATHER] = {BUF_EVERY_RANK, BUF_ROOT_ONLY, "root"},
+    [HC_COLL_SCATTER] = {BUF_ROOT_ONLY, BUF_EVERY_RANK, "root"},
+    [HC_COLL_SEND] = {BUF_EVERY_RANK, BUF_UNUSED, "peer"},
+    [HC_COLL_RECV] = {BUF_UNUSED, BUF_EVERY_RANK, "peer"},
+};
+
+static hc_result_t check_buf_rule(const struct hetcclComm *comm, const struct hc_coll_args *a, enum buf_rule rule,
+                                  const void *p, size_t count, const char *what) {
+  if (rule == BUF_UNUSED || (rule == BUF_ROOT_ONLY && comm->rank != a->root)) return HC_OK;
+  return check_buf(p, count, what, hc_coll_name(a->coll));
+}
+
+/* All-to-all-v's arrays; *send_any / *recv_any: whether any count is not 0. */
+static hc_result_t check_v_arrays(const struct hetcclComm *comm, const struct hc_coll_args *a, bool *send_any,
+                                  bool *recv_any) {
+  const char *fn = hc_coll_name(a->coll);
+  if (!a->sendcounts || !a->sdispls || !a->recvcounts || !a->rdispls)
+    return HC_FAIL(HC_ERR_ARG, "%s: a count or displacement array is NULL", fn);
+  for (int i = 0; i < comm->nranks; i++) {
+    HC_TRY(check_size(a->sendcounts[i], (hetcclDataType_t)a->dtype, 1, fn));
+    HC_TRY(check_size(a->recvcounts[i], (hetcclDataType_t)a->dtype, 1, fn));
+    *send_any |= a->sendcounts[i] != 0;
+    *recv_any |= a->recvcounts[i] != 0;
+  }
+  if (a->sendcounts[comm->rank] != a->recvcounts[comm->rank])
+    return HC_FAIL(HC_ERR_ARG, "%s: rank %d sends %zu elements to itself but expects %zu", fn, comm->rank,
+                   a->sendcounts[comm->rank], a->recvcounts[comm->rank]);
+  return HC_OK;
+}
+
+/* Every argument check of a collective call, once, from coll_rules; fills
+ * a's op from the caller's op where the collective combines. */
+static hc_result_t check_call(struct hetcclComm *comm, struct hc_coll_args *a, hetcclRedOp_t op) {
+  const char *fn = hc_coll_name(a->coll);
+  const struct coll_rule *rule = &coll_rules[a->coll];
   HC_TRY(hc_comm_check(comm, fn));
   HC_TRY(check_dtype((hetcclDataType_t)a->dtype, fn));
-  HC_TRY(check_fp8(comm, a, fn));
+  if (hc_coll_reduces(a->coll)) HC_TRY(resolve_op(comm, op, (hetcclDataType_t)a->dtype, a, fn));
+  if (rule->root) HC_TRY(check_rank(comm, a->root, rule->root, fn));
+  size_t send_count = a->count, recv_count = a->count;
+  if (a->coll == HC_COLL_ALLTOALLV) {
+    bool send_any = false, recv_any = false;
+    HC_TRY(check_v_arrays(comm, a, &send_any, &recv_any));
+    send_count = send_any, recv_count = recv_any;
+  }
+  HC_TRY(check_buf_rule(comm, a, rule->send, a->sendbuf, send_count, "sendbuff"));
+  HC_TRY(check_buf_rule(comm, a, rule->recv, a->recvbuf, recv_count, "recvbuff"));
   HC_TRY(check_size(a->count, (hetcclDataType_t)a->dtype, comm->nranks, fn));
-  return hc_coll_enqueue(comm, a, stream, fn);
+  return check_fp8(comm, a, fn);
+}
+
+/* A collective call: checked, then recorded in the group or run. */
+static hetcclResult_t coll_call(hetcclComm_t comm, struct hc_coll_args a, hetcclRedOp_t op, hetcclStream_t stream) {
+  hc_result_t r = check_call(comm, &a, op);
+  if (r == HC_OK) r = hc_coll_enqueue(comm, &a, stream, hc_coll_name(a.coll));
+  return (hetcclResult_t)r;
 }
 
 /* ---- collectives ---- */
 
-static hc_result_t api_AllReduce(const void *sendbuff, void *recvbuff, size_t count,
-                                 hetcclDataType_t datatype, hetcclRedOp_t op, hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "AllReduce";
-  struct hc_coll_args a = {.coll = HC_COLL_ALLREDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = count, .dtype = (enum hc_dtype)datatype};
-  HC_TRY(hc_comm_check(comm, fn));
-  HC_TRY(check_dtype(datatype, fn));
-  HC_TRY(resolve_op(comm, op, datatype, &a, fn));
-  HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
-  HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, stream, fn);
-}
+#define COLL_ARGS(kind, ...) ((struct hc_coll_args){.coll = (kind), .dtype = (enum hc_dtype)datatype, __VA_ARGS__})
+/* The op of a collective that does not combine: never read. */
+#define NO_OP hetcclSum
 
-static hc_result_t api_Broadcast(const void *sendbuff, void *recvbuff, size_t count,
-                                 hetcclDataType_t datatype, int root, hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "Broadcast";
-  struct hc_coll_args a = {.coll = HC_COLL_BROADCAST, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = count, .dtype = (enum hc_dtype)datatype, .root = root};
-  HC_TRY(hc_comm_check(comm, fn));
-  HC_TRY(check_rank(comm, root, "root", fn));
-  if (comm->rank == root) HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
-  HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, stream, fn);
+HC_EXPORT hetcclResult_t hetcclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                         hetcclDataType_t datatype, hetcclRedOp_t op,
+                                         hetcclComm_t comm, hetcclStream_t stream) {
+  return coll_call(comm, COLL_ARGS(HC_COLL_ALLREDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = count), op,
+                   stream);
 }
-
-static hc_result_t api_Reduce(const void *sendbuff, void *recvbuff, size_t count,
-                              hetcclDataType_t datatype, hetcclRedOp_t op, int root, hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "Reduce";
-  struct hc_coll_args a = {.coll = HC_COLL_REDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = count, .dtype = (enum hc_dtype)datatype, .root = root};
-  HC_TRY(hc_comm_check(comm, fn));
-  HC_TRY(check_dtype(datatype, fn));
-  HC_TRY(resolve_op(comm, op, datatype, &a, fn));
-  HC_TRY(check_rank(comm, root, "root", fn));
-  HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
-  if (comm->rank == root) HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, stream, fn);
+HC_EXPORT hetcclResult_t hetcclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                                         hetcclDataType_t datatype, int root, hetcclComm_t comm,
+                                         hetcclStream_t stream) {
+  return coll_call(comm,
+                   COLL_ARGS(HC_COLL_BROADCAST, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = count, .root = root),
+                   NO_OP, stream);
 }
-
-static hc_result_t api_AllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
-                                 hetcclDataType_t datatype, hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "AllGather";
-  struct hc_coll_args a = {.coll = HC_COLL_ALLGATHER, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = sendcount, .dtype = (enum hc_dtype)datatype};
-  HC_TRY(check_buf(sendbuff, sendcount, "sendbuff", fn));
-  HC_TRY(check_buf(recvbuff, sendcount, "recvbuff", fn));
-  return submit(comm, &a, stream, fn);
+HC_EXPORT hetcclResult_t hetcclReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                      hetcclDataType_t datatype, hetcclRedOp_t op, int root,
+                                      hetcclComm_t comm, hetcclStream_t stream) {
+  return coll_call(comm,
+                   COLL_ARGS(HC_COLL_REDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = count, .root = root),
+                   op, stream);
 }
-
-static hc_result_t api_ReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
-                                     hetcclDataType_t datatype, hetcclRedOp_t op, hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "ReduceScatter";
-  struct hc_coll_args a = {.coll = HC_COLL_REDUCESCATTER, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = recvcount, .dtype = (enum hc_dtype)datatype};
-  HC_TRY(hc_comm_check(comm, fn));
-  HC_TRY(check_dtype(datatype, fn));
-  HC_TRY(resolve_op(comm, op, datatype, &a, fn));
-  HC_TRY(check_buf(sendbuff, recvcount, "sendbuff", fn));
-  HC_TRY(check_buf(recvbuff, recvcount, "recvbuff", fn));
-  return submit(comm, &a, stream, fn);
+HC_EXPORT hetcclResult_t hetcclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                                         hetcclDataType_t datatype, hetcclComm_t comm,
+                                         hetcclStream_t stream) {
+  return coll_call(comm, COLL_ARGS(HC_COLL_ALLGATHER, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = sendcount),
+                   NO_OP, stream);
 }
-
-static hc_result_t api_AlltoAll(const void *sendbuff, void *recvbuff, size_t count,
-                                hetcclDataType_t datatype, hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "AlltoAll";
-  struct hc_coll_args a = {.coll = HC_COLL_ALLTOALL, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = count, .dtype = (enum hc_dtype)datatype};
-  HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
-  HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, stream, fn);
+HC_EXPORT hetcclResult_t hetcclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                             hetcclDataType_t datatype, hetcclRedOp_t op,
+                                             hetcclComm_t comm, hetcclStream_t stream) {
+  return coll_call(comm,
+                   COLL_ARGS(HC_COLL_REDUCESCATTER, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = recvcount),
+                   op, stream);
 }
-
-static hc_result_t api_AlltoAllv(const void *sendbuff, const size_t sendcounts[], const size_t sdispls[],
-                                 void *recvbuff, const size_t recvcounts[], const size_t rdispls[],
-                                 hetcclDataType_t datatype, hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "AlltoAllv";
-  HC_TRY(hc_comm_check(comm, fn));
-  HC_TRY(check_dtype(datatype, fn));
-  if (!sendcounts || !sdispls || !recvcounts || !rdispls)
-    return HC_FAIL(HC_ERR_ARG, "%s: a count or displacement array is NULL", fn);
-  size_t send_total = 0, recv_total = 0;
-  for (int i = 0; i < comm->nranks; i++) {
-    HC_TRY(check_size(sendcounts[i], datatype, 1, fn));
-    HC_TRY(check_size(recvcounts[i], datatype, 1, fn));
-    send_total |= sendcounts[i];
-    recv_total |= recvcounts[i];
-  }
-  if (sendcounts[comm->rank] != recvcounts[comm->rank])
-    return HC_FAIL(HC_ERR_ARG, "%s: rank %d sends %zu elements to itself but expects %zu", fn,
-                   comm->rank, sendcounts[comm->rank], recvcounts[comm->rank]);
-  HC_TRY(check_buf(sendbuff, send_total, "sendbuff", fn));
-  HC_TRY(check_buf(recvbuff, recv_total, "recvbuff", fn));
-  struct hc_coll_args a = {.coll = HC_COLL_ALLTOALLV, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .dtype = (enum hc_dtype)datatype, .sendcounts = sendcounts,
-                           .sdispls = sdispls, .recvcounts = recvcounts, .rdispls = rdispls};
-  return submit(comm, &a, stream, fn);
+HC_EXPORT hetcclResult_t hetcclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                                        hetcclDataType_t datatype, hetcclComm_t comm,
+                                        hetcclStream_t stream) {
+  return coll_call(comm, COLL_ARGS(HC_COLL_ALLTOALL, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = count),
+                   NO_OP, stream);
 }
-
-static hc_result_t api_Gather(const void *sendbuff, void *recvbuff, size_t count,
-                              hetcclDataType_t datatype, int root, hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "Gather";
-  struct hc_coll_args a = {.coll = HC_COLL_GATHER, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = count, .dtype = (enum hc_dtype)datatype, .root = root};
-  HC_TRY(hc_comm_check(comm, fn));
-  HC_TRY(check_rank(comm, root, "root", fn));
-  HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
-  if (comm->rank == root) HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, stream, fn);
+HC_EXPORT hetcclResult_t hetcclAlltoAllv(const void *sendbuff, const size_t sendcounts[],
+                                         const size_t sdispls[], void *recvbuff,
+                                         const size_t recvcounts[], const size_t rdispls[],
+                                         hetcclDataType_t datatype, hetcclComm_t comm,
+                                         hetcclStream_t stream) {
+  return coll_call(comm,
+                   COLL_ARGS(HC_COLL_ALLTOALLV, .sendbuf = sendbuff, .recvbuf = recvbuff, .sendcounts = sendcounts,
+                             .sdispls = sdispls, .recvcounts = recvcounts, .rdispls = rdispls),
+                   NO_OP, stream);
 }
-
-static hc_result_t api_Scatter(const void *sendbuff, void *recvbuff, size_t count,
-                               hetcclDataType_t datatype, int root, hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "Scatter";
-  struct hc_coll_args a = {.coll = HC_COLL_SCATTER, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = count, .dtype = (enum hc_dtype)datatype, .root = root};
-  HC_TRY(hc_comm_check(comm, fn));
-  HC_TRY(check_rank(comm, root, "root", fn));
-  if (comm->rank == root) HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
-  HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, stream, fn);
+HC_EXPORT hetcclResult_t hetcclGather(const void *sendbuff, void *recvbuff, size_t count,
+                                      hetcclDataType_t datatype, int root, hetcclComm_t comm,
+                                      hetcclStream_t stream) {
+  return coll_call(comm,
+                   COLL_ARGS(HC_COLL_GATHER, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = count, .root = root),
+                   NO_OP, stream);
 }
-
-static hc_result_t api_Send(const void *sendbuff, size_t count, hetcclDataType_t datatype, int peer,
-                            hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "Send";
-  struct hc_coll_args a = {.coll = HC_COLL_SEND, .sendbuf = sendbuff, .count = count,
-                           .dtype = (enum hc_dtype)datatype, .root = peer};
-  HC_TRY(hc_comm_check(comm, fn));
-  HC_TRY(check_rank(comm, peer, "peer", fn));
-  HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
-  return submit(comm, &a, stream, fn);
+HC_EXPORT hetcclResult_t hetcclScatter(const void *sendbuff, void *recvbuff, size_t count,
+                                       hetcclDataType_t datatype, int root, hetcclComm_t comm,
+                                       hetcclStream_t stream) {
+  return coll_call(comm,
+                   COLL_ARGS(HC_COLL_SCATTER, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = count, .root = root),
+                   NO_OP, stream);
 }
-
-static hc_result_t api_Recv(void *recvbuff, size_t count, hetcclDataType_t datatype, int peer,
-                            hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "Recv";
-  struct hc_coll_args a = {.coll = HC_COLL_RECV, .recvbuf = recvbuff, .count = count,
-                           .dtype = (enum hc_dtype)datatype, .root = peer};
-  HC_TRY(hc_comm_check(comm, fn));
-  HC_TRY(check_rank(comm, peer, "peer", fn));
-  HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, stream, fn);
+HC_EXPORT hetcclResult_t hetcclSend(const void *sendbuff, size_t count, hetcclDataType_t datatype,
+                                    int peer, hetcclComm_t comm, hetcclStream_t stream) {
+  return coll_call(comm, COLL_ARGS(HC_COLL_SEND, .sendbuf = sendbuff, .count = count, .root = peer), NO_OP, stream);
+}
+HC_EXPORT hetcclResult_t hetcclRecv(void *recvbuff, size_t count, hetcclDataType_t datatype, int peer,
+                                    hetcclComm_t comm, hetcclStream_t stream) {
+  return coll_call(comm, COLL_ARGS(HC_COLL_RECV, .recvbuf = recvbuff, .count = count, .root = peer), NO_OP, stream);
 }
 
 /* Blocks the calling thread until every rank has entered, over the
@@ -547,62 +533,6 @@ static hc_result_t api_RedOpDestroy(hetcclRedOp_t op, hetcclComm_t comm) {
 HC_EXPORT hetcclResult_t hetcclGroupStart(void) { return (hetcclResult_t)api_GroupStart(); }
 HC_EXPORT hetcclResult_t hetcclGroupEnd(void) { return (hetcclResult_t)api_GroupEnd(); }
 
-HC_EXPORT hetcclResult_t hetcclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
-                                         hetcclDataType_t datatype, hetcclRedOp_t op,
-                                         hetcclComm_t comm, hetcclStream_t stream) {
-  return (hetcclResult_t)api_AllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
-                                         hetcclDataType_t datatype, int root, hetcclComm_t comm,
-                                         hetcclStream_t stream) {
-  return (hetcclResult_t)api_Broadcast(sendbuff, recvbuff, count, datatype, root, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclReduce(const void *sendbuff, void *recvbuff, size_t count,
-                                      hetcclDataType_t datatype, hetcclRedOp_t op, int root,
-                                      hetcclComm_t comm, hetcclStream_t stream) {
-  return (hetcclResult_t)api_Reduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
-                                         hetcclDataType_t datatype, hetcclComm_t comm,
-                                         hetcclStream_t stream) {
-  return (hetcclResult_t)api_AllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
-                                             hetcclDataType_t datatype, hetcclRedOp_t op,
-                                             hetcclComm_t comm, hetcclStream_t stream) {
-  return (hetcclResult_t)api_ReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
-                                        hetcclDataType_t datatype, hetcclComm_t comm,
-                                        hetcclStream_t stream) {
-  return (hetcclResult_t)api_AlltoAll(sendbuff, recvbuff, count, datatype, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclAlltoAllv(const void *sendbuff, const size_t sendcounts[],
-                                         const size_t sdispls[], void *recvbuff,
-                                         const size_t recvcounts[], const size_t rdispls[],
-                                         hetcclDataType_t datatype, hetcclComm_t comm,
-                                         hetcclStream_t stream) {
-  return (hetcclResult_t)api_AlltoAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls,
-                                       datatype, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclGather(const void *sendbuff, void *recvbuff, size_t count,
-                                      hetcclDataType_t datatype, int root, hetcclComm_t comm,
-                                      hetcclStream_t stream) {
-  return (hetcclResult_t)api_Gather(sendbuff, recvbuff, count, datatype, root, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclScatter(const void *sendbuff, void *recvbuff, size_t count,
-                                       hetcclDataType_t datatype, int root, hetcclComm_t comm,
-                                       hetcclStream_t stream) {
-  return (hetcclResult_t)api_Scatter(sendbuff, recvbuff, count, datatype, root, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclSend(const void *sendbuff, size_t count, hetcclDataType_t datatype,
-                                    int peer, hetcclComm_t comm, hetcclStream_t stream) {
-  return (hetcclResult_t)api_Send(sendbuff, count, datatype, peer, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclRecv(void *recvbuff, size_t count, hetcclDataType_t datatype, int peer,
-                                    hetcclComm_t comm, hetcclStream_t stream) {
-  return (hetcclResult_t)api_Recv(recvbuff, count, datatype, peer, comm, stream);
-}
 HC_EXPORT hetcclResult_t hetcclBarrier(hetcclComm_t comm, hetcclStream_t stream) {
   return (hetcclResult_t)api_Barrier(comm, stream);
 }
