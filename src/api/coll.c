@@ -403,82 +403,79 @@ static hetcclResult_t coll_call(hetcclComm_t comm, struct hc_coll_args a, hetccl
   return (hetcclResult_t)r;
 }
 
+/* Every collective but all-to-all-v; op is read where it combines, root
+ * where it has a root or peer. */
+static hetcclResult_t buffers_call(enum hc_coll coll, const void *sendbuff, void *recvbuff, size_t count,
+                                   hetcclDataType_t datatype, hetcclRedOp_t op, int root, hetcclComm_t comm,
+                                   hetcclStream_t stream) {
+  struct hc_coll_args a = {.coll = coll, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = count,
+                           .dtype = (enum hc_dtype)datatype, .root = root};
+  return coll_call(comm, a, op, stream);
+}
+
 /* ---- collectives ---- */
 
-#define COLL_ARGS(kind, ...) ((struct hc_coll_args){.coll = (kind), .dtype = (enum hc_dtype)datatype, __VA_ARGS__})
-/* The op of a collective that does not combine: never read. */
+/* The op or root of a collective that has none: never read. */
 #define NO_OP hetcclSum
+#define NO_ROOT 0
 
 HC_EXPORT hetcclResult_t hetcclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                                          hetcclDataType_t datatype, hetcclRedOp_t op,
                                          hetcclComm_t comm, hetcclStream_t stream) {
-  return coll_call(comm, COLL_ARGS(HC_COLL_ALLREDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = count), op,
-                   stream);
+  return buffers_call(HC_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, NO_ROOT, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                                          hetcclDataType_t datatype, int root, hetcclComm_t comm,
                                          hetcclStream_t stream) {
-  return coll_call(comm,
-                   COLL_ARGS(HC_COLL_BROADCAST, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = count, .root = root),
-                   NO_OP, stream);
+  return buffers_call(HC_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, NO_OP, root, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclReduce(const void *sendbuff, void *recvbuff, size_t count,
                                       hetcclDataType_t datatype, hetcclRedOp_t op, int root,
                                       hetcclComm_t comm, hetcclStream_t stream) {
-  return coll_call(comm,
-                   COLL_ARGS(HC_COLL_REDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = count, .root = root),
-                   op, stream);
+  return buffers_call(HC_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                                          hetcclDataType_t datatype, hetcclComm_t comm,
                                          hetcclStream_t stream) {
-  return coll_call(comm, COLL_ARGS(HC_COLL_ALLGATHER, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = sendcount),
-                   NO_OP, stream);
+  return buffers_call(HC_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, NO_OP, NO_ROOT, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                                              hetcclDataType_t datatype, hetcclRedOp_t op,
                                              hetcclComm_t comm, hetcclStream_t stream) {
-  return coll_call(comm,
-                   COLL_ARGS(HC_COLL_REDUCESCATTER, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = recvcount),
-                   op, stream);
+  return buffers_call(HC_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, NO_ROOT, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                                         hetcclDataType_t datatype, hetcclComm_t comm,
                                         hetcclStream_t stream) {
-  return coll_call(comm, COLL_ARGS(HC_COLL_ALLTOALL, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = count),
-                   NO_OP, stream);
+  return buffers_call(HC_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, NO_OP, NO_ROOT, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclAlltoAllv(const void *sendbuff, const size_t sendcounts[],
                                          const size_t sdispls[], void *recvbuff,
                                          const size_t recvcounts[], const size_t rdispls[],
                                          hetcclDataType_t datatype, hetcclComm_t comm,
                                          hetcclStream_t stream) {
-  return coll_call(comm,
-                   COLL_ARGS(HC_COLL_ALLTOALLV, .sendbuf = sendbuff, .recvbuf = recvbuff, .sendcounts = sendcounts,
-                             .sdispls = sdispls, .recvcounts = recvcounts, .rdispls = rdispls),
-                   NO_OP, stream);
+  struct hc_coll_args a = {.coll = HC_COLL_ALLTOALLV, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                           .dtype = (enum hc_dtype)datatype, .sendcounts = sendcounts, .sdispls = sdispls,
+                           .recvcounts = recvcounts, .rdispls = rdispls};
+  return coll_call(comm, a, NO_OP, stream);
 }
 HC_EXPORT hetcclResult_t hetcclGather(const void *sendbuff, void *recvbuff, size_t count,
                                       hetcclDataType_t datatype, int root, hetcclComm_t comm,
                                       hetcclStream_t stream) {
-  return coll_call(comm,
-                   COLL_ARGS(HC_COLL_GATHER, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = count, .root = root),
-                   NO_OP, stream);
+  return buffers_call(HC_COLL_GATHER, sendbuff, recvbuff, count, datatype, NO_OP, root, comm, stream);
+}
+HC_EXPORT hetcclResult_t hetcclSend(const void *sendbuff, size_t count, hetcclDataType_t datatype,
+                                    int peer, hetcclComm_t comm, hetcclStream_t stream) {
+  return buffers_call(HC_COLL_SEND, sendbuff, NULL, count, datatype, NO_OP, peer, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclScatter(const void *sendbuff, void *recvbuff, size_t count,
                                        hetcclDataType_t datatype, int root, hetcclComm_t comm,
                                        hetcclStream_t stream) {
-  return coll_call(comm,
-                   COLL_ARGS(HC_COLL_SCATTER, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = count, .root = root),
-                   NO_OP, stream);
-}
-HC_EXPORT hetcclResult_t hetcclSend(const void *sendbuff, size_t count, hetcclDataType_t datatype,
-                                    int peer, hetcclComm_t comm, hetcclStream_t stream) {
-  return coll_call(comm, COLL_ARGS(HC_COLL_SEND, .sendbuf = sendbuff, .count = count, .root = peer), NO_OP, stream);
+  return buffers_call(HC_COLL_SCATTER, sendbuff, recvbuff, count, datatype, NO_OP, root, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclRecv(void *recvbuff, size_t count, hetcclDataType_t datatype, int peer,
                                     hetcclComm_t comm, hetcclStream_t stream) {
-  return coll_call(comm, COLL_ARGS(HC_COLL_RECV, .recvbuf = recvbuff, .count = count, .root = peer), NO_OP, stream);
+  return buffers_call(HC_COLL_RECV, NULL, recvbuff, count, datatype, NO_OP, peer, comm, stream);
 }
 
 /* Blocks the calling thread until every rank has entered, over the
