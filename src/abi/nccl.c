@@ -91,10 +91,10 @@ static void current_device(int *kind, int *id) {
       const struct hc_dev_ops *d = hc_dev_get(gpus[i]);
       if (d == NULL || !HC_HAS_OP(d, struct hc_dev_ops, current_device)) continue;
       bool bound = false;
-      if (pass == 0 && (!HC_HAS_OP(d, struct hc_dev_ops, thread_bound) || d->thread_bound(&bound) != HC_OK || !bound))
+      if (pass == 0 && (!HC_HAS_OP(d, struct hc_dev_ops, thread_bound) || hc_dev_thread_bound(d, &bound) != HC_OK || !bound))
         continue;
       int dev = 0;
-      if (d->current_device(&dev) == HC_OK) {
+      if (hc_dev_current_device(d, &dev) == HC_OK) {
         *kind = gpus[i] == HC_MEM_CUDA ? hetcclDeviceCuda : hetcclDeviceHip;
         *id = dev;
         return;
@@ -376,7 +376,7 @@ NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size) {
   if (ptr == NULL) return R(HC_FAIL(HC_ERR_ARG, "ncclMemAlloc: ptr is NULL"));
   current_device(&kind, &dev);
   if (kind == hetcclDeviceHost) return hetcclMemAlloc(ptr, size);
-  return R(hc_dev_get((enum hc_mem_kind)kind)->mem_alloc(dev, size, ptr));
+  return R(hc_dev_mem_alloc(hc_dev_get((enum hc_mem_kind)kind), dev, size, ptr));
 }
 
 NCCL_API(ncclResult_t, ncclMemFree, void *ptr) {
@@ -385,7 +385,7 @@ NCCL_API(ncclResult_t, ncclMemFree, void *ptr) {
   struct hc_ptr_info info;
   NC_TRY(hc_dev_ptr_query(ptr, &info));
   if (info.kind == HC_MEM_HOST) return hetcclMemFree(ptr);
-  return R(hc_dev_get(info.kind)->mem_free(info.device, ptr));
+  return R(hc_dev_mem_free(hc_dev_get(info.kind), info.device, ptr));
 }
 
 /* Registration is a hint in NCCL (zero-copy when possible); hetccl moves

@@ -271,8 +271,8 @@ static hc_result_t resolve_op(struct hetcclComm *comm, hetcclRedOp_t op, hetcclD
   /* A device-resident factor is read when the call is made, not when it
    * runs on the stream: enough for factors that stay put, as DDP's do. */
   const struct hc_dev_ops *dev = hc_dev_get(where.kind);
-  HC_TRY(dev->copy(a->premul_factor, pm->factor_ptr, es, NULL));
-  return dev->stream_sync(NULL);
+  HC_TRY(hc_dev_copy(dev, a->premul_factor, pm->factor_ptr, es, NULL));
+  return hc_dev_stream_sync(dev, NULL);
 }
 
 static hc_result_t check_rank(const struct hetcclComm *comm, int r, const char *what, const char *fn) {

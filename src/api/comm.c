@@ -74,7 +74,8 @@ static hc_result_t windows_register(struct hetcclComm *comm, bool on) {
   for (int i = 0; i < comm->nranks && comm->plan_ctx.windows; i++) {
     const struct hc_net_window *w = &comm->plan_ctx.windows[i].w;
     if (w->bytes == 0) continue;
-    hc_result_t e = on ? gpu->host_register(w->mapping, w->mapping_bytes) : gpu->host_unregister(w->mapping);
+    hc_result_t e =
+        on ? hc_dev_host_register(gpu, w->mapping, w->mapping_bytes) : hc_dev_host_unregister(gpu, w->mapping);
     if (e != HC_OK && r == HC_OK) r = e;
   }
   return r;
@@ -248,7 +249,7 @@ static hc_result_t local_fp8_layout(const struct hc_config *config, enum hc_fp8_
   if (strcmp(s, "auto") != 0) return HC_FAIL(HC_ERR_USAGE, "HETCCL_FP8_LAYOUT=%s: not ocp, fnuz or auto", s);
   const struct hc_dev_ops *d = config->device_kind == HC_MEM_HOST ? NULL : hc_dev_get(config->device_kind);
   if (d == NULL || !HC_HAS_OP(d, struct hc_dev_ops, fp8_layout)) return HC_OK;
-  return d->fp8_layout(config->device_id, out);
+  return hc_dev_fp8_layout(d, config->device_id, out);
 }
 
 /* Can the vendor's library run among the ranks of group g: each owns a
@@ -511,7 +512,7 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
   if (comm->ngroups > 1) comm->plan_ctx.group_vendor = comm->group_vendor;
   HC_TRY_GOTO(windows_open(comm), r, fail);
   if (config->device_kind != HC_MEM_HOST)
-    HC_TRY_GOTO(hc_dev_get(config->device_kind)->set_device(config->device_id), r, fail);
+    HC_TRY_GOTO(hc_dev_set_device(hc_dev_get(config->device_kind), config->device_id), r, fail);
   HC_TRY_GOTO(vendor_comms_init(comm), r, fail);
   if (config->device_kind != HC_MEM_HOST && comm->vendor_comm == NULL)
     HC_TRY_GOTO(hc_proxy_create(comm, &comm->proxy), r, fail);

@@ -184,7 +184,7 @@ static hc_result_t reg_device(struct hc_ib_ctx *ctx, const struct hc_ptr_info *i
   if (ctx->gdr_mode == HC_IB_GDR_DMABUF) {
     const struct hc_dev_ops *d = hc_dev_get(info->kind);
     uint64_t offset = 0;
-    HC_TRY(d->dmabuf_export(start, len, &r->dmabuf_fd, &offset));
+    HC_TRY(hc_dev_dmabuf_export(d, start, len, &r->dmabuf_fd, &offset));
     r->mr = ctx->v->ibv_reg_dmabuf_mr(ctx->pd, offset, len, (uint64_t)r->start, r->dmabuf_fd, access);
     if (r->mr != NULL) return HC_OK;
     int e = errno;

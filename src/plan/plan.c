@@ -35,8 +35,8 @@ static void *buf_alloc(const struct hc_scratch_pool *pool, size_t bytes) {
   void *p = NULL;
   switch (pool->kind) {
   case HC_POOL_HOST: return aligned_alloc(4096, rounded);
-  case HC_POOL_PINNED: return pool->dev->host_alloc(rounded, &p) == HC_OK ? p : NULL;
-  case HC_POOL_DEVICE: return pool->dev->mem_alloc(pool->device, rounded, &p) == HC_OK ? p : NULL;
+  case HC_POOL_PINNED: return hc_dev_host_alloc(pool->dev, rounded, &p) == HC_OK ? p : NULL;
+  case HC_POOL_DEVICE: return hc_dev_mem_alloc(pool->dev, pool->device, rounded, &p) == HC_OK ? p : NULL;
   }
   return NULL;
 }
@@ -45,8 +45,8 @@ static void buf_free(const struct hc_scratch_pool *pool, void *p) {
   if (p == NULL) return;
   switch (pool->kind) {
   case HC_POOL_HOST: free(p); break;
-  case HC_POOL_PINNED: pool->dev->host_free(p); break;
-  case HC_POOL_DEVICE: pool->dev->mem_free(pool->device, p); break;
+  case HC_POOL_PINNED: hc_dev_host_free(pool->dev, p); break;
+  case HC_POOL_DEVICE: hc_dev_mem_free(pool->dev, pool->device, p); break;
   }
 }
 

@@ -39,13 +39,13 @@ struct rank_mem {
 };
 
 static void put(struct rank_mem *m, void *dst, const void *src, size_t bytes) {
-  gpu->copy(dst, src, bytes, m->stream);
-  gpu->stream_sync(m->stream);
+  hc_dev_copy(gpu, dst, src, bytes, m->stream);
+  hc_dev_stream_sync(gpu, m->stream);
 }
 static void get(struct rank_mem *m, void *dst, const void *src, size_t bytes) {
-  gpu->stream_sync(m->stream);
-  gpu->copy(dst, src, bytes, m->stream);
-  gpu->stream_sync(m->stream);
+  hc_dev_stream_sync(gpu, m->stream);
+  hc_dev_copy(gpu, dst, src, bytes, m->stream);
+  hc_dev_stream_sync(gpu, m->stream);
 }
 
 /* Counter deltas between two barriers, read by rank 0 only. */
@@ -183,10 +183,10 @@ out:
 static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
   struct rank_mem m = {.bytes = shard * NRANKS * 4};
-  gpu->set_device(device_of[rank]);
-  if (!CHECK(gpu->stream_create(device_of[rank], &m.stream) == HC_OK &&
-                 gpu->mem_alloc(device_of[rank], m.bytes, &m.send) == HC_OK &&
-                 gpu->mem_alloc(device_of[rank], m.bytes, &m.recv) == HC_OK,
+  hc_dev_set_device(gpu, device_of[rank]);
+  if (!CHECK(hc_dev_stream_create(gpu, device_of[rank], &m.stream) == HC_OK &&
+                 hc_dev_mem_alloc(gpu, device_of[rank], m.bytes, &m.send) == HC_OK &&
+                 hc_dev_mem_alloc(gpu, device_of[rank], m.bytes, &m.recv) == HC_OK,
              "device memory")) return 1;
   hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
   cfg.deviceKind = hetcclDeviceCuda;
@@ -212,9 +212,9 @@ static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
   pipeline(comm, &m, rank);
   tu_barrier();
   CHECK_OK(hetcclCommDestroy(comm));
-  gpu->mem_free(device_of[rank], m.send);
-  gpu->mem_free(device_of[rank], m.recv);
-  gpu->stream_destroy(m.stream);
+  hc_dev_mem_free(gpu, device_of[rank], m.send);
+  hc_dev_mem_free(gpu, device_of[rank], m.recv);
+  hc_dev_stream_destroy(gpu, m.stream);
   return 0;
 }
 

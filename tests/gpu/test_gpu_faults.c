@@ -70,10 +70,10 @@ static hetcclComm_t comm_make(int rank, struct shared *S) {
 /* Polls the stream and the comm's async error, as PyTorch's watchdog
  * does: 1 when the stream finished, 0 when the comm reported an error. */
 static int wait_or_error(hetcclComm_t comm, hc_stream_t stream, hc_event_t ev) {
-  gpu->event_record(ev, stream);
+  hc_dev_event_record(gpu, ev, stream);
   for (;;) {
     int done = 0;
-    gpu->event_query(ev, &done);
+    hc_dev_event_query(gpu, ev, &done);
     if (done) return 1;
     hetcclResult_t async = hetcclSuccess;
     hetcclCommGetAsyncError(comm, &async);
@@ -98,9 +98,9 @@ static int rank_loop(int rank, struct shared *S, bool kill_self) {
   hc_stream_t stream = NULL;
   hc_event_t ev = NULL;
   void *d = NULL;
-  gpu->set_device(0);
-  if (gpu->stream_create(0, &stream) != HC_OK || gpu->event_create(&ev) != HC_OK ||
-      gpu->mem_alloc(0, COUNT * 4, &d) != HC_OK)
+  hc_dev_set_device(gpu, 0);
+  if (hc_dev_stream_create(gpu, 0, &stream) != HC_OK || hc_dev_event_create(gpu, &ev) != HC_OK ||
+      hc_dev_mem_alloc(gpu, 0, COUNT * 4, &d) != HC_OK)
     FAIL("device setup: %s", hc_last_error());
   hetcclComm_t comm = comm_make(rank, S);
   if (comm == NULL) return 1;
@@ -114,13 +114,13 @@ static int rank_loop(int rank, struct shared *S, bool kill_self) {
     if (!wait_or_error(comm, stream, ev)) break;
   }
   if (rank == 1) FAIL("rank 1 saw its comm fail");
-  if (gpu->stream_sync(stream) != HC_OK) FAIL("the stream did not drain: %s", hc_last_error());
+  if (hc_dev_stream_sync(gpu, stream) != HC_OK) FAIL("the stream did not drain: %s", hc_last_error());
   int bad = expect_error_naming(rank, comm, d, stream, "rank 1");
   if (hetcclCommDestroy(comm) != hetcclSuccess) FAIL("destroy: %s", hetcclGetLastError(NULL));
   atomic_store(&S->survivor_done, 1);
-  gpu->mem_free(0, d);
-  gpu->event_destroy(ev);
-  gpu->stream_destroy(stream);
+  hc_dev_mem_free(gpu, 0, d);
+  hc_dev_event_destroy(gpu, ev);
+  hc_dev_stream_destroy(gpu, stream);
   return bad;
 }
 
@@ -142,16 +142,16 @@ static void *abort_later(void *arg) {
 static int rank_abort(int rank, struct shared *S) {
   hc_stream_t stream = NULL;
   void *d = NULL;
-  gpu->set_device(0);
-  if (gpu->stream_create(0, &stream) != HC_OK || gpu->mem_alloc(0, COUNT * 4, &d) != HC_OK)
+  hc_dev_set_device(gpu, 0);
+  if (hc_dev_stream_create(gpu, 0, &stream) != HC_OK || hc_dev_mem_alloc(gpu, 0, COUNT * 4, &d) != HC_OK)
     FAIL("device setup: %s", hc_last_error());
   hetcclComm_t comm = comm_make(rank, S);
   if (comm == NULL) return 1;
   if (rank == 1) { /* never calls: rank 0's stream waits on its window */
     while (!atomic_load(&S->survivor_done)) usleep(1000);
     if (hetcclCommDestroy(comm) != hetcclSuccess) FAIL("destroy: %s", hetcclGetLastError(NULL));
-    gpu->mem_free(0, d);
-    gpu->stream_destroy(stream);
+    hc_dev_mem_free(gpu, 0, d);
+    hc_dev_stream_destroy(gpu, stream);
     return 0;
   }
   /* Started first: without NVRTC the reduction runs on the host, and the
@@ -161,14 +161,14 @@ static int rank_abort(int rank, struct shared *S) {
   if (pthread_create(&t, NULL, abort_later, &a) != 0) FAIL("pthread_create");
   if (hetcclAllReduce(d, d, COUNT, hetcclFloat, hetcclSum, comm, stream) != hetcclSuccess)
     FAIL("all-reduce: %s", hetcclGetLastError(comm));
-  hc_result_t synced = gpu->stream_sync(stream);
+  hc_result_t synced = hc_dev_stream_sync(gpu, stream);
   pthread_join(t, NULL);
   atomic_store(&S->survivor_done, 1);
   if (synced != HC_OK) FAIL("the stream did not drain: %s", hc_last_error());
   if (a.result != hetcclSuccess) FAIL("hetcclCommAbort returned %d", (int)a.result);
   printf("rank 0: hetcclCommAbort returned in %.3f s; the stream drained\n", a.returned_in);
-  gpu->mem_free(0, d);
-  gpu->stream_destroy(stream);
+  hc_dev_mem_free(gpu, 0, d);
+  hc_dev_stream_destroy(gpu, stream);
   return 0;
 }
 

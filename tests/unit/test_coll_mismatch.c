@@ -135,12 +135,12 @@ static int gpu_sender(int rank, int nranks, hetcclUniqueId id) {
   cfg.deviceKind = hetcclDeviceCuda;
   if (!CHECK_OK(hetcclCommInitRankConfig(&comm, nranks, id, rank, &cfg))) return 1;
   void *buf = NULL;
-  CHECK(gpu->mem_alloc(0, COUNT * sizeof(double), &buf) == HC_OK, "cuMemAlloc");
+  CHECK(hc_dev_mem_alloc(gpu, 0, COUNT * sizeof(double), &buf) == HC_OK, "cuMemAlloc");
   tu_set_case("gpu %s, rank %d", cur->name, rank);
   CHECK_OK(make_call(comm, &cur->calls[rank], buf));
-  CHECK(gpu->stream_sync(NULL) == HC_OK, "the GPU rank's stream drains");
+  CHECK(hc_dev_stream_sync(gpu, NULL) == HC_OK, "the GPU rank's stream drains");
   hetcclCommAbort(comm);
-  gpu->mem_free(0, buf);
+  hc_dev_mem_free(gpu, 0, buf);
   return 0;
 }
 
