@@ -419,58 +419,49 @@ static hetcclResult_t buffers_call(enum hc_coll coll, const void *sendbuff, void
 #define NO_OP hetcclSum
 #define NO_ROOT 0
 
-HC_EXPORT hetcclResult_t hetcclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
-                                         hetcclDataType_t datatype, hetcclRedOp_t op,
-                                         hetcclComm_t comm, hetcclStream_t stream) {
+HC_EXPORT hetcclResult_t hetcclAllReduce(const void *sendbuff, void *recvbuff, size_t count, hetcclDataType_t datatype,
+                                         hetcclRedOp_t op, hetcclComm_t comm, hetcclStream_t stream) {
   return buffers_call(HC_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, NO_ROOT, comm, stream);
 }
-HC_EXPORT hetcclResult_t hetcclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
-                                         hetcclDataType_t datatype, int root, hetcclComm_t comm,
-                                         hetcclStream_t stream) {
+HC_EXPORT hetcclResult_t hetcclBroadcast(const void *sendbuff, void *recvbuff, size_t count, hetcclDataType_t datatype,
+                                         int root, hetcclComm_t comm, hetcclStream_t stream) {
   return buffers_call(HC_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, NO_OP, root, comm, stream);
 }
-HC_EXPORT hetcclResult_t hetcclReduce(const void *sendbuff, void *recvbuff, size_t count,
-                                      hetcclDataType_t datatype, hetcclRedOp_t op, int root,
-                                      hetcclComm_t comm, hetcclStream_t stream) {
-  return buffers_call(HC_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
-}
 HC_EXPORT hetcclResult_t hetcclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
-                                         hetcclDataType_t datatype, hetcclComm_t comm,
-                                         hetcclStream_t stream) {
+                                         hetcclDataType_t datatype, hetcclComm_t comm, hetcclStream_t stream) {
   return buffers_call(HC_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, NO_OP, NO_ROOT, comm, stream);
 }
-HC_EXPORT hetcclResult_t hetcclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
-                                             hetcclDataType_t datatype, hetcclRedOp_t op,
-                                             hetcclComm_t comm, hetcclStream_t stream) {
-  return buffers_call(HC_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, NO_ROOT, comm, stream);
+HC_EXPORT hetcclResult_t hetcclReduce(const void *sendbuff, void *recvbuff, size_t count, hetcclDataType_t datatype,
+                                      hetcclRedOp_t op, int root, hetcclComm_t comm, hetcclStream_t stream) {
+  return buffers_call(HC_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
 }
-HC_EXPORT hetcclResult_t hetcclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
-                                        hetcclDataType_t datatype, hetcclComm_t comm,
-                                        hetcclStream_t stream) {
-  return buffers_call(HC_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, NO_OP, NO_ROOT, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclAlltoAllv(const void *sendbuff, const size_t sendcounts[],
-                                         const size_t sdispls[], void *recvbuff,
-                                         const size_t recvcounts[], const size_t rdispls[],
-                                         hetcclDataType_t datatype, hetcclComm_t comm,
-                                         hetcclStream_t stream) {
+HC_EXPORT hetcclResult_t hetcclAlltoAllv(const void *sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                                         void *recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                                         hetcclDataType_t datatype, hetcclComm_t comm, hetcclStream_t stream) {
   struct hc_coll_args a = {.coll = HC_COLL_ALLTOALLV, .sendbuf = sendbuff, .recvbuf = recvbuff,
                            .dtype = (enum hc_dtype)datatype, .sendcounts = sendcounts, .sdispls = sdispls,
                            .recvcounts = recvcounts, .rdispls = rdispls};
   return coll_call(comm, a, NO_OP, stream);
 }
-HC_EXPORT hetcclResult_t hetcclGather(const void *sendbuff, void *recvbuff, size_t count,
-                                      hetcclDataType_t datatype, int root, hetcclComm_t comm,
-                                      hetcclStream_t stream) {
+HC_EXPORT hetcclResult_t hetcclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                             hetcclDataType_t datatype, hetcclRedOp_t op, hetcclComm_t comm,
+                                             hetcclStream_t stream) {
+  return buffers_call(HC_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, NO_ROOT, comm, stream);
+}
+HC_EXPORT hetcclResult_t hetcclGather(const void *sendbuff, void *recvbuff, size_t count, hetcclDataType_t datatype,
+                                      int root, hetcclComm_t comm, hetcclStream_t stream) {
   return buffers_call(HC_COLL_GATHER, sendbuff, recvbuff, count, datatype, NO_OP, root, comm, stream);
 }
-HC_EXPORT hetcclResult_t hetcclSend(const void *sendbuff, size_t count, hetcclDataType_t datatype,
-                                    int peer, hetcclComm_t comm, hetcclStream_t stream) {
+HC_EXPORT hetcclResult_t hetcclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, hetcclDataType_t datatype,
+                                        hetcclComm_t comm, hetcclStream_t stream) {
+  return buffers_call(HC_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, NO_OP, NO_ROOT, comm, stream);
+}
+HC_EXPORT hetcclResult_t hetcclSend(const void *sendbuff, size_t count, hetcclDataType_t datatype, int peer,
+                                    hetcclComm_t comm, hetcclStream_t stream) {
   return buffers_call(HC_COLL_SEND, sendbuff, NULL, count, datatype, NO_OP, peer, comm, stream);
 }
-HC_EXPORT hetcclResult_t hetcclScatter(const void *sendbuff, void *recvbuff, size_t count,
-                                       hetcclDataType_t datatype, int root, hetcclComm_t comm,
-                                       hetcclStream_t stream) {
+HC_EXPORT hetcclResult_t hetcclScatter(const void *sendbuff, void *recvbuff, size_t count, hetcclDataType_t datatype,
+                                       int root, hetcclComm_t comm, hetcclStream_t stream) {
   return buffers_call(HC_COLL_SCATTER, sendbuff, recvbuff, count, datatype, NO_OP, root, comm, stream);
 }
 HC_EXPORT hetcclResult_t hetcclRecv(void *recvbuff, size_t count, hetcclDataType_t datatype, int peer,

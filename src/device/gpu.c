@@ -148,13 +148,18 @@ hc_result_t hc_gpu_set_device(void *ctx, int device) {
   return HC_OK;
 }
 
+/* The calling thread's current context, NULL for none. */
+static hc_result_t current_context(struct hc_gpu *g, void **tok) {
+  *tok = NULL;
+  int e = g->v->ctx_get(tok);
+  return e != 0 ? hc_gpu_fail(g, e, "get current context") : HC_OK;
+}
+
 /* A context is current (HIP's ctx_get always names the current device). */
 hc_result_t hc_gpu_thread_bound(void *ctx, bool *bound) {
-  struct hc_gpu *g = ctx;
-  void *tok = NULL;
+  void *tok;
   *bound = false;
-  int e = g->v->ctx_get(&tok);
-  if (e != 0) return hc_gpu_fail(g, e, "get current context");
+  HC_TRY(current_context(ctx, &tok));
   *bound = tok != NULL;
   return HC_OK;
 }
@@ -163,12 +168,11 @@ hc_result_t hc_gpu_thread_bound(void *ctx, bool *bound) {
  * context's device, 0 when none is current. */
 hc_result_t hc_gpu_current_device(void *ctx, int *device) {
   struct hc_gpu *g = ctx;
-  void *tok = NULL;
+  void *tok;
   *device = 0;
-  int e = g->v->ctx_get(&tok);
-  if (e != 0) return hc_gpu_fail(g, e, "get current context");
+  HC_TRY(current_context(g, &tok));
   if (tok == NULL) return HC_OK;
-  e = g->v->ctx_device(device);
+  int e = g->v->ctx_device(device);
   if (e != 0) return hc_gpu_fail(g, e, "device of the current context");
   return HC_OK;
 }
