@@ -191,6 +191,21 @@ hetcclResult_t hetcclCommAbort(hetcclComm_t comm);
 hetcclResult_t hetcclCommCount(const hetcclComm_t comm, int *count);
 hetcclResult_t hetcclCommUserRank(const hetcclComm_t comm, int *rank);
 hetcclResult_t hetcclCommGetAsyncError(hetcclComm_t comm, hetcclResult_t *asyncError);
+/* One process, ndev ranks of a new comm: rank i on device devlist[i] (i
+ * when devlist is NULL) of the kind hetcclGetDevice reports. On failure no
+ * comm is left made. */
+hetcclResult_t hetcclCommInitAll(hetcclComm_t *comms, int ndev, const int *devlist);
+/* The device this rank of comm runs on: a hetcclDeviceKind_t and ordinal. */
+hetcclResult_t hetcclCommDevice(const hetcclComm_t comm, int *deviceKind, int *deviceId);
+/* The vendor library's communicator (ncclComm_t of the real NCCL or RCCL)
+ * that a comm of one homogeneous group passes every call to; NULL when
+ * hetccl runs the comm's collectives itself. For interoperation only: work
+ * issued on it is not ordered with hetccl's. */
+hetcclResult_t hetcclCommGetVendorComm(const hetcclComm_t comm, void **vendorComm);
+/* Registration is a hint, as in NCCL: hetccl moves any buffer without it.
+ * The handle records what was registered, until hetcclCommDeregister. */
+hetcclResult_t hetcclCommRegister(const hetcclComm_t comm, void *buff, size_t size, void **handle);
+hetcclResult_t hetcclCommDeregister(const hetcclComm_t comm, void *handle);
 
 /* Groups: nested Start/End pairs form one group. */
 hetcclResult_t hetcclGroupStart(void);
@@ -263,7 +278,18 @@ hetcclResult_t hetcclBarrier(hetcclComm_t comm, hetcclStream_t stream);
  * hetcclMemAlloc did not return; hetcclSystemError when the memory cannot be
  * had. Each buffer holds one file descriptor until it is freed. */
 hetcclResult_t hetcclMemAlloc(void **ptr, size_t size);
+/* Frees what hetcclMemAlloc or hetcclMemAllocDevice returned. */
 hetcclResult_t hetcclMemFree(void *ptr);
+/* size bytes of memory on device deviceId of kind deviceKind (a
+ * hetcclDeviceKind_t; hetcclDeviceHost: as hetcclMemAlloc). Free it with
+ * hetcclMemFree. hetcclInvalidArgument where no backend of that kind is
+ * loaded. */
+hetcclResult_t hetcclMemAllocDevice(void **ptr, size_t size, int deviceKind, int deviceId);
+
+/* The device the calling thread chose: the first GPU kind (CUDA, then HIP)
+ * with a device current on this thread (cudaSetDevice, hipSetDevice); else
+ * the current device of the first GPU kind loaded; else the host (id 0). */
+hetcclResult_t hetcclGetDevice(int *deviceKind, int *deviceId);
 
 #ifdef __cplusplus
 }

@@ -162,7 +162,7 @@ static void fail(const char *what, hetcclResult_t r) {
 
 /* A GPU rank waits for its stream; a host rank's calls completed already. */
 static void sync_stream(void) {
-  if (B.gpu) DEV_CHECK(B.gpu->stream_sync(B.stream), "stream synchronize");
+  if (B.gpu) DEV_CHECK(hc_dev_stream_sync(B.gpu, B.stream), "stream synchronize");
 }
 
 /* ---- -T: alarm() re-armed at each step ---- */
@@ -551,8 +551,8 @@ static void prepare_data(bool in_place) {
   memset(B.host_recv, SENTINEL, footprint);
   B.coll->fill(&c);
   if (B.gpu == NULL) return;
-  DEV_CHECK(B.gpu->copy(B.sendbuf, B.host_send, B.send_count * B.ts, B.stream), "copy to the device");
-  DEV_CHECK(B.gpu->copy(B.recvbuf, B.host_recv, footprint, B.stream), "copy to the device");
+  DEV_CHECK(hc_dev_copy(B.gpu, B.sendbuf, B.host_send, B.send_count * B.ts, B.stream), "copy to the device");
+  DEV_CHECK(hc_dev_copy(B.gpu, B.recvbuf, B.host_recv, footprint, B.stream), "copy to the device");
   sync_stream();
 }
 
@@ -560,7 +560,7 @@ static void prepare_data(bool in_place) {
 static uint64_t check_output(bool in_place) {
   if (B.gpu) {
     sync_stream();
-    DEV_CHECK(B.gpu->copy(B.host_recv, B.recvbuf, HC_MAX(B.send_count, B.recv_count) * B.ts, B.stream),
+    DEV_CHECK(hc_dev_copy(B.gpu, B.host_recv, B.recvbuf, HC_MAX(B.send_count, B.recv_count) * B.ts, B.stream),
               "copy from the device");
     sync_stream();
   }
@@ -900,10 +900,10 @@ static void setup_buffers(void) {
     }
     B.device = gpu_ranks_before % count;
     config.deviceId = B.device;
-    DEV_CHECK(B.gpu->set_device(B.device), "set device");
-    DEV_CHECK(B.gpu->stream_create(B.device, &B.stream), "stream create");
-    DEV_CHECK(B.gpu->mem_alloc(B.device, alloc, (void **)&B.sendbuf), "device allocation");
-    DEV_CHECK(B.gpu->mem_alloc(B.device, alloc, (void **)&B.recvbuf), "device allocation");
+    DEV_CHECK(hc_dev_set_device(B.gpu, B.device), "set device");
+    DEV_CHECK(hc_dev_stream_create(B.gpu, B.device, &B.stream), "stream create");
+    DEV_CHECK(hc_dev_mem_alloc(B.gpu, B.device, alloc, (void **)&B.sendbuf), "device allocation");
+    DEV_CHECK(hc_dev_mem_alloc(B.gpu, B.device, alloc, (void **)&B.recvbuf), "device allocation");
   }
   CHECK(hetcclCommSplit(B.ctl, 0, B.rank, &B.comm, &config), "hetcclCommSplit");
 }
@@ -912,9 +912,9 @@ static void teardown(void) {
   if (B.comm != B.ctl) CHECK(hetcclCommDestroy(B.comm), "hetcclCommDestroy");
   B.comm = NULL;
   if (B.gpu) {
-    DEV_CHECK(B.gpu->mem_free(B.device, B.sendbuf), "device free");
-    DEV_CHECK(B.gpu->mem_free(B.device, B.recvbuf), "device free");
-    DEV_CHECK(B.gpu->stream_destroy(B.stream), "stream destroy");
+    DEV_CHECK(hc_dev_mem_free(B.gpu, B.device, B.sendbuf), "device free");
+    DEV_CHECK(hc_dev_mem_free(B.gpu, B.device, B.recvbuf), "device free");
+    DEV_CHECK(hc_dev_stream_destroy(B.gpu, B.stream), "stream destroy");
   }
   CHECK(hetcclCommDestroy(B.ctl), "hetcclCommDestroy");
   B.ctl = NULL;

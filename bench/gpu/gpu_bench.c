@@ -60,19 +60,19 @@ static double copy_rate(bool to_host) {
   size_t n = 1ull << 30;
   void *d = NULL, *h = NULL;
   hc_stream_t s;
-  gpu->set_device(0);
-  gpu->stream_create(0, &s);
-  if (gpu->mem_alloc(0, n, &d) != HC_OK || gpu->host_alloc(n, &h) != HC_OK) return 0;
+  hc_dev_set_device(gpu, 0);
+  hc_dev_stream_create(gpu, 0, &s);
+  if (hc_dev_mem_alloc(gpu, 0, n, &d) != HC_OK || hc_dev_host_alloc(gpu, n, &h) != HC_OK) return 0;
   memset(h, 1, n);
-  gpu->copy(to_host ? h : d, to_host ? d : h, n, s);
-  gpu->stream_sync(s);
+  hc_dev_copy(gpu, to_host ? h : d, to_host ? d : h, n, s);
+  hc_dev_stream_sync(gpu, s);
   double t0 = now();
-  for (int i = 0; i < 5; i++) gpu->copy(to_host ? h : d, to_host ? d : h, n, s);
-  gpu->stream_sync(s);
+  for (int i = 0; i < 5; i++) hc_dev_copy(gpu, to_host ? h : d, to_host ? d : h, n, s);
+  hc_dev_stream_sync(gpu, s);
   double rate = 5.0 * (double)n / (now() - t0) / 1e9;
-  gpu->mem_free(0, d);
-  gpu->host_free(h);
-  gpu->stream_destroy(s);
+  hc_dev_mem_free(gpu, 0, d);
+  hc_dev_host_free(gpu, h);
+  hc_dev_stream_destroy(gpu, s);
   return rate;
 }
 
@@ -93,17 +93,17 @@ static void primitive_latency(void) {
   enum { N = 200 };
   double t[N];
   hc_stream_t s;
-  gpu->set_device(0);
-  gpu->stream_create(0, &s);
+  hc_dev_set_device(gpu, 0);
+  hc_dev_stream_create(gpu, 0, &s);
   uint64_t *flags = NULL;
   void *d = NULL;
   hc_event_t ev;
-  if (gpu->host_alloc(64, (void **)&flags) != HC_OK || gpu->mem_alloc(0, 64, &d) != HC_OK) return;
-  gpu->event_create(&ev);
+  if (hc_dev_host_alloc(gpu, 64, (void **)&flags) != HC_OK || hc_dev_mem_alloc(gpu, 0, 64, &d) != HC_OK) return;
+  hc_dev_event_create(gpu, &ev);
   flags[0] = flags[1] = 0;
   for (uint64_t i = 1; i <= N; i++) {
-    gpu->flag_wait(s, &flags[0], i);
-    gpu->flag_write(s, &flags[1], i);
+    hc_dev_flag_wait(gpu, s, &flags[0], i);
+    hc_dev_flag_write(gpu, s, &flags[1], i);
     double t0 = now();
     __atomic_store_n(&flags[0], i, __ATOMIC_RELEASE);
     while (__atomic_load_n(&flags[1], __ATOMIC_ACQUIRE) != i) {
@@ -115,17 +115,17 @@ static void primitive_latency(void) {
   for (int i = 0; i < N; i++) {
     double t0 = now();
     int done = 0;
-    gpu->copy(&flags[8], d, 4, s);
-    gpu->event_record(ev, s);
-    while (!done) gpu->event_query(ev, &done);
+    hc_dev_copy(gpu, &flags[8], d, 4, s);
+    hc_dev_event_record(gpu, ev, s);
+    while (!done) hc_dev_event_query(gpu, ev, &done);
     t[i] = now() - t0;
   }
   printf("4-byte device->host copy, enqueued until its event is seen: median %.1f us\n", median(t, N) * 1e6);
-  gpu->event_destroy(ev);
-  gpu->stream_sync(s);
-  gpu->mem_free(0, d);
-  gpu->host_free(flags);
-  gpu->stream_destroy(s);
+  hc_dev_event_destroy(gpu, ev);
+  hc_dev_stream_sync(gpu, s);
+  hc_dev_mem_free(gpu, 0, d);
+  hc_dev_host_free(gpu, flags);
+  hc_dev_stream_destroy(gpu, s);
 }
 
 /* One synchronous all-reduce at a time (call, then wait for the stream);
@@ -138,7 +138,7 @@ static double sync_latency(hetcclComm_t comm, void *buf, size_t count, hc_stream
     double t0 = now();
     hetcclAllReduce(buf, buf, count, hetcclFloat, hetcclSum, comm, s);
     c[i] = now() - t0;
-    if (s) gpu->stream_sync(s);
+    if (s) hc_dev_stream_sync(gpu, s);
     t[i] = now() - t0;
   }
   *call_s = median(c, N);
@@ -155,8 +155,8 @@ static void rank_main(int rank) {
   hetcclComm_t comm;
   hc_stream_t s = NULL;
   if (gpu_rank[rank]) {
-    gpu->set_device(0);
-    gpu->stream_create(0, &s);
+    hc_dev_set_device(gpu, 0);
+    hc_dev_stream_create(gpu, 0, &s);
   }
   if (rank == 0) atomic_store(&sh->id_made, hetcclGetUniqueId(&sh->id) == hetcclSuccess ? 1 : -1);
   for (double end = now() + 60; atomic_load(&sh->id_made) == 0 && now() < end;) usleep(1000);
@@ -167,7 +167,7 @@ static void rank_main(int rank) {
   }
   void *buf[2];
   for (int b = 0; b < 2; b++) {
-    if (gpu_rank[rank]) gpu->mem_alloc(0, max_bytes, &buf[b]);
+    if (gpu_rank[rank]) hc_dev_mem_alloc(gpu, 0, max_bytes, &buf[b]);
     else buf[b] = calloc(1, max_bytes);
   }
   double call;
@@ -178,21 +178,21 @@ static void rank_main(int rank) {
     int iters = bytes <= (1 << 20) ? 50 : bytes <= (64 << 20) ? 10 : 3;
     size_t count = bytes / 4;
     hetcclAllReduce(buf[0], buf[1], count, hetcclFloat, hetcclSum, comm, s); /* warm-up */
-    if (s) gpu->stream_sync(s);
+    if (s) hc_dev_stream_sync(gpu, s);
     pthread_barrier_wait(&sh->bar);
     double t0 = now();
     for (int i = 0; i < iters; i++) hetcclAllReduce(buf[0], buf[1], count, hetcclFloat, hetcclSum, comm, s);
-    if (s) gpu->stream_sync(s);
+    if (s) hc_dev_stream_sync(gpu, s);
     double t = (now() - t0) / iters;
     pthread_barrier_wait(&sh->bar);
     if (rank == 0) sh->times[sh->ntimes++] = t;
   }
   for (int b = 0; b < 2; b++) {
-    if (gpu_rank[rank]) gpu->mem_free(0, buf[b]);
+    if (gpu_rank[rank]) hc_dev_mem_free(gpu, 0, buf[b]);
     else free(buf[b]);
   }
   hetcclCommDestroy(comm);
-  if (s) gpu->stream_destroy(s);
+  if (s) hc_dev_stream_destroy(gpu, s);
 }
 
 static void *rank_thread(void *arg) {

@@ -29,9 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../api/api_priv.h"
+#include "hetccl.h"
+#include "../util/util.h"
 #include "../vendor/vendor.h"
-#include "../device/device.h"
 
 typedef hetcclResult_t ncclResult_t;
 typedef hetcclDataType_t ncclDataType_t;
@@ -76,40 +76,11 @@ typedef struct {
   __attribute__((visibility("default"), weak, alias("p" #name))) ret name(__VA_ARGS__);         \
   ret p##name(__VA_ARGS__)
 
-/* ---- device of the calling thread ---- */
-
-/* The kind and ordinal of the device the calling thread chose: the first
- * GPU backend (CUDA, then HIP) with a device current on the thread
- * (thread_bound); else the first loaded GPU backend's current device;
- * else the host. On a host with both NVIDIA and AMD GPUs, a ROCm program
- * never makes a CUDA context current, so its comms are HIP comms, and a
- * CUDA program's are CUDA comms. */
-static void current_device(int *kind, int *id) {
-  const enum hc_mem_kind gpus[] = {HC_MEM_CUDA, HC_MEM_HIP};
-  for (int pass = 0; pass < 2; pass++) {
-    for (size_t i = 0; i < HC_ARRAY_LEN(gpus); i++) {
-      const struct hc_dev_ops *d = hc_dev_get(gpus[i]);
-      if (d == NULL || !HC_HAS_OP(d, struct hc_dev_ops, current_device)) continue;
-      bool bound = false;
-      if (pass == 0 && (!HC_HAS_OP(d, struct hc_dev_ops, thread_bound) || d->thread_bound(&bound) != HC_OK || !bound))
-        continue;
-      int dev = 0;
-      if (d->current_device(&dev) == HC_OK) {
-        *kind = gpus[i] == HC_MEM_CUDA ? hetcclDeviceCuda : hetcclDeviceHip;
-        *id = dev;
-        return;
-      }
-    }
-  }
-  *kind = hetcclDeviceHost;
-  *id = 0;
-}
-
 /* hetccl's config from an NCCL config (read only up to its size) and the
  * current device. */
 static hc_result_t translate_config(const ncclConfig_t *in, hetcclConfig_t *out) {
   *out = (hetcclConfig_t)HETCCL_CONFIG_INITIALIZER;
-  current_device(&out->deviceKind, &out->deviceId);
+  HC_TRY((hc_result_t)hetcclGetDevice(&out->deviceKind, &out->deviceId));
   if (in == NULL) return HC_OK;
   if (in->magic != HETCCL_CONFIG_MAGIC)
     return HC_FAIL(HC_ERR_ARG, "ncclConfig_t was not initialised with NCCL_CONFIG_INITIALIZER (magic 0x%x)",
@@ -240,63 +211,9 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks
   return pncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
 }
 
-struct init_all_rank {
-  ncclComm_t *comm;
-  int nranks, rank, device;
-  ncclUniqueId id;
-  ncclResult_t result;
-  char error[256];
-};
-
-static void *init_all_thread(void *arg) {
-  struct init_all_rank *a = arg;
-  hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
-  int kind, id;
-  current_device(&kind, &id);
-  cfg.deviceKind = kind;
-  cfg.deviceId = a->device;
-  hetcclUniqueId hid;
-  memcpy(&hid, &a->id, sizeof(hid));
-  a->result = hetcclCommInitRankConfig(a->comm, a->nranks, hid, a->rank, &cfg);
-  if (a->result != hetcclSuccess) snprintf(a->error, sizeof(a->error), "%s", hc_last_error());
-  return NULL;
-}
-
-/* One process, ndev ranks: each init runs on a thread of its own, since
- * each waits for the others. */
+/* One process, ndev ranks. */
 NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comm, int ndev, const int *devlist) {
-  hc_result_t r = HC_OK;
-  if (comm == NULL || ndev < 1) return R(HC_FAIL(HC_ERR_ARG, "ncclCommInitAll: comm %p, ndev %d", (void *)comm, ndev));
-  ncclUniqueId id;
-  NC_TRY(pncclGetUniqueId(&id));
-  struct init_all_rank *ranks;
-  pthread_t *threads;
-  NC_TRY(hc_calloc(&ranks, (size_t)ndev, sizeof(*ranks), "InitAll ranks"));
-  if ((r = hc_calloc(&threads, (size_t)ndev, sizeof(*threads), "InitAll threads")) != HC_OK) {
-    free(ranks);
-    return R(r);
-  }
-  int started = 0;
-  for (; started < ndev; started++) {
-    ranks[started] = (struct init_all_rank){.comm = &comm[started], .nranks = ndev, .rank = started,
-                                            .device = devlist ? devlist[started] : started, .id = id};
-    if (pthread_create(&threads[started], NULL, init_all_thread, &ranks[started]) != 0) {
-      r = HC_FAIL(HC_ERR_SYSTEM, "ncclCommInitAll: cannot start a thread: %s", strerror(errno));
-      break;
-    }
-  }
-  for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
-  for (int i = 0; i < started && r == HC_OK; i++)
-    if (ranks[i].result != hetcclSuccess) {
-      hc_set_last_error(ranks[i].error);
-      r = (hc_result_t)ranks[i].result;
-    }
-  if (r != HC_OK)
-    for (int i = 0; i < started; i++)
-      if (ranks[i].result == hetcclSuccess) hetcclCommDestroy(comm[i]);
-  free(ranks);
-  free(threads);
-  return R(r);
+  return hetcclCommInitAll(comm, ndev, devlist);
 }
 
 NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
@@ -361,10 +278,8 @@ NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int *rank) {
 }
 NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int *device) {
   RETURN_IF_VENDOR_COMM(comm, ncclCommCuDevice, comm, device);
-  NC_TRY(hc_comm_check(comm, "ncclCommCuDevice"));
-  if (device == NULL) return R(HC_FAIL(HC_ERR_ARG, "ncclCommCuDevice: device is NULL"));
-  *device = comm->config.device_id;
-  return hetcclSuccess;
+  int kind;
+  return hetcclCommDevice(comm, &kind, device);
 }
 
 /* ---- memory and registration ---- */
@@ -373,48 +288,23 @@ NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int *device) {
 NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size) {
   RETURN_IF_VENDOR_CALLER(ncclMemAlloc, ptr, size);
   int kind, dev;
-  if (ptr == NULL) return R(HC_FAIL(HC_ERR_ARG, "ncclMemAlloc: ptr is NULL"));
-  current_device(&kind, &dev);
-  if (kind == hetcclDeviceHost) return hetcclMemAlloc(ptr, size);
-  return R(hc_dev_get((enum hc_mem_kind)kind)->mem_alloc(dev, size, ptr));
+  NC_TRY(hetcclGetDevice(&kind, &dev));
+  return hetcclMemAllocDevice(ptr, size, kind, dev);
 }
 
 NCCL_API(ncclResult_t, ncclMemFree, void *ptr) {
   RETURN_IF_VENDOR_CALLER(ncclMemFree, ptr);
-  if (ptr == NULL) return hetcclSuccess;
-  struct hc_ptr_info info;
-  NC_TRY(hc_dev_ptr_query(ptr, &info));
-  if (info.kind == HC_MEM_HOST) return hetcclMemFree(ptr);
-  return R(hc_dev_get(info.kind)->mem_free(info.device, ptr));
+  return hetcclMemFree(ptr);
 }
-
-/* Registration is a hint in NCCL (zero-copy when possible); hetccl moves
- * any buffer without it, so a handle only records what was registered. */
-struct hc_registration {
-  ncclComm_t comm;
-  void *buff;
-  size_t size;
-};
 
 NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void *buff, size_t size, void **handle) {
   RETURN_IF_VENDOR_COMM(comm, ncclCommRegister, comm, buff, size, handle);
-  NC_TRY(hc_comm_check(comm, "ncclCommRegister"));
-  if (handle == NULL) return R(HC_FAIL(HC_ERR_ARG, "ncclCommRegister: handle is NULL"));
-  struct hc_registration *reg;
-  NC_TRY(hc_calloc(&reg, 1, sizeof(*reg), "registration"));
-  *reg = (struct hc_registration){comm, buff, size};
-  *handle = reg;
-  return hetcclSuccess;
+  return hetcclCommRegister(comm, buff, size, handle);
 }
 
 NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void *handle) {
   RETURN_IF_VENDOR_COMM(comm, ncclCommDeregister, comm, handle);
-  NC_TRY(hc_comm_check(comm, "ncclCommDeregister"));
-  struct hc_registration *reg = handle;
-  if (reg == NULL || reg->comm != comm)
-    return R(HC_FAIL(HC_ERR_ARG, "ncclCommDeregister: %p is not a registration of this comm", handle));
-  free(reg);
-  return hetcclSuccess;
+  return hetcclCommDeregister(comm, handle);
 }
 
 NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
@@ -597,10 +487,11 @@ ncclResult_t hc_nccl_comm_dump(ncclComm_t comm, void *map) {
   typedef ncclResult_t (*dump_fn)(void *comm, void *map);
   void *real = vendor_fn_for(comm, NCCL_COMM_DUMP_SYMBOL);
   if (real != NULL) return ((dump_fn)real)((void *)comm, map);
-  NC_TRY(hc_comm_check(comm, "ncclCommDump"));
-  if (comm->vendor_comm != NULL) {
-    void *f = hc_vendor_symbol(comm->vendor, NCCL_COMM_DUMP_SYMBOL);
-    if (f != NULL) return ((dump_fn)f)(comm->vendor_comm, map);
-  }
-  return hetcclSuccess;
+  void *vendor_comm;
+  int kind, device;
+  NC_TRY(hetcclCommGetVendorComm(comm, &vendor_comm));
+  NC_TRY(hetcclCommDevice(comm, &kind, &device));
+  const struct hc_vendor *v = vendor_comm ? hc_vendor_get((enum hc_mem_kind)kind) : NULL;
+  void *f = v ? hc_vendor_symbol(v, NCCL_COMM_DUMP_SYMBOL) : NULL;
+  return f ? ((dump_fn)f)(vendor_comm, map) : hetcclSuccess;
 }

@@ -76,75 +76,23 @@ static void mark_staged_sends(void) {
   }
 }
 
-static hc_result_t vendor_check(const struct hetcclComm *comm, int vr, const char *what) {
-  return hc_vendor_check(comm->vendor, comm->vendor_comm, vr, what);
-}
-
-/* One call on a pass-through comm, as the vendor's own calls: all-to-all
- * and all-to-all-v with the library's own functions where it has them
- * (RCCL, NCCL >= 2.28 for all-to-all) and the buffers are distinct; those
- * and gather, scatter otherwise as grouped send/recv. */
+/* One call on a pass-through comm, as the vendor's own call. */
 static hc_result_t vendor_call(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t st) {
-  const struct hc_vendor *v = comm->vendor;
-  void *vc = comm->vendor_comm;
-  const int n = comm->nranks, me = comm->rank, t = (int)a->dtype;
-  const size_t es = hc_dtype_size(a->dtype);
-  int op = (int)a->op, vr = 0;
-  if (a->op == HC_PREMULSUM) {
-    uint8_t factor[8];
-    memcpy(factor, a->premul_factor, sizeof(factor));
-    HC_TRY(vendor_check(comm, v->red_op_create_pre_mul_sum(&op, factor, t, hetcclScalarHostImmediate, vc),
-                        "RedOpCreatePreMulSum"));
-  }
-  switch (a->coll) {
-  case HC_COLL_ALLREDUCE: vr = v->all_reduce(a->sendbuf, a->recvbuf, a->count, t, op, vc, st); break;
-  case HC_COLL_BROADCAST: vr = v->broadcast(a->sendbuf, a->recvbuf, a->count, t, a->root, vc, st); break;
-  case HC_COLL_REDUCE: vr = v->reduce(a->sendbuf, a->recvbuf, a->count, t, op, a->root, vc, st); break;
-  case HC_COLL_ALLGATHER: vr = v->all_gather(a->sendbuf, a->recvbuf, a->count, t, vc, st); break;
-  case HC_COLL_REDUCESCATTER: vr = v->reduce_scatter(a->sendbuf, a->recvbuf, a->count, t, op, vc, st); break;
-  case HC_COLL_SEND: vr = v->send(a->sendbuf, a->count, t, a->root, vc, st); break;
-  case HC_COLL_RECV: vr = v->recv(a->recvbuf, a->count, t, a->root, vc, st); break;
-  case HC_COLL_ALLTOALL:
-  case HC_COLL_ALLTOALLV:
-    if (a->coll == HC_COLL_ALLTOALL && v->all_to_all != NULL && a->sendbuf != a->recvbuf) {
-      vr = v->all_to_all(a->sendbuf, a->recvbuf, a->count, t, vc, st);
-      break;
-    }
-    if (a->coll == HC_COLL_ALLTOALLV && v->all_to_allv != NULL && a->sendbuf != a->recvbuf) {
-      vr = v->all_to_allv(a->sendbuf, a->sendcounts, a->sdispls, a->recvbuf, a->recvcounts, a->rdispls, t, vc, st);
-      break;
-    }
-    for (int p = 0; p < n && vr == 0; p++) {
-      bool eq = a->coll == HC_COLL_ALLTOALL;
-      size_t sc = eq ? a->count : a->sendcounts[p], sd = eq ? a->count * (size_t)p : a->sdispls[p];
-      size_t rc = eq ? a->count : a->recvcounts[p], rd = eq ? a->count * (size_t)p : a->rdispls[p];
-      vr = v->send((const char *)a->sendbuf + sd * es, sc, t, p, vc, st);
-      if (vr == 0) vr = v->recv((char *)a->recvbuf + rd * es, rc, t, p, vc, st);
-    }
-    break;
-  case HC_COLL_GATHER:
-    vr = v->send(a->sendbuf, a->count, t, a->root, vc, st);
-    for (int p = 0; p < n && vr == 0 && me == a->root; p++)
-      vr = v->recv((char *)a->recvbuf + (size_t)p * a->count * es, a->count, t, p, vc, st);
-    break;
-  case HC_COLL_SCATTER:
-    for (int p = 0; p < n && vr == 0 && me == a->root; p++)
-      vr = v->send((const char *)a->sendbuf + (size_t)p * a->count * es, a->count, t, p, vc, st);
-    if (vr == 0) vr = v->recv(a->recvbuf, a->count, t, a->root, vc, st);
-    break;
-  default: break;
-  }
-  if (a->op == HC_PREMULSUM) v->red_op_destroy(op, vc);
-  return vendor_check(comm, vr, hc_coll_name(a->coll));
+  const struct hc_vendor_call c = {
+      .coll = a->coll, .sendbuf = a->sendbuf, .recvbuf = a->recvbuf, .count = a->count, .dtype = (int)a->dtype,
+      .op = (int)a->op, .root = a->root, .sendcounts = a->sendcounts, .sdispls = a->sdispls,
+      .recvcounts = a->recvcounts, .rdispls = a->rdispls,
+      .premul_factor = a->op == HC_PREMULSUM ? a->premul_factor : NULL};
+  return hc_vendor_run(comm->vendor, comm->vendor_comm, comm->rank, comm->nranks, &c, st);
 }
 
 /* A pass-through comm's calls of this group, in one vendor group. */
 static hc_result_t group_submit_vendor(struct hetcclComm *comm) {
-  hc_result_t r = vendor_check(comm, comm->vendor->group_start(), "GroupStart");
+  HC_TRY(hc_vendor_group_start(comm->vendor, comm->vendor_comm));
+  hc_result_t r = HC_OK;
   for (int i = 0; i < group_ncalls && r == HC_OK; i++)
     if (group_calls[i].comm == comm) r = vendor_call(comm, &group_calls[i].args, group_calls[i].stream);
-  hc_result_t end = vendor_check(comm, comm->vendor->group_end(), "GroupEnd");
-  return r != HC_OK ? r : end;
+  return hc_vendor_group_end(comm->vendor, comm->vendor_comm, r);
 }
 
 /* A GPU comm's calls of this group become one job of its proxy thread;
@@ -323,8 +271,8 @@ static hc_result_t resolve_op(struct hetcclComm *comm, hetcclRedOp_t op, hetcclD
   /* A device-resident factor is read when the call is made, not when it
    * runs on the stream: enough for factors that stay put, as DDP's do. */
   const struct hc_dev_ops *dev = hc_dev_get(where.kind);
-  HC_TRY(dev->copy(a->premul_factor, pm->factor_ptr, es, NULL));
-  return dev->stream_sync(NULL);
+  HC_TRY(hc_dev_copy(dev, a->premul_factor, pm->factor_ptr, es, NULL));
+  return hc_dev_stream_sync(dev, NULL);
 }
 
 static hc_result_t check_rank(const struct hetcclComm *comm, int r, const char *what, const char *fn) {
@@ -380,171 +328,145 @@ static hc_result_t check_fp8(const struct hetcclComm *comm, const struct hc_coll
   return HC_OK;
 }
 
-/* Checks shared by every call; then records or runs it. */
-static hc_result_t submit(struct hetcclComm *comm, struct hc_coll_args *a, hetcclStream_t stream,
-                          const char *fn) {
+/* Who must pass a buffer (non-NULL when it holds elements). */
+enum buf_rule { BUF_UNUSED, BUF_EVERY_RANK, BUF_ROOT_ONLY };
+
+/* The argument rules of each collective, checked once per call by
+ * check_call. The op is checked where hc_coll_reduces says the collective
+ * combines; root names what the root argument is (NULL: none). */
+static const struct coll_rule {
+  enum buf_rule send, recv;
+  const char *root;
+} coll_rules[HC_COLL_COUNT] = {
+    [HC_COLL_ALLREDUCE] = {BUF_EVERY_RANK, BUF_EVERY_RANK, NULL},
+    [HC_COLL_BROADCAST] = {BUF_ROOT_ONLY, BUF_EVERY_RANK, "root"},
+    [HC_COLL_REDUCE] = {BUF_EVERY_RANK, BUF_ROOT_ONLY, "root"},
+    [HC_COLL_ALLGATHER] = {BUF_EVERY_RANK, BUF_EVERY_RANK, NULL},
+    [HC_COLL_REDUCESCATTER] = {BUF_EVERY_RANK, BUF_EVERY_RANK, NULL},
+    [HC_COLL_ALLTOALL] = {BUF_EVERY_RANK, BUF_EVERY_RANK, NULL},
+    [HC_COLL_ALLTOALLV] = {BUF_EVERY_RANK, BUF_EVERY_RANK, NULL},
+    [HC_COLL_GATHER] = {BUF_EVERY_RANK, BUF_ROOT_ONLY, "root"},
+    [HC_COLL_SCATTER] = {BUF_ROOT_ONLY, BUF_EVERY_RANK, "root"},
+    [HC_COLL_SEND] = {BUF_EVERY_RANK, BUF_UNUSED, "peer"},
+    [HC_COLL_RECV] = {BUF_UNUSED, BUF_EVERY_RANK, "peer"},
+};
+
+static hc_result_t check_buf_rule(const struct hetcclComm *comm, const struct hc_coll_args *a, enum buf_rule rule,
+                                  const void *p, size_t count, const char *what) {
+  if (rule == BUF_UNUSED || (rule == BUF_ROOT_ONLY && comm->rank != a->root)) return HC_OK;
+  return check_buf(p, count, what, hc_coll_name(a->coll));
+}
+
+/* All-to-all-v's arrays; *send_any / *recv_any: whether any count is not 0. */
+static hc_result_t check_v_arrays(const struct hetcclComm *comm, const struct hc_coll_args *a, bool *send_any,
+                                  bool *recv_any) {
+  const char *fn = hc_coll_name(a->coll);
+  if (!a->sendcounts || !a->sdispls || !a->recvcounts || !a->rdispls)
+    return HC_FAIL(HC_ERR_ARG, "%s: a count or displacement array is NULL", fn);
+  for (int i = 0; i < comm->nranks; i++) {
+    HC_TRY(check_size(a->sendcounts[i], (hetcclDataType_t)a->dtype, 1, fn));
+    HC_TRY(check_size(a->recvcounts[i], (hetcclDataType_t)a->dtype, 1, fn));
+    *send_any |= a->sendcounts[i] != 0;
+    *recv_any |= a->recvcounts[i] != 0;
+  }
+  if (a->sendcounts[comm->rank] != a->recvcounts[comm->rank])
+    return HC_FAIL(HC_ERR_ARG, "%s: rank %d sends %zu elements to itself but expects %zu", fn, comm->rank,
+                   a->sendcounts[comm->rank], a->recvcounts[comm->rank]);
+  return HC_OK;
+}
+
+/* Every argument check of a collective call, once, from coll_rules; fills
+ * a's op from the caller's op where the collective combines. */
+static hc_result_t check_call(struct hetcclComm *comm, struct hc_coll_args *a, hetcclRedOp_t op) {
+  const char *fn = hc_coll_name(a->coll);
+  const struct coll_rule *rule = &coll_rules[a->coll];
   HC_TRY(hc_comm_check(comm, fn));
   HC_TRY(check_dtype((hetcclDataType_t)a->dtype, fn));
-  HC_TRY(check_fp8(comm, a, fn));
+  if (hc_coll_reduces(a->coll)) HC_TRY(resolve_op(comm, op, (hetcclDataType_t)a->dtype, a, fn));
+  if (rule->root) HC_TRY(check_rank(comm, a->root, rule->root, fn));
+  size_t send_count = a->count, recv_count = a->count;
+  if (a->coll == HC_COLL_ALLTOALLV) {
+    bool send_any = false, recv_any = false;
+    HC_TRY(check_v_arrays(comm, a, &send_any, &recv_any));
+    send_count = send_any, recv_count = recv_any;
+  }
+  HC_TRY(check_buf_rule(comm, a, rule->send, a->sendbuf, send_count, "sendbuff"));
+  HC_TRY(check_buf_rule(comm, a, rule->recv, a->recvbuf, recv_count, "recvbuff"));
   HC_TRY(check_size(a->count, (hetcclDataType_t)a->dtype, comm->nranks, fn));
-  return hc_coll_enqueue(comm, a, stream, fn);
+  return check_fp8(comm, a, fn);
+}
+
+/* A collective call: checked, then recorded in the group or run. */
+static hetcclResult_t coll_call(hetcclComm_t comm, struct hc_coll_args a, hetcclRedOp_t op, hetcclStream_t stream) {
+  hc_result_t r = check_call(comm, &a, op);
+  if (r == HC_OK) r = hc_coll_enqueue(comm, &a, stream, hc_coll_name(a.coll));
+  return (hetcclResult_t)r;
+}
+
+/* Every collective but all-to-all-v; op is read where it combines, root
+ * where it has a root or peer. */
+static hetcclResult_t buffers_call(enum hc_coll coll, const void *sendbuff, void *recvbuff, size_t count,
+                                   hetcclDataType_t datatype, hetcclRedOp_t op, int root, hetcclComm_t comm,
+                                   hetcclStream_t stream) {
+  struct hc_coll_args a = {.coll = coll, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = count,
+                           .dtype = (enum hc_dtype)datatype, .root = root};
+  return coll_call(comm, a, op, stream);
 }
 
 /* ---- collectives ---- */
 
-static hc_result_t api_AllReduce(const void *sendbuff, void *recvbuff, size_t count,
-                                 hetcclDataType_t datatype, hetcclRedOp_t op, hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "AllReduce";
-  struct hc_coll_args a = {.coll = HC_COLL_ALLREDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = count, .dtype = (enum hc_dtype)datatype};
-  HC_TRY(hc_comm_check(comm, fn));
-  HC_TRY(check_dtype(datatype, fn));
-  HC_TRY(resolve_op(comm, op, datatype, &a, fn));
-  HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
-  HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, stream, fn);
-}
+/* The op or root of a collective that has none: never read. */
+#define NO_OP hetcclSum
+#define NO_ROOT 0
 
-static hc_result_t api_Broadcast(const void *sendbuff, void *recvbuff, size_t count,
-                                 hetcclDataType_t datatype, int root, hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "Broadcast";
-  struct hc_coll_args a = {.coll = HC_COLL_BROADCAST, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = count, .dtype = (enum hc_dtype)datatype, .root = root};
-  HC_TRY(hc_comm_check(comm, fn));
-  HC_TRY(check_rank(comm, root, "root", fn));
-  if (comm->rank == root) HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
-  HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, stream, fn);
+HC_EXPORT hetcclResult_t hetcclAllReduce(const void *sendbuff, void *recvbuff, size_t count, hetcclDataType_t datatype,
+                                         hetcclRedOp_t op, hetcclComm_t comm, hetcclStream_t stream) {
+  return buffers_call(HC_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, NO_ROOT, comm, stream);
 }
-
-static hc_result_t api_Reduce(const void *sendbuff, void *recvbuff, size_t count,
-                              hetcclDataType_t datatype, hetcclRedOp_t op, int root, hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "Reduce";
-  struct hc_coll_args a = {.coll = HC_COLL_REDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = count, .dtype = (enum hc_dtype)datatype, .root = root};
-  HC_TRY(hc_comm_check(comm, fn));
-  HC_TRY(check_dtype(datatype, fn));
-  HC_TRY(resolve_op(comm, op, datatype, &a, fn));
-  HC_TRY(check_rank(comm, root, "root", fn));
-  HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
-  if (comm->rank == root) HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, stream, fn);
+HC_EXPORT hetcclResult_t hetcclBroadcast(const void *sendbuff, void *recvbuff, size_t count, hetcclDataType_t datatype,
+                                         int root, hetcclComm_t comm, hetcclStream_t stream) {
+  return buffers_call(HC_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, NO_OP, root, comm, stream);
 }
-
-static hc_result_t api_AllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
-                                 hetcclDataType_t datatype, hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "AllGather";
-  struct hc_coll_args a = {.coll = HC_COLL_ALLGATHER, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = sendcount, .dtype = (enum hc_dtype)datatype};
-  HC_TRY(check_buf(sendbuff, sendcount, "sendbuff", fn));
-  HC_TRY(check_buf(recvbuff, sendcount, "recvbuff", fn));
-  return submit(comm, &a, stream, fn);
+HC_EXPORT hetcclResult_t hetcclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                                         hetcclDataType_t datatype, hetcclComm_t comm, hetcclStream_t stream) {
+  return buffers_call(HC_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, NO_OP, NO_ROOT, comm, stream);
 }
-
-static hc_result_t api_ReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
-                                     hetcclDataType_t datatype, hetcclRedOp_t op, hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "ReduceScatter";
-  struct hc_coll_args a = {.coll = HC_COLL_REDUCESCATTER, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = recvcount, .dtype = (enum hc_dtype)datatype};
-  HC_TRY(hc_comm_check(comm, fn));
-  HC_TRY(check_dtype(datatype, fn));
-  HC_TRY(resolve_op(comm, op, datatype, &a, fn));
-  HC_TRY(check_buf(sendbuff, recvcount, "sendbuff", fn));
-  HC_TRY(check_buf(recvbuff, recvcount, "recvbuff", fn));
-  return submit(comm, &a, stream, fn);
+HC_EXPORT hetcclResult_t hetcclReduce(const void *sendbuff, void *recvbuff, size_t count, hetcclDataType_t datatype,
+                                      hetcclRedOp_t op, int root, hetcclComm_t comm, hetcclStream_t stream) {
+  return buffers_call(HC_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
 }
-
-static hc_result_t api_AlltoAll(const void *sendbuff, void *recvbuff, size_t count,
-                                hetcclDataType_t datatype, hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "AlltoAll";
-  struct hc_coll_args a = {.coll = HC_COLL_ALLTOALL, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = count, .dtype = (enum hc_dtype)datatype};
-  HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
-  HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, stream, fn);
-}
-
-static hc_result_t api_AlltoAllv(const void *sendbuff, const size_t sendcounts[], const size_t sdispls[],
-                                 void *recvbuff, const size_t recvcounts[], const size_t rdispls[],
-                                 hetcclDataType_t datatype, hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "AlltoAllv";
-  HC_TRY(hc_comm_check(comm, fn));
-  HC_TRY(check_dtype(datatype, fn));
-  if (!sendcounts || !sdispls || !recvcounts || !rdispls)
-    return HC_FAIL(HC_ERR_ARG, "%s: a count or displacement array is NULL", fn);
-  size_t send_total = 0, recv_total = 0;
-  for (int i = 0; i < comm->nranks; i++) {
-    HC_TRY(check_size(sendcounts[i], datatype, 1, fn));
-    HC_TRY(check_size(recvcounts[i], datatype, 1, fn));
-    send_total |= sendcounts[i];
-    recv_total |= recvcounts[i];
-  }
-  if (sendcounts[comm->rank] != recvcounts[comm->rank])
-    return HC_FAIL(HC_ERR_ARG, "%s: rank %d sends %zu elements to itself but expects %zu", fn,
-                   comm->rank, sendcounts[comm->rank], recvcounts[comm->rank]);
-  HC_TRY(check_buf(sendbuff, send_total, "sendbuff", fn));
-  HC_TRY(check_buf(recvbuff, recv_total, "recvbuff", fn));
+HC_EXPORT hetcclResult_t hetcclAlltoAllv(const void *sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                                         void *recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                                         hetcclDataType_t datatype, hetcclComm_t comm, hetcclStream_t stream) {
   struct hc_coll_args a = {.coll = HC_COLL_ALLTOALLV, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .dtype = (enum hc_dtype)datatype, .sendcounts = sendcounts,
-                           .sdispls = sdispls, .recvcounts = recvcounts, .rdispls = rdispls};
-  return submit(comm, &a, stream, fn);
+                           .dtype = (enum hc_dtype)datatype, .sendcounts = sendcounts, .sdispls = sdispls,
+                           .recvcounts = recvcounts, .rdispls = rdispls};
+  return coll_call(comm, a, NO_OP, stream);
 }
-
-static hc_result_t api_Gather(const void *sendbuff, void *recvbuff, size_t count,
-                              hetcclDataType_t datatype, int root, hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "Gather";
-  struct hc_coll_args a = {.coll = HC_COLL_GATHER, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = count, .dtype = (enum hc_dtype)datatype, .root = root};
-  HC_TRY(hc_comm_check(comm, fn));
-  HC_TRY(check_rank(comm, root, "root", fn));
-  HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
-  if (comm->rank == root) HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, stream, fn);
+HC_EXPORT hetcclResult_t hetcclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                             hetcclDataType_t datatype, hetcclRedOp_t op, hetcclComm_t comm,
+                                             hetcclStream_t stream) {
+  return buffers_call(HC_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, NO_ROOT, comm, stream);
 }
-
-static hc_result_t api_Scatter(const void *sendbuff, void *recvbuff, size_t count,
-                               hetcclDataType_t datatype, int root, hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "Scatter";
-  struct hc_coll_args a = {.coll = HC_COLL_SCATTER, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .count = count, .dtype = (enum hc_dtype)datatype, .root = root};
-  HC_TRY(hc_comm_check(comm, fn));
-  HC_TRY(check_rank(comm, root, "root", fn));
-  if (comm->rank == root) HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
-  HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, stream, fn);
+HC_EXPORT hetcclResult_t hetcclGather(const void *sendbuff, void *recvbuff, size_t count, hetcclDataType_t datatype,
+                                      int root, hetcclComm_t comm, hetcclStream_t stream) {
+  return buffers_call(HC_COLL_GATHER, sendbuff, recvbuff, count, datatype, NO_OP, root, comm, stream);
 }
-
-static hc_result_t api_Send(const void *sendbuff, size_t count, hetcclDataType_t datatype, int peer,
-                            hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "Send";
-  struct hc_coll_args a = {.coll = HC_COLL_SEND, .sendbuf = sendbuff, .count = count,
-                           .dtype = (enum hc_dtype)datatype, .root = peer};
-  HC_TRY(hc_comm_check(comm, fn));
-  HC_TRY(check_rank(comm, peer, "peer", fn));
-  HC_TRY(check_buf(sendbuff, count, "sendbuff", fn));
-  return submit(comm, &a, stream, fn);
+HC_EXPORT hetcclResult_t hetcclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, hetcclDataType_t datatype,
+                                        hetcclComm_t comm, hetcclStream_t stream) {
+  return buffers_call(HC_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, NO_OP, NO_ROOT, comm, stream);
 }
-
-static hc_result_t api_Recv(void *recvbuff, size_t count, hetcclDataType_t datatype, int peer,
-                            hetcclComm_t comm,
-                               hetcclStream_t stream) {
-  const char *fn = "Recv";
-  struct hc_coll_args a = {.coll = HC_COLL_RECV, .recvbuf = recvbuff, .count = count,
-                           .dtype = (enum hc_dtype)datatype, .root = peer};
-  HC_TRY(hc_comm_check(comm, fn));
-  HC_TRY(check_rank(comm, peer, "peer", fn));
-  HC_TRY(check_buf(recvbuff, count, "recvbuff", fn));
-  return submit(comm, &a, stream, fn);
+HC_EXPORT hetcclResult_t hetcclSend(const void *sendbuff, size_t count, hetcclDataType_t datatype, int peer,
+                                    hetcclComm_t comm, hetcclStream_t stream) {
+  return buffers_call(HC_COLL_SEND, sendbuff, NULL, count, datatype, NO_OP, peer, comm, stream);
+}
+HC_EXPORT hetcclResult_t hetcclScatter(const void *sendbuff, void *recvbuff, size_t count, hetcclDataType_t datatype,
+                                       int root, hetcclComm_t comm, hetcclStream_t stream) {
+  return buffers_call(HC_COLL_SCATTER, sendbuff, recvbuff, count, datatype, NO_OP, root, comm, stream);
+}
+HC_EXPORT hetcclResult_t hetcclRecv(void *recvbuff, size_t count, hetcclDataType_t datatype, int peer,
+                                    hetcclComm_t comm, hetcclStream_t stream) {
+  return buffers_call(HC_COLL_RECV, NULL, recvbuff, count, datatype, NO_OP, peer, comm, stream);
 }
 
 /* Blocks the calling thread until every rank has entered, over the
@@ -599,62 +521,6 @@ static hc_result_t api_RedOpDestroy(hetcclRedOp_t op, hetcclComm_t comm) {
 HC_EXPORT hetcclResult_t hetcclGroupStart(void) { return (hetcclResult_t)api_GroupStart(); }
 HC_EXPORT hetcclResult_t hetcclGroupEnd(void) { return (hetcclResult_t)api_GroupEnd(); }
 
-HC_EXPORT hetcclResult_t hetcclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
-                                         hetcclDataType_t datatype, hetcclRedOp_t op,
-                                         hetcclComm_t comm, hetcclStream_t stream) {
-  return (hetcclResult_t)api_AllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
-                                         hetcclDataType_t datatype, int root, hetcclComm_t comm,
-                                         hetcclStream_t stream) {
-  return (hetcclResult_t)api_Broadcast(sendbuff, recvbuff, count, datatype, root, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclReduce(const void *sendbuff, void *recvbuff, size_t count,
-                                      hetcclDataType_t datatype, hetcclRedOp_t op, int root,
-                                      hetcclComm_t comm, hetcclStream_t stream) {
-  return (hetcclResult_t)api_Reduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
-                                         hetcclDataType_t datatype, hetcclComm_t comm,
-                                         hetcclStream_t stream) {
-  return (hetcclResult_t)api_AllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
-                                             hetcclDataType_t datatype, hetcclRedOp_t op,
-                                             hetcclComm_t comm, hetcclStream_t stream) {
-  return (hetcclResult_t)api_ReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
-                                        hetcclDataType_t datatype, hetcclComm_t comm,
-                                        hetcclStream_t stream) {
-  return (hetcclResult_t)api_AlltoAll(sendbuff, recvbuff, count, datatype, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclAlltoAllv(const void *sendbuff, const size_t sendcounts[],
-                                         const size_t sdispls[], void *recvbuff,
-                                         const size_t recvcounts[], const size_t rdispls[],
-                                         hetcclDataType_t datatype, hetcclComm_t comm,
-                                         hetcclStream_t stream) {
-  return (hetcclResult_t)api_AlltoAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls,
-                                       datatype, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclGather(const void *sendbuff, void *recvbuff, size_t count,
-                                      hetcclDataType_t datatype, int root, hetcclComm_t comm,
-                                      hetcclStream_t stream) {
-  return (hetcclResult_t)api_Gather(sendbuff, recvbuff, count, datatype, root, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclScatter(const void *sendbuff, void *recvbuff, size_t count,
-                                       hetcclDataType_t datatype, int root, hetcclComm_t comm,
-                                       hetcclStream_t stream) {
-  return (hetcclResult_t)api_Scatter(sendbuff, recvbuff, count, datatype, root, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclSend(const void *sendbuff, size_t count, hetcclDataType_t datatype,
-                                    int peer, hetcclComm_t comm, hetcclStream_t stream) {
-  return (hetcclResult_t)api_Send(sendbuff, count, datatype, peer, comm, stream);
-}
-HC_EXPORT hetcclResult_t hetcclRecv(void *recvbuff, size_t count, hetcclDataType_t datatype, int peer,
-                                    hetcclComm_t comm, hetcclStream_t stream) {
-  return (hetcclResult_t)api_Recv(recvbuff, count, datatype, peer, comm, stream);
-}
 HC_EXPORT hetcclResult_t hetcclBarrier(hetcclComm_t comm, hetcclStream_t stream) {
   return (hetcclResult_t)api_Barrier(comm, stream);
 }

@@ -87,7 +87,8 @@ static hc_result_t windows_register(struct hetcclComm *comm, bool on) {
   for (int i = 0; i < comm->nranks && comm->plan_ctx.windows; i++) {
     const struct hc_net_window *w = &comm->plan_ctx.windows[i].w;
     if (w->bytes == 0) continue;
-    hc_result_t e = on ? gpu->host_register(w->mapping, w->mapping_bytes) : gpu->host_unregister(w->mapping);
+    hc_result_t e =
+        on ? hc_dev_host_register(gpu, w->mapping, w->mapping_bytes) : hc_dev_host_unregister(gpu, w->mapping);
     if (e != HC_OK && r == HC_OK) r = e;
   }
   return r;
@@ -302,7 +303,7 @@ static hc_result_t local_fp8_layout(const struct hc_config *config, enum hc_fp8_
   if (strcmp(s, "auto") != 0) return HC_FAIL(HC_ERR_USAGE, "HETCCL_FP8_LAYOUT=%s: not ocp, fnuz or auto", s);
   const struct hc_dev_ops *d = config->device_kind == HC_MEM_HOST ? NULL : hc_dev_get(config->device_kind);
   if (d == NULL || !HC_HAS_OP(d, struct hc_dev_ops, fp8_layout)) return HC_OK;
-  return d->fp8_layout(config->device_id, out);
+  return hc_dev_fp8_layout(d, config->device_id, out);
 }
 
 /* Can the vendor's library run among the ranks of group g: each owns a
@@ -502,7 +503,7 @@ static hc_result_t phase_plans(struct hetcclComm *comm) {
 /* device: later calls of this thread go to the comm's GPU. */
 static hc_result_t phase_device(struct hetcclComm *comm) {
   if (comm->config.device_kind == HC_MEM_HOST) return HC_OK;
-  return hc_dev_get(comm->config.device_kind)->set_device(comm->config.device_id);
+  return hc_dev_set_device(hc_dev_get(comm->config.device_kind), comm->config.device_id);
 }
 
 /* exec: a GPU comm that does not pass every call to the vendor joins the

@@ -58,7 +58,7 @@ hc_result_t hc_comm_init_async(struct hetcclComm *comm, struct hetcclComm **out)
   /* A blocking init leaves the comm's device current on the caller's
    * thread (where a NULL stream then points); this one does so too. */
   const enum hc_mem_kind kind = comm->config.device_kind;
-  hc_result_t r = kind == HC_MEM_HOST ? HC_OK : hc_dev_get(kind)->set_device(comm->config.device_id);
+  hc_result_t r = kind == HC_MEM_HOST ? HC_OK : hc_dev_set_device(hc_dev_get(kind), comm->config.device_id);
   if (r == HC_OK) r = task_start(comm, init_main, HC_COMM_INITIALISING, "init");
   if (r != HC_IN_PROGRESS) {
     hc_comm_free(comm);

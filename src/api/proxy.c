@@ -45,7 +45,7 @@ hc_result_t hc_proxy_create(struct hetcclComm *comm, struct hc_proxy **out) {
   for (int i = 0; i < comm->nranks; i++)
     if (i != comm->rank && comm->peers[i].net.host == comm->peers[comm->rank].net.host)
       px->peer_pid[i] = comm->peers[i].pid;
-  HC_TRY_GOTO(px->dev->set_device(comm->config.device_id), r, fail);
+  HC_TRY_GOTO(hc_dev_set_device(px->dev, comm->config.device_id), r, fail);
   HC_TRY_GOTO(hc_gpu_lanes_create(px->dev, comm->config.device_id, comm->rank, comm->nranks,
                                   comm->plan_ctx.chunk_bytes, &px->lanes), r, fail);
   hc_gpu_lanes_use_vendor(px->lanes, comm->vendor, comm->group_vendor_comm);
@@ -53,17 +53,17 @@ hc_result_t hc_proxy_create(struct hetcclComm *comm, struct hc_proxy **out) {
    * in flight: loading a module can wait for every stream of the context. */
   hc_stream_t warm_stream = NULL;
   float *probe = NULL;
-  r = px->dev->stream_create(comm->config.device_id, &warm_stream);
-  if (r == HC_OK) r = px->dev->host_alloc(sizeof(*probe), (void **)&probe);
+  r = hc_dev_stream_create(px->dev, comm->config.device_id, &warm_stream);
+  if (r == HC_OK) r = hc_dev_host_alloc(px->dev, sizeof(*probe), (void **)&probe);
   if (r == HC_OK) {
     *probe = 0;
     struct hc_reduce_args warm = {.dst = probe, .src0 = probe, .src1 = probe, .count = 1, .dtype = HC_FLOAT32,
                                   .op = HC_SUM};
-    r = px->dev->reduce(&warm, warm_stream);
-    if (r == HC_OK) r = px->dev->stream_sync(warm_stream);
+    r = hc_dev_reduce(px->dev, &warm, warm_stream);
+    if (r == HC_OK) r = hc_dev_stream_sync(px->dev, warm_stream);
   }
-  if (probe) px->dev->host_free(probe);
-  if (warm_stream) px->dev->stream_destroy(warm_stream);
+  if (probe) hc_dev_host_free(px->dev, probe);
+  if (warm_stream) hc_dev_stream_destroy(px->dev, warm_stream);
   if (r != HC_OK) goto fail;
   const struct hc_engine_desc desc = {.links = &comm->links, .windows = comm->plan_ctx.windows,
                                       .peer_pid = px->peer_pid, .lanes = px->lanes, .vendor = comm->vendor,
@@ -127,7 +127,7 @@ hc_result_t hc_proxy_submit(struct hc_proxy *px, const struct hc_coll_args *call
   struct hetcclComm *comm = px->comm;
   for (int i = 0; i < nstreams; i++) {
     bool capturing = false;
-    HC_TRY(px->dev->stream_capturing(streams[i], &capturing));
+    HC_TRY(hc_dev_stream_capturing(px->dev, streams[i], &capturing));
     if (capturing)
       return HC_FAIL(HC_ERR_USAGE, "rank %d: hetccl collectives cannot be captured in a CUDA graph yet; "
                      "run them outside the capture", comm->rank);

@@ -681,4 +681,4 @@ const struct hc_gpu_vendor hc_gpu_vendor_cuda = {
 };
 
 static struct hc_gpu cuda_gpu = HC_GPU_STATE_INIT(&hc_gpu_vendor_cuda);
-HC_GPU_BACKEND(cuda_gpu, hc_dev_cuda, "cuda", HC_MEM_CUDA)
+const struct hc_dev_ops hc_dev_cuda = HC_GPU_OPS(cuda_gpu, "cuda", HC_MEM_CUDA);

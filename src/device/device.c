@@ -20,7 +20,7 @@ static void load_all(void) {
                d->abi, HC_DEV_ABI);
       continue;
     }
-    if (d->load(&caps[d->kind]) != HC_OK) {
+    if (hc_dev_load(d, &caps[d->kind]) != HC_OK) {
       HC_INFO(HC_DEV, "device backend %s: not available (%s)", d->name, hc_last_error());
       snprintf(absent_reason[d->kind], sizeof(absent_reason[d->kind]), "%s", hc_last_error());
       hc_set_last_error(""); /* an absent backend is not this thread's error */
@@ -55,8 +55,12 @@ hc_result_t hc_dev_ptr_query(const void *p, struct hc_ptr_info *out) {
   for (int k = HC_MEM_HOST + 1; k < HC_MEM_KIND_COUNT; k++) {
     const struct hc_dev_ops *d = hc_dev_get((enum hc_mem_kind)k);
     if (d == NULL || !HC_HAS_OP(d, struct hc_dev_ops, ptr_query)) continue;
-    HC_TRY(d->ptr_query(p, out));
+    HC_TRY(hc_dev_ptr_query_on(d, p, out));
     if (out->kind != HC_MEM_HOST || out->host_pinned) return HC_OK;
   }
   return HC_OK;
+}
+
+hc_result_t hc_dev_missing_op(const struct hc_dev_ops *d, const char *op) {
+  return HC_FAIL(HC_ERR_DEVICE, "device backend %s has no %s", d->name, op);
 }

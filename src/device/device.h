@@ -67,73 +67,180 @@ struct hc_dev_caps {
   bool runtime_compile;  /* reductions compiled at run time (else host fallback) */
 };
 
-#define HC_DEV_ABI 1
+#define HC_DEV_ABI 2 /* 2: every op takes ctx first */
 struct hc_dev_ops {
   uint32_t size, abi; /* sizeof and HC_DEV_ABI the backend was built with */
   const char *name;   /* "host", "cuda", "hip" */
   enum hc_mem_kind kind;
+  /* The backend's own state: the first argument of every op. Callers go
+   * through the hc_dev_<op> wrappers below, which pass it. */
+  void *ctx;
   /* dlopen and probe; an error turns only this backend off. */
-  hc_result_t (*load)(struct hc_dev_caps *caps);
-  hc_result_t (*mem_alloc)(int device, size_t n, void **p);
-  hc_result_t (*mem_free)(int device, void *p);
+  hc_result_t (*load)(void *ctx, struct hc_dev_caps *caps);
+  hc_result_t (*mem_alloc)(void *ctx, int device, size_t n, void **p);
+  hc_result_t (*mem_free)(void *ctx, int device, void *p);
   /* Ordered on s; completes before return for the host backend. A GPU
    * backend copies in any direction (unified addressing). */
-  hc_result_t (*copy)(void *dst, const void *src, size_t n, hc_stream_t s);
-  hc_result_t (*reduce)(const struct hc_reduce_args *a, hc_stream_t s);
-  hc_result_t (*scale)(const struct hc_scale_args *a, hc_stream_t s);
+  hc_result_t (*copy)(void *ctx, void *dst, const void *src, size_t n, hc_stream_t s);
+  hc_result_t (*reduce)(void *ctx, const struct hc_reduce_args *a, hc_stream_t s);
+  hc_result_t (*scale)(void *ctx, const struct hc_scale_args *a, hc_stream_t s);
   /* ---- GPU backends only (NULL for host; test with HC_HAS_OP) ---- */
   /* The kind and device of p; HC_MEM_HOST for anything this backend does
    * not own. Never fails for a host pointer. */
-  hc_result_t (*ptr_query)(const void *p, struct hc_ptr_info *out);
+  hc_result_t (*ptr_query)(void *ctx, const void *p, struct hc_ptr_info *out);
   /* Makes device current on the calling thread (the primary context). */
-  hc_result_t (*set_device)(int device);
+  hc_result_t (*set_device)(void *ctx, int device);
   /* Page-locked host memory, mapped for the device (cuMemHostAlloc with
    * PORTABLE|DEVICEMAP); and registering existing host memory (a shared
    * memory segment) the same way. */
-  hc_result_t (*host_alloc)(size_t n, void **p);
-  hc_result_t (*host_free)(void *p);
-  hc_result_t (*host_register)(void *p, size_t n);
-  hc_result_t (*host_unregister)(void *p);
+  hc_result_t (*host_alloc)(void *ctx, size_t n, void **p);
+  hc_result_t (*host_free)(void *ctx, void *p);
+  hc_result_t (*host_register)(void *ctx, void *p, size_t n);
+  hc_result_t (*host_unregister)(void *ctx, void *p);
   /* Internal streams, non-blocking with respect to the legacy stream. */
-  hc_result_t (*stream_create)(int device, hc_stream_t *s);
-  hc_result_t (*stream_destroy)(hc_stream_t s);
-  hc_result_t (*event_create)(hc_event_t *e); /* timing disabled */
-  hc_result_t (*event_destroy)(hc_event_t e);
-  hc_result_t (*event_record)(hc_event_t e, hc_stream_t s);
+  hc_result_t (*stream_create)(void *ctx, int device, hc_stream_t *s);
+  hc_result_t (*stream_destroy)(void *ctx, hc_stream_t s);
+  hc_result_t (*event_create)(void *ctx, hc_event_t *e); /* timing disabled */
+  hc_result_t (*event_destroy)(void *ctx, hc_event_t e);
+  hc_result_t (*event_record)(void *ctx, hc_event_t e, hc_stream_t s);
   /* *done = 1 once everything before the record has run. */
-  hc_result_t (*event_query)(hc_event_t e, int *done);
-  hc_result_t (*stream_wait_event)(hc_stream_t s, hc_event_t e);
+  hc_result_t (*event_query)(void *ctx, hc_event_t e, int *done);
+  hc_result_t (*stream_wait_event)(void *ctx, hc_stream_t s, hc_event_t e);
   /* The stream stops until *flag >= value (64-bit counters that start at 0
    * never wrap). flag is mapped host memory: host_alloc or host_register. */
-  hc_result_t (*flag_wait)(hc_stream_t s, volatile uint64_t *flag, uint64_t value);
+  hc_result_t (*flag_wait)(void *ctx, hc_stream_t s, volatile uint64_t *flag, uint64_t value);
   /* The stream writes value to *flag once the work before it is done. */
-  hc_result_t (*flag_write)(hc_stream_t s, volatile uint64_t *flag, uint64_t value);
-  hc_result_t (*stream_sync)(hc_stream_t s); /* blocking; tests and teardown only */
+  hc_result_t (*flag_write)(void *ctx, hc_stream_t s, volatile uint64_t *flag, uint64_t value);
+  hc_result_t (*stream_sync)(void *ctx, hc_stream_t s); /* blocking; tests and teardown only */
   /* Whether the caller's stream is capturing a graph. */
-  hc_result_t (*stream_capturing)(hc_stream_t s, bool *capturing);
+  hc_result_t (*stream_capturing)(void *ctx, hc_stream_t s, bool *capturing);
   /* The device current on the calling thread (cudaGetDevice's answer). */
-  hc_result_t (*current_device)(int *device);
+  hc_result_t (*current_device)(void *ctx, int *device);
   /* ops[0..n) in order on s, as flag_wait / flag_write would, in one
    * driver call where the driver has one (cuStreamBatchMemOp). */
-  hc_result_t (*flag_batch)(hc_stream_t s, const struct hc_flag_op *ops, int n);
+  hc_result_t (*flag_batch)(void *ctx, hc_stream_t s, const struct hc_flag_op *ops, int n);
   /* The fp8 encodings of device (its architecture decides). */
-  hc_result_t (*fp8_layout)(int device, enum hc_fp8_layout *out);
+  hc_result_t (*fp8_layout)(void *ctx, int device, enum hc_fp8_layout *out);
   /* Whether the calling thread has a device of this backend current: CUDA,
    * a current context (what cudaSetDevice / torch.cuda.set_device make);
    * HIP, always (its runtime gives every thread a current device). */
-  hc_result_t (*thread_bound)(bool *bound);
+  hc_result_t (*thread_bound)(void *ctx, bool *bound);
   /* The device memory holding [p, p + n) as a dma-buf file descriptor (the
    * caller closes it) and the offset of p in it, for an RDMA device to
    * register (net/ib). Optional: NULL where the driver cannot export. */
-  hc_result_t (*dmabuf_export)(const void *p, size_t n, int *fd, uint64_t *offset);
+  hc_result_t (*dmabuf_export)(void *ctx, const void *p, size_t n, int *fd, uint64_t *offset);
   /* The device's PCI bus id as its driver spells it ("0000:3B:00.0"), for
    * net/topo's choice of the nearest NIC. Optional: NULL, or HC_ERR_DEVICE
    * where the driver cannot say. */
-  hc_result_t (*pci_bus_id)(int device, char *out, size_t len);
+  hc_result_t (*pci_bus_id)(void *ctx, int device, char *out, size_t len);
 }; /* append only */
 
 #define HC_HAS_OP(ops, type, op) \
   ((ops)->size >= offsetof(type, op) + sizeof((ops)->op) && (ops)->op != NULL)
+
+/* HC_ERR_DEVICE, with a message naming the backend and op: d lacks op (a
+ * GPU op of the host backend, or an optional op its driver cannot do). */
+hc_result_t hc_dev_missing_op(const struct hc_dev_ops *d, const char *op);
+#define HC_DEV_CALL(d, op, ...)                                                \
+  (HC_HAS_OP((d), struct hc_dev_ops, op) ? (d)->op((d)->ctx, __VA_ARGS__)      \
+                                         : hc_dev_missing_op((d), #op))
+
+/* One wrapper per op, the only way to call one: each passes the backend's
+ * ctx and fails with a message where the backend lacks the op. The
+ * contracts are those of the ops above. (ptr_query asks one backend;
+ * hc_dev_ptr_query below asks them all.) */
+static inline hc_result_t hc_dev_load(const struct hc_dev_ops *d, struct hc_dev_caps *caps) {
+  return HC_DEV_CALL(d, load, caps);
+}
+static inline hc_result_t hc_dev_mem_alloc(const struct hc_dev_ops *d, int device, size_t n, void **p) {
+  return HC_DEV_CALL(d, mem_alloc, device, n, p);
+}
+static inline hc_result_t hc_dev_mem_free(const struct hc_dev_ops *d, int device, void *p) {
+  return HC_DEV_CALL(d, mem_free, device, p);
+}
+static inline hc_result_t hc_dev_copy(const struct hc_dev_ops *d,
+                                      void *dst, const void *src, size_t n, hc_stream_t s) {
+  return HC_DEV_CALL(d, copy, dst, src, n, s);
+}
+static inline hc_result_t hc_dev_reduce(const struct hc_dev_ops *d, const struct hc_reduce_args *a, hc_stream_t s) {
+  return HC_DEV_CALL(d, reduce, a, s);
+}
+static inline hc_result_t hc_dev_scale(const struct hc_dev_ops *d, const struct hc_scale_args *a, hc_stream_t s) {
+  return HC_DEV_CALL(d, scale, a, s);
+}
+static inline hc_result_t hc_dev_ptr_query_on(const struct hc_dev_ops *d, const void *p, struct hc_ptr_info *out) {
+  return HC_DEV_CALL(d, ptr_query, p, out);
+}
+static inline hc_result_t hc_dev_set_device(const struct hc_dev_ops *d, int device) {
+  return HC_DEV_CALL(d, set_device, device);
+}
+static inline hc_result_t hc_dev_host_alloc(const struct hc_dev_ops *d, size_t n, void **p) {
+  return HC_DEV_CALL(d, host_alloc, n, p);
+}
+static inline hc_result_t hc_dev_host_free(const struct hc_dev_ops *d, void *p) {
+  return HC_DEV_CALL(d, host_free, p);
+}
+static inline hc_result_t hc_dev_host_register(const struct hc_dev_ops *d, void *p, size_t n) {
+  return HC_DEV_CALL(d, host_register, p, n);
+}
+static inline hc_result_t hc_dev_host_unregister(const struct hc_dev_ops *d, void *p) {
+  return HC_DEV_CALL(d, host_unregister, p);
+}
+static inline hc_result_t hc_dev_stream_create(const struct hc_dev_ops *d, int device, hc_stream_t *s) {
+  return HC_DEV_CALL(d, stream_create, device, s);
+}
+static inline hc_result_t hc_dev_stream_destroy(const struct hc_dev_ops *d, hc_stream_t s) {
+  return HC_DEV_CALL(d, stream_destroy, s);
+}
+static inline hc_result_t hc_dev_event_create(const struct hc_dev_ops *d, hc_event_t *e) {
+  return HC_DEV_CALL(d, event_create, e);
+}
+static inline hc_result_t hc_dev_event_destroy(const struct hc_dev_ops *d, hc_event_t e) {
+  return HC_DEV_CALL(d, event_destroy, e);
+}
+static inline hc_result_t hc_dev_event_record(const struct hc_dev_ops *d, hc_event_t e, hc_stream_t s) {
+  return HC_DEV_CALL(d, event_record, e, s);
+}
+static inline hc_result_t hc_dev_event_query(const struct hc_dev_ops *d, hc_event_t e, int *done) {
+  return HC_DEV_CALL(d, event_query, e, done);
+}
+static inline hc_result_t hc_dev_stream_wait_event(const struct hc_dev_ops *d, hc_stream_t s, hc_event_t e) {
+  return HC_DEV_CALL(d, stream_wait_event, s, e);
+}
+static inline hc_result_t hc_dev_flag_wait(const struct hc_dev_ops *d,
+                                           hc_stream_t s, volatile uint64_t *flag, uint64_t value) {
+  return HC_DEV_CALL(d, flag_wait, s, flag, value);
+}
+static inline hc_result_t hc_dev_flag_write(const struct hc_dev_ops *d,
+                                            hc_stream_t s, volatile uint64_t *flag, uint64_t value) {
+  return HC_DEV_CALL(d, flag_write, s, flag, value);
+}
+static inline hc_result_t hc_dev_stream_sync(const struct hc_dev_ops *d, hc_stream_t s) {
+  return HC_DEV_CALL(d, stream_sync, s);
+}
+static inline hc_result_t hc_dev_stream_capturing(const struct hc_dev_ops *d, hc_stream_t s, bool *capturing) {
+  return HC_DEV_CALL(d, stream_capturing, s, capturing);
+}
+static inline hc_result_t hc_dev_current_device(const struct hc_dev_ops *d, int *device) {
+  return HC_DEV_CALL(d, current_device, device);
+}
+static inline hc_result_t hc_dev_flag_batch(const struct hc_dev_ops *d,
+                                            hc_stream_t s, const struct hc_flag_op *ops, int n) {
+  return HC_DEV_CALL(d, flag_batch, s, ops, n);
+}
+static inline hc_result_t hc_dev_fp8_layout(const struct hc_dev_ops *d, int device, enum hc_fp8_layout *out) {
+  return HC_DEV_CALL(d, fp8_layout, device, out);
+}
+static inline hc_result_t hc_dev_thread_bound(const struct hc_dev_ops *d, bool *bound) {
+  return HC_DEV_CALL(d, thread_bound, bound);
+}
+static inline hc_result_t hc_dev_dmabuf_export(const struct hc_dev_ops *d,
+                                               const void *p, size_t n, int *fd, uint64_t *offset) {
+  return HC_DEV_CALL(d, dmabuf_export, p, n, fd, offset);
+}
+static inline hc_result_t hc_dev_pci_bus_id(const struct hc_dev_ops *d, int device, char *out, size_t len) {
+  return HC_DEV_CALL(d, pci_bus_id, device, out, len);
+}
 
 extern const struct hc_dev_ops hc_dev_host;
 

@@ -35,7 +35,8 @@ const char *hc_gpu_resolve(void *handle, const struct hc_gpu_sym *syms, size_t n
   return missing;
 }
 
-hc_result_t hc_gpu_load(struct hc_gpu *g, struct hc_dev_caps *caps) {
+hc_result_t hc_gpu_load(void *ctx, struct hc_dev_caps *caps) {
+  struct hc_gpu *g = ctx;
   const struct hc_gpu_vendor *v = g->v;
   *caps = (struct hc_dev_caps){0};
   int ndev = 0;
@@ -135,7 +136,8 @@ void hc_gpu_scope_exit(struct hc_gpu *g, struct hc_gpu_scope *sc) {
     return HC_OK;                                                                          \
   } while (0)
 
-hc_result_t hc_gpu_set_device(struct hc_gpu *g, int device) {
+hc_result_t hc_gpu_set_device(void *ctx, int device) {
+  struct hc_gpu *g = ctx;
   void *tok = NULL;
   HC_TRY(check_device(g, device));
   int e = g->v->device_token(device, &tok);
@@ -146,32 +148,39 @@ hc_result_t hc_gpu_set_device(struct hc_gpu *g, int device) {
   return HC_OK;
 }
 
+/* The calling thread's current context, NULL for none. */
+static hc_result_t current_context(struct hc_gpu *g, void **tok) {
+  *tok = NULL;
+  int e = g->v->ctx_get(tok);
+  return e != 0 ? hc_gpu_fail(g, e, "get current context") : HC_OK;
+}
+
 /* A context is current (HIP's ctx_get always names the current device). */
-hc_result_t hc_gpu_thread_bound(struct hc_gpu *g, bool *bound) {
-  void *tok = NULL;
+hc_result_t hc_gpu_thread_bound(void *ctx, bool *bound) {
+  void *tok;
   *bound = false;
-  int e = g->v->ctx_get(&tok);
-  if (e != 0) return hc_gpu_fail(g, e, "get current context");
+  HC_TRY(current_context(ctx, &tok));
   *bound = tok != NULL;
   return HC_OK;
 }
 
 /* The runtime's answer (cudaGetDevice / hipGetDevice): the current
  * context's device, 0 when none is current. */
-hc_result_t hc_gpu_current_device(struct hc_gpu *g, int *device) {
-  void *tok = NULL;
+hc_result_t hc_gpu_current_device(void *ctx, int *device) {
+  struct hc_gpu *g = ctx;
+  void *tok;
   *device = 0;
-  int e = g->v->ctx_get(&tok);
-  if (e != 0) return hc_gpu_fail(g, e, "get current context");
+  HC_TRY(current_context(g, &tok));
   if (tok == NULL) return HC_OK;
-  e = g->v->ctx_device(device);
+  int e = g->v->ctx_device(device);
   if (e != 0) return hc_gpu_fail(g, e, "device of the current context");
   return HC_OK;
 }
 
 /* ---- memory ---- */
 
-hc_result_t hc_gpu_mem_alloc(struct hc_gpu *g, int device, size_t n, void **p) {
+hc_result_t hc_gpu_mem_alloc(void *ctx, int device, size_t n, void **p) {
+  struct hc_gpu *g = ctx;
   struct hc_gpu_scope sc;
   *p = NULL;
   HC_TRY(hc_gpu_scope_device(g, device, &sc));
@@ -185,12 +194,14 @@ hc_result_t hc_gpu_mem_alloc(struct hc_gpu *g, int device, size_t n, void **p) {
   return HC_OK;
 }
 
-hc_result_t hc_gpu_mem_free(struct hc_gpu *g, int device, void *p) {
+hc_result_t hc_gpu_mem_free(void *ctx, int device, void *p) {
+  struct hc_gpu *g = ctx;
   if (p == NULL) return HC_OK;
   IN_SCOPE(g, hc_gpu_scope_device(g, device, &sc_), g->v->mem_free(p), "free device memory");
 }
 
-hc_result_t hc_gpu_host_alloc(struct hc_gpu *g, size_t n, void **p) {
+hc_result_t hc_gpu_host_alloc(void *ctx, size_t n, void **p) {
+  struct hc_gpu *g = ctx;
   struct hc_gpu_scope sc;
   *p = NULL;
   HC_TRY(hc_gpu_scope_device(g, -1, &sc));
@@ -204,12 +215,14 @@ hc_result_t hc_gpu_host_alloc(struct hc_gpu *g, size_t n, void **p) {
   return HC_OK;
 }
 
-hc_result_t hc_gpu_host_free(struct hc_gpu *g, void *p) {
+hc_result_t hc_gpu_host_free(void *ctx, void *p) {
+  struct hc_gpu *g = ctx;
   if (p == NULL) return HC_OK;
   IN_SCOPE(g, hc_gpu_scope_device(g, -1, &sc_), g->v->host_free(p), "free pinned host memory");
 }
 
-hc_result_t hc_gpu_host_register(struct hc_gpu *g, void *p, size_t n) {
+hc_result_t hc_gpu_host_register(void *ctx, void *p, size_t n) {
+  struct hc_gpu *g = ctx;
   struct hc_gpu_scope sc;
   HC_TRY(hc_gpu_scope_device(g, -1, &sc));
   int e = g->v->host_register(p, n);
@@ -220,7 +233,8 @@ hc_result_t hc_gpu_host_register(struct hc_gpu *g, void *p, size_t n) {
   return HC_OK;
 }
 
-hc_result_t hc_gpu_dmabuf_export(struct hc_gpu *g, const void *p, size_t n, int *fd, uint64_t *offset) {
+hc_result_t hc_gpu_dmabuf_export(void *ctx, const void *p, size_t n, int *fd, uint64_t *offset) {
+  struct hc_gpu *g = ctx;
   *fd = -1;
   *offset = 0;
   if (g->v->dmabuf_export == NULL)
@@ -239,11 +253,13 @@ hc_result_t hc_gpu_dmabuf_export(struct hc_gpu *g, const void *p, size_t n, int 
   return HC_OK;
 }
 
-hc_result_t hc_gpu_host_unregister(struct hc_gpu *g, void *p) {
+hc_result_t hc_gpu_host_unregister(void *ctx, void *p) {
+  struct hc_gpu *g = ctx;
   IN_SCOPE(g, hc_gpu_scope_device(g, -1, &sc_), g->v->host_unregister(p), "unregister host memory");
 }
 
-hc_result_t hc_gpu_ptr_query(struct hc_gpu *g, const void *p, struct hc_ptr_info *out) {
+hc_result_t hc_gpu_ptr_query(void *ctx, const void *p, struct hc_ptr_info *out) {
+  struct hc_gpu *g = ctx;
   enum hc_gpu_ptr_type type = HC_GPU_PTR_UNKNOWN;
   int device = -1;
   *out = (struct hc_ptr_info){.kind = HC_MEM_HOST, .device = -1};
@@ -272,7 +288,8 @@ hc_result_t hc_gpu_ptr_query(struct hc_gpu *g, const void *p, struct hc_ptr_info
 
 /* ---- copies, streams, events ---- */
 
-hc_result_t hc_gpu_copy(struct hc_gpu *g, void *dst, const void *src, size_t n, hc_stream_t s) {
+hc_result_t hc_gpu_copy(void *ctx, void *dst, const void *src, size_t n, hc_stream_t s) {
+  struct hc_gpu *g = ctx;
   if (n == 0 || dst == src) return HC_OK;
   struct hc_gpu_scope sc;
   HC_TRY(hc_gpu_scope_stream(g, s, &sc));
@@ -284,41 +301,49 @@ hc_result_t hc_gpu_copy(struct hc_gpu *g, void *dst, const void *src, size_t n, 
   return HC_OK;
 }
 
-hc_result_t hc_gpu_stream_create(struct hc_gpu *g, int device, hc_stream_t *s) {
+hc_result_t hc_gpu_stream_create(void *ctx, int device, hc_stream_t *s) {
+  struct hc_gpu *g = ctx;
   *s = NULL;
   IN_SCOPE(g, hc_gpu_scope_device(g, device, &sc_), g->v->stream_create(s), "create a stream");
 }
 
-hc_result_t hc_gpu_stream_destroy(struct hc_gpu *g, hc_stream_t s) {
+hc_result_t hc_gpu_stream_destroy(void *ctx, hc_stream_t s) {
+  struct hc_gpu *g = ctx;
   if (s == NULL) return HC_OK;
   IN_SCOPE(g, hc_gpu_scope_stream(g, s, &sc_), g->v->stream_destroy(s), "destroy a stream");
 }
 
-hc_result_t hc_gpu_stream_sync(struct hc_gpu *g, hc_stream_t s) {
+hc_result_t hc_gpu_stream_sync(void *ctx, hc_stream_t s) {
+  struct hc_gpu *g = ctx;
   IN_SCOPE(g, hc_gpu_scope_stream(g, s, &sc_), g->v->stream_sync(s), "synchronise a stream");
 }
 
-hc_result_t hc_gpu_stream_capturing(struct hc_gpu *g, hc_stream_t s, bool *capturing) {
+hc_result_t hc_gpu_stream_capturing(void *ctx, hc_stream_t s, bool *capturing) {
+  struct hc_gpu *g = ctx;
   *capturing = false;
   IN_SCOPE(g, hc_gpu_scope_stream(g, s, &sc_), g->v->stream_capturing(s, capturing),
            "query stream capture");
 }
 
-hc_result_t hc_gpu_event_create(struct hc_gpu *g, hc_event_t *e) {
+hc_result_t hc_gpu_event_create(void *ctx, hc_event_t *e) {
+  struct hc_gpu *g = ctx;
   *e = NULL;
   IN_SCOPE(g, hc_gpu_scope_device(g, -1, &sc_), g->v->event_create(e), "create an event");
 }
 
-hc_result_t hc_gpu_event_destroy(struct hc_gpu *g, hc_event_t e) {
+hc_result_t hc_gpu_event_destroy(void *ctx, hc_event_t e) {
+  struct hc_gpu *g = ctx;
   if (e == NULL) return HC_OK;
   IN_SCOPE(g, hc_gpu_scope_device(g, -1, &sc_), g->v->event_destroy(e), "destroy an event");
 }
 
-hc_result_t hc_gpu_event_record(struct hc_gpu *g, hc_event_t e, hc_stream_t s) {
+hc_result_t hc_gpu_event_record(void *ctx, hc_event_t e, hc_stream_t s) {
+  struct hc_gpu *g = ctx;
   IN_SCOPE(g, hc_gpu_scope_stream(g, s, &sc_), g->v->event_record(e, s), "record an event");
 }
 
-hc_result_t hc_gpu_event_query(struct hc_gpu *g, hc_event_t ev, int *done) {
+hc_result_t hc_gpu_event_query(void *ctx, hc_event_t ev, int *done) {
+  struct hc_gpu *g = ctx;
   *done = 0;
   int e = g->v->event_query(ev);
   if (e == g->v->err_not_ready) return HC_OK;
@@ -327,7 +352,8 @@ hc_result_t hc_gpu_event_query(struct hc_gpu *g, hc_event_t ev, int *done) {
   return HC_OK;
 }
 
-hc_result_t hc_gpu_stream_wait_event(struct hc_gpu *g, hc_stream_t s, hc_event_t e) {
+hc_result_t hc_gpu_stream_wait_event(void *ctx, hc_stream_t s, hc_event_t e) {
+  struct hc_gpu *g = ctx;
   IN_SCOPE(g, hc_gpu_scope_stream(g, s, &sc_), g->v->stream_wait_event(s, e),
            "make a stream wait for an event");
 }
@@ -421,15 +447,18 @@ static hc_result_t flag_op(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *f
                  wait ? "wait on" : "write", (void *)flag, (unsigned long long)v, g->v->err_str(e), e);
 }
 
-hc_result_t hc_gpu_flag_wait(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *flag, uint64_t v) {
+hc_result_t hc_gpu_flag_wait(void *ctx, hc_stream_t s, volatile uint64_t *flag, uint64_t v) {
+  struct hc_gpu *g = ctx;
   return flag_op(g, s, flag, v, true);
 }
 
-hc_result_t hc_gpu_flag_write(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *flag, uint64_t v) {
+hc_result_t hc_gpu_flag_write(void *ctx, hc_stream_t s, volatile uint64_t *flag, uint64_t v) {
+  struct hc_gpu *g = ctx;
   return flag_op(g, s, flag, v, false);
 }
 
-hc_result_t hc_gpu_flag_batch(struct hc_gpu *g, hc_stream_t s, const struct hc_flag_op *ops, int n) {
+hc_result_t hc_gpu_flag_batch(void *ctx, hc_stream_t s, const struct hc_flag_op *ops, int n) {
+  struct hc_gpu *g = ctx;
   if (n > 1 && g->v->batch_values64 != NULL && atomic_load(&g->mem_ops) && !atomic_load(&g->force_host_flags)) {
     struct hc_gpu_scope sc;
     HC_TRY(hc_gpu_scope_stream(g, s, &sc));
@@ -444,7 +473,8 @@ hc_result_t hc_gpu_flag_batch(struct hc_gpu *g, hc_stream_t s, const struct hc_f
   return HC_OK;
 }
 
-hc_result_t hc_gpu_pci_bus_id(struct hc_gpu *g, int device, char *out, size_t len) {
+hc_result_t hc_gpu_pci_bus_id(void *ctx, int device, char *out, size_t len) {
+  struct hc_gpu *g = ctx;
   if (len) out[0] = 0;
   HC_TRY(check_device(g, device));
   if (g->v->pci_bus_id == NULL)
@@ -456,7 +486,8 @@ hc_result_t hc_gpu_pci_bus_id(struct hc_gpu *g, int device, char *out, size_t le
 
 /* ---- datatypes ---- */
 
-hc_result_t hc_gpu_fp8_layout(struct hc_gpu *g, int device, enum hc_fp8_layout *out) {
+hc_result_t hc_gpu_fp8_layout(void *ctx, int device, enum hc_fp8_layout *out) {
+  struct hc_gpu *g = ctx;
   int major = 0, minor = 0;
   *out = HC_FP8_OCP;
   HC_TRY(check_device(g, device));

@@ -176,36 +176,36 @@ struct hc_gpu {
 };
 
 /* The generic ops (gpu.c, gpu_reduce.c): hc_dev_ops entries plus the state. */
-hc_result_t hc_gpu_load(struct hc_gpu *g, struct hc_dev_caps *caps);
-hc_result_t hc_gpu_mem_alloc(struct hc_gpu *g, int device, size_t n, void **p);
-hc_result_t hc_gpu_mem_free(struct hc_gpu *g, int device, void *p);
-hc_result_t hc_gpu_copy(struct hc_gpu *g, void *dst, const void *src, size_t n, hc_stream_t s);
-hc_result_t hc_gpu_reduce(struct hc_gpu *g, const struct hc_reduce_args *a, hc_stream_t s);
-hc_result_t hc_gpu_scale(struct hc_gpu *g, const struct hc_scale_args *a, hc_stream_t s);
-hc_result_t hc_gpu_ptr_query(struct hc_gpu *g, const void *p, struct hc_ptr_info *out);
-hc_result_t hc_gpu_set_device(struct hc_gpu *g, int device);
-hc_result_t hc_gpu_host_alloc(struct hc_gpu *g, size_t n, void **p);
-hc_result_t hc_gpu_host_free(struct hc_gpu *g, void *p);
-hc_result_t hc_gpu_host_register(struct hc_gpu *g, void *p, size_t n);
+hc_result_t hc_gpu_load(void *ctx, struct hc_dev_caps *caps);
+hc_result_t hc_gpu_mem_alloc(void *ctx, int device, size_t n, void **p);
+hc_result_t hc_gpu_mem_free(void *ctx, int device, void *p);
+hc_result_t hc_gpu_copy(void *ctx, void *dst, const void *src, size_t n, hc_stream_t s);
+hc_result_t hc_gpu_reduce(void *ctx, const struct hc_reduce_args *a, hc_stream_t s);
+hc_result_t hc_gpu_scale(void *ctx, const struct hc_scale_args *a, hc_stream_t s);
+hc_result_t hc_gpu_ptr_query(void *ctx, const void *p, struct hc_ptr_info *out);
+hc_result_t hc_gpu_set_device(void *ctx, int device);
+hc_result_t hc_gpu_host_alloc(void *ctx, size_t n, void **p);
+hc_result_t hc_gpu_host_free(void *ctx, void *p);
+hc_result_t hc_gpu_host_register(void *ctx, void *p, size_t n);
 /* hc_dev_ops.dmabuf_export; HC_ERR_DEVICE when the vendor has none. */
-hc_result_t hc_gpu_dmabuf_export(struct hc_gpu *g, const void *p, size_t n, int *fd, uint64_t *offset);
-hc_result_t hc_gpu_host_unregister(struct hc_gpu *g, void *p);
-hc_result_t hc_gpu_stream_create(struct hc_gpu *g, int device, hc_stream_t *s);
-hc_result_t hc_gpu_stream_destroy(struct hc_gpu *g, hc_stream_t s);
-hc_result_t hc_gpu_event_create(struct hc_gpu *g, hc_event_t *e);
-hc_result_t hc_gpu_event_destroy(struct hc_gpu *g, hc_event_t e);
-hc_result_t hc_gpu_event_record(struct hc_gpu *g, hc_event_t e, hc_stream_t s);
-hc_result_t hc_gpu_event_query(struct hc_gpu *g, hc_event_t e, int *done);
-hc_result_t hc_gpu_stream_wait_event(struct hc_gpu *g, hc_stream_t s, hc_event_t e);
-hc_result_t hc_gpu_flag_wait(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *flag, uint64_t v);
-hc_result_t hc_gpu_flag_write(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *flag, uint64_t v);
-hc_result_t hc_gpu_flag_batch(struct hc_gpu *g, hc_stream_t s, const struct hc_flag_op *ops, int n);
-hc_result_t hc_gpu_stream_sync(struct hc_gpu *g, hc_stream_t s);
-hc_result_t hc_gpu_stream_capturing(struct hc_gpu *g, hc_stream_t s, bool *capturing);
-hc_result_t hc_gpu_current_device(struct hc_gpu *g, int *device);
-hc_result_t hc_gpu_fp8_layout(struct hc_gpu *g, int device, enum hc_fp8_layout *out);
-hc_result_t hc_gpu_pci_bus_id(struct hc_gpu *g, int device, char *out, size_t len);
-hc_result_t hc_gpu_thread_bound(struct hc_gpu *g, bool *bound);
+hc_result_t hc_gpu_dmabuf_export(void *ctx, const void *p, size_t n, int *fd, uint64_t *offset);
+hc_result_t hc_gpu_host_unregister(void *ctx, void *p);
+hc_result_t hc_gpu_stream_create(void *ctx, int device, hc_stream_t *s);
+hc_result_t hc_gpu_stream_destroy(void *ctx, hc_stream_t s);
+hc_result_t hc_gpu_event_create(void *ctx, hc_event_t *e);
+hc_result_t hc_gpu_event_destroy(void *ctx, hc_event_t e);
+hc_result_t hc_gpu_event_record(void *ctx, hc_event_t e, hc_stream_t s);
+hc_result_t hc_gpu_event_query(void *ctx, hc_event_t e, int *done);
+hc_result_t hc_gpu_stream_wait_event(void *ctx, hc_stream_t s, hc_event_t e);
+hc_result_t hc_gpu_flag_wait(void *ctx, hc_stream_t s, volatile uint64_t *flag, uint64_t v);
+hc_result_t hc_gpu_flag_write(void *ctx, hc_stream_t s, volatile uint64_t *flag, uint64_t v);
+hc_result_t hc_gpu_flag_batch(void *ctx, hc_stream_t s, const struct hc_flag_op *ops, int n);
+hc_result_t hc_gpu_stream_sync(void *ctx, hc_stream_t s);
+hc_result_t hc_gpu_stream_capturing(void *ctx, hc_stream_t s, bool *capturing);
+hc_result_t hc_gpu_current_device(void *ctx, int *device);
+hc_result_t hc_gpu_fp8_layout(void *ctx, int device, enum hc_fp8_layout *out);
+hc_result_t hc_gpu_pci_bus_id(void *ctx, int device, char *out, size_t len);
+hc_result_t hc_gpu_thread_bound(void *ctx, bool *bound);
 
 /* ---- shared between gpu.c and gpu_reduce.c ---- */
 
@@ -250,111 +250,49 @@ extern const struct hc_gpu_vendor hc_gpu_vendor_cuda;
 extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
 
 /*
- * The hc_dev_ops table of a vendor: one trampoline per op that passes the
- * backend's state to the generic op. A vendor file ends with
+ * The hc_dev_ops table of a vendor: the generic ops, with the backend's
+ * state as their ctx. A vendor file ends with
  *   static struct hc_gpu cuda_gpu = HC_GPU_STATE_INIT(&hc_gpu_vendor_cuda);
- *   HC_GPU_BACKEND(cuda_gpu, hc_dev_cuda, "cuda", HC_MEM_CUDA)
+ *   const struct hc_dev_ops hc_dev_cuda = HC_GPU_OPS(cuda_gpu, "cuda", HC_MEM_CUDA);
  */
 #define HC_GPU_STATE_INIT(vendor) {.v = (vendor), .lock = PTHREAD_MUTEX_INITIALIZER}
 
-#define HC_GPU_BACKEND(st, sym, backend_name, mem_kind)                                    \
-  static hc_result_t st##_load(struct hc_dev_caps *c) { return hc_gpu_load(&st, c); }     \
-  static hc_result_t st##_mem_alloc(int d, size_t n, void **p) {                           \
-    return hc_gpu_mem_alloc(&st, d, n, p);                                                 \
-  }                                                                                        \
-  static hc_result_t st##_mem_free(int d, void *p) { return hc_gpu_mem_free(&st, d, p); } \
-  static hc_result_t st##_copy(void *d, const void *s, size_t n, hc_stream_t q) {          \
-    return hc_gpu_copy(&st, d, s, n, q);                                                   \
-  }                                                                                        \
-  static hc_result_t st##_reduce(const struct hc_reduce_args *a, hc_stream_t q) {          \
-    return hc_gpu_reduce(&st, a, q);                                                       \
-  }                                                                                        \
-  static hc_result_t st##_scale(const struct hc_scale_args *a, hc_stream_t q) {            \
-    return hc_gpu_scale(&st, a, q);                                                        \
-  }                                                                                        \
-  static hc_result_t st##_ptr_query(const void *p, struct hc_ptr_info *o) {                \
-    return hc_gpu_ptr_query(&st, p, o);                                                    \
-  }                                                                                        \
-  static hc_result_t st##_set_device(int d) { return hc_gpu_set_device(&st, d); }          \
-  static hc_result_t st##_host_alloc(size_t n, void **p) { return hc_gpu_host_alloc(&st, n, p); } \
-  static hc_result_t st##_host_free(void *p) { return hc_gpu_host_free(&st, p); }          \
-  static hc_result_t st##_host_register(void *p, size_t n) {                               \
-    return hc_gpu_host_register(&st, p, n);                                                \
-  }                                                                                        \
-  static hc_result_t st##_host_unregister(void *p) { return hc_gpu_host_unregister(&st, p); } \
-  static hc_result_t st##_stream_create(int d, hc_stream_t *q) {                           \
-    return hc_gpu_stream_create(&st, d, q);                                                \
-  }                                                                                        \
-  static hc_result_t st##_stream_destroy(hc_stream_t q) { return hc_gpu_stream_destroy(&st, q); } \
-  static hc_result_t st##_event_create(hc_event_t *e) { return hc_gpu_event_create(&st, e); } \
-  static hc_result_t st##_event_destroy(hc_event_t e) { return hc_gpu_event_destroy(&st, e); } \
-  static hc_result_t st##_event_record(hc_event_t e, hc_stream_t q) {                      \
-    return hc_gpu_event_record(&st, e, q);                                                 \
-  }                                                                                        \
-  static hc_result_t st##_event_query(hc_event_t e, int *done) {                           \
-    return hc_gpu_event_query(&st, e, done);                                               \
-  }                                                                                        \
-  static hc_result_t st##_stream_wait_event(hc_stream_t q, hc_event_t e) {                 \
-    return hc_gpu_stream_wait_event(&st, q, e);                                            \
-  }                                                                                        \
-  static hc_result_t st##_flag_wait(hc_stream_t q, volatile uint64_t *f, uint64_t v) {     \
-    return hc_gpu_flag_wait(&st, q, f, v);                                                 \
-  }                                                                                        \
-  static hc_result_t st##_flag_write(hc_stream_t q, volatile uint64_t *f, uint64_t v) {    \
-    return hc_gpu_flag_write(&st, q, f, v);                                                \
-  }                                                                                        \
-  static hc_result_t st##_flag_batch(hc_stream_t q, const struct hc_flag_op *o, int n) {   \
-    return hc_gpu_flag_batch(&st, q, o, n);                                                \
-  }                                                                                        \
-  static hc_result_t st##_stream_sync(hc_stream_t q) { return hc_gpu_stream_sync(&st, q); } \
-  static hc_result_t st##_stream_capturing(hc_stream_t q, bool *c) {                       \
-    return hc_gpu_stream_capturing(&st, q, c);                                             \
-  }                                                                                        \
-  static hc_result_t st##_current_device(int *d) { return hc_gpu_current_device(&st, d); } \
-  static hc_result_t st##_fp8_layout(int d, enum hc_fp8_layout *o) {                       \
-    return hc_gpu_fp8_layout(&st, d, o);                                                   \
-  }                                                                                        \
-  static hc_result_t st##_thread_bound(bool *b) { return hc_gpu_thread_bound(&st, b); }     \
-  static hc_result_t st##_dmabuf_export(const void *p, size_t n, int *fd, uint64_t *off) { \
-    return hc_gpu_dmabuf_export(&st, p, n, fd, off);                                       \
-  }                                                                                        \
-  static hc_result_t st##_pci_bus_id(int d, char *o, size_t n) {                           \
-    return hc_gpu_pci_bus_id(&st, d, o, n);                                                \
-  }                                                                                        \
-  const struct hc_dev_ops sym = {                                                          \
-      .size = sizeof(struct hc_dev_ops),                                                   \
-      .abi = HC_DEV_ABI,                                                                   \
-      .name = backend_name,                                                                \
-      .kind = mem_kind,                                                                    \
-      .load = st##_load,                                                                   \
-      .mem_alloc = st##_mem_alloc,                                                         \
-      .mem_free = st##_mem_free,                                                           \
-      .copy = st##_copy,                                                                   \
-      .reduce = st##_reduce,                                                               \
-      .scale = st##_scale,                                                                 \
-      .ptr_query = st##_ptr_query,                                                         \
-      .set_device = st##_set_device,                                                       \
-      .host_alloc = st##_host_alloc,                                                       \
-      .host_free = st##_host_free,                                                         \
-      .host_register = st##_host_register,                                                 \
-      .host_unregister = st##_host_unregister,                                             \
-      .stream_create = st##_stream_create,                                                 \
-      .stream_destroy = st##_stream_destroy,                                               \
-      .event_create = st##_event_create,                                                   \
-      .event_destroy = st##_event_destroy,                                                 \
-      .event_record = st##_event_record,                                                   \
-      .event_query = st##_event_query,                                                     \
-      .stream_wait_event = st##_stream_wait_event,                                         \
-      .flag_wait = st##_flag_wait,                                                         \
-      .flag_write = st##_flag_write,                                                       \
-      .stream_sync = st##_stream_sync,                                                     \
-      .stream_capturing = st##_stream_capturing,                                           \
-      .current_device = st##_current_device,                                               \
-      .flag_batch = st##_flag_batch,                                                       \
-      .fp8_layout = st##_fp8_layout,                                                       \
-      .thread_bound = st##_thread_bound,                                                   \
-      .dmabuf_export = st##_dmabuf_export,                                                 \
-      .pci_bus_id = st##_pci_bus_id,                                                       \
-  };
+#define HC_GPU_OPS(state, backend_name, mem_kind)                               \
+  {                                                                             \
+      .size = sizeof(struct hc_dev_ops),                                        \
+      .abi = HC_DEV_ABI,                                                        \
+      .name = (backend_name),                                                   \
+      .kind = (mem_kind),                                                       \
+      .ctx = &(state),                                                          \
+      .load = hc_gpu_load,                                                      \
+      .mem_alloc = hc_gpu_mem_alloc,                                            \
+      .mem_free = hc_gpu_mem_free,                                              \
+      .copy = hc_gpu_copy,                                                      \
+      .reduce = hc_gpu_reduce,                                                  \
+      .scale = hc_gpu_scale,                                                    \
+      .ptr_query = hc_gpu_ptr_query,                                            \
+      .set_device = hc_gpu_set_device,                                          \
+      .host_alloc = hc_gpu_host_alloc,                                          \
+      .host_free = hc_gpu_host_free,                                            \
+      .host_register = hc_gpu_host_register,                                    \
+      .host_unregister = hc_gpu_host_unregister,                                \
+      .stream_create = hc_gpu_stream_create,                                    \
+      .stream_destroy = hc_gpu_stream_destroy,                                  \
+      .event_create = hc_gpu_event_create,                                      \
+      .event_destroy = hc_gpu_event_destroy,                                    \
+      .event_record = hc_gpu_event_record,                                      \
+      .event_query = hc_gpu_event_query,                                        \
+      .stream_wait_event = hc_gpu_stream_wait_event,                            \
+      .flag_wait = hc_gpu_flag_wait,                                            \
+      .flag_write = hc_gpu_flag_write,                                          \
+      .stream_sync = hc_gpu_stream_sync,                                        \
+      .stream_capturing = hc_gpu_stream_capturing,                              \
+      .current_device = hc_gpu_current_device,                                  \
+      .flag_batch = hc_gpu_flag_batch,                                          \
+      .fp8_layout = hc_gpu_fp8_layout,                                          \
+      .thread_bound = hc_gpu_thread_bound,                                      \
+      .dmabuf_export = hc_gpu_dmabuf_export,                                    \
+      .pci_bus_id = hc_gpu_pci_bus_id,                                          \
+  }
 
 #endif

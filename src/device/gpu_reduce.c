@@ -323,7 +323,8 @@ out:
 
 /* ---- the ops ---- */
 
-hc_result_t hc_gpu_reduce(struct hc_gpu *g, const struct hc_reduce_args *a, hc_stream_t s) {
+hc_result_t hc_gpu_reduce(void *ctx, const struct hc_reduce_args *a, hc_stream_t s) {
+  struct hc_gpu *g = ctx;
   if ((unsigned)a->dtype >= HC_DTYPE_COUNT || (unsigned)a->op >= HC_AVG)
     return HC_FAIL(HC_ERR_ARG, "%s: reduce: unsupported dtype %d / op %d", g->v->name,
                    (int)a->dtype, (int)a->op);
@@ -383,7 +384,8 @@ static void scale_params(const struct hc_scale_args *a, uint64_t *u, double *fd,
   }
 }
 
-hc_result_t hc_gpu_scale(struct hc_gpu *g, const struct hc_scale_args *a, hc_stream_t s) {
+hc_result_t hc_gpu_scale(void *ctx, const struct hc_scale_args *a, hc_stream_t s) {
+  struct hc_gpu *g = ctx;
   if ((unsigned)a->dtype >= HC_DTYPE_COUNT || (a->kind != HC_SCALE_MUL && a->kind != HC_SCALE_DIV))
     return HC_FAIL(HC_ERR_ARG, "%s: scale: unsupported dtype %d / kind %d", g->v->name,
                    (int)a->dtype, (int)a->kind);

@@ -479,4 +479,4 @@ const struct hc_gpu_vendor hc_gpu_vendor_hip = {
 };
 
 static struct hc_gpu hip_gpu = HC_GPU_STATE_INIT(&hc_gpu_vendor_hip);
-HC_GPU_BACKEND(hip_gpu, hc_dev_hip, "hip", HC_MEM_HIP)
+const struct hc_dev_ops hc_dev_hip = HC_GPU_OPS(hip_gpu, "hip", HC_MEM_HIP);

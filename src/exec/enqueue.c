@@ -121,12 +121,12 @@ static hc_result_t ensure_cap(struct hc_gpu_lanes *g, int n) {
 void hc_gpu_lanes_destroy(struct hc_gpu_lanes *g) {
   if (g == NULL) return;
   if (g->counters && g->exit[HC_LANE_TO_HOST]) hc_gpu_lanes_wait_idle(g, hc_deadline_ns()); /* fully made */
-  if (g->stream[HC_LANE_TO_HOST]) g->dev->stream_destroy(g->stream[HC_LANE_TO_HOST]);
-  g->dev->event_destroy(g->entry);
-  for (int l = 0; l < HC_LANE_COUNT; l++) g->dev->event_destroy(g->exit[l]);
-  for (int e = 0; e < g->nevents; e++) g->dev->event_destroy(g->events[e]);
+  if (g->stream[HC_LANE_TO_HOST]) hc_dev_stream_destroy(g->dev, g->stream[HC_LANE_TO_HOST]);
+  hc_dev_event_destroy(g->dev, g->entry);
+  for (int l = 0; l < HC_LANE_COUNT; l++) hc_dev_event_destroy(g->dev, g->exit[l]);
+  for (int e = 0; e < g->nevents; e++) hc_dev_event_destroy(g->dev, g->events[e]);
   free(g->events);
-  if (g->counters) g->dev->host_free((void *)g->counters);
+  if (g->counters) hc_dev_host_free(g->dev, (void *)g->counters);
   free_plan_arrays(g);
   free(g->queue_pos);
   free(g->synced_queue);
@@ -164,11 +164,11 @@ hc_result_t hc_gpu_lanes_create(const struct hc_dev_ops *dev, int device, int ra
     goto fail;
   }
   for (size_t q = 0; q < nq; q++) g->merge_q[q] = -1;
-  HC_TRY_GOTO(dev->stream_create(device, &g->stream[HC_LANE_TO_HOST]), r, fail);
-  HC_TRY_GOTO(dev->event_create(&g->entry), r, fail);
-  for (int l = 0; l < HC_LANE_COUNT; l++) HC_TRY_GOTO(dev->event_create(&g->exit[l]), r, fail);
+  HC_TRY_GOTO(hc_dev_stream_create(dev, device, &g->stream[HC_LANE_TO_HOST]), r, fail);
+  HC_TRY_GOTO(hc_dev_event_create(dev, &g->entry), r, fail);
+  for (int l = 0; l < HC_LANE_COUNT; l++) HC_TRY_GOTO(hc_dev_event_create(dev, &g->exit[l]), r, fail);
   size_t bytes = (HC_LANE_COUNT + nq) * sizeof(atomic_ullong);
-  HC_TRY_GOTO(dev->host_alloc(bytes, (void **)&g->counters), r, fail);
+  HC_TRY_GOTO(hc_dev_host_alloc(dev, bytes, (void **)&g->counters), r, fail);
   memset((void *)g->counters, 0, bytes);
   *out = g;
   return HC_OK;
@@ -187,7 +187,7 @@ hc_result_t hc_gpu_lanes_wait_idle(struct hc_gpu_lanes *g, uint64_t deadline_ns)
    * lane's end is its exit event (recorded by every plan that used it). */
   for (;;) {
     int done = 0;
-    HC_TRY(g->dev->event_query(g->exit[HC_LANE_TO_HOST], &done));
+    HC_TRY(hc_dev_event_query(g->dev, g->exit[HC_LANE_TO_HOST], &done));
     if (done && atomic_load(lane_counter(g, HC_LANE_MAIN)) >= g->lane_pos[HC_LANE_MAIN]) return HC_OK;
     if (hc_now_ns() > deadline_ns)
       return HC_FAIL(HC_ERR_REMOTE, "rank %d: GPU work of the comm still pending after HETCCL_TIMEOUT", g->rank);
@@ -197,7 +197,7 @@ hc_result_t hc_gpu_lanes_wait_idle(struct hc_gpu_lanes *g, uint64_t deadline_ns)
 
 bool hc_gpu_lanes_idle(struct hc_gpu_lanes *g) {
   int done = 0;
-  return g->dev->event_query(g->exit[HC_LANE_TO_HOST], &done) == HC_OK && done &&
+  return hc_dev_event_query(g->dev, g->exit[HC_LANE_TO_HOST], &done) == HC_OK && done &&
          atomic_load(lane_counter(g, HC_LANE_MAIN)) >= g->lane_pos[HC_LANE_MAIN];
 }
 
@@ -465,7 +465,7 @@ hc_result_t hc_gpu_prepare(struct hc_gpu_lanes *g, const struct hc_plan *p, stru
 static hc_result_t flush_flags(struct hc_gpu_lanes *g) {
   int n = g->nbatch;
   g->nbatch = 0;
-  return n ? g->dev->flag_batch(g->stream[g->batch_lane], g->batch, n) : HC_OK;
+  return n ? hc_dev_flag_batch(g->dev, g->stream[g->batch_lane], g->batch, n) : HC_OK;
 }
 
 /* A flag operation on lane: gathered with the ones just before it. */
@@ -497,7 +497,7 @@ static hc_result_t wait_queue(struct hc_gpu_lanes *g, int lane, int q, uint64_t 
 static hc_result_t start_lane(struct hc_gpu_lanes *g, int lane) {
   if (lane != HC_LANE_MAIN) {
     HC_TRY(flush_flags(g));
-    HC_TRY(g->dev->stream_wait_event(g->stream[lane], g->entry));
+    HC_TRY(hc_dev_stream_wait_event(g->dev, g->stream[lane], g->entry));
   }
   for (int m = 0; m < HC_LANE_COUNT; m++)
     if (m != lane) g->synced_lane[lane][m] = HC_MAX(g->synced_lane[lane][m], g->base_lane[m]);
@@ -505,45 +505,20 @@ static hc_result_t start_lane(struct hc_gpu_lanes *g, int lane) {
   return HC_OK;
 }
 
-/* One group of the vendor's sends and receives (a VENDOR step of coll
- * SEND), in bytes. The group is closed even when a call in it failed, so
- * that the vendor's group depth on this thread stays balanced. */
-static hc_result_t run_vendor_p2p(struct hc_gpu_lanes *g, const struct hc_step *st, hc_stream_t s) {
-  const struct hc_vendor *v = g->vendor;
-  void *vc = g->vendor_comm;
-  const struct hc_vendor_p2p *ops = st->src0;
-  HC_TRY(hc_vendor_check(v, vc, v->group_start(), "GroupStart"));
-  int vr = 0;
-  const char *what = "Send";
-  for (size_t k = 0; k < st->count && vr == 0; k++) {
-    what = ops[k].send ? "Send" : "Recv";
-    vr = ops[k].send ? v->send(ops[k].buf, ops[k].bytes, HC_UINT8, ops[k].peer, vc, s)
-                     : v->recv(ops[k].buf, ops[k].bytes, HC_UINT8, ops[k].peer, vc, s);
-  }
-  hc_result_t r = hc_vendor_check(v, vc, vr, what);
-  hc_result_t ended = hc_vendor_check(v, vc, v->group_end(), "GroupEnd");
-  return r != HC_OK ? r : ended;
-}
-
 /* A VENDOR step: the vendor's collective on its communicator of the group,
- * on the lane's stream (dtype and op values are the vendor's own). */
+ * on the lane's stream (dtype and op values are the vendor's own); coll
+ * SEND is a group of the vendor's sends and receives, in bytes. */
 static hc_result_t run_vendor_step(struct hc_gpu_lanes *g, const struct hc_step *st, hc_stream_t s) {
-  const struct hc_vendor *v = g->vendor;
-  void *vc = g->vendor_comm;
-  if (v == NULL) return HC_FAIL(HC_ERR_INTERNAL, "rank %d: a vendor step, but no vendor communicator", g->rank);
-  int vr;
-  switch (st->coll) {
-  case HC_COLL_SEND: return run_vendor_p2p(g, st, s);
-  case HC_COLL_ALLREDUCE: vr = v->all_reduce(st->src0, st->dst, st->count, st->dtype, st->redop, vc, s); break;
-  case HC_COLL_BROADCAST: vr = v->broadcast(st->src0, st->dst, st->count, st->dtype, st->peer, vc, s); break;
-  case HC_COLL_REDUCE: vr = v->reduce(st->src0, st->dst, st->count, st->dtype, st->redop, st->peer, vc, s); break;
-  case HC_COLL_ALLGATHER: vr = v->all_gather(st->src0, st->dst, st->count, st->dtype, vc, s); break;
-  case HC_COLL_REDUCESCATTER:
-    vr = v->reduce_scatter(st->src0, st->dst, st->count, st->dtype, st->redop, vc, s);
-    break;
-  default: return HC_FAIL(HC_ERR_INTERNAL, "rank %d: vendor step of collective %d", g->rank, st->coll);
-  }
-  return hc_vendor_check(v, vc, vr, hc_coll_name((enum hc_coll)st->coll));
+  if (g->vendor == NULL)
+    return HC_FAIL(HC_ERR_INTERNAL, "rank %d: a vendor step, but no vendor communicator", g->rank);
+  if (st->coll == HC_COLL_SEND) return hc_vendor_run_p2p(g->vendor, g->vendor_comm, st->src0, st->count, s);
+  /* Plans make only these; the others would need this rank's place in the
+   * group's vendor comm, which the lanes do not know. */
+  if (!hc_coll_reduces((enum hc_coll)st->coll) && st->coll != HC_COLL_BROADCAST && st->coll != HC_COLL_ALLGATHER)
+    return HC_FAIL(HC_ERR_INTERNAL, "rank %d: vendor step of collective %d", g->rank, st->coll);
+  const struct hc_vendor_call c = {.coll = (enum hc_coll)st->coll, .sendbuf = st->src0, .recvbuf = st->dst,
+                                   .count = st->count, .dtype = st->dtype, .op = st->redop, .root = st->peer};
+  return hc_vendor_run(g->vendor, g->vendor_comm, -1, 0, &c, s);
 }
 
 static hc_result_t run_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int i, int lane) {
@@ -552,7 +527,7 @@ static hc_result_t run_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int
     return reached(st->src0, st->count) ? HC_OK : flag_op(g, lane, st->src0, st->count, true);
   if (st->kind == HC_STEP_SIGNAL) return flag_op(g, lane, st->src0, st->count, false);
   HC_TRY(flush_flags(g));
-  if (g->partner[i] >= 0) return g->dev->copy(st->dst, p->steps[g->partner[i]].src0, st->count, g->stream[lane]);
+  if (g->partner[i] >= 0) return hc_dev_copy(g->dev, st->dst, p->steps[g->partner[i]].src0, st->count, g->stream[lane]);
   if (st->kind == HC_STEP_VENDOR) return run_vendor_step(g, st, g->stream[lane]);
   return hc_exec_local_step(g->dev, st, g->stream[lane]);
 }
@@ -565,24 +540,24 @@ hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_s
     hc_event_t *ev = realloc(g->events, (size_t)(g->nevents + 1) * sizeof(*ev));
     if (ev == NULL) return HC_FAIL(HC_ERR_SYSTEM, "enqueue: out of host memory for events");
     g->events = ev;
-    HC_TRY(dev->event_create(&g->events[g->nevents]));
+    HC_TRY(hc_dev_event_create(dev, &g->events[g->nevents]));
     g->nevents++;
   }
   /* One entry point: the first stream waits for the others' work, and for
    * the last plan's stream when it is another. */
   for (int u = 1; u < nuser; u++) {
-    HC_TRY(dev->event_record(g->entry, user[u]));
-    HC_TRY(dev->stream_wait_event(user[0], g->entry));
+    HC_TRY(hc_dev_event_record(dev, g->entry, user[u]));
+    HC_TRY(hc_dev_stream_wait_event(dev, user[0], g->entry));
   }
   if (g->main_known && g->stream[HC_LANE_MAIN] != user[0]) {
-    HC_TRY(dev->event_record(g->exit[HC_LANE_MAIN], g->stream[HC_LANE_MAIN]));
-    HC_TRY(dev->stream_wait_event(user[0], g->exit[HC_LANE_MAIN]));
+    HC_TRY(hc_dev_event_record(dev, g->exit[HC_LANE_MAIN], g->stream[HC_LANE_MAIN]));
+    HC_TRY(hc_dev_stream_wait_event(dev, user[0], g->exit[HC_LANE_MAIN]));
   }
   g->stream[HC_LANE_MAIN] = user[0];
   g->main_known = true;
   for (int l = 0; l < HC_LANE_COUNT; l++)
     if (l != HC_LANE_MAIN && g->last_on_lane[l] >= 0) {
-      HC_TRY(dev->event_record(g->entry, user[0]));
+      HC_TRY(hc_dev_event_record(dev, g->entry, user[0]));
       break;
     }
   bool started[HC_LANE_COUNT] = {false};
@@ -597,7 +572,7 @@ hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_s
       if (m == lane || d < 0 || g->pos[d] <= g->synced_lane[lane][m]) continue;
       g->synced_lane[lane][m] = g->pos[d];
       HC_TRY(flush_flags(g));
-      HC_TRY(dev->stream_wait_event(s, g->events[g->event[d]]));
+      HC_TRY(hc_dev_stream_wait_event(dev, s, g->events[g->event[d]]));
     }
     for (int x = 0; x < need->q_count; x++) {
       struct qref qr = g->qrefs[need->q_first + x];
@@ -608,15 +583,15 @@ hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_s
     HC_TRY(run_step(g, p, i, lane));
     if (g->event[i] >= 0) {
       HC_TRY(flush_flags(g));
-      HC_TRY(dev->event_record(g->events[g->event[i]], s));
+      HC_TRY(hc_dev_event_record(dev, g->events[g->event[i]], s));
     }
     if (g->flag_after[i]) HC_TRY(flag_op(g, lane, lane_counter(g, lane), g->pos[i], false));
   }
   HC_TRY(flush_flags(g));
   for (int l = 0; l < HC_LANE_COUNT; l++) {
     if (!started[l] || (l == HC_LANE_MAIN && nuser == 1)) continue;
-    HC_TRY(dev->event_record(g->exit[l], g->stream[l]));
-    for (int u = l == HC_LANE_MAIN; u < nuser; u++) HC_TRY(dev->stream_wait_event(user[u], g->exit[l]));
+    HC_TRY(hc_dev_event_record(dev, g->exit[l], g->stream[l]));
+    for (int u = l == HC_LANE_MAIN; u < nuser; u++) HC_TRY(hc_dev_stream_wait_event(dev, user[u], g->exit[l]));
   }
   return HC_OK;
 }

@@ -149,18 +149,18 @@ static void step_done(struct job_state *st, int i) {
 
 hc_result_t hc_exec_local_step(const struct hc_dev_ops *dev, const struct hc_step *s, hc_stream_t stream) {
   switch (s->kind) {
-  case HC_STEP_COPY: return dev->copy(s->dst, s->src0, s->count, stream);
+  case HC_STEP_COPY: return hc_dev_copy(dev, s->dst, s->src0, s->count, stream);
   case HC_STEP_REDUCE: {
     struct hc_reduce_args a = {.dst = s->dst, .src0 = s->src0, .src1 = s->src1, .count = s->count,
                                .dtype = s->dtype, .op = s->redop};
-    return dev->reduce(&a, stream);
+    return hc_dev_reduce(dev, &a, stream);
   }
   case HC_STEP_SCALE: {
     struct hc_scale_args a = {.dst = s->dst, .src = s->src0, .count = s->count,
                               .dtype = s->dtype, .kind = s->redop};
     if (a.kind == HC_SCALE_MUL) memcpy(a.factor, s->src1, hc_dtype_size(a.dtype));
     else memcpy(&a.divisor, s->src1, sizeof(a.divisor));
-    return dev->scale(&a, stream);
+    return hc_dev_scale(dev, &a, stream);
   }
   default: return HC_FAIL(HC_ERR_INTERNAL, "exec: step kind %d is not local", s->kind);
   }
@@ -233,7 +233,7 @@ static hc_result_t match_self(struct job_state *st, bool *moved) {
     if (send->count != recv->count)
       return HC_FAIL(HC_ERR_USAGE, "rank %d: mismatched counts: sends %zu bytes to itself, receives %zu",
                      me, send->count, recv->count);
-    HC_TRY(st->dev->copy(recv->dst, send->src0, send->count, NULL));
+    HC_TRY(hc_dev_copy(st->dev, recv->dst, send->src0, send->count, NULL));
     st->q_tail[qs] = ++st->q_head[qs];
     st->q_tail[qr] = ++st->q_head[qr];
     step_done(st, si);

@@ -263,7 +263,7 @@ static void gpu_pci_bus_id(const struct hc_net_args *a, char *out, size_t len) {
   if (gpu == NULL || !HC_HAS_OP(gpu, struct hc_dev_ops, pci_bus_id) || gpu->pci_bus_id == NULL) return;
   char saved[256];
   snprintf(saved, sizeof(saved), "%s", hc_last_error());
-  if (gpu->pci_bus_id(a->device_id, out, len) != HC_OK) {
+  if (hc_dev_pci_bus_id(gpu, a->device_id, out, len) != HC_OK) {
     HC_INFO(HC_NET, "ib: no PCI bus id for %s device %d (%s): the first active port serves", gpu->name, a->device_id,
             hc_last_error());
     out[0] = 0;

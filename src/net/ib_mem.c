@@ -188,7 +188,7 @@ static hc_result_t reg_device(struct hc_ib_ctx *ctx, const struct hc_ptr_info *i
   if (ctx->gdr_mode == HC_IB_GDR_DMABUF) {
     const struct hc_dev_ops *d = hc_dev_get(info->kind);
     uint64_t offset = 0;
-    HC_TRY(d->dmabuf_export(inside, len, &r->dmabuf_fd, &offset));
+    HC_TRY(hc_dev_dmabuf_export(d, inside, len, &r->dmabuf_fd, &offset));
     r->mr = ctx->v->ibv_reg_dmabuf_mr(ctx->pd, offset, len, (uint64_t)r->start, r->dmabuf_fd, access);
     if (r->mr != NULL) return HC_OK;
     int e = errno;
@@ -241,7 +241,7 @@ bool hc_ib_gdr_probe_reg(struct hc_ib_ctx *ctx, int device_id, char *path, size_
   bool ok = false;
   struct hc_ptr_info info = {.kind = (enum hc_mem_kind)ctx->device_kind, .device = device_id};
   struct hc_ib_reg r = {.dmabuf_fd = -1};
-  if (gpu->mem_alloc(device_id, probe_bytes, &buf) != HC_OK) {
+  if (hc_dev_mem_alloc(gpu, device_id, probe_bytes, &buf) != HC_OK) {
     snprintf(path, len, "staged: no device memory to try a registration with (%s)", hc_last_error());
   } else {
     /* Whole pages inside the allocation, as the cache registers them. */
@@ -258,7 +258,7 @@ bool hc_ib_gdr_probe_reg(struct hc_ib_ctx *ctx, int device_id, char *path, size_
       snprintf(path, len, "staged: %s", hc_last_error());
     if (r.mr) ctx->v->ibv_dereg_mr(r.mr);
     if (r.dmabuf_fd >= 0) close(r.dmabuf_fd);
-    gpu->mem_free(device_id, buf);
+    hc_dev_mem_free(gpu, device_id, buf);
   }
   if (!ok) ctx->gdr_mode = HC_IB_GDR_STAGE; /* the transport then never meets GPU memory */
   hc_set_last_error(saved);

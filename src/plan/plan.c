@@ -35,8 +35,8 @@ static void *buf_alloc(const struct hc_scratch_pool *pool, size_t bytes) {
   void *p = NULL;
   switch (pool->kind) {
   case HC_POOL_HOST: return aligned_alloc(4096, rounded);
-  case HC_POOL_PINNED: return pool->dev->host_alloc(rounded, &p) == HC_OK ? p : NULL;
-  case HC_POOL_DEVICE: return pool->dev->mem_alloc(pool->device, rounded, &p) == HC_OK ? p : NULL;
+  case HC_POOL_PINNED: return hc_dev_host_alloc(pool->dev, rounded, &p) == HC_OK ? p : NULL;
+  case HC_POOL_DEVICE: return hc_dev_mem_alloc(pool->dev, pool->device, rounded, &p) == HC_OK ? p : NULL;
   }
   return NULL;
 }
@@ -45,8 +45,8 @@ static void buf_free(const struct hc_scratch_pool *pool, void *p) {
   if (p == NULL) return;
   switch (pool->kind) {
   case HC_POOL_HOST: free(p); break;
-  case HC_POOL_PINNED: pool->dev->host_free(p); break;
-  case HC_POOL_DEVICE: pool->dev->mem_free(pool->device, p); break;
+  case HC_POOL_PINNED: hc_dev_host_free(pool->dev, p); break;
+  case HC_POOL_DEVICE: hc_dev_mem_free(pool->dev, pool->device, p); break;
   }
 }
 
@@ -246,19 +246,6 @@ hc_ref_t hc_push_vendor_p2p(struct hc_plan *p, const struct hc_vendor_p2p *ops, 
   memcpy(kept, ops, (size_t)n * sizeof(*ops));
   return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_VENDOR, .coll = HC_COLL_SEND, .src0 = kept,
                                           .count = (size_t)n, HC_DEPS(d0, d1)});
-}
-
-/* ---- names ---- */
-
-const char *hc_coll_name(enum hc_coll c) {
-  static const char *const names[HC_COLL_COUNT] = {
-      "AllReduce", "Broadcast", "Reduce",  "AllGather", "ReduceScatter", "AlltoAll",
-      "AlltoAllv", "Gather",    "Scatter", "Send",      "Recv"};
-  return (unsigned)c < HC_COLL_COUNT ? names[c] : "?";
-}
-
-bool hc_coll_reduces(enum hc_coll c) {
-  return c == HC_COLL_ALLREDUCE || c == HC_COLL_REDUCE || c == HC_COLL_REDUCESCATTER;
 }
 
 /* ---- signatures ----

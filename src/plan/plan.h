@@ -22,15 +22,7 @@
 
 #include "../device/device.h"
 #include "../net/net.h"
-
-enum hc_coll {
-  HC_COLL_ALLREDUCE, HC_COLL_BROADCAST, HC_COLL_REDUCE, HC_COLL_ALLGATHER,
-  HC_COLL_REDUCESCATTER, HC_COLL_ALLTOALL, HC_COLL_ALLTOALLV, HC_COLL_GATHER,
-  HC_COLL_SCATTER, HC_COLL_SEND, HC_COLL_RECV, HC_COLL_COUNT
-};
-const char *hc_coll_name(enum hc_coll c);
-/* All-reduce, reduce and reduce-scatter: the collectives that combine. */
-bool hc_coll_reduces(enum hc_coll c);
+#include "../vendor/vendor.h"
 
 /* The algorithms of the table in algos.c; AUTO: the table's choice. */
 enum hc_algo { HC_ALGO_AUTO, HC_ALGO_RING, HC_ALGO_RD, HC_ALGO_TREE, HC_ALGO_HIER, HC_ALGO_ONESTEP, HC_ALGO_DIRECT,
@@ -113,15 +105,6 @@ struct hc_step {
   /* Earlier steps that must be done first, as 1 + their index, so that a
    * zero-initialised entry means "none". */
   int32_t deps[HC_STEP_MAX_DEPS];
-};
-
-/* One send or receive of a VENDOR step of coll SEND, in bytes; peer is an
- * index among the group's members. */
-struct hc_vendor_p2p {
-  void *buf; /* send: read; receive: written */
-  size_t bytes;
-  int32_t peer;
-  bool send;
 };
 
 /* A buffer a plan took from a pool, and the pool it goes back to. */

@@ -45,6 +45,17 @@ const char *hc_redop_name(enum hc_redop op) {
   return (unsigned)op < HC_REDOP_COUNT ? names[op] : "?";
 }
 
+const char *hc_coll_name(enum hc_coll c) {
+  static const char *const names[HC_COLL_COUNT] = {
+      "AllReduce", "Broadcast", "Reduce",  "AllGather", "ReduceScatter", "AlltoAll",
+      "AlltoAllv", "Gather",    "Scatter", "Send",      "Recv"};
+  return (unsigned)c < HC_COLL_COUNT ? names[c] : "?";
+}
+
+bool hc_coll_reduces(enum hc_coll c) {
+  return c == HC_COLL_ALLREDUCE || c == HC_COLL_REDUCE || c == HC_COLL_REDUCESCATTER;
+}
+
 hc_result_t hc_calloc(void *out_ptr, size_t n, size_t size, const char *what) {
   void *p = calloc(n ? n : 1, size ? size : 1);
   *(void **)out_ptr = p;

@@ -165,6 +165,16 @@ const char *hc_dtype_name(enum hc_dtype t); /* nccl-tests' names: "float", "half
 const char *hc_redop_name(enum hc_redop op);
 bool hc_dtype_is_float(enum hc_dtype t);
 
+/* ---- collectives (the API's, in its order) ---- */
+enum hc_coll {
+  HC_COLL_ALLREDUCE, HC_COLL_BROADCAST, HC_COLL_REDUCE, HC_COLL_ALLGATHER,
+  HC_COLL_REDUCESCATTER, HC_COLL_ALLTOALL, HC_COLL_ALLTOALLV, HC_COLL_GATHER,
+  HC_COLL_SCATTER, HC_COLL_SEND, HC_COLL_RECV, HC_COLL_COUNT
+};
+const char *hc_coll_name(enum hc_coll c);
+/* All-reduce, reduce and reduce-scatter: the collectives that combine. */
+bool hc_coll_reduces(enum hc_coll c);
+
 /* ---- small helpers ---- */
 #define HC_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define HC_MAX(a, b) ((a) > (b) ? (a) : (b))

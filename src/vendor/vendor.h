@@ -84,6 +84,31 @@ struct hc_vendor {
   bool has_fp8; /* ncclFloat8e4m3 / e5m2 (10, 11) are in its ncclDataType_t */
 };
 
+/* One call of the API as the vendor runs it. Counts are in elements, as
+ * the NCCL API takes them; dtype and op are nccl.h's values (hetccl's
+ * own: hc_dtype, hc_redop). root is the root, or the peer of SEND / RECV. */
+struct hc_vendor_call {
+  enum hc_coll coll;
+  const void *sendbuf;
+  void *recvbuf;
+  size_t count;
+  int dtype, op, root;
+  /* ALLTOALLV: one count and displacement per rank. */
+  const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
+  /* Non-NULL: op is a PreMulSum by this host value (one element of dtype),
+   * made on comm for the call and destroyed after it. */
+  const void *premul_factor;
+};
+
+/* One send or receive of a VENDOR step of coll SEND, in bytes; peer is an
+ * index among the group's members. */
+struct hc_vendor_p2p {
+  void *buf; /* send: read; receive: written */
+  size_t bytes;
+  int32_t peer;
+  bool send;
+};
+
 /* hetccl's result for a code the vendor returned: 0 to 7 mean the same in
  * every NCCL and RCCL; ncclTimeout (8 in NCCL 2.30 and the newest RCCL,
  * where NCCL 2.28 callers read 8 as ncclNumResults) and anything newer
@@ -109,6 +134,23 @@ const struct hc_vendor *hc_vendor_get(enum hc_mem_kind kind);
  * until comm's async error leaves ncclInProgress (bounded by
  * HETCCL_TIMEOUT), and checks that instead. */
 hc_result_t hc_vendor_check(const struct hc_vendor *v, void *comm, int result, const char *what);
+/* The one collective -> vendor function dispatch. Enqueues c on stream s of
+ * comm; me and nranks (this rank in comm, and comm's size) matter only to
+ * the calls that may run as sends and receives. All-to-all and all-to-all-v run as the
+ * library's own functions where it has them and the buffers are distinct;
+ * they, gather and scatter otherwise run as sends and receives, in a
+ * vendor group of their own. */
+hc_result_t hc_vendor_run(const struct hc_vendor *v, void *comm, int me, int nranks, const struct hc_vendor_call *c,
+                          hc_stream_t s);
+/* ops[0..n) as one vendor group on s. */
+hc_result_t hc_vendor_run_p2p(const struct hc_vendor *v, void *comm, const struct hc_vendor_p2p *ops, size_t n,
+                              hc_stream_t s);
+/* A vendor group around calls made between the two: the end closes the
+ * group even when calls_result (what the calls inside returned) is an
+ * error, so that the vendor's group depth on this thread stays balanced,
+ * and returns calls_result, else the close's result. */
+hc_result_t hc_vendor_group_start(const struct hc_vendor *v, void *comm);
+hc_result_t hc_vendor_group_end(const struct hc_vendor *v, void *comm, hc_result_t calls_result);
 /* Any entry point of a loaded vendor library: p<name> where it has one,
  * else <name>; NULL when absent. */
 void *hc_vendor_symbol(const struct hc_vendor *v, const char *name);

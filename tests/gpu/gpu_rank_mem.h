@@ -21,25 +21,25 @@ struct rank_mem {
  * false when one could not be had. */
 static inline bool rank_mem_open(struct rank_mem *m, const struct hc_dev_ops *gpu, int device, size_t bytes) {
   *m = (struct rank_mem){.gpu = gpu, .device = device, .bytes = bytes};
-  return gpu->set_device(device) == HC_OK && gpu->stream_create(device, &m->stream) == HC_OK &&
-         gpu->mem_alloc(device, bytes, &m->send) == HC_OK && gpu->mem_alloc(device, bytes, &m->recv) == HC_OK;
+  return hc_dev_set_device(gpu, device) == HC_OK && hc_dev_stream_create(gpu, device, &m->stream) == HC_OK &&
+         hc_dev_mem_alloc(gpu, device, bytes, &m->send) == HC_OK && hc_dev_mem_alloc(gpu, device, bytes, &m->recv) == HC_OK;
 }
 
 static inline void rank_mem_close(struct rank_mem *m) {
-  if (m->send) m->gpu->mem_free(m->device, m->send);
-  if (m->recv) m->gpu->mem_free(m->device, m->recv);
-  if (m->stream) m->gpu->stream_destroy(m->stream);
+  if (m->send) hc_dev_mem_free(m->gpu, m->device, m->send);
+  if (m->recv) hc_dev_mem_free(m->gpu, m->device, m->recv);
+  if (m->stream) hc_dev_stream_destroy(m->gpu, m->stream);
 }
 
 /* Host -> device (or back), after the work already on the stream. */
 static inline void put(struct rank_mem *m, void *dst, const void *src, size_t bytes) {
-  m->gpu->copy(dst, src, bytes, m->stream);
-  m->gpu->stream_sync(m->stream);
+  hc_dev_copy(m->gpu, dst, src, bytes, m->stream);
+  hc_dev_stream_sync(m->gpu, m->stream);
 }
 static inline void get(struct rank_mem *m, void *dst, const void *src, size_t bytes) {
-  m->gpu->stream_sync(m->stream);
-  m->gpu->copy(dst, src, bytes, m->stream);
-  m->gpu->stream_sync(m->stream);
+  hc_dev_stream_sync(m->gpu, m->stream);
+  hc_dev_copy(m->gpu, dst, src, bytes, m->stream);
+  hc_dev_stream_sync(m->gpu, m->stream);
 }
 
 #endif

@@ -26,9 +26,9 @@ static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
   if (!CHECK(gpu != NULL, "rank %d: no %s backend", rank, rank == 0 ? "cuda" : "hip")) return 1;
   hc_stream_t s = NULL;
   void *d = NULL;
-  CHECK_OK((hetcclResult_t)gpu->set_device(0));
-  CHECK_OK((hetcclResult_t)gpu->stream_create(0, &s));
-  CHECK_OK((hetcclResult_t)gpu->mem_alloc(0, 64, &d));
+  CHECK_OK((hetcclResult_t)hc_dev_set_device(gpu, 0));
+  CHECK_OK((hetcclResult_t)hc_dev_stream_create(gpu, 0, &s));
+  CHECK_OK((hetcclResult_t)hc_dev_mem_alloc(gpu, 0, 64, &d));
   hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
   cfg.deviceKind = kind == HC_MEM_HIP ? hetcclDeviceHip : hetcclDeviceCuda;
   cfg.deviceId = 0;
@@ -45,15 +45,15 @@ static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
         hetcclGetErrorString(r), hetcclGetLastError(NULL));
   tu_set_case("float32 all-reduce after the refusals");
   float one = (float)(rank + 1), sum = 0;
-  CHECK_OK((hetcclResult_t)gpu->copy(d, &one, sizeof(one), s));
+  CHECK_OK((hetcclResult_t)hc_dev_copy(gpu, d, &one, sizeof(one), s));
   if (CHECK_OK(hetcclAllReduce(d, d, 1, hetcclFloat32, hetcclSum, comm, s))) {
-    CHECK_OK((hetcclResult_t)gpu->copy(&sum, d, sizeof(sum), s));
-    CHECK_OK((hetcclResult_t)gpu->stream_sync(s));
+    CHECK_OK((hetcclResult_t)hc_dev_copy(gpu, &sum, d, sizeof(sum), s));
+    CHECK_OK((hetcclResult_t)hc_dev_stream_sync(gpu, s));
     CHECK(sum == 3.0f, "float32 sum %g, want 3", (double)sum);
   }
   CHECK_OK(hetcclCommDestroy(comm));
-  gpu->mem_free(0, d);
-  gpu->stream_destroy(s);
+  hc_dev_mem_free(gpu, 0, d);
+  hc_dev_stream_destroy(gpu, s);
   return 0;
 }
 

@@ -118,30 +118,30 @@ static void buf_del(struct mem *m, void *p) {
 }
 static bool spares_alloc(struct mem *m, size_t bytes) {
   m->spare_bytes = bytes;
-  return !m->on_gpu || (gpu->mem_alloc(m->device, bytes, &m->spare[0]) == HC_OK &&
-                        gpu->mem_alloc(m->device, bytes, &m->spare[1]) == HC_OK);
+  return !m->on_gpu || (hc_dev_mem_alloc(gpu, m->device, bytes, &m->spare[0]) == HC_OK &&
+                        hc_dev_mem_alloc(gpu, m->device, bytes, &m->spare[1]) == HC_OK);
 }
 static void spares_free(struct mem *m) {
   tu_barrier(); /* every rank: no rank has a call in flight any more */
   if (!m->on_gpu) return;
-  gpu->mem_free(m->device, m->spare[0]);
-  gpu->mem_free(m->device, m->spare[1]);
+  hc_dev_mem_free(gpu, m->device, m->spare[0]);
+  hc_dev_mem_free(gpu, m->device, m->spare[1]);
 }
 static void to_buf(const struct mem *m, void *dst, const void *src, size_t bytes) {
   if (!bytes) return;
   if (m->on_gpu) {
-    gpu->copy(dst, src, bytes, m->stream);
-    gpu->stream_sync(m->stream);
+    hc_dev_copy(gpu, dst, src, bytes, m->stream);
+    hc_dev_stream_sync(gpu, m->stream);
   } else {
     memcpy(dst, src, bytes);
   }
 }
 static void from_buf(const struct mem *m, void *dst, const void *src, size_t bytes) {
-  if (m->on_gpu) gpu->stream_sync(m->stream);
+  if (m->on_gpu) hc_dev_stream_sync(gpu, m->stream);
   if (!bytes) return;
   if (m->on_gpu) {
-    gpu->copy(dst, src, bytes, m->stream);
-    gpu->stream_sync(m->stream);
+    hc_dev_copy(gpu, dst, src, bytes, m->stream);
+    hc_dev_stream_sync(gpu, m->stream);
   } else {
     memcpy(dst, src, bytes);
   }
@@ -355,8 +355,8 @@ static int rank_scenario(int rank, int n, hetcclUniqueId id, void *arg) {
   }
   struct mem m = {.on_gpu = cur->gpu_rank[rank], .device = cur->device[rank]};
   if (m.on_gpu) {
-    gpu->set_device(m.device);
-    if (!CHECK(gpu->stream_create(m.device, &m.stream) == HC_OK, "stream_create")) return 1;
+    hc_dev_set_device(gpu, m.device);
+    if (!CHECK(hc_dev_stream_create(gpu, m.device, &m.stream) == HC_OK, "stream_create")) return 1;
   }
   hetcclComm_t comm = make_comm(rank, n, id, m.on_gpu, m.device, cur->groups);
   if (comm == NULL) return 1;
@@ -372,7 +372,7 @@ static int rank_scenario(int rank, int n, hetcclUniqueId id, void *arg) {
     wait_done(comm, "finalize");
   }
   CHECK_OK(hetcclCommDestroy(comm));
-  if (m.on_gpu) gpu->stream_destroy(m.stream);
+  if (m.on_gpu) hc_dev_stream_destroy(gpu, m.stream);
   return 0;
 }
 
@@ -380,9 +380,9 @@ static int rank_scenario(int rank, int n, hetcclUniqueId id, void *arg) {
 static int rank_big(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
   rank_gpu(rank);
-  gpu->set_device(0);
+  hc_dev_set_device(gpu, 0);
   struct mem m = {.on_gpu = true};
-  gpu->stream_create(0, &m.stream);
+  hc_dev_stream_create(gpu, 0, &m.stream);
   hetcclComm_t comm = make_comm(rank, n, id, true, 0, NULL);
   const size_t count = (1ull << 30) / 4;
   struct tu_red red = {HC_FLOAT32, HC_SUM, n, 99};
@@ -394,7 +394,7 @@ static int rank_big(int rank, int n, hetcclUniqueId id, void *arg) {
   tu_barrier();
   double t0 = tu_seconds();
   CHECK_OK(hetcclAllReduce(d, d, count, hetcclFloat, hetcclSum, comm, m.stream));
-  gpu->stream_sync(m.stream);
+  hc_dev_stream_sync(gpu, m.stream);
   double dt = tu_seconds() - t0;
   from_buf(&m, host, d, count * 4);
   for (size_t i = 0; i < count; i++) tu_red_expect(&red, i, &expect[i]);
@@ -404,7 +404,7 @@ static int rank_big(int rank, int n, hetcclUniqueId id, void *arg) {
   free(expect);
   spares_free(&m);
   CHECK_OK(hetcclCommDestroy(comm));
-  gpu->stream_destroy(m.stream);
+  hc_dev_stream_destroy(gpu, m.stream);
   return 0;
 }
 
@@ -417,20 +417,20 @@ static int rank_two_streams(int rank, int n, hetcclUniqueId id, void *arg) {
   rank_gpu(rank);
   enum { NBUF = 8 };
   const size_t count = (3u << 20) / 4 + 5; /* two pieces of a 2 MiB window, and a bit */
-  gpu->set_device(0);
+  hc_dev_set_device(gpu, 0);
   hc_stream_t s[2] = {NULL, NULL};
   void *d[NBUF] = {NULL};
   float *host = malloc(count * 4), *expect = malloc(count * 4);
   bool ok = host && expect;
-  for (int k = 0; k < 2; k++) ok &= gpu->stream_create(0, &s[k]) == HC_OK;
-  for (int b = 0; b < NBUF; b++) ok &= gpu->mem_alloc(0, count * 4, &d[b]) == HC_OK;
+  for (int k = 0; k < 2; k++) ok &= hc_dev_stream_create(gpu, 0, &s[k]) == HC_OK;
+  for (int b = 0; b < NBUF; b++) ok &= hc_dev_mem_alloc(gpu, 0, count * 4, &d[b]) == HC_OK;
   hetcclComm_t comm = make_comm(rank, n, id, true, 0, NULL);
   if (!CHECK(ok && comm, "setup")) return 1;
   for (int b = 0; b < NBUF; b++) {
     struct tu_red red = {HC_FLOAT32, HC_SUM, n, 40 + b};
     tu_red_fill(&red, rank, 0, count, host);
-    gpu->copy(d[b], host, count * 4, s[0]);
-    gpu->stream_sync(s[0]); /* before host is filled again */
+    hc_dev_copy(gpu, d[b], host, count * 4, s[0]);
+    hc_dev_stream_sync(gpu, s[0]); /* before host is filled again */
   }
   tu_barrier();
   for (int b = 0; b < NBUF / 2; b++)
@@ -439,11 +439,11 @@ static int rank_two_streams(int rank, int n, hetcclUniqueId id, void *arg) {
   for (int b = NBUF / 2; b < NBUF; b++)
     CHECK_OK(hetcclAllReduce(d[b], d[b], count, hetcclFloat, hetcclSum, comm, s[b % 2]));
   CHECK_OK(hetcclGroupEnd());
-  for (int k = 0; k < 2; k++) gpu->stream_sync(s[k]);
+  for (int k = 0; k < 2; k++) hc_dev_stream_sync(gpu, s[k]);
   for (int b = 0; b < NBUF; b++) {
     struct tu_red red = {HC_FLOAT32, HC_SUM, n, 40 + b};
-    gpu->copy(host, d[b], count * 4, s[0]);
-    gpu->stream_sync(s[0]);
+    hc_dev_copy(gpu, host, d[b], count * 4, s[0]);
+    hc_dev_stream_sync(gpu, s[0]);
     for (size_t i = 0; i < count; i++) tu_red_expect(&red, i, &expect[i]);
     char what[64];
     snprintf(what, sizeof(what), "two streams, buffer %d", b);
@@ -451,8 +451,8 @@ static int rank_two_streams(int rank, int n, hetcclUniqueId id, void *arg) {
   }
   CHECK_OK(hetcclCommDestroy(comm));
   tu_barrier(); /* no stream of the other rank waits for this one any more */
-  for (int b = 0; b < NBUF; b++) gpu->mem_free(0, d[b]);
-  for (int k = 0; k < 2; k++) gpu->stream_destroy(s[k]);
+  for (int b = 0; b < NBUF; b++) hc_dev_mem_free(gpu, 0, d[b]);
+  for (int k = 0; k < 2; k++) hc_dev_stream_destroy(gpu, s[k]);
   free(host);
   free(expect);
   return 0;
@@ -463,31 +463,33 @@ static int rank_two_streams(int rank, int n, hetcclUniqueId id, void *arg) {
 static int rank_stream_order(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
   rank_gpu(rank);
-  gpu->set_device(0);
+  hc_dev_set_device(gpu, 0);
   struct mem m = {.on_gpu = true};
-  gpu->stream_create(0, &m.stream);
+  hc_dev_stream_create(gpu, 0, &m.stream);
   hetcclComm_t comm = make_comm(rank, n, id, true, 0, NULL);
   const size_t count = 1 << 20;
   float *host = malloc(count * 4), *zeros = calloc(count, 4);
   uint64_t *flag = NULL;
   bool have = spares_alloc(&m, count * 4);
   void *d = have ? buf_new(&m, count * 4) : NULL, *staged = have ? buf_new(&m, count * 4) : NULL;
-  if (!CHECK(comm && host && zeros && d && staged && gpu->host_alloc(64, (void **)&flag) == HC_OK, "setup")) return 1;
+  if (!CHECK(comm && host && zeros && d && staged && hc_dev_host_alloc(gpu, 64, (void **)&flag) == HC_OK,
+             "setup"))
+    return 1;
   *flag = 0;
   for (size_t i = 0; i < count; i++) host[i] = (float)(rank + 1) * (float)(i % 100);
   to_buf(&m, staged, host, count * 4);
   to_buf(&m, d, zeros, count * 4);
   tu_barrier();
-  gpu->flag_wait(m.stream, flag, 1);                 /* the "long kernel": held until we say */
-  gpu->copy(d, staged, count * 4, m.stream);         /* then writes the input */
+  hc_dev_flag_wait(gpu, m.stream, flag, 1);                 /* the "long kernel": held until we say */
+  hc_dev_copy(gpu, d, staged, count * 4, m.stream);         /* then writes the input */
   double t0 = tu_seconds();
   CHECK_OK(hetcclAllReduce(d, d, count, hetcclFloat, hetcclSum, comm, m.stream));
   double call_s = tu_seconds() - t0;
   hc_event_t ev;
   int done = 1;
-  gpu->event_create(&ev);
-  gpu->event_record(ev, m.stream);
-  gpu->event_query(ev, &done);
+  hc_dev_event_create(gpu, &ev);
+  hc_dev_event_record(gpu, ev, m.stream);
+  hc_dev_event_query(gpu, ev, &done);
   CHECK(!done, "the stream finished while it was still held");
   CHECK(call_s < 0.5, "the call took %.3f s: it waited for the stream", call_s);
   if (rank == 0) printf("stream order: the call returned in %.1f us while the stream was held\n", call_s * 1e6);
@@ -498,13 +500,13 @@ static int rank_stream_order(int rank, int n, hetcclUniqueId id, void *arg) {
   size_t bad = 0;
   for (size_t i = 0; i < count; i++) bad += host[i] != (float)(n * (n + 1) / 2) * (float)(i % 100);
   CHECK(bad == 0, "%zu elements do not include what the stream wrote before the call", bad);
-  gpu->event_destroy(ev);
-  gpu->host_free(flag);
+  hc_dev_event_destroy(gpu, ev);
+  hc_dev_host_free(gpu, flag);
   spares_free(&m);
   free(host);
   free(zeros);
   CHECK_OK(hetcclCommDestroy(comm));
-  gpu->stream_destroy(m.stream);
+  hc_dev_stream_destroy(gpu, m.stream);
   return 0;
 }
 

@@ -79,15 +79,15 @@ static double now_s(void) { return (double)hc_now_ns() / 1e9; }
 static hc_result_t drain(hc_stream_t s, double seconds) {
   hc_event_t e = NULL;
   int done = 0;
-  hc_result_t r = D->event_create(&e);
+  hc_result_t r = hc_dev_event_create(D, &e);
   if (r != HC_OK) return r;
-  r = D->event_record(e, s);
+  r = hc_dev_event_record(D, e, s);
   double end = now_s() + seconds;
-  while (r == HC_OK && (r = D->event_query(e, &done)) == HC_OK && !done && now_s() < end) {
+  while (r == HC_OK && (r = hc_dev_event_query(D, e, &done)) == HC_OK && !done && now_s() < end) {
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
   }
-  D->event_destroy(e);
+  hc_dev_event_destroy(D, e);
   if (r == HC_OK && !done) return HC_FAIL(HC_ERR_INTERNAL, "stream not drained within %.0f s", seconds);
   return r;
 }
@@ -122,10 +122,10 @@ static void test_caps(void) {
   char bus[32] = "?";
   unsigned dom, b, dev, fn;
   if (G->v->pci_bus_id) {
-    OK(D->pci_bus_id(0, bus, sizeof(bus)));
+    OK(hc_dev_pci_bus_id(D, 0, bus, sizeof(bus)));
     CHECK(sscanf(bus, "%x:%x:%x.%x", &dom, &b, &dev, &fn) == 4, "PCI bus id \"%s\"", bus);
   } else {
-    CHECK(D->pci_bus_id(0, bus, sizeof(bus)) == HC_ERR_DEVICE, "pci_bus_id without the driver's entry point");
+    CHECK(hc_dev_pci_bus_id(D, 0, bus, sizeof(bus)) == HC_ERR_DEVICE, "pci_bus_id without the driver's entry point");
   }
   group_end("caps", "%d devices, stream_mem_ops=%d, runtime_compile=%d, device 0 at %s", c.device_count,
             c.stream_mem_ops, c.runtime_compile, bus);
@@ -140,24 +140,24 @@ static void test_context_hygiene(void) {
   bool has_contexts = G->v->err_invalid_context != -1;
   CHECK(G->v->ctx_get(&before) == 0 && (!has_contexts || before == NULL), "a current context before any call: %p",
         before);
-  OK(D->mem_alloc(0, 4096, &p));
-  OK(D->host_alloc(4096, &h));
+  OK(hc_dev_mem_alloc(D, 0, 4096, &p));
+  OK(hc_dev_host_alloc(D, 4096, &h));
   CHECK(G->v->ctx_get(&tok) == 0 && tok == before, "mem_alloc / host_alloc left context %p current, not %p", tok,
         before);
-  OK(D->mem_free(0, p));
-  OK(D->host_free(h));
+  OK(hc_dev_mem_free(D, 0, p));
+  OK(hc_dev_host_free(D, h));
   int cur = -1;
-  OK(D->current_device(&cur));
+  OK(hc_dev_current_device(D, &cur));
   CHECK(cur == 0, "current_device with no context: %d, want 0 (cudaGetDevice's answer)", cur);
   int ndev = hc_dev_caps(KIND).device_count;
   if (ndev > 1) {
-    OK(D->set_device(ndev - 1));
-    OK(D->current_device(&cur));
+    OK(hc_dev_set_device(D, ndev - 1));
+    OK(hc_dev_current_device(D, &cur));
     CHECK(cur == ndev - 1, "current_device after set_device(%d): %d", ndev - 1, cur);
   }
-  OK(D->set_device(0));
+  OK(hc_dev_set_device(D, 0));
   CHECK(G->v->ctx_get(&tok) == 0 && tok != NULL, "set_device(0) made no context current");
-  OK(D->current_device(&cur));
+  OK(hc_dev_current_device(D, &cur));
   CHECK(cur == 0, "current_device after set_device(0): %d", cur);
   group_end("context hygiene", "scoped ops restore the caller's context; set_device and "
             "current_device agree");
@@ -171,27 +171,27 @@ static void test_copies(hc_stream_t s) {
     uint8_t *src = xmalloc(n), *back = xmalloc(n), *pinned = NULL;
     void *d0 = NULL, *d1 = NULL;
     for (size_t i = 0; i < n; i++) src[i] = (uint8_t)(gt_mix(i + k) >> 13);
-    OK(D->mem_alloc(0, n, &d0));
-    OK(D->mem_alloc(0, n, &d1));
-    OK(D->host_alloc(n, (void **)&pinned));
+    OK(hc_dev_mem_alloc(D, 0, n, &d0));
+    OK(hc_dev_mem_alloc(D, 0, n, &d1));
+    OK(hc_dev_host_alloc(D, n, (void **)&pinned));
     if (d0 && d1 && pinned) {
-      OK(D->copy(d0, src, n, s));    /* H2D from pageable */
-      OK(D->copy(d1, d0, n, s));     /* D2D */
-      OK(D->copy(pinned, d1, n, s)); /* D2H into pinned */
+      OK(hc_dev_copy(D, d0, src, n, s));    /* H2D from pageable */
+      OK(hc_dev_copy(D, d1, d0, n, s));     /* D2D */
+      OK(hc_dev_copy(D, pinned, d1, n, s)); /* D2H into pinned */
       OK(drain(s, 30));
       CHECK(memcmp(pinned, src, n) == 0, "H2D -> D2D -> D2H (pinned) changed the data, %zu bytes", n);
       memset(back, 0, n);
-      OK(D->copy(d0, pinned, n, NULL)); /* legacy stream, H2D from pinned */
-      OK(D->stream_sync(NULL));
-      OK(D->copy(back, d0, n, NULL)); /* D2H into pageable */
-      OK(D->stream_sync(NULL));
+      OK(hc_dev_copy(D, d0, pinned, n, NULL)); /* legacy stream, H2D from pinned */
+      OK(hc_dev_stream_sync(D, NULL));
+      OK(hc_dev_copy(D, back, d0, n, NULL)); /* D2H into pageable */
+      OK(hc_dev_stream_sync(D, NULL));
       CHECK(memcmp(back, src, n) == 0, "copies on the legacy stream changed the data, %zu bytes", n);
-      OK(D->copy(d0, d0, n, s)); /* same pointer: a no-op */
-      OK(D->copy(d0, src, 0, s)); /* zero bytes */
+      OK(hc_dev_copy(D, d0, d0, n, s)); /* same pointer: a no-op */
+      OK(hc_dev_copy(D, d0, src, 0, s)); /* zero bytes */
     }
-    OK(D->mem_free(0, d0));
-    OK(D->mem_free(0, d1));
-    OK(D->host_free(pinned));
+    OK(hc_dev_mem_free(D, 0, d0));
+    OK(hc_dev_mem_free(D, 0, d1));
+    OK(hc_dev_host_free(D, pinned));
     free(src);
     free(back);
   }
@@ -200,7 +200,7 @@ static void test_copies(hc_stream_t s) {
 
 static void expect_ptr(const void *p, enum hc_mem_kind kind, int dev, bool pinned, const char *what) {
   struct hc_ptr_info info;
-  hc_result_t r = D->ptr_query(p, &info);
+  hc_result_t r = hc_dev_ptr_query_on(D, p, &info);
   CHECK(r == HC_OK, "ptr_query(%s): %s", what, hc_last_error());
   if (r != HC_OK) return;
   CHECK(info.kind == kind && (kind == HC_MEM_HOST || info.device == dev) && info.host_pinned == pinned,
@@ -218,8 +218,8 @@ static void test_ptr_query(void) {
   size_t reg_bytes = 1 << 20;
   void *reg = aligned_alloc(4096, reg_bytes);
   char *heap = xmalloc(100);
-  OK(D->mem_alloc(0, 1 << 20, &dev));
-  OK(D->host_alloc(1 << 16, &pinned));
+  OK(hc_dev_mem_alloc(D, 0, 1 << 20, &dev));
+  OK(hc_dev_host_alloc(D, 1 << 16, &pinned));
   if (dev) {
     expect_ptr(dev, KIND, 0, false, "device memory");
     expect_ptr((char *)dev + 12345, KIND, 0, false, "inside device memory");
@@ -233,16 +233,16 @@ static void test_ptr_query(void) {
   expect_ptr(NULL, HC_MEM_HOST, 0, false, "NULL");
   expect_ptr((void *)(uintptr_t)0x10, HC_MEM_HOST, 0, false, "a bogus address");
   if (reg) {
-    hc_result_t r = D->host_register(reg, reg_bytes);
+    hc_result_t r = hc_dev_host_register(D, reg, reg_bytes);
     CHECK(r == HC_OK, "host_register: %s", hc_last_error());
     if (r == HC_OK) {
       expect_ptr(reg, HC_MEM_HOST, 0, true, "registered memory");
-      OK(D->host_unregister(reg));
+      OK(hc_dev_host_unregister(D, reg));
       expect_ptr(reg, HC_MEM_HOST, 0, false, "unregistered memory");
     }
   }
-  OK(D->mem_free(0, dev));
-  OK(D->host_free(pinned));
+  OK(hc_dev_mem_free(D, 0, dev));
+  OK(hc_dev_host_free(D, pinned));
   free(reg);
   free(heap);
   group_end("ptr_query", "device, pinned, registered, pageable, stack, NULL");
@@ -262,9 +262,9 @@ static void bufs_init(struct red_bufs *B, size_t cap) {
   memset(B, 0, sizeof(*B));
   B->cap = cap;
   size_t bytes = cap * 8 + 64;
-  OK(D->mem_alloc(0, bytes, &B->a));
-  OK(D->mem_alloc(0, bytes, &B->b));
-  OK(D->mem_alloc(0, bytes, &B->d));
+  OK(hc_dev_mem_alloc(D, 0, bytes, &B->a));
+  OK(hc_dev_mem_alloc(D, 0, bytes, &B->b));
+  OK(hc_dev_mem_alloc(D, 0, bytes, &B->d));
   B->ha = xmalloc(bytes);
   B->hb = xmalloc(bytes);
   B->hd = xmalloc(bytes);
@@ -272,9 +272,9 @@ static void bufs_init(struct red_bufs *B, size_t cap) {
 }
 
 static void bufs_free(struct red_bufs *B) {
-  D->mem_free(0, B->a);
-  D->mem_free(0, B->b);
-  D->mem_free(0, B->d);
+  hc_dev_mem_free(D, 0, B->a);
+  hc_dev_mem_free(D, 0, B->b);
+  hc_dev_mem_free(D, 0, B->d);
   free(B->ha);
   free(B->hb);
   free(B->hd);
@@ -307,15 +307,15 @@ static void one_reduce(struct red_bufs *B, hc_stream_t s, enum hc_dtype t, enum 
   uint8_t *d = in_place ? a : (uint8_t *)B->d + od * sz;
   struct hc_reduce_args ha = {.dst = B->want, .src0 = B->ha, .src1 = B->hb, .count = n, .dtype = t, .op = op};
   hc_host_reduce(&ha);
-  OK(D->copy(a, B->ha, n * sz, s));
-  OK(D->copy(b, B->hb, n * sz, s));
-  if (!in_place) OK(D->copy(d, B->hd, n * sz, s)); /* poison */
+  OK(hc_dev_copy(D, a, B->ha, n * sz, s));
+  OK(hc_dev_copy(D, b, B->hb, n * sz, s));
+  if (!in_place) OK(hc_dev_copy(D, d, B->hd, n * sz, s)); /* poison */
   struct hc_reduce_args ga = {.dst = d, .src0 = a, .src1 = b, .count = n, .dtype = t, .op = op};
-  hc_result_t r = D->reduce(&ga, s);
+  hc_result_t r = hc_dev_reduce(D, &ga, s);
   CHECK(r == HC_OK, "%s reduce %s %s count %zu: %s", what, hc_dtype_name(t), hc_redop_name(op), n,
         hc_last_error());
   uint8_t *got = xmalloc(n * sz + 1);
-  OK(D->copy(got, d, n * sz, s));
+  OK(hc_dev_copy(D, got, d, n * sz, s));
   OK(drain(s, 60));
   size_t i = gt_first_mismatch(t, op <= HC_PROD, got, B->want, n);
   if (r == HC_OK && i < n) {
@@ -336,14 +336,14 @@ static void one_scale(struct red_bufs *B, hc_stream_t s, enum hc_dtype t, enum h
                              .divisor = gt_divisor(k)};
   gt_factor(t, k, sa.factor);
   hc_host_scale(&sa);
-  OK(D->copy(a, B->ha, n * sz, s));
-  OK(D->copy(d, B->hd, n * sz, s));
+  OK(hc_dev_copy(D, a, B->ha, n * sz, s));
+  OK(hc_dev_copy(D, d, B->hd, n * sz, s));
   sa.src = a;
   sa.dst = d;
-  hc_result_t r = D->scale(&sa, s);
+  hc_result_t r = hc_dev_scale(D, &sa, s);
   CHECK(r == HC_OK, "%s scale %s count %zu: %s", what, hc_dtype_name(t), n, hc_last_error());
   uint8_t *got = xmalloc(n * sz + 1);
-  OK(D->copy(got, d, n * sz, s));
+  OK(hc_dev_copy(D, got, d, n * sz, s));
   OK(drain(s, 60));
   size_t i = gt_first_mismatch(t, true, got, B->want, n);
   if (r == HC_OK && i < n) {
@@ -420,36 +420,36 @@ static void test_events(hc_stream_t s1, hc_stream_t s2) {
   void *big0 = NULL, *big1 = NULL, *small = NULL;
   hc_event_t e = NULL;
   int done = -1;
-  OK(D->mem_alloc(0, n, &big0));
-  OK(D->mem_alloc(0, n, &big1));
-  OK(D->mem_alloc(0, 4096, &small));
-  OK(D->event_create(&e));
+  OK(hc_dev_mem_alloc(D, 0, n, &big0));
+  OK(hc_dev_mem_alloc(D, 0, n, &big1));
+  OK(hc_dev_mem_alloc(D, 0, 4096, &small));
+  OK(hc_dev_event_create(D, &e));
   if (big0 && big1 && small && e) {
     uint8_t pattern[4096], back[4096];
     for (int i = 0; i < 4096; i++) pattern[i] = (uint8_t)(i * 7 + 1);
-    OK(D->copy(big0, pattern, sizeof(pattern), s1));
-    for (int k = 0; k < 8; k++) OK(D->copy(big1, big0, n, s1)); /* ~2 GB of traffic */
-    OK(D->event_record(e, s1));
-    OK(D->event_query(e, &done));
+    OK(hc_dev_copy(D, big0, pattern, sizeof(pattern), s1));
+    for (int k = 0; k < 8; k++) OK(hc_dev_copy(D, big1, big0, n, s1)); /* ~2 GB of traffic */
+    OK(hc_dev_event_record(D, e, s1));
+    OK(hc_dev_event_query(D, e, &done));
     int early = done;
     /* s2 must see s1's copies through the event. */
-    OK(D->stream_wait_event(s2, e));
-    OK(D->copy(small, big1, sizeof(pattern), s2));
-    OK(D->copy(back, small, sizeof(back), s2));
+    OK(hc_dev_stream_wait_event(D, s2, e));
+    OK(hc_dev_copy(D, small, big1, sizeof(pattern), s2));
+    OK(hc_dev_copy(D, back, small, sizeof(back), s2));
     OK(drain(s2, 60));
-    OK(D->event_query(e, &done));
+    OK(hc_dev_event_query(D, e, &done));
     CHECK(done == 1, "event not done after the waiting stream drained");
     CHECK(memcmp(back, pattern, sizeof(back)) == 0, "stream_wait_event did not order the copies");
-    OK(D->stream_sync(s1));
+    OK(hc_dev_stream_sync(D, s1));
     group_end("events", "query right after record: %s; stream_wait_event orders two streams",
               early ? "already done (fast GPU)" : "pending, as expected");
   } else {
     group_end("events", "setup failed");
   }
-  D->event_destroy(e);
-  D->mem_free(0, big0);
-  D->mem_free(0, big1);
-  D->mem_free(0, small);
+  hc_dev_event_destroy(D, e);
+  hc_dev_mem_free(D, 0, big0);
+  hc_dev_mem_free(D, 0, big1);
+  hc_dev_mem_free(D, 0, small);
 }
 
 /* ---- stream flags ---- */
@@ -469,11 +469,11 @@ static void test_flags(hc_stream_t s1, hc_stream_t s2, bool host_funcs) {
   volatile uint64_t *flags = NULL;
   void *d0 = NULL, *d1 = NULL, *pinned = NULL;
   hc_event_t e = NULL;
-  OK(D->host_alloc(4096, (void **)&flags));
-  OK(D->mem_alloc(0, n, &d0));
-  OK(D->mem_alloc(0, n, &d1));
-  OK(D->host_alloc(n, &pinned));
-  OK(D->event_create(&e));
+  OK(hc_dev_host_alloc(D, 4096, (void **)&flags));
+  OK(hc_dev_mem_alloc(D, 0, n, &d0));
+  OK(hc_dev_mem_alloc(D, 0, n, &d1));
+  OK(hc_dev_host_alloc(D, n, &pinned));
+  OK(hc_dev_event_create(D, &e));
   if (!flags || !d0 || !d1 || !pinned || !e) {
     group_end(name, "setup failed");
     goto out;
@@ -481,21 +481,21 @@ static void test_flags(hc_stream_t s1, hc_stream_t s2, bool host_funcs) {
   memset((void *)flags, 0, 4096);
   uint32_t *src = xmalloc(n);
   for (size_t i = 0; i < n / 4; i++) src[i] = (uint32_t)(i * 2654435761u);
-  OK(D->copy(d0, src, n, s1));
+  OK(hc_dev_copy(D, d0, src, n, s1));
   OK(drain(s1, 30));
 
   /* 1. The host releases a waiting stream. */
   int done = -1;
-  OK(D->flag_wait(s1, &flags[0], 7));
-  OK(D->copy(d1, d0, n, s1));
-  OK(D->event_record(e, s1));
+  OK(hc_dev_flag_wait(D, s1, &flags[0], 7));
+  OK(hc_dev_copy(D, d1, d0, n, s1));
+  OK(hc_dev_event_record(D, e, s1));
   struct timespec ts = {0, 200 * 1000 * 1000};
   nanosleep(&ts, NULL);
-  OK(D->event_query(e, &done));
+  OK(hc_dev_event_query(D, e, &done));
   CHECK(done == 0, "the stream ran past flag_wait(7) while the flag was 0");
   __atomic_store_n(&flags[0], 6, __ATOMIC_RELEASE);
   nanosleep(&ts, NULL);
-  OK(D->event_query(e, &done));
+  OK(hc_dev_event_query(D, e, &done));
   CHECK(done == 0, "the stream ran past flag_wait(7) with the flag at 6");
   __atomic_store_n(&flags[0], 9, __ATOMIC_RELEASE); /* >= releases */
   double t0 = now_s();
@@ -504,8 +504,8 @@ static void test_flags(hc_stream_t s1, hc_stream_t s2, bool host_funcs) {
 
   /* 2. A stream's write comes after its prior work, data included. */
   memset(pinned, 0, n);
-  OK(D->copy(pinned, d1, n, s2));
-  OK(D->flag_write(s2, &flags[1], 5));
+  OK(hc_dev_copy(D, pinned, d1, n, s2));
+  OK(hc_dev_flag_write(D, s2, &flags[1], 5));
   CHECK(wait_flag(&flags[1], 5, 30), "flag_write(5) never arrived (flag %llu)", (unsigned long long)flags[1]);
   CHECK(memcmp(pinned, src, n) == 0, "the flag arrived before the copy it follows had landed");
   OK(drain(s2, 30));
@@ -517,12 +517,12 @@ static void test_flags(hc_stream_t s1, hc_stream_t s2, bool host_funcs) {
   bool gpu_ops = !host_funcs && atomic_load(&G->mem_ops);
   if (gpu_ops) {
     memset(pinned, 0, n);
-    OK(D->copy(d1, pinned, n, s2)); /* d1 = 0: a copy that does not wait reads zeros */
+    OK(hc_dev_copy(D, d1, pinned, n, s2)); /* d1 = 0: a copy that does not wait reads zeros */
     OK(drain(s2, 30));
-    OK(D->flag_wait(s1, &flags[2], 1));
-    OK(D->copy(pinned, d1, n, s1));
-    for (int k = 0; k < 4; k++) OK(D->copy(d1, d0, n, s2)); /* d1 = src, four times over */
-    OK(D->flag_write(s2, &flags[2], 1));
+    OK(hc_dev_flag_wait(D, s1, &flags[2], 1));
+    OK(hc_dev_copy(D, pinned, d1, n, s1));
+    for (int k = 0; k < 4; k++) OK(hc_dev_copy(D, d1, d0, n, s2)); /* d1 = src, four times over */
+    OK(hc_dev_flag_write(D, s2, &flags[2], 1));
     OK(drain(s1, 30));
     CHECK(memcmp(pinned, src, n) == 0, "stream-to-stream flag: s1 copied before s2's write");
     OK(drain(s2, 30));
@@ -533,20 +533,20 @@ static void test_flags(hc_stream_t s1, hc_stream_t s2, bool host_funcs) {
             gpu_ops ? "; stream to stream" : host_funcs ? "" : "; (memory operations refused: host functions)");
 out:
   atomic_store(&G->force_host_flags, false);
-  D->event_destroy(e);
-  D->host_free((void *)flags);
-  D->mem_free(0, d0);
-  D->mem_free(0, d1);
-  D->host_free(pinned);
+  hc_dev_event_destroy(D, e);
+  hc_dev_host_free(D, (void *)flags);
+  hc_dev_mem_free(D, 0, d0);
+  hc_dev_mem_free(D, 0, d1);
+  hc_dev_host_free(D, pinned);
 }
 
 static void test_capture(hc_stream_t s) {
   group_begin();
   bool c = true;
-  OK(D->stream_capturing(s, &c));
+  OK(hc_dev_stream_capturing(D, s, &c));
   CHECK(!c, "an ordinary stream reports capturing");
   c = true;
-  OK(D->stream_capturing(NULL, &c));
+  OK(hc_dev_stream_capturing(D, NULL, &c));
   CHECK(!c, "the legacy stream reports capturing");
   group_end("stream_capturing", "false outside a capture");
 }
@@ -562,26 +562,26 @@ static void test_second_device(int ndev) {
   float x[1000], y[1000], got[1000], want[1000];
   for (int i = 0; i < 1000; i++) x[i] = (float)i, y[i] = 0.5f * (float)i;
   /* Events (drain's) belong to the current device: make it device 1. */
-  OK(D->set_device(1));
-  OK(D->stream_create(1, &s));
-  OK(D->mem_alloc(1, sizeof(x), &a));
-  OK(D->mem_alloc(1, sizeof(y), &b));
+  OK(hc_dev_set_device(D, 1));
+  OK(hc_dev_stream_create(D, 1, &s));
+  OK(hc_dev_mem_alloc(D, 1, sizeof(x), &a));
+  OK(hc_dev_mem_alloc(D, 1, sizeof(y), &b));
   if (s && a && b) {
     expect_ptr(a, KIND, 1, false, "device 1 memory");
-    OK(D->copy(a, x, sizeof(x), s));
-    OK(D->copy(b, y, sizeof(y), s));
+    OK(hc_dev_copy(D, a, x, sizeof(x), s));
+    OK(hc_dev_copy(D, b, y, sizeof(y), s));
     struct hc_reduce_args ra = {.dst = a, .src0 = a, .src1 = b, .count = 1000, .dtype = HC_FLOAT32, .op = HC_SUM};
-    OK(D->reduce(&ra, s));
-    OK(D->copy(got, a, sizeof(got), s));
+    OK(hc_dev_reduce(D, &ra, s));
+    OK(hc_dev_copy(D, got, a, sizeof(got), s));
     OK(drain(s, 30));
     ra = (struct hc_reduce_args){.dst = want, .src0 = x, .src1 = y, .count = 1000, .dtype = HC_FLOAT32, .op = HC_SUM};
     hc_host_reduce(&ra);
     CHECK(memcmp(got, want, sizeof(got)) == 0, "device 1 reduce differs");
   }
-  D->mem_free(1, a);
-  D->mem_free(1, b);
-  D->stream_destroy(s);
-  OK(D->set_device(0));
+  hc_dev_mem_free(D, 1, a);
+  hc_dev_mem_free(D, 1, b);
+  hc_dev_stream_destroy(D, s);
+  OK(hc_dev_set_device(D, 0));
   group_end("second device", "ptr_query ordinal, stream and reduce on device 1 (path %s)",
             hc_gpu_reduce_path(G, 1));
 }
@@ -589,30 +589,30 @@ static void test_second_device(int ndev) {
 static void bench(hc_stream_t s) {
   size_t n = 64u << 20; /* floats: 256 MiB per operand */
   void *a = NULL, *b = NULL;
-  if (D->mem_alloc(0, n * 4, &a) != HC_OK || D->mem_alloc(0, n * 4, &b) != HC_OK) {
+  if (hc_dev_mem_alloc(D, 0, n * 4, &a) != HC_OK || hc_dev_mem_alloc(D, 0, n * 4, &b) != HC_OK) {
     printf("INFO bandwidth: skipped (no memory)\n");
-    D->mem_free(0, a);
+    hc_dev_mem_free(D, 0, a);
     return;
   }
   struct hc_reduce_args ra = {.dst = a, .src0 = a, .src1 = b, .count = n, .dtype = HC_FLOAT32, .op = HC_SUM};
   struct hc_reduce_args rh = ra;
   rh.dtype = HC_BFLOAT16;
   rh.count = n * 2;
-  D->reduce(&ra, s);
+  hc_dev_reduce(D, &ra, s);
   drain(s, 60);
   double t0 = now_s();
-  for (int i = 0; i < 10; i++) D->reduce(&ra, s);
+  for (int i = 0; i < 10; i++) hc_dev_reduce(D, &ra, s);
   drain(s, 60);
   double t1 = now_s();
-  for (int i = 0; i < 10; i++) D->reduce(&rh, s);
+  for (int i = 0; i < 10; i++) hc_dev_reduce(D, &rh, s);
   drain(s, 60);
   double t2 = now_s();
   /* Bytes moved: two reads and one write of 256 MiB. */
   printf("INFO bandwidth (path %s): f32 sum %.0f GB/s, bf16 sum %.0f GB/s (3 x 256 MiB per call)\n",
          hc_gpu_reduce_path(G, 0), 10 * 3.0 * (double)n * 4 / (t1 - t0) / 1e9,
          10 * 3.0 * (double)n * 4 / (t2 - t1) / 1e9);
-  D->mem_free(0, a);
-  D->mem_free(0, b);
+  hc_dev_mem_free(D, 0, a);
+  hc_dev_mem_free(D, 0, b);
 }
 
 /* --kind hip --expect-absent: the real libamdhip64 on a host without an
@@ -707,8 +707,8 @@ int main(int argc, char **argv) {
   test_context_hygiene();
   hc_stream_t s1 = NULL, s2 = NULL;
   group_begin();
-  OK(D->stream_create(0, &s1));
-  OK(D->stream_create(0, &s2));
+  OK(hc_dev_stream_create(D, 0, &s1));
+  OK(hc_dev_stream_create(D, 0, &s2));
   group_end("streams", "two non-blocking streams on device 0");
   if (s1 == NULL || s2 == NULL) {
     printf("SUMMARY: cannot go on without streams; %d of %d groups failed\n", failed_groups + 1, groups);
@@ -732,8 +732,8 @@ int main(int argc, char **argv) {
   test_flags(s1, s2, true);
   test_second_device(caps.device_count);
   if (!quick) bench(s1);
-  OK(D->stream_destroy(s1));
-  OK(D->stream_destroy(s2));
+  OK(hc_dev_stream_destroy(D, s1));
+  OK(hc_dev_stream_destroy(D, s2));
   printf("SUMMARY: %d of %d groups failed; reductions ran on: %s\n", failed_groups, groups,
          hc_gpu_reduce_path(G, 0));
   return failed_groups ? 1 : 0;

@@ -92,10 +92,10 @@ static hetcclComm_t comm_make(int rank, struct shared *S) {
 /* Polls the stream and the comm's async error, as PyTorch's watchdog
  * does: 1 when the stream finished, 0 when the comm reported an error. */
 static int wait_or_error(hetcclComm_t comm, hc_stream_t stream, hc_event_t ev) {
-  gpu->event_record(ev, stream);
+  hc_dev_event_record(gpu, ev, stream);
   for (;;) {
     int done = 0;
-    gpu->event_query(ev, &done);
+    hc_dev_event_query(gpu, ev, &done);
     if (done) return 1;
     hetcclResult_t async = hetcclSuccess;
     hetcclCommGetAsyncError(comm, &async);
@@ -120,9 +120,9 @@ static int rank_loop(int rank, struct shared *S, bool kill_self) {
   hc_stream_t stream = NULL;
   hc_event_t ev = NULL;
   void *d = NULL;
-  gpu->set_device(0);
-  if (gpu->stream_create(0, &stream) != HC_OK || gpu->event_create(&ev) != HC_OK ||
-      gpu->mem_alloc(0, COUNT * 4, &d) != HC_OK)
+  hc_dev_set_device(gpu, 0);
+  if (hc_dev_stream_create(gpu, 0, &stream) != HC_OK || hc_dev_event_create(gpu, &ev) != HC_OK ||
+      hc_dev_mem_alloc(gpu, 0, COUNT * 4, &d) != HC_OK)
     FAIL("device setup: %s", hc_last_error());
   hetcclComm_t comm = comm_make(rank, S);
   if (comm == NULL) return 1;
@@ -136,21 +136,21 @@ static int rank_loop(int rank, struct shared *S, bool kill_self) {
     if (!wait_or_error(comm, stream, ev)) break;
   }
   if (rank == 1) FAIL("rank 1 saw its comm fail");
-  if (gpu->stream_sync(stream) != HC_OK) FAIL("the stream did not drain: %s", hc_last_error());
+  if (hc_dev_stream_sync(gpu, stream) != HC_OK) FAIL("the stream did not drain: %s", hc_last_error());
   int bad = expect_error_naming(rank, comm, d, stream, "rank 1");
   if (hetcclCommDestroy(comm) != hetcclSuccess) FAIL("destroy: %s", hetcclGetLastError(NULL));
   atomic_store(&S->survivor_done, 1);
-  gpu->mem_free(0, d);
-  gpu->event_destroy(ev);
-  gpu->stream_destroy(stream);
+  hc_dev_mem_free(gpu, 0, d);
+  hc_dev_event_destroy(gpu, ev);
+  hc_dev_stream_destroy(gpu, stream);
   return bad;
 }
 
 /* A stream, COUNT floats of device memory and the comm; NULL (said) on
  * failure. */
 static hetcclComm_t rank_setup(int rank, struct shared *S, hc_stream_t *stream, void **d) {
-  gpu->set_device(0);
-  if (gpu->stream_create(0, stream) != HC_OK || gpu->mem_alloc(0, COUNT * 4, d) != HC_OK) {
+  hc_dev_set_device(gpu, 0);
+  if (hc_dev_stream_create(gpu, 0, stream) != HC_OK || hc_dev_mem_alloc(gpu, 0, COUNT * 4, d) != HC_OK) {
     fprintf(stderr, "rank %d: device setup: %s\n", rank, hc_last_error());
     return NULL;
   }
@@ -162,8 +162,8 @@ static hetcclComm_t rank_setup(int rank, struct shared *S, hc_stream_t *stream, 
 static int idle_peer(int rank, struct shared *S, hetcclComm_t comm, hc_stream_t stream, void *d) {
   while (!atomic_load(&S->survivor_done)) usleep(1000);
   if (hetcclCommDestroy(comm) != hetcclSuccess) FAIL("destroy: %s", hetcclGetLastError(NULL));
-  gpu->mem_free(0, d);
-  gpu->stream_destroy(stream);
+  hc_dev_mem_free(gpu, 0, d);
+  hc_dev_stream_destroy(gpu, stream);
   return 0;
 }
 
@@ -220,9 +220,9 @@ static int rank_recv_kill(int rank, struct shared *S) {
   hc_event_t ev = NULL;
   void *d = NULL;
   hetcclComm_t comm = rank_setup(rank, S, &stream, &d);
-  if (comm == NULL || gpu->event_create(&ev) != HC_OK) return 1;
+  if (comm == NULL || hc_dev_event_create(gpu, &ev) != HC_OK) return 1;
   if (rank == 1) { /* one message, so that the connection is up; then dies */
-    if (hetcclSend(d, COUNT, hetcclFloat, 0, comm, stream) != hetcclSuccess || gpu->stream_sync(stream) != HC_OK)
+    if (hetcclSend(d, COUNT, hetcclFloat, 0, comm, stream) != hetcclSuccess || hc_dev_stream_sync(gpu, stream) != HC_OK)
       FAIL("send: %s", hetcclGetLastError(comm));
     usleep(300000); /* rank 0 waits in its second receive by then */
     raise(SIGKILL);
@@ -232,12 +232,12 @@ static int rank_recv_kill(int rank, struct shared *S) {
       FAIL("recv: %s", hetcclGetLastError(comm));
     if (wait_or_error(comm, stream, ev) != (i == 0)) FAIL("receive %d: %s", i, i ? "completed" : "failed");
   }
-  if (gpu->stream_sync(stream) != HC_OK) FAIL("the stream did not drain: %s", hc_last_error());
+  if (hc_dev_stream_sync(gpu, stream) != HC_OK) FAIL("the stream did not drain: %s", hc_last_error());
   int bad = expect_error_naming(rank, comm, d, stream, "rank 1");
   if (hetcclCommDestroy(comm) != hetcclSuccess) FAIL("destroy: %s", hetcclGetLastError(NULL));
-  gpu->event_destroy(ev);
-  gpu->mem_free(0, d);
-  gpu->stream_destroy(stream);
+  hc_dev_event_destroy(gpu, ev);
+  hc_dev_mem_free(gpu, 0, d);
+  hc_dev_stream_destroy(gpu, stream);
   return bad;
 }
 
@@ -277,10 +277,10 @@ static int rank_dump(int rank, struct shared *S) {
       bad = 1;
     }
   if (hetcclCommAbort(comm) != hetcclSuccess) FAIL("abort: %s", hetcclGetLastError(NULL));
-  if (gpu->stream_sync(stream) != HC_OK) FAIL("the stream did not drain: %s", hc_last_error());
+  if (hc_dev_stream_sync(gpu, stream) != HC_OK) FAIL("the stream did not drain: %s", hc_last_error());
   atomic_store(&S->survivor_done, 1);
-  gpu->mem_free(0, d);
-  gpu->stream_destroy(stream);
+  hc_dev_mem_free(gpu, 0, d);
+  hc_dev_stream_destroy(gpu, stream);
   return bad;
 }
 
@@ -312,14 +312,14 @@ static int rank_abort(int rank, struct shared *S) {
   if (pthread_create(&t, NULL, abort_later, &a) != 0) FAIL("pthread_create");
   if (hetcclAllReduce(d, d, COUNT, hetcclFloat, hetcclSum, comm, stream) != hetcclSuccess)
     FAIL("all-reduce: %s", hetcclGetLastError(comm));
-  hc_result_t synced = gpu->stream_sync(stream);
+  hc_result_t synced = hc_dev_stream_sync(gpu, stream);
   pthread_join(t, NULL);
   atomic_store(&S->survivor_done, 1);
   if (synced != HC_OK) FAIL("the stream did not drain: %s", hc_last_error());
   if (a.result != hetcclSuccess) FAIL("hetcclCommAbort returned %d", (int)a.result);
   printf("rank 0: hetcclCommAbort returned in %.3f s; the stream drained\n", a.returned_in);
-  gpu->mem_free(0, d);
-  gpu->stream_destroy(stream);
+  hc_dev_mem_free(gpu, 0, d);
+  hc_dev_stream_destroy(gpu, stream);
   return 0;
 }
 

@@ -32,7 +32,7 @@ static int failures;
 static void export_at(const struct hc_dev_ops *cuda, uint8_t *base, size_t off, size_t n) {
   int fd = -1;
   uint64_t offset = 0;
-  hc_result_t r = cuda->dmabuf_export(base + off, n, &fd, &offset);
+  hc_result_t r = hc_dev_dmabuf_export(cuda, base + off, n, &fd, &offset);
   EXPECT(r == HC_OK && fd >= 0, "dma-buf export of %zu bytes at +%zu", n, off);
   if (fd < 0) return;
   off_t size = lseek(fd, 0, SEEK_END);
@@ -50,10 +50,10 @@ int main(void) {
     printf("skip: no CUDA device (%s)\n", hc_last_error());
     return 77;
   }
-  if (cuda->set_device(0) != HC_OK) return 1;
+  if (hc_dev_set_device(cuda, 0) != HC_OK) return 1;
   const size_t bytes = 64u << 20;
   void *dev = NULL;
-  if (cuda->mem_alloc(0, bytes, &dev) != HC_OK) {
+  if (hc_dev_mem_alloc(cuda, 0, bytes, &dev) != HC_OK) {
     printf("FAIL: cuMemAlloc of %zu bytes: %s\n", bytes, hc_last_error());
     return 1;
   }
@@ -104,7 +104,7 @@ int main(void) {
       hc_net_ib.close(vctx);
     }
   }
-  cuda->mem_free(0, dev);
+  hc_dev_mem_free(cuda, 0, dev);
   printf("%s\n", failures ? "test_ib_gdr: FAILED" : "test_ib_gdr: ok");
   return failures ? 1 : 0;
 }

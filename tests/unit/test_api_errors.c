@@ -135,6 +135,16 @@ static void part_no_comm(void) {
 
   tu_set_case("registered memory");
   void *mem = NULL;
+  int kind = -1, dev = -1;
+  EXPECT(hetcclInvalidArgument, "GetDevice", "kind", hetcclGetDevice(NULL, &dev));
+  EXPECT(hetcclSuccess, "", NULL, hetcclGetDevice(&kind, &dev));
+  CHECK(kind >= hetcclDeviceHost && kind <= hetcclDeviceHip && dev >= 0, "GetDevice: kind %d, device %d", kind, dev);
+  EXPECT(hetcclInvalidArgument, "MemAllocDevice", "ptr", hetcclMemAllocDevice(NULL, 4096, hetcclDeviceHost, 0));
+  EXPECT(hetcclInvalidArgument, "MemAllocDevice", "kind", hetcclMemAllocDevice(&mem, 4096, 7, 0));
+  if (CHECK_OK(hetcclMemAllocDevice(&mem, 4096, hetcclDeviceHost, 0))) {
+    memset(mem, 1, 4096);
+    EXPECT(hetcclSuccess, "", NULL, hetcclMemFree(mem));
+  }
   EXPECT(hetcclInvalidArgument, "MemAlloc", "ptr", hetcclMemAlloc(NULL, 4096));
   EXPECT(hetcclInvalidArgument, "MemAlloc", "size", hetcclMemAlloc(&mem, 0));
   EXPECT(hetcclSuccess, "", NULL, hetcclMemFree(NULL));
@@ -203,6 +213,10 @@ struct env {
   X(INV, "CommCount", "comm", hetcclCommCount(C, &ival))                                          \
   X(INV, "CommUserRank", "comm", hetcclCommUserRank(C, &ival))                                    \
   X(INV, "CommGetAsyncError", "comm", hetcclCommGetAsyncError(C, &res))                           \
+  X(INV, "CommDevice", "comm", hetcclCommDevice(C, &ival, &ival))                                 \
+  X(INV, "CommGetVendorComm", "comm", hetcclCommGetVendorComm(C, &handle))                        \
+  X(INV, "CommRegister", "comm", hetcclCommRegister(C, e->buf, SZ, &handle))                      \
+  X(INV, "CommDeregister", "comm", hetcclCommDeregister(C, handle))                               \
   X(INV, "RedOpCreatePreMulSum", "comm",                                                          \
     hetcclRedOpCreatePreMulSum(&op, &e->scalar, F, hetcclScalarHostImmediate, C))                 \
   X(INV, "RedOpDestroy", "comm", hetcclRedOpDestroy(e->fop, C))
@@ -306,6 +320,10 @@ struct env {
   X(INV, "CommCount", "count", hetcclCommCount(e->comm, NULL))                                    \
   X(INV, "CommUserRank", "rank", hetcclCommUserRank(e->comm, NULL))                               \
   X(INV, "CommGetAsyncError", "asyncError", hetcclCommGetAsyncError(e->comm, NULL))               \
+  X(INV, "CommDevice", "kind", hetcclCommDevice(e->comm, NULL, &ival))                            \
+  X(INV, "CommGetVendorComm", "vendorComm", hetcclCommGetVendorComm(e->comm, NULL))               \
+  X(INV, "CommRegister", "handle", hetcclCommRegister(e->comm, e->buf, SZ, NULL))                 \
+  X(INV, "CommDeregister", "registration", hetcclCommDeregister(e->comm, &ival))                  \
   X(INV, "CommSplit", "newcomm", hetcclCommSplit(e->comm, 0, 0, NULL, NULL))                      \
   X(INV, "CommSplit", "color", hetcclCommSplit(e->comm, -5, 0, &tmp, NULL))                       \
   X(INV, "CommSplit", "config", hetcclCommSplit(e->comm, 0, 0, &tmp, &zero_cfg))                  \
@@ -346,6 +364,7 @@ static int rank_table(int rank, int nranks, hetcclUniqueId id, void *arg) {
   hetcclComm_t tmp = NULL;
   hetcclRedOp_t op = hetcclSum;
   int ival = 0;
+  void *handle = NULL;
   hetcclResult_t res;
   hetcclConfig_t zero_cfg = HETCCL_CONFIG_INITIALIZER;
   zero_cfg.magic = 0;
@@ -372,6 +391,15 @@ static int rank_table(int rank, int nranks, hetcclUniqueId id, void *arg) {
   tu_set_case("bad arguments on a valid comm");
   BAD_ARG_CASES(RUN)
   CHECK(tmp == NULL, "a failed CommSplit left a comm %p", (void *)tmp);
+  tu_set_case("the comm's device and registrations");
+  int kind = -1, dev = -1;
+  RUN(hetcclSuccess, "", NULL, hetcclCommDevice(e->comm, &kind, &dev))
+  CHECK(kind == hetcclDeviceHost && dev == 0, "CommDevice of a host comm: kind %d, device %d", kind, dev);
+  handle = &ival;
+  RUN(hetcclSuccess, "", NULL, hetcclCommGetVendorComm(e->comm, &handle))
+  CHECK(handle == NULL, "a host comm has vendor comm %p", handle);
+  RUN(hetcclSuccess, "", NULL, hetcclCommRegister(e->comm, e->buf, SZ, &handle))
+  RUN(hetcclSuccess, "", NULL, hetcclCommDeregister(e->comm, handle))
 
   tu_set_case("ops");
   if (CHECK_OK(hetcclRedOpCreatePreMulSum(&e->fop, &e->scalar, F, hetcclScalarHostImmediate, e->comm))) {

@@ -171,13 +171,13 @@ static bool gpu_mode, both_gpu;
  * (as PyTorch's watchdog polls): whether it failed. A released stream
  * completes too, so the error is looked at first. */
 static bool stream_or_error(const struct hc_dev_ops *gpu, hetcclComm_t comm, hc_event_t ev) {
-  gpu->event_record(ev, NULL);
+  hc_dev_event_record(gpu, ev, NULL);
   for (const double end = tu_seconds() + HANG_S; tu_seconds() < end; usleep(1000)) {
     hetcclResult_t async = hetcclSuccess;
     hetcclCommGetAsyncError(comm, &async);
     if (async != hetcclSuccess) return true;
     int done = 0;
-    gpu->event_query(ev, &done);
+    hc_dev_event_query(gpu, ev, &done);
     if (done) return false;
   }
   return false;
@@ -197,8 +197,8 @@ static int gpu_rank(int rank, int nranks, hetcclUniqueId id) {
   if (!CHECK_OK(hetcclCommInitRankConfig(&comm, nranks, id, rank, &cfg))) return 1;
   void *buf = NULL;
   hc_event_t ev = NULL;
-  CHECK(gpu->mem_alloc(0, COUNT * sizeof(double), &buf) == HC_OK, "cuMemAlloc");
-  CHECK(gpu->event_create(&ev) == HC_OK, "cuEventCreate");
+  CHECK(hc_dev_mem_alloc(gpu, 0, COUNT * sizeof(double), &buf) == HC_OK, "cuMemAlloc");
+  CHECK(hc_dev_event_create(gpu, &ev) == HC_OK, "cuEventCreate");
   tu_set_case("gpu %s, rank %d", cur->name, rank);
   CHECK_OK(make_call(comm, &cur->calls[rank], buf));
   bool failed = stream_or_error(gpu, comm, ev);
@@ -219,8 +219,8 @@ static int gpu_rank(int rank, int nranks, hetcclUniqueId id) {
   CHECK(strstr(text, "mismatched calls") && names_all(text, cur->expect[rank]),
         "error text \"%s\" does not name \"%s\"", text, cur->expect[rank]);
   hetcclCommAbort(comm);
-  gpu->event_destroy(ev);
-  gpu->mem_free(0, buf);
+  hc_dev_event_destroy(gpu, ev);
+  hc_dev_mem_free(gpu, 0, buf);
   return 0;
 }
 
