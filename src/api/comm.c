@@ -495,6 +495,10 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
        * its size (shm's inline descriptors); GPU ranks stage every
        * transfer, and there n-1 copies per rank cost more. */
       .onestep_bytes = any_gpu ? 0 : (size_t)hc_param_int(HC_P_ONESTEP_BYTES),
+      /* The direct algorithms trade the ring's steps for n-1 transfers at
+       * once, which GPU ranks would each stage. */
+      .direct_max_bytes = any_gpu ? 0 : (size_t)hc_param_int(HC_P_DIRECT_MAX_BYTES),
+      .direct_chunk_bytes = (size_t)HC_MAX(hc_param_int(HC_P_DIRECT_CHUNK_BYTES), 64),
       .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1), .ngroups = 1};
   if (comm->ngroups > 1) {
     HC_TRY_GOTO(hc_calloc(&comm->group_of, (size_t)nranks, sizeof(int), "group table"), r, fail);

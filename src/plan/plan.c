@@ -1,7 +1,7 @@
 /*
  * plan: step storage, the scratch pool, and the choice of algorithm for each
- * collective. The algorithms live in ring.c, tree.c, onestep.c, hier.c and
- * p2p.c.
+ * collective. The algorithms live in ring.c, tree.c, onestep.c, direct.c,
+ * hier.c and p2p.c.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -341,7 +341,7 @@ void hc_plan_sig_explain(char *buf, size_t len, int me, const struct hc_net_sig 
 }
 
 const char *hc_algo_name(enum hc_algo a) {
-  static const char *const names[] = {"AUTO", "RING", "RD", "TREE", "HIER", "ONESTEP"};
+  static const char *const names[] = {"AUTO", "RING", "RD", "TREE", "HIER", "ONESTEP", "DIRECT"};
   return (unsigned)a < HC_ARRAY_LEN(names) ? names[a] : "?";
 }
 
@@ -352,7 +352,8 @@ hc_result_t hc_algo_parse(const char *s, enum hc_algo *out) {
   else if (!strcasecmp(s, "TREE")) *out = HC_ALGO_TREE;
   else if (!strcasecmp(s, "HIER")) *out = HC_ALGO_HIER;
   else if (!strcasecmp(s, "ONESTEP")) *out = HC_ALGO_ONESTEP;
-  else return HC_FAIL(HC_ERR_USAGE, "HETCCL_ALGO=%s: expected RING, RD, TREE, HIER or ONESTEP", s);
+  else if (!strcasecmp(s, "DIRECT")) *out = HC_ALGO_DIRECT;
+  else return HC_FAIL(HC_ERR_USAGE, "HETCCL_ALGO=%s: expected RING, RD, TREE, HIER, ONESTEP or DIRECT", s);
   return HC_OK;
 }
 
@@ -409,9 +410,15 @@ static bool any_vendor_group(const struct hc_plan_ctx *x) {
 
 static enum hc_algo choose(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
   size_t bytes = a->count * hc_dtype_size(a->dtype);
+  /* The direct algorithms (direct.c) take mid sizes of flat comms: their
+   * two rounds (one for all-gather and reduce-scatter) replace the ring's
+   * 2(n-1) steps in sequence. Measured by the whole vector. */
+  const size_t vector_bytes = a->coll == HC_COLL_ALLREDUCE ? bytes : bytes * (size_t)x->nranks;
+  const bool direct = vector_bytes <= x->direct_max_bytes;
   switch (a->coll) {
   case HC_COLL_ALLREDUCE:
-    if (x->algo == HC_ALGO_RING || x->algo == HC_ALGO_RD || x->algo == HC_ALGO_ONESTEP) return x->algo;
+    if (x->algo == HC_ALGO_RING || x->algo == HC_ALGO_RD || x->algo == HC_ALGO_ONESTEP || x->algo == HC_ALGO_DIRECT)
+      return x->algo;
     /* Each byte crosses between groups once per group, not once per rank;
      * small messages take recursive doubling's few steps instead (and the
      * smallest a single one: onestep.c), unless a group runs the vendor's
@@ -422,6 +429,7 @@ static enum hc_algo choose(const struct hc_plan_ctx *x, const struct hc_coll_arg
                             (any_vendor_group(x) && a->count >= (size_t)x->nranks)))
       return HC_ALGO_HIER;
     if (bytes <= x->onestep_bytes) return HC_ALGO_ONESTEP;
+    if (direct) return HC_ALGO_DIRECT;
     return bytes >= x->ring_threshold && a->count >= (size_t)x->nranks ? HC_ALGO_RING : HC_ALGO_RD;
   case HC_COLL_BROADCAST:
   case HC_COLL_REDUCE:
@@ -429,11 +437,14 @@ static enum hc_algo choose(const struct hc_plan_ctx *x, const struct hc_coll_arg
     if (hierarchical(x)) return HC_ALGO_HIER;
     return bytes >= x->ring_threshold ? HC_ALGO_RING : HC_ALGO_TREE;
   case HC_COLL_ALLGATHER:
-    if (x->algo == HC_ALGO_ONESTEP || x->algo == HC_ALGO_RING) return x->algo;
+    if (x->algo == HC_ALGO_ONESTEP || x->algo == HC_ALGO_RING || x->algo == HC_ALGO_DIRECT) return x->algo;
     if (hierarchical(x)) return HC_ALGO_HIER;
-    return bytes <= x->onestep_bytes ? HC_ALGO_ONESTEP : HC_ALGO_RING;
+    if (bytes <= x->onestep_bytes) return HC_ALGO_ONESTEP;
+    return direct ? HC_ALGO_DIRECT : HC_ALGO_RING;
   case HC_COLL_REDUCESCATTER:
-    return hierarchical(x) ? HC_ALGO_HIER : HC_ALGO_RING;
+    if (x->algo == HC_ALGO_RING || x->algo == HC_ALGO_DIRECT) return x->algo;
+    if (hierarchical(x)) return HC_ALGO_HIER;
+    return direct ? HC_ALGO_DIRECT : HC_ALGO_RING;
   default:
     return HC_ALGO_AUTO; /* direct point-to-point */
   }
@@ -459,15 +470,19 @@ hc_result_t hc_plan_add(struct hc_plan *p, const struct hc_plan_ctx *x,
     r = algo == HC_ALGO_HIER      ? hc_hier_allreduce(p, x, a, io)
         : algo == HC_ALGO_RING    ? hc_ring_allreduce(p, x, a, io)
         : algo == HC_ALGO_ONESTEP ? hc_onestep_allreduce(p, x, a, io)
+        : algo == HC_ALGO_DIRECT  ? hc_direct_allreduce(p, x, a, io)
                                   : hc_rd_allreduce(p, x, a, io);
     break;
   case HC_COLL_REDUCESCATTER:
-    r = algo == HC_ALGO_HIER ? hc_hier_reducescatter(p, x, a, io) : hc_ring_reducescatter(p, x, a, io);
+    r = algo == HC_ALGO_HIER     ? hc_hier_reducescatter(p, x, a, io)
+        : algo == HC_ALGO_DIRECT ? hc_direct_reducescatter(p, x, a, io)
+                                 : hc_ring_reducescatter(p, x, a, io);
     break;
   case HC_COLL_ALLGATHER:
     r = algo == HC_ALGO_HIER      ? hc_hier_allgather(p, x, a, io)
-        : algo == HC_ALGO_ONESTEP ? hc_onestep_allgather(p, x, a, io)
-                                  : hc_ring_allgather(p, x, a, io);
+        /* The one-step all-gather is the direct one: each block straight from its owner. */
+        : algo == HC_ALGO_ONESTEP || algo == HC_ALGO_DIRECT ? hc_onestep_allgather(p, x, a, io)
+                                                            : hc_ring_allgather(p, x, a, io);
     break;
   case HC_COLL_BROADCAST:
     r = algo == HC_ALGO_HIER   ? hc_hier_broadcast(p, x, a, io)

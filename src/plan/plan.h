@@ -32,7 +32,7 @@ const char *hc_coll_name(enum hc_coll c);
 /* All-reduce, reduce and reduce-scatter: the collectives that combine. */
 bool hc_coll_reduces(enum hc_coll c);
 
-enum hc_algo { HC_ALGO_AUTO, HC_ALGO_RING, HC_ALGO_RD, HC_ALGO_TREE, HC_ALGO_HIER, HC_ALGO_ONESTEP };
+enum hc_algo { HC_ALGO_AUTO, HC_ALGO_RING, HC_ALGO_RD, HC_ALGO_TREE, HC_ALGO_HIER, HC_ALGO_ONESTEP, HC_ALGO_DIRECT };
 const char *hc_algo_name(enum hc_algo a);
 /* Parses HETCCL_ALGO ("" = AUTO). */
 hc_result_t hc_algo_parse(const char *s, enum hc_algo *out);
@@ -160,6 +160,11 @@ struct hc_plan_ctx {
   size_t chunk_bytes;     /* HETCCL_CHUNK_BYTES */
   size_t ring_threshold;  /* HETCCL_RING_THRESHOLD */
   size_t onestep_bytes;   /* all-reduce and all-gather up to this many bytes per rank take one step; 0: never */
+  /* All-reduce, all-gather and reduce-scatter of flat comms whose whole
+   * vector (all-reduce's buffer, all-gather's output, reduce-scatter's
+   * input) has up to this many bytes exchange directly (direct.c); 0: never. */
+  size_t direct_max_bytes;
+  size_t direct_chunk_bytes; /* a direct algorithm's piece; 0: chunk_bytes */
   int scratch_slots;      /* HETCCL_SCRATCH_SLOTS */
   int ngroups;            /* HETCCL_GROUP groups (plan/hier.c); 1 when there is one */
   const int *group_of;    /* per rank: its group, 0 .. ngroups - 1; NULL with one group */
