@@ -25,7 +25,9 @@
  * All-reduce (round 2): rank r sends each finished piece of its block to
  * every peer, and receives the pieces of block v from rank v straight into
  * its output. In place, that receive overwrites the input piece sent to v
- * in round 1, so it waits for that send.
+ * in round 1, so it waits for that send; and it waits for the input to be
+ * ready (a PreMulSum's scaled copy reads the caller's buffer, which in
+ * place is the output).
  * All-gather needs no reduction: the one-step all-gather (onestep.c) is the
  * direct one.
  *
@@ -146,7 +148,7 @@ static hc_result_t direct_reduce(struct hc_plan *p, const struct hc_plan_ctx *x,
         hc_chunk(len, l.nch, c, &coff, &clen);
         if (clen)
           hc_push_recv(p, hc_member(x, v), HC_PTR(io.out, off + coff, es), clen * es,
-                       in_place ? sent[(size_t)v * l.nch + c] : 0, 0);
+                       in_place ? sent[(size_t)v * l.nch + c] : 0, io.in_dep);
       }
     }
   }

@@ -412,9 +412,12 @@ static enum hc_algo choose(const struct hc_plan_ctx *x, const struct hc_coll_arg
   size_t bytes = a->count * hc_dtype_size(a->dtype);
   /* The direct algorithms (direct.c) take mid sizes of flat comms: their
    * two rounds (one for all-gather and reduce-scatter) replace the ring's
-   * 2(n-1) steps in sequence. Measured by the whole vector. */
+   * 2(n-1) steps and recursive doubling's log2(n) in sequence. Measured by
+   * the whole vector. With 2 ranks they save no round: the ring is the
+   * same exchange, and recursive doubling's one round beat direct's two at
+   * 8-32 KiB (docs/perf.md). */
   const size_t vector_bytes = a->coll == HC_COLL_ALLREDUCE ? bytes : bytes * (size_t)x->nranks;
-  const bool direct = vector_bytes <= x->direct_max_bytes;
+  const bool direct = x->nranks > 2 && vector_bytes <= x->direct_max_bytes;
   switch (a->coll) {
   case HC_COLL_ALLREDUCE:
     if (x->algo == HC_ALGO_RING || x->algo == HC_ALGO_RD || x->algo == HC_ALGO_ONESTEP || x->algo == HC_ALGO_DIRECT)
