@@ -482,6 +482,13 @@ static hc_result_t comm_init(struct hetcclComm **out, int nranks, const uint8_t 
   for (int i = 0; i < nranks; i++) any_gpu |= comm->peers[i].device_kind != HC_MEM_HOST;
   enum hc_algo algo;
   HC_TRY_GOTO(hc_algo_parse(hc_param_str(HC_P_ALGO), &algo), r, fail);
+  if (algo == HC_ALGO_DIRECT && any_gpu) {
+    /* Its n-1 transfers per piece at once would be staged through the
+     * pair windows, whose in-order GPU lanes it does not keep apart. */
+    HC_INFO(HC_PLAN, "HETCCL_ALGO=DIRECT applies to comms of CPU ranks only: this comm has a GPU rank and "
+            "chooses by size");
+    algo = HC_ALGO_AUTO;
+  }
   struct hc_scratch_pool *pool;
   const struct hc_dev_ops *gpu = config->device_kind == HC_MEM_HOST ? NULL : hc_dev_get(config->device_kind);
   HC_TRY_GOTO(hc_scratch_pool_create(gpu ? HC_POOL_PINNED : HC_POOL_HOST, gpu, config->device_id, &pool), r, fail);
