@@ -184,9 +184,10 @@ static void print_choices(const struct shape *sh, const struct hc_plan_ctx *x) {
       if (sh->group_of[r] == g) printf(first-- ? "%d" : ",%d", r);
     printf(sh->vendor[g] ? ", vendor library)" : ")");
   }
-  printf(", %s\nHETCCL_ALGO %s, HETCCL_RING_THRESHOLD %zu, HETCCL_ONESTEP_BYTES %zu; float32 buffers\n\n",
+  printf(", %s\nHETCCL_ALGO %s, HETCCL_RING_THRESHOLD %zu, HETCCL_ONESTEP_BYTES %zu, HETCCL_DIRECT_MAX_BYTES %zu; "
+         "float32 buffers\n\n",
          sh->gpu ? "a GPU rank" : "CPU ranks only", algo_env[0] ? algo_env : "(unset)", x->ring_threshold,
-         x->onestep_bytes);
+         x->onestep_bytes, x->direct_max_bytes);
   printf("%12s", "bytes");
   for (int c = 0; c < HC_COLL_COUNT; c++)
     printf(c + 1 < HC_COLL_COUNT ? "  %-9s" : "  %s", hc_coll_name((enum hc_coll)c));
@@ -208,6 +209,7 @@ static int print_algos(int argc, char **argv) {
   if (bad) return bad;
   struct hc_plan_ctx x = {.nranks = sh.nranks, .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
                           .onestep_bytes = (size_t)hc_param_int(HC_P_ONESTEP_BYTES), .any_gpu = sh.gpu,
+                          .direct_max_bytes = sh.gpu ? 0 : (size_t)hc_param_int(HC_P_DIRECT_MAX_BYTES),
                           .ngroups = sh.ngroups, .group_of = sh.ngroups > 1 ? sh.group_of : NULL,
                           .group_vendor = sh.ngroups > 1 ? sh.vendor : NULL};
   if (hc_algo_parse(hc_param_str(HC_P_ALGO), x.algo) != HC_OK) {

@@ -86,6 +86,7 @@ struct hetcclComm {
   bool windows_registered;        /* plan_ctx.windows, with this rank's GPU driver */
   struct hc_plan plan;            /* reused call after call */
   uint32_t coll_seq;              /* collectives made so far (hc_coll_args.seq) */
+  uint8_t barrier_byte;           /* what a host comm's barrier all-reduces (coll.c) */
   /* The plan cache (coll.c): plan still holds the steps and scratch of
    * this call, the last one made alone on this host comm. */
   bool plan_kept;

@@ -469,12 +469,26 @@ HC_EXPORT hetcclResult_t hetcclRecv(void *recvbuff, size_t count, hetcclDataType
   return buffers_call(HC_COLL_RECV, NULL, recvbuff, count, datatype, NO_OP, peer, comm, stream);
 }
 
-/* Blocks the calling thread until every rank has entered, over the
- * bootstrap ring; it orders nothing on the stream. */
+/* Blocks the calling thread until every rank has entered; it orders
+ * nothing on the stream. A host comm runs it as an all-reduce of one byte
+ * (as PyTorch's barrier is one of one element), which for a flat CPU comm
+ * is the one-step exchange: every rank posts a byte to every peer at once
+ * and leaves when it has one from each (on shm, one inline descriptor each
+ * way per pair, no round over the bootstrap's TCP ring). Any all-reduce is
+ * a barrier: every rank's result depends on every rank's input. Comms
+ * with a GPU rank, whose collectives run on streams, keep the bootstrap
+ * ring (all ranks decide alike, from the peers' records). */
 static hc_result_t api_Barrier(hetcclComm_t comm, hetcclStream_t stream) {
   (void)stream;
   HC_TRY(hc_comm_check(comm, "Barrier"));
   if (group_depth > 0) return HC_FAIL(HC_ERR_USAGE, "Barrier: not allowed inside a group");
+  bool all_host = true; /* the same answer on every rank: the all-gathered records */
+  for (int i = 0; i < comm->nranks; i++) all_host &= comm->peers[i].device_kind == HC_MEM_HOST;
+  if (all_host) {
+    struct hc_coll_args a = {.coll = HC_COLL_ALLREDUCE, .sendbuf = &comm->barrier_byte,
+                             .recvbuf = &comm->barrier_byte, .count = 1, .dtype = HC_UINT8, .op = HC_MAX};
+    return hc_coll_enqueue(comm, &a, NULL, "Barrier");
+  }
   if (comm->boot == NULL)
     return HC_FAIL(HC_ERR_USAGE, "Barrier: the communicator failed earlier and must be destroyed: %s",
                    comm->async_error_text);

@@ -484,6 +484,10 @@ static hc_result_t phase_plans(struct hetcclComm *comm) {
       .chunk_bytes = any_gpu ? gpu_chunk_bytes() : (size_t)HC_MAX(hc_param_int(HC_P_CHUNK_BYTES), 64),
       .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
       .onestep_bytes = (size_t)hc_param_int(HC_P_ONESTEP_BYTES), .any_gpu = any_gpu,
+      /* The direct algorithms trade the ring's steps for n-1 transfers at
+       * once, which GPU ranks would each stage. */
+      .direct_max_bytes = any_gpu ? 0 : (size_t)hc_param_int(HC_P_DIRECT_MAX_BYTES),
+      .direct_chunk_bytes = (size_t)HC_MAX(hc_param_int(HC_P_DIRECT_CHUNK_BYTES), 64),
       .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1), .ngroups = 1};
   memcpy(comm->plan_ctx.algo, forced, sizeof(forced));
   if (comm->ngroups == 1) return HC_OK;

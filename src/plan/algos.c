@@ -1,7 +1,8 @@
 /*
  * The algorithm table: one row per (collective, algorithm) saying when the
  * algorithm can run a call, when the automatic choice takes it, and which
- * function builds its steps (ring.c, tree.c, onestep.c, hier.c, p2p.c).
+ * function builds its steps (ring.c, tree.c, onestep.c, direct.c, hier.c,
+ * p2p.c).
  * hc_plan_add builds every call with the row hc_algo_choose gives, and
  * hetccl-info --algos prints the table and the choice for a comm shape, so
  * the documented choice and the planner's are one.
@@ -65,11 +66,31 @@ static bool ring_allreduce_pays(const struct hc_plan_ctx *x, const struct hc_col
   return large(x, a) && a->count >= (size_t)x->nranks;
 }
 
+/* The direct algorithms (direct.c) run over the whole comm of CPU ranks:
+ * their n-1 transfers per piece at once would each be staged on a GPU
+ * rank, through pair windows whose in-order lanes they do not keep apart. */
+static bool flat_cpu(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  (void)a;
+  return !x->any_gpu && x->members == NULL;
+}
+
+/* Two rounds (one for all-gather and reduce-scatter) replace the ring's
+ * 2(n-1) steps and recursive doubling's log2(n) in sequence; measured by
+ * the whole vector. With 2 ranks they save no round: the ring is the same
+ * exchange, and recursive doubling's one round beat direct's two at 8-32
+ * KiB (docs/perf.md). */
+static bool direct_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  const size_t vector = a->coll == HC_COLL_ALLREDUCE ? call_bytes(a) : call_bytes(a) * (size_t)x->nranks;
+  return x->nranks > 2 && vector <= x->direct_max_bytes;
+}
+
 /* ---- the table ---- */
 
 #define HIER_APPLIES "a comm of several groups"
 #define HIER_CHOSEN "some group has several ranks"
 #define ONESTEP_CHOSEN "no rank is a GPU and the call has at most ONESTEP_BYTES bytes per rank"
+#define FLAT_CPU "a comm of CPU ranks only"
+#define DIRECT_CHOSEN "more than 2 ranks and the whole vector has at most DIRECT_MAX_BYTES bytes"
 #define DIRECT_WHAT "direct transfers between each pair (a vendor group's mates: the vendor's sends and receives)"
 
 static const struct hc_algo_desc table[] = {
@@ -81,6 +102,11 @@ static const struct hc_algo_desc table[] = {
                    "vendor library and the call has an element per rank"},
     {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_ONESTEP, .chosen = one_step_pays, .build = hc_onestep_allreduce,
      .what = "every rank sends its input to every other at once and reduces alone", .chosen_doc = ONESTEP_CHOSEN},
+    {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_pays,
+     .build = hc_direct_allreduce,
+     .what = "each block from every rank straight to the rank that reduces it, in cache-sized pieces, then "
+             "from there to every rank: two rounds",
+     .applies_doc = FLAT_CPU, .chosen_doc = DIRECT_CHOSEN},
     {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_RING, .chosen = ring_allreduce_pays, .build = hc_ring_allreduce,
      .what = "ring reduce-scatter then ring all-gather, pipelined in chunks",
      .chosen_doc = "the call has RING_THRESHOLD bytes or more and an element per rank"},
@@ -114,6 +140,9 @@ static const struct hc_algo_desc table[] = {
      .applies_doc = HIER_APPLIES, .chosen_doc = HIER_CHOSEN},
     {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_ONESTEP, .chosen = one_step_pays, .build = hc_onestep_allgather,
      .what = "every rank sends its block to every other at once", .chosen_doc = ONESTEP_CHOSEN},
+    {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_pays,
+     .build = hc_onestep_allgather, .what = "each block straight from its owner to every rank (the one-step exchange)",
+     .applies_doc = FLAT_CPU, .chosen_doc = DIRECT_CHOSEN},
     {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_RING, .build = hc_ring_allgather,
      .what = "a ring, n - 1 steps, pipelined in chunks"},
 
@@ -121,6 +150,10 @@ static const struct hc_algo_desc table[] = {
      .build = hc_hier_reducescatter,
      .what = "block b summed on one member of each group, whose partial goes to rank b",
      .applies_doc = HIER_APPLIES, .chosen_doc = HIER_CHOSEN},
+    {.coll = HC_COLL_REDUCESCATTER, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_pays,
+     .build = hc_direct_reducescatter,
+     .what = "each block from every rank straight to the rank that owns it, reduced there in cache-sized pieces",
+     .applies_doc = FLAT_CPU, .chosen_doc = DIRECT_CHOSEN},
     {.coll = HC_COLL_REDUCESCATTER, .algo = HC_ALGO_RING, .build = hc_ring_reducescatter,
      .what = "a ring, n - 1 steps, pipelined in chunks"},
 

@@ -153,6 +153,11 @@ struct hc_plan_ctx {
   size_t ring_threshold;  /* HETCCL_RING_THRESHOLD */
   size_t onestep_bytes;   /* HETCCL_ONESTEP_BYTES */
   bool any_gpu;           /* some rank's buffers are GPU memory: one step is never chosen by size */
+  /* All-reduce, all-gather and reduce-scatter of flat comms whose whole
+   * vector (all-reduce's buffer, all-gather's output, reduce-scatter's
+   * input) has up to this many bytes exchange directly (direct.c); 0: never. */
+  size_t direct_max_bytes;
+  size_t direct_chunk_bytes; /* a direct algorithm's piece; 0: chunk_bytes */
   int scratch_slots;      /* HETCCL_SCRATCH_SLOTS */
   int ngroups;            /* HETCCL_GROUP groups (plan/hier.c); 1 when there is one */
   const int *group_of;    /* per rank: its group, 0 .. ngroups - 1; NULL with one group */

@@ -70,7 +70,7 @@ check coll_typo 0 "did you mean ${P}_TIMEOUT\?" "" coll -- "${P}_TIMOUT=10"
 # HETCCL_ALGO: a collective without the named algorithm fails init listing
 # the ones it has; a per-collective choice reaches the planner (8 bytes on
 # CPU ranks: one step unless forced).
-check coll_algo_refused nonzero "${P}_ALGO=allreduce:tree: AllReduce has no algorithm TREE; it has HIER, ONESTEP, RING, RD" \
+check coll_algo_refused nonzero "${P}_ALGO=allreduce:tree: AllReduce has no algorithm TREE; it has HIER, ONESTEP, DIRECT, RING, RD" \
   "" coll -- "${P}_ALGO=allreduce:tree"
 check coll_algo_forced 0 "AllReduce count 2 .*: RING," "AllReduce count 2 .*: ONESTEP," coll -- "${P}_ALGO=broadcast:tree,allreduce:ring" \
   "${P}_DEBUG=TRACE" "${P}_DEBUG_SUBSYS=PLAN"

@@ -8,7 +8,8 @@
  * min, avg, PreMulSum with the scalar on the "device" and host-immediate) x
  * count (0, 1, 7, 1023, 1 Mi + 3) x in-place / out-of-place x algorithm
  * (a comm made under HETCCL_ALGO unset, RING, RING with 1 KiB chunks and
- * 2 scratch slots, RD, TREE, ONESTEP), for one rank count per run (--ranks).
+ * 2 scratch slots, RD, TREE, ONESTEP, DIRECT, DIRECT with 1 KiB pieces and
+ * one slot set), for one rank count per run (--ranks).
  * The full product is far too slow, so the cases form a covering array: a
  * greedy generator picks cases until every pair of values of two dimensions
  * that can occur together occurs in some case (op only matters for the
@@ -24,7 +25,8 @@
  * Extra cases: all-reduce of inexact random floats under every all-reduce
  * algorithm, whose results must be bitwise identical on all ranks (and
  * close to the exact sum); every chunked algorithm with more chunks than
- * scratch slots (8 KiB per rank, 1 KiB chunks, 2 slots); a group with
+ * scratch slots (8 KiB per rank, 1 KiB chunks, 2 slots; and 1 KiB direct
+ * pieces with one slot set); a group with
  * collectives on two comms made by hetcclCommSplit (keys reversed, so ranks
  * are renumbered) and on the parent, once with the connections already up
  * and once on fresh comms (connections come up inside GroupEnd);
@@ -69,16 +71,19 @@ static bool big_dtype(int t) {
 
 /* Comm configurations: HETCCL_* values set while the comm is made ("" =
  * what the environment had at start). */
-enum cfgv { CFG_AUTO, CFG_RING, CFG_RING_SMALL, CFG_RD, CFG_TREE, CFG_ONESTEP, CFG_N };
+enum cfgv { CFG_AUTO, CFG_RING, CFG_RING_SMALL, CFG_RD, CFG_TREE, CFG_ONESTEP, CFG_DIRECT, CFG_DIRECT_SMALL, CFG_N };
 static const struct {
-  const char *name, *algo, *chunk, *slots;
+  const char *name, *algo, *chunk, *slots, *direct_chunk;
 } cfgs[CFG_N] = {
-    {"AUTO", "", "", ""},
-    {"RING", "RING", "", ""},
-    {"RING_CHUNK1K", "RING", "1K", "2"},
-    {"RD", "RD", "", ""},
-    {"TREE", "TREE", "", ""},
-    {"ONESTEP", "ONESTEP", "", ""},
+    {"AUTO", "", "", "", ""},
+    {"RING", "RING", "", "", ""},
+    {"RING_CHUNK1K", "RING", "1K", "2", ""},
+    {"RD", "RD", "", "", ""},
+    {"TREE", "TREE", "", "", ""},
+    {"ONESTEP", "ONESTEP", "", "", ""},
+    {"DIRECT", "DIRECT", "", "", ""},
+    /* Many pieces per block, one slot set (pieces reuse it one by one). */
+    {"DIRECT_PIECE1K", "DIRECT", "", "1", "1K"},
 };
 
 enum dim { D_COLL, D_DTYPE, D_OP, D_COUNT, D_INPLACE, D_CFG, NDIM };
@@ -131,7 +136,7 @@ static int build_cases(int nranks, bool quick, struct tcase **out, int *nextra) 
   struct tcase *cases;
   int n = build_pairwise(!quick && nranks <= 4, &cases);
   static const int xdtypes[] = {HC_FLOAT16, HC_FLOAT32, HC_FLOAT64, HC_BFLOAT16, HC_FP8_E4M3};
-  static const int xcfgs[] = {CFG_AUTO, CFG_RING, CFG_RING_SMALL, CFG_RD, CFG_ONESTEP};
+  static const int xcfgs[] = {CFG_AUTO, CFG_RING, CFG_RING_SMALL, CFG_RD, CFG_ONESTEP, CFG_DIRECT, CFG_DIRECT_SMALL};
   int extra = (int)(HC_ARRAY_LEN(xdtypes) * HC_ARRAY_LEN(xcfgs));
   *nextra = extra;
   cases = realloc(cases, (size_t)(n + extra) * sizeof(*cases));
@@ -148,20 +153,24 @@ static int build_cases(int nranks, bool quick, struct tcase **out, int *nextra) 
       x->v[D_CFG] = xcfgs[c];
     }
   /* Many chunks per block and more chunks than scratch slots (1 KiB
-   * chunks, 2 slots): every chunked algorithm, 8 KiB per rank. */
+   * chunks and 2 slots; 1 KiB direct pieces and 1 slot set): every chunked
+   * algorithm, 8 KiB per rank. */
   static const int ccolls[] = {C_ALLREDUCE, C_REDUCESCATTER, C_ALLGATHER, C_BROADCAST, C_REDUCE};
-  cases = realloc(cases, (size_t)(n + extra + 2 * (int)HC_ARRAY_LEN(ccolls)) * sizeof(*cases));
-  for (size_t c = 0; c < 2 * HC_ARRAY_LEN(ccolls); c++) {
-    struct tcase *x = &cases[n++];
-    memset(x, 0, sizeof(*x));
-    x->v[D_COLL] = ccolls[c % HC_ARRAY_LEN(ccolls)];
-    x->v[D_DTYPE] = c < HC_ARRAY_LEN(ccolls) ? HC_FLOAT64 : HC_INT32;
-    x->v[D_OP] = reducing(x->v[D_COLL]) ? (c < HC_ARRAY_LEN(ccolls) ? O_SUM : O_PREMUL_DEV) : 0;
-    x->v[D_COUNT] = 3; /* 1023 */
-    x->v[D_INPLACE] = (int)(c % 2);
-    x->v[D_CFG] = CFG_RING_SMALL;
-  }
-  *nextra += 2 * (int)HC_ARRAY_LEN(ccolls);
+  static const int ccfgs[] = {CFG_RING_SMALL, CFG_DIRECT_SMALL};
+  const int nchunked = 2 * (int)HC_ARRAY_LEN(ccolls) * (int)HC_ARRAY_LEN(ccfgs);
+  cases = realloc(cases, (size_t)(n + extra + nchunked) * sizeof(*cases));
+  for (size_t f = 0; f < HC_ARRAY_LEN(ccfgs); f++)
+    for (size_t c = 0; c < 2 * HC_ARRAY_LEN(ccolls); c++) {
+      struct tcase *x = &cases[n++];
+      memset(x, 0, sizeof(*x));
+      x->v[D_COLL] = ccolls[c % HC_ARRAY_LEN(ccolls)];
+      x->v[D_DTYPE] = c < HC_ARRAY_LEN(ccolls) ? HC_FLOAT64 : HC_INT32;
+      x->v[D_OP] = reducing(x->v[D_COLL]) ? (c < HC_ARRAY_LEN(ccolls) ? O_SUM : O_PREMUL_DEV) : 0;
+      x->v[D_COUNT] = 3; /* 1023 */
+      x->v[D_INPLACE] = (int)(c % 2);
+      x->v[D_CFG] = ccfgs[f];
+    }
+  *nextra += nchunked;
   for (int i = 0; i < n; i++) {
     cases[i].seed = tu_hash(0x5eedc011ull, (uint64_t)nranks, (uint64_t)i);
     cases[i].root = (int)(cases[i].seed % (uint64_t)nranks);
@@ -925,13 +934,15 @@ static int rank_split(int rank, int n, hetcclUniqueId id, void *arg) {
 
 /* ---- main ---- */
 
-static char saved_env[3][256];
-static bool saved_set[3];
-static const char *const cfg_vars[3] = {"HETCCL_ALGO", "HETCCL_CHUNK_BYTES", "HETCCL_SCRATCH_SLOTS"};
+#define NCFG_VARS 4
+static char saved_env[NCFG_VARS][256];
+static bool saved_set[NCFG_VARS];
+static const char *const cfg_vars[NCFG_VARS] = {"HETCCL_ALGO", "HETCCL_CHUNK_BYTES", "HETCCL_SCRATCH_SLOTS",
+                                                "HETCCL_DIRECT_CHUNK_BYTES"};
 
 static void apply_cfg(int cfg) {
-  const char *vals[3] = {cfgs[cfg].algo, cfgs[cfg].chunk, cfgs[cfg].slots};
-  for (int i = 0; i < 3; i++) {
+  const char *vals[NCFG_VARS] = {cfgs[cfg].algo, cfgs[cfg].chunk, cfgs[cfg].slots, cfgs[cfg].direct_chunk};
+  for (int i = 0; i < NCFG_VARS; i++) {
     if (vals[i][0]) setenv(cfg_vars[i], vals[i], 1);
     else if (saved_set[i]) setenv(cfg_vars[i], saved_env[i], 1);
     else unsetenv(cfg_vars[i]);
@@ -968,7 +979,7 @@ static int run_nranks(int nranks, bool quick, int only, bool list) {
     struct run_ctx ctx = {.nranks = nranks, .quick = quick, .cfg = cfg, .only = only, .cases = cases, .ncases = ncases};
     apply_cfg(cfg);
     failed += tu_run_ranks(nranks, rank_cases, &ctx);
-    printf("  algo %-12s %3d cases %6.2f s\n", cfgs[cfg].name, atomic_load(&ctx.cases_run), tu_seconds() - t0);
+    printf("  algo %-14s %3d cases %6.2f s\n", cfgs[cfg].name, atomic_load(&ctx.cases_run), tu_seconds() - t0);
     fflush(stdout);
   }
   apply_cfg(CFG_AUTO);
@@ -998,7 +1009,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < NCFG_VARS; i++) {
     const char *v = getenv(cfg_vars[i]);
     saved_set[i] = v != NULL;
     if (v) snprintf(saved_env[i], sizeof(saved_env[i]), "%s", v);

@@ -30,7 +30,7 @@ struct shape {
   const char *vendor;         /* groups that run the vendor library ("" none; implies a GPU rank) */
   bool gpu;                   /* some rank is a GPU */
   const char *algo;           /* HETCCL_ALGO */
-  size_t ring_threshold;      /* ONESTEP_BYTES is 4K throughout */
+  size_t ring_threshold;      /* ONESTEP_BYTES is 4K throughout; DIRECT_MAX_BYTES 0 (test_coll_host forces DIRECT) */
   size_t bytes[3];            /* 0: none */
   const char *expect[3];      /* per size: the algorithms of choosy[] */
 };
@@ -106,7 +106,7 @@ static void check_parsing(void) {
   check_parse("allgather:onestep,send:direct",
               (const char *const[]){"", "", "", "ONESTEP", "", "", "", "", "", "DIRECT", ""});
   check_refused("FOO", "the names are RING, RD, TREE, HIER, ONESTEP, DIRECT,");
-  check_refused("allreduce:tree", "AllReduce has no algorithm TREE; it has HIER, ONESTEP, RING, RD");
+  check_refused("allreduce:tree", "AllReduce has no algorithm TREE; it has HIER, ONESTEP, DIRECT, RING, RD");
   check_refused("bcast:ring", "AllReduce, Broadcast, Reduce, AllGather, ReduceScatter");
   check_refused("RING,TREE", "two algorithms for every collective (RING and TREE)");
   check_refused("allreduce:ring,AllReduce:rd", "AllReduce is named twice");
@@ -198,7 +198,8 @@ static bool run_info(const char *info, const struct shape *s, char *out, size_t 
   for (int k = 0; k < 3 && s->bytes[k]; k++)
     snprintf(sizes + strlen(sizes), sizeof(sizes) - strlen(sizes), "%s%zu", k ? "," : "", s->bytes[k]);
   snprintf(cmd, sizeof(cmd),
-           "HETCCL_ALGO='%s' HETCCL_RING_THRESHOLD=%zu HETCCL_ONESTEP_BYTES=4K '%s' --algos --groups %s%s%s%s "
+           "HETCCL_ALGO='%s' HETCCL_RING_THRESHOLD=%zu HETCCL_ONESTEP_BYTES=4K HETCCL_DIRECT_MAX_BYTES=0 '%s' --algos "
+           "--groups %s%s%s%s "
            "--sizes %s 2>&1",
            s->algo, s->ring_threshold, info, groups, vendor[0] ? " --vendor " : "", vendor, s->gpu ? " --gpu" : "",
            sizes);
@@ -253,7 +254,7 @@ static void check_info_refuses(const char *info) {
   const size_t got = fread(out, 1, sizeof(out) - 1, f);
   out[got] = 0;
   const int status = pclose(f);
-  CHECK(status != 0 && strstr(out, "it has HIER, ONESTEP, RING, RD"), "%s: status %d, output:\n%s", cmd, status, out);
+  CHECK(status != 0 && strstr(out, "it has HIER, ONESTEP, DIRECT, RING, RD"), "%s: status %d, output:\n%s", cmd, status, out);
 }
 
 int main(int argc, char **argv) {
