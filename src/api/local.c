@@ -5,6 +5,7 @@
  * ncclCommCuDevice and ncclCommDump), buffer registration.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,23 +87,39 @@ struct hc_registration {
   hetcclComm_t comm;
   void *buff;
   size_t size;
+  struct hc_registration *next;
 };
+
+/* Every live handle of the process: a handle is looked up here before it
+ * is read, so that a stale or foreign pointer is refused, not followed. */
+static struct hc_registration *registrations;
+static pthread_mutex_t registrations_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static hc_result_t api_CommRegister(const hetcclComm_t comm, void *buff, size_t size, void **handle) {
   HC_TRY(hc_comm_check(comm, "CommRegister"));
   if (handle == NULL) return HC_FAIL(HC_ERR_ARG, "CommRegister: handle is NULL");
   struct hc_registration *reg;
   HC_TRY(hc_calloc(&reg, 1, sizeof(*reg), "registration"));
-  *reg = (struct hc_registration){comm, buff, size};
+  pthread_mutex_lock(&registrations_lock);
+  *reg = (struct hc_registration){comm, buff, size, registrations};
+  registrations = reg;
+  pthread_mutex_unlock(&registrations_lock);
   *handle = reg;
   return HC_OK;
 }
 
 static hc_result_t api_CommDeregister(const hetcclComm_t comm, void *handle) {
   HC_TRY(hc_comm_check(comm, "CommDeregister"));
-  struct hc_registration *reg = handle;
-  if (reg == NULL || reg->comm != comm)
-    return HC_FAIL(HC_ERR_ARG, "CommDeregister: %p is not a registration of this comm", handle);
+  struct hc_registration *reg = NULL;
+  pthread_mutex_lock(&registrations_lock);
+  for (struct hc_registration **at = &registrations; *at; at = &(*at)->next)
+    if (*at == handle && (*at)->comm == comm) {
+      reg = *at;
+      *at = reg->next;
+      break;
+    }
+  pthread_mutex_unlock(&registrations_lock);
+  if (reg == NULL) return HC_FAIL(HC_ERR_ARG, "CommDeregister: %p is not a registration of this comm", handle);
   free(reg);
   return HC_OK;
 }

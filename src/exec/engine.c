@@ -244,8 +244,10 @@ static bool window_sigs_check(struct hc_engine_comm *c, int p, const struct hc_n
   if (upto > pw->sig_next) pw->sig_next = upto;
   int done = 0;
   while (done < pw->nruns && pw->runs[done].end <= pw->sig_next) done++;
-  memmove(pw->runs, pw->runs + done, (size_t)(pw->nruns - done) * sizeof(*pw->runs));
-  pw->nruns -= done;
+  if (done > 0) {
+    memmove(pw->runs, pw->runs + done, (size_t)(pw->nruns - done) * sizeof(*pw->runs));
+    pw->nruns -= done;
+  }
   pthread_mutex_unlock(&c->sigs_lock);
   if (!bad) return false;
   /* Before the notice (comm_fail), so that the sender names both calls. */
