@@ -8,6 +8,8 @@
 #define HC_GPU_RANK_MEM_H_
 
 #include "device/device.h"
+#include "hetccl.h"
+#include "testutil.h"
 
 struct rank_mem {
   const struct hc_dev_ops *gpu;
@@ -29,6 +31,25 @@ static inline void rank_mem_close(struct rank_mem *m) {
   if (m->send) hc_dev_mem_free(m->gpu, m->device, m->send);
   if (m->recv) hc_dev_mem_free(m->gpu, m->device, m->recv);
   if (m->stream) hc_dev_stream_destroy(m->gpu, m->stream);
+}
+
+/* A rank's stream and buffers on device, then its comm of n ranks on that
+ * CUDA device in group group_name; false (everything released, the
+ * failure checked) when one could not be had. */
+static inline bool rank_comm_open(struct rank_mem *m, const struct hc_dev_ops *gpu, int device, size_t bytes,
+                                  const char *group_name, int n, hetcclUniqueId id, int rank, hetcclComm_t *comm) {
+  *comm = NULL;
+  if (!CHECK(rank_mem_open(m, gpu, device, bytes), "device memory")) {
+    rank_mem_close(m);
+    return false;
+  }
+  hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
+  cfg.deviceKind = hetcclDeviceCuda;
+  cfg.deviceId = device;
+  cfg.groupName = group_name;
+  if (CHECK_OK(hetcclCommInitRankConfig(comm, n, id, rank, &cfg))) return true;
+  rank_mem_close(m);
+  return false;
 }
 
 /* Host -> device (or back), after the work already on the stream. */

@@ -168,16 +168,8 @@ out:
 static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
   struct rank_mem m;
-  if (!CHECK(rank_mem_open(&m, gpu, device_of[rank], shard * NRANKS * 4), "device memory")) {
-    rank_mem_close(&m);
-    return 1;
-  }
-  hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
-  cfg.deviceKind = hetcclDeviceCuda;
-  cfg.deviceId = device_of[rank];
-  cfg.groupName = rank < GROUP ? "a" : "b";
-  hetcclComm_t comm = NULL;
-  if (!CHECK_OK(hetcclCommInitRankConfig(&comm, n, id, rank, &cfg))) return 1;
+  hetcclComm_t comm;
+  if (!rank_comm_open(&m, gpu, device_of[rank], shard * NRANKS * 4, rank < GROUP ? "a" : "b", n, id, rank, &comm)) return 1;
   if (rank == 0) { /* hetccl has loaded the fake NCCL now (before, this dlopen would make it look shared) */
     void *nccl = dlopen(getenv("HETCCL_NCCL_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
     if (nccl) {
