@@ -169,7 +169,8 @@ static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
   struct rank_mem m;
   hetcclComm_t comm;
-  if (!rank_comm_open(&m, gpu, device_of[rank], shard * NRANKS * 4, rank < GROUP ? "a" : "b", n, id, rank, &comm)) return 1;
+  if (!rank_comm_open(&m, gpu, device_of[rank], shard * NRANKS * 4, rank < GROUP ? "a" : "b", n, id, rank, &comm))
+    return 1;
   if (rank == 0) { /* hetccl has loaded the fake NCCL now (before, this dlopen would make it look shared) */
     void *nccl = dlopen(getenv("HETCCL_NCCL_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
     if (nccl) {
