@@ -116,8 +116,9 @@ hc_result_t hc_ib_mem_init(struct hc_ib_ctx *ctx) {
   ctx->pagemap_fd = -1;
   if (ctx->max_regs > 0) {
     int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-    static volatile uint8_t probe[HC_IB_PAGE];
-    probe[0] = 1; /* present */
+    /* Comms open from several threads at once; the store only faults the page in, so it is atomic. */
+    static uint8_t probe[HC_IB_PAGE];
+    __atomic_store_n(&probe[0], 1, __ATOMIC_RELAXED);
     if (fd >= 0 && page_frame(fd, (uintptr_t)probe) != 0) {
       ctx->pagemap_fd = fd;
     } else {
