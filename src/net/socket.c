@@ -121,24 +121,43 @@ void hc_net_socket_notice(void *vctx, int culprit) {
   }
 }
 
+/* A connection that failed from the peer's side may still hold, unread on
+ * stream 0, why: a notice that the peer failed because of another rank, its
+ * reply that what this rank sent met another call there, or the header of a
+ * message of another call than this rank's (the peer went on, found this
+ * rank's message mismatched and closed first). Peek at
+ * the headers waiting there (probes skipped), at a message boundary only, and
+ * return the failure they explain, or r. */
+static hc_result_t explain_from_pending(struct hc_sock_conn *c, hc_result_t r) {
+  const struct hc_sock_stream *st0 = &c->streams[0];
+  const struct hc_sock_req *q = st0->recv.req;
+  if (r != HC_ERR_REMOTE || c->noticed >= 0 || st0->fd < 0 || (q != NULL && q->hdr_off != 0)) return r;
+  uint8_t pending[4 * HC_SOCK_HDR_BYTES];
+  ssize_t k = recv(st0->fd, pending, sizeof(pending), MSG_PEEK | MSG_DONTWAIT);
+  const struct hc_net_sig none = {{0, 0}};
+  for (size_t at = 0; k > 0 && at + HC_SOCK_HDR_BYTES <= (size_t)k; at += HC_SOCK_HDR_BYTES) {
+    struct hc_sock_hdr h;
+    hc_net_socket_hdr_parse(pending + at, HC_SOCK_HDR_BYTES, 0, &none, &h);
+    if (h.len == HC_SOCK_PROBE) continue;
+    if (h.len >> HC_SOCK_FAILURE_SHIFT == HC_SOCK_FAILURE_TAG) {
+      c->noticed = (int)(uint32_t)h.len;
+      return r;
+    }
+    if (h.len == HC_SOCK_NOTICE)
+      return hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, &h.sig, c->peer, &h.want, true);
+    /* Which call of this rank it met: the posted receive, or else the
+     * message being sent (the failed send may come before the receive). */
+    const struct hc_sock_req *mine = q != NULL ? q : st0->send.req;
+    if (mine != NULL && !hc_net_sig_equal(&h.sig, &mine->sig))
+      return hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, &mine->sig, c->peer, &h.sig, false);
+    return r;
+  }
+  return r;
+}
+
 hc_result_t hc_net_socket_conn_fail(struct hc_sock_conn *c, hc_result_t r) {
   if (c->failed != HC_OK) return r;
-  c->failed = r;
-  /* A peer that failed because of another rank, or whose receive met
-   * another call than this rank's send, said so before closing: an unread
-   * notice may still wait on stream 0 (peek, at a message boundary only),
-   * while a send on another stream already found the connection shut. */
-  struct hc_sock_stream *st0 = &c->streams[0];
-  uint8_t hdr[HC_SOCK_HDR_BYTES];
-  if (r == HC_ERR_REMOTE && c->noticed < 0 && st0->fd >= 0 && (st0->recv.req == NULL || st0->recv.req->hdr_off == 0) &&
-      recv(st0->fd, hdr, sizeof(hdr), MSG_PEEK | MSG_DONTWAIT) == (ssize_t)sizeof(hdr)) {
-    struct hc_sock_hdr h;
-    const struct hc_net_sig none = {{0, 0}};
-    hc_net_socket_hdr_parse(hdr, sizeof(hdr), 0, &none, &h);
-    if (h.len >> HC_SOCK_FAILURE_SHIFT == HC_SOCK_FAILURE_TAG) c->noticed = (int)(uint32_t)h.len;
-    else if (h.len == HC_SOCK_NOTICE) /* what this rank sent met another call there */
-      c->failed = r = hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, &h.sig, c->peer, &h.want, true);
-  }
+  c->failed = r = explain_from_pending(c, r);
   c->culprit = r != HC_ERR_REMOTE ? -1 : c->noticed >= 0 ? c->noticed : c->peer;
   if (c->culprit >= 0 && c->culprit != c->peer) {
     char text[sizeof(c->err)];
