@@ -7,6 +7,7 @@
 #define HC_UTIL_H_
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -29,6 +30,9 @@ typedef enum {
 hc_result_t hc_fail_at(hc_result_t r, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 #define HC_FAIL(r, ...) hc_fail_at((r), __FILE__, __LINE__, __VA_ARGS__)
+/* The same over a va_list (abi/'s own failures). */
+hc_result_t hc_vfail_at(hc_result_t r, const char *file, int line, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 /* This thread's last-error text ("" when none). */
 const char *hc_last_error(void);
 /* Sets the last-error text without logging (to copy an async error). */
