@@ -170,7 +170,7 @@ struct stage {
    * call ends (the exit gate, last). */
   hc_ref_t entry_gate;
   hc_ref_t *direct_refs;
-  int ndirect, direct_cap;
+  size_t ndirect, direct_cap;
 };
 
 /* What a plan's transfers ask of staging. */
@@ -232,17 +232,8 @@ static void stage_free(struct stage *st) {
 
 /* Remembers a direct piece for the exit gate. */
 static void note_direct(struct stage *st, hc_ref_t piece) {
-  if (st->ndirect == st->direct_cap) {
-    const int cap = HC_MAX(2 * st->direct_cap, 64);
-    hc_ref_t *grown = realloc(st->direct_refs, (size_t)cap * sizeof(*grown));
-    if (grown == NULL) {
-      st->p->cap = -1; /* reported as the plan's own out-of-memory */
-      return;
-    }
-    st->direct_refs = grown;
-    st->direct_cap = cap;
-  }
-  st->direct_refs[st->ndirect++] = piece;
+  if (hc_plan_room(st->p, &st->direct_refs, st->ndirect, &st->direct_cap, sizeof(*st->direct_refs), 64))
+    st->direct_refs[st->ndirect++] = piece;
 }
 
 /* Host memory, or device memory the transport reaches (dev): the piece
@@ -340,7 +331,7 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
     p->nsteps = p->cap = 0;
     if (need.direct) st.entry_gate = push_gate(p, 0);
     for (int i = 0; i < nold; i++) map[i] = restage_step(&st, old[i], map);
-    if (need.direct && p->cap >= 0) push_gate(p, hc_plan_join(p, st.direct_refs, st.ndirect));
+    if (need.direct && p->cap >= 0) push_gate(p, hc_plan_join(p, st.direct_refs, (int)st.ndirect));
     if (p->cap < 0) r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory staging %d steps", nold);
     free(old);
   }
