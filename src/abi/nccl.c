@@ -23,15 +23,12 @@
  * windows, shrink, revoke and GroupSimulateEnd return ncclInvalidUsage with
  * a message (docs/nccl-abi.md).
  */
-#include <dlfcn.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "hetccl.h"
-#include "../util/util.h"
-#include "../vendor/vendor.h"
+#include "bridge.h"
 
 typedef hetcclResult_t ncclResult_t;
 typedef hetcclDataType_t ncclDataType_t;
@@ -76,95 +73,55 @@ typedef struct {
   __attribute__((visibility("default"), weak, alias("p" #name))) ret name(__VA_ARGS__);         \
   ret p##name(__VA_ARGS__)
 
+/* Returns the result of call when it failed. */
+#define NC_TRY(call)                    \
+  do {                                  \
+    ncclResult_t r_ = (call);           \
+    if (r_ != hetcclSuccess) return r_; \
+  } while (0)
+
 /* hetccl's config from an NCCL config (read only up to its size) and the
  * current device. */
-static hc_result_t translate_config(const ncclConfig_t *in, hetcclConfig_t *out) {
+static ncclResult_t translate_config(const ncclConfig_t *in, hetcclConfig_t *out) {
   *out = (hetcclConfig_t)HETCCL_CONFIG_INITIALIZER;
-  HC_TRY((hc_result_t)hetcclGetDevice(&out->deviceKind, &out->deviceId));
-  if (in == NULL) return HC_OK;
+  NC_TRY(hetcclGetDevice(&out->deviceKind, &out->deviceId));
+  if (in == NULL) return hetcclSuccess;
   if (in->magic != HETCCL_CONFIG_MAGIC)
-    return HC_FAIL(HC_ERR_ARG, "ncclConfig_t was not initialised with NCCL_CONFIG_INITIALIZER (magic 0x%x)",
-                   in->magic);
+    return ABI_FAIL(hetcclInvalidArgument, "ncclConfig_t was not initialised with NCCL_CONFIG_INITIALIZER (magic 0x%x)",
+                    in->magic);
 #define HAS(field) (offsetof(ncclConfig_t, field) + sizeof(in->field) <= in->size)
   if (HAS(blocking)) out->blocking = in->blocking;
   if (HAS(commName)) out->commName = in->commName;
 #undef HAS
-  return HC_OK;
+  return hetcclSuccess;
 }
 
-#define R(x) ((ncclResult_t)(x))
-/* HC_TRY for functions that return ncclResult_t. */
-#define NC_TRY(call)                                                           \
-  do {                                                                         \
-    hc_result_t r_ = (hc_result_t)(call);                                      \
-    if (r_ != HC_OK) return R(r_);                                             \
-  } while (0)
-
-/* ---- calls of the real NCCL that land here ----
- *
- * Where the program loaded the real library globally before hetccl opened
- * it (PyTorch's wheel does), that library resolves its own calls to the
- * nccl* names against the global scope, which LD_PRELOAD puts us first in
- * (RTLD_DEEPBIND isolates only a library that dlopen loads fresh); so does
- * a library opened without RTLD_DEEPBIND (sanitizer builds). Such a call
- * carries one of the real library's comms, recognised by the magic NCCL
- * puts first in every comm, or comes from the real library's code; it goes
- * back to the real function (tests/gpu/test_vendor_bindings.c). */
-#define VENDOR_COMM_MAGIC 0x0280028002800280ull
-
-/* name in a real library whose own calls land here; with object (a
- * dli_fbase), only in that one. */
-static void *shared_vendor_fn(const char *name, const void *object) {
-  const enum hc_mem_kind gpus[] = {HC_MEM_CUDA, HC_MEM_HIP};
-  for (size_t i = 0; i < HC_ARRAY_LEN(gpus); i++) {
-    const struct hc_vendor *v = hc_vendor_get(gpus[i]);
-    void *f = v && v->binds_globally ? hc_vendor_symbol(v, name) : NULL;
-    Dl_info where;
-    if (f && (object == NULL || (dladdr(f, &where) && where.dli_fbase == object))) return f;
-  }
-  return NULL;
-}
-
-static void *vendor_fn_for(const void *comm, const char *name) {
-  if (comm == NULL) return NULL;
-  uint64_t head;
-  memcpy(&head, comm, sizeof(head));
-  return head == VENDOR_COMM_MAGIC ? shared_vendor_fn(name, NULL) : NULL;
-}
+/* ---- calls of the real NCCL that land here (bridge.h says when) ---- */
 
 /* Returns the real function's answer when comm is the real library's. */
-#define RETURN_IF_VENDOR_COMM(comm, name, ...)                                 \
-  do {                                                                         \
-    void *f_ = vendor_fn_for((comm), #name);                                   \
-    if (f_ != NULL) return ((__typeof__(&p##name))f_)(__VA_ARGS__);            \
+#define RETURN_IF_VENDOR_COMM(comm, name, ...)                      \
+  do {                                                              \
+    void *f_ = hc_abi_vendor_fn_for_comm((comm), #name);            \
+    if (f_ != NULL) return ((__typeof__(&p##name))f_)(__VA_ARGS__); \
   } while (0)
 
-/* Calls without a comm are recognised by their caller: code of the real
- * library (a file named libnccl / librccl that is a loaded vendor's). */
-static void *vendor_fn_if_caller(const void *ret_addr, const char *name) {
-  Dl_info caller, own;
-  if (!dladdr(ret_addr, &caller) || caller.dli_fname == NULL) return NULL;
-  if (dladdr((const void *)&vendor_fn_if_caller, &own) && own.dli_fbase == caller.dli_fbase) return NULL;
-  if (!strstr(caller.dli_fname, "libnccl") && !strstr(caller.dli_fname, "librccl")) return NULL;
-  return shared_vendor_fn(name, caller.dli_fbase);
-}
-
-/* Returns the real function's answer when the real library called. */
-#define RETURN_IF_VENDOR_CALLER(name, ...)                                               \
-  do {                                                                                 \
-    void *f_ = vendor_fn_if_caller(__builtin_return_address(0), #name);                \
-    if (f_ != NULL) return ((__typeof__(&p##name))f_)(__VA_ARGS__);                    \
+/* Returns the real function's answer when the real library called (calls
+ * without a comm are recognised by their caller). */
+#define RETURN_IF_VENDOR_CALLER(name, ...)                                      \
+  do {                                                                          \
+    void *f_ = hc_abi_vendor_fn_for_caller(__builtin_return_address(0), #name); \
+    if (f_ != NULL) return ((__typeof__(&p##name))f_)(__VA_ARGS__);             \
   } while (0)
 
 static ncclResult_t unsupported(const char *fn, const char *why) {
-  return R(HC_FAIL(HC_ERR_USAGE, "%s: not supported by hetccl: %s", fn, why));
+  return ABI_FAIL(hetcclInvalidUsage, "%s: not supported by hetccl: %s", fn, why);
 }
 
 /* ---- version, errors ---- */
 
 NCCL_API(ncclResult_t, ncclGetVersion, int *version) {
   RETURN_IF_VENDOR_CALLER(ncclGetVersion, version);
-  if (version == NULL) return R(HC_FAIL(HC_ERR_ARG, "ncclGetVersion: version is NULL"));
+  NC_TRY(hetcclGetVersion(version)); /* checks version */
   *version = NCCL_VERSION_REPORTED;
   return hetcclSuccess;
 }
@@ -179,7 +136,7 @@ NCCL_API(const char *, ncclGetLastError, ncclComm_t comm) {
   return hetcclGetLastError(comm);
 }
 
-NCCL_API(void, ncclResetDebugInit, void) { hc_log_reload(); }
+NCCL_API(void, ncclResetDebugInit, void) { hc_abi_reset_debug(); }
 
 NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *uniqueId) {
   RETURN_IF_VENDOR_CALLER(ncclGetUniqueId, uniqueId);
@@ -192,7 +149,6 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncc
          ncclConfig_t *config) {
   hetcclConfig_t cfg;
   hetcclUniqueId id;
-  NC_TRY(hc_params_load());
   NC_TRY(translate_config(config, &cfg));
   memcpy(&id, &commId, sizeof(id));
   return hetcclCommInitRankConfig(comm, nranks, id, rank, &cfg);
@@ -207,7 +163,7 @@ NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqu
 NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks, int myrank, int nId,
          ncclUniqueId *commIds, ncclConfig_t *config) {
   if (nId < 1 || commIds == NULL)
-    return R(HC_FAIL(HC_ERR_ARG, "ncclCommInitRankScalable: %d ids at %p", nId, (void *)commIds));
+    return ABI_FAIL(hetcclInvalidArgument, "ncclCommInitRankScalable: %d ids at %p", nId, (void *)commIds);
   return pncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
 }
 
@@ -485,13 +441,12 @@ __attribute__((visibility("default"))) ncclResult_t hc_nccl_comm_dump(ncclComm_t
     __asm__(NCCL_COMM_DUMP_SYMBOL);
 ncclResult_t hc_nccl_comm_dump(ncclComm_t comm, void *map) {
   typedef ncclResult_t (*dump_fn)(void *comm, void *map);
-  void *real = vendor_fn_for(comm, NCCL_COMM_DUMP_SYMBOL);
+  void *real = hc_abi_vendor_fn_for_comm(comm, NCCL_COMM_DUMP_SYMBOL);
   if (real != NULL) return ((dump_fn)real)((void *)comm, map);
   void *vendor_comm;
   int kind, device;
   NC_TRY(hetcclCommGetVendorComm(comm, &vendor_comm));
   NC_TRY(hetcclCommDevice(comm, &kind, &device));
-  const struct hc_vendor *v = vendor_comm ? hc_vendor_get((enum hc_mem_kind)kind) : NULL;
-  void *f = v ? hc_vendor_symbol(v, NCCL_COMM_DUMP_SYMBOL) : NULL;
+  void *f = vendor_comm ? hc_abi_vendor_symbol(kind, NCCL_COMM_DUMP_SYMBOL) : NULL;
   return f ? ((dump_fn)f)(vendor_comm, map) : hetcclSuccess;
 }

@@ -97,8 +97,7 @@ static hc_result_t windows_register(struct hetcclComm *comm, bool on) {
 /* A pair whose transport offers windows (shm) has them where either rank
  * asked for them. */
 static bool pair_has_window(const struct hetcclComm *comm, int peer) {
-  const struct hc_net_ops *net = comm->links.peer[peer].net;
-  return net != NULL && HC_HAS_OP(net, struct hc_net_ops, window) &&
+  return hc_link_offers_window(&comm->links.peer[peer]) &&
          (comm->peers[comm->rank].net.window || comm->peers[peer].net.window);
 }
 
@@ -116,16 +115,16 @@ static hc_result_t windows_open(struct hetcclComm *comm) {
     struct hc_link *l = &comm->links.peer[i];
     if (!pair_has_window(comm, i)) continue;
     while (l->conn == NULL) {
-      HC_TRY(l->net->connect(l->ctx, i, &l->handle, &l->conn));
+      HC_TRY(hc_link_connect(l, i));
       if (l->conn != NULL) break;
       if (hc_now_ns() > deadline)
         return HC_FAIL(HC_ERR_REMOTE, "rank %d: %s connection to rank %d not up within HETCCL_TIMEOUT",
                        comm->rank, l->net->name, i);
       HC_TRY(hc_comm_init_peers_check(comm, "while this rank waited for its shm windows"));
-      HC_TRY(l->net->wait_blocking(l->ctx, 1));
+      HC_TRY(hc_link_wait(l, 1));
     }
     struct hc_plan_window *w = &comm->plan_ctx.windows[i];
-    l->net->window(l->conn, &w->w);
+    hc_link_window(l, &w->w);
     if (w->w.bytes < HC_WINDOW_SLOTS * 4096)
       return HC_FAIL(HC_ERR_INTERNAL, "rank %d: the %s connection with rank %d has no window", comm->rank,
                      l->net->name, i);

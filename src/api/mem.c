@@ -35,6 +35,7 @@ static hc_result_t api_MemAllocDevice(void **ptr, size_t size, int kind, int dev
  * a ROCm program never makes a CUDA context current, so its comms are HIP
  * comms, and a CUDA program's are CUDA comms. */
 static hc_result_t api_GetDevice(int *kind, int *id) {
+  HC_TRY(hc_params_load()); /* the backends read theirs as they load */
   if (kind == NULL || id == NULL) return HC_FAIL(HC_ERR_ARG, "GetDevice: kind or id is NULL");
   const enum hc_mem_kind gpus[] = {HC_MEM_CUDA, HC_MEM_HIP};
   for (int pass = 0; pass < 2; pass++) {

@@ -135,9 +135,6 @@ struct hc_dev_ops {
   hc_result_t (*pci_bus_id)(void *ctx, int device, char *out, size_t len);
 }; /* append only */
 
-#define HC_HAS_OP(ops, type, op) \
-  ((ops)->size >= offsetof(type, op) + sizeof((ops)->op) && (ops)->op != NULL)
-
 /* HC_ERR_DEVICE, with a message naming the backend and op: d lacks op (a
  * GPU op of the host backend, or an optional op its driver cannot do). */
 hc_result_t hc_dev_missing_op(const struct hc_dev_ops *d, const char *op);

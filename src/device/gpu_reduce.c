@@ -323,12 +323,21 @@ out:
 
 /* ---- the ops ---- */
 
-hc_result_t hc_gpu_reduce(void *ctx, const struct hc_reduce_args *a, hc_stream_t s) {
-  struct hc_gpu *g = ctx;
-  if ((unsigned)a->dtype >= HC_DTYPE_COUNT || (unsigned)a->op >= HC_AVG)
-    return HC_FAIL(HC_ERR_ARG, "%s: reduce: unsupported dtype %d / op %d", g->v->name,
-                   (int)a->dtype, (int)a->op);
-  if (a->count == 0) return HC_OK;
+static hc_result_t launch_reduce(struct hc_gpu *g, struct hc_gpu_dev *d, const struct hc_reduce_args *a,
+                                 hc_stream_t s) {
+  void *dst = a->dst;
+  const void *src0 = a->src0, *src1 = a->src1;
+  uint64_t n = a->count;
+  void *params[] = {&dst, &src0, &src1, &n};
+  return launch(g, d, d->fn_reduce[a->dtype][a->op], a->count, hc_dtype_size(a->dtype), s, params, "reduce");
+}
+
+static hc_result_t launch_scale(struct hc_gpu *g, struct hc_gpu_dev *d, const struct hc_scale_args *a, hc_stream_t s);
+
+/* A reduce (ra) or a scale (sa) on stream s: the kernel where the stream's
+ * device has kernels, else the host fallback. */
+static hc_result_t run_on_stream(struct hc_gpu *g, const struct hc_reduce_args *ra, const struct hc_scale_args *sa,
+                                 hc_stream_t s) {
   struct hc_gpu_scope sc;
   struct hc_gpu_dev *d;
   int dev;
@@ -336,19 +345,21 @@ hc_result_t hc_gpu_reduce(void *ctx, const struct hc_reduce_args *a, hc_stream_t
   hc_result_t r;
   HC_TRY(hc_gpu_scope_stream(g, s, &sc));
   HC_TRY_GOTO(stream_device(g, &dev, &tok), r, out);
-  if (use_kernels(g, dev, tok, &d)) {
-    void *dst = a->dst;
-    const void *src0 = a->src0, *src1 = a->src1;
-    uint64_t n = a->count;
-    void *params[] = {&dst, &src0, &src1, &n};
-    r = launch(g, d, d->fn_reduce[a->dtype][a->op], a->count, hc_dtype_size(a->dtype), s, params,
-               "reduce");
-  } else {
-    r = host_fallback(g, a, NULL, s);
-  }
+  if (!use_kernels(g, dev, tok, &d))
+    r = host_fallback(g, ra, sa, s);
+  else
+    r = ra ? launch_reduce(g, d, ra, s) : launch_scale(g, d, sa, s);
 out:
   hc_gpu_scope_exit(g, &sc);
   return r;
+}
+
+hc_result_t hc_gpu_reduce(void *ctx, const struct hc_reduce_args *a, hc_stream_t s) {
+  struct hc_gpu *g = ctx;
+  if ((unsigned)a->dtype >= HC_DTYPE_COUNT || (unsigned)a->op >= HC_AVG)
+    return HC_FAIL(HC_ERR_ARG, "%s: reduce: unsupported dtype %d / op %d", g->v->name, (int)a->dtype, (int)a->op);
+  if (a->count == 0) return HC_OK;
+  return run_on_stream(g, a, NULL, s);
 }
 
 /* The kernel arguments of a scale, computed as host_reduce.c's scale_mul /
@@ -384,33 +395,23 @@ static void scale_params(const struct hc_scale_args *a, uint64_t *u, double *fd,
   }
 }
 
+static hc_result_t launch_scale(struct hc_gpu *g, struct hc_gpu_dev *d, const struct hc_scale_args *a, hc_stream_t s) {
+  void *dst = a->dst;
+  const void *src = a->src;
+  uint64_t n = a->count, u;
+  double fd;
+  float ff;
+  scale_params(a, &u, &fd, &ff);
+  void *params[] = {&dst, &src, &n, &u, &fd, &ff};
+  return launch(g, d, d->fn_scale[a->dtype][a->kind == HC_SCALE_DIV], a->count, hc_dtype_size(a->dtype), s, params,
+                "scale");
+}
+
 hc_result_t hc_gpu_scale(void *ctx, const struct hc_scale_args *a, hc_stream_t s) {
   struct hc_gpu *g = ctx;
   if ((unsigned)a->dtype >= HC_DTYPE_COUNT || (a->kind != HC_SCALE_MUL && a->kind != HC_SCALE_DIV))
     return HC_FAIL(HC_ERR_ARG, "%s: scale: unsupported dtype %d / kind %d", g->v->name,
                    (int)a->dtype, (int)a->kind);
   if (a->count == 0) return HC_OK;
-  struct hc_gpu_scope sc;
-  struct hc_gpu_dev *d;
-  int dev;
-  void *tok;
-  hc_result_t r;
-  HC_TRY(hc_gpu_scope_stream(g, s, &sc));
-  HC_TRY_GOTO(stream_device(g, &dev, &tok), r, out);
-  if (use_kernels(g, dev, tok, &d)) {
-    void *dst = a->dst;
-    const void *src = a->src;
-    uint64_t n = a->count, u;
-    double fd;
-    float ff;
-    scale_params(a, &u, &fd, &ff);
-    void *params[] = {&dst, &src, &n, &u, &fd, &ff};
-    r = launch(g, d, d->fn_scale[a->dtype][a->kind == HC_SCALE_DIV], a->count,
-               hc_dtype_size(a->dtype), s, params, "scale");
-  } else {
-    r = host_fallback(g, NULL, a, s);
-  }
-out:
-  hc_gpu_scope_exit(g, &sc);
-  return r;
+  return run_on_stream(g, NULL, a, s);
 }

@@ -179,11 +179,9 @@ static hc_result_t window_sig_check(const struct job_state *st, const struct hc_
   /* The sender may be a GPU rank whose calls have returned: its progress
    * engine learns it from the window (exec/engine.c). */
   const struct hc_link *l = &st->job->links->peer[s->peer];
-  if (l->net != NULL && l->net->window != NULL && l->conn != NULL) {
-    struct hc_net_window w;
-    l->net->window(l->conn, &w);
-    hc_net_mismatch_publish(w.mismatch, &got, want);
-  }
+  struct hc_net_window w;
+  hc_link_window(l, &w);
+  if (w.mismatch != NULL) hc_net_mismatch_publish(w.mismatch, &got, want);
   return hc_net_sig_fail(hc_plan_sig_explain, st->job->links->rank, want, s->peer, &got, false);
 }
 
@@ -258,7 +256,7 @@ static hc_result_t job_progress(struct job_state *st, bool *moved) {
       struct hc_link *l = &links->peer[st->q_peer[q]];
       st->peer_at = st->q_peer[q];
       if (l->conn == NULL) {
-        HC_TRY(l->net->connect(l->ctx, st->q_peer[q], &l->handle, &l->conn));
+        HC_TRY(hc_link_connect(l, st->q_peer[q]));
         if (l->conn == NULL) break;
         *moved = true;
       }
@@ -266,15 +264,17 @@ static hc_result_t job_progress(struct job_state *st, bool *moved) {
       /* The signature travels with the bytes; the receiving transport
        * checks it before it delivers any (net.h). */
       const struct hc_net_sig *sig = s->call < p->nsigs ? &p->sigs[s->call] : &no_sig;
-      if (st->q_dir[q] == DIR_SEND) HC_TRY(l->net->isend(l->conn, s->src0, s->count, sig, &st->req[i]));
-      else HC_TRY(l->net->irecv(l->conn, s->dst, s->count, sig, &st->req[i]));
+      if (st->q_dir[q] == DIR_SEND)
+        HC_TRY(hc_link_isend(l, s->src0, s->count, sig, &st->req[i]));
+      else
+        HC_TRY(hc_link_irecv(l, s->dst, s->count, sig, &st->req[i]));
       st->q_head[q]++;
       *moved = true;
     }
     while (st->q_tail[q] < st->q_head[q]) {
       int i = st->q_items[st->q_tail[q]], done = 0;
       st->peer_at = st->q_peer[q];
-      HC_TRY(links->peer[st->q_peer[q]].net->test(st->req[i], &done));
+      HC_TRY(hc_link_test(&links->peer[st->q_peer[q]], st->req[i], &done));
       if (!done) break;
       st->req[i] = NULL;
       st->q_tail[q]++;
@@ -356,8 +356,8 @@ static hc_result_t wait_for_progress(struct job_state *const *states, int njobs,
     sched_yield();
     return HC_OK;
   }
-  if (nbusy == 1 && !many) return busy[0]->net->wait_blocking(busy[0]->ctx, timeout_ms);
-  for (int k = 0; k < nbusy; k++) HC_TRY(busy[k]->net->wait_blocking(busy[k]->ctx, k == 0 ? 1 : 0));
+  if (nbusy == 1 && !many) return hc_link_wait(busy[0], timeout_ms);
+  for (int k = 0; k < nbusy; k++) HC_TRY(hc_link_wait(busy[k], k == 0 ? 1 : 0));
   return HC_OK;
 }
 
@@ -477,20 +477,18 @@ static hc_result_t stall_look(struct job_state *st) {
   for (int q = 0; q < st->nqueues; q++) {
     const int peer = st->q_peer[q];
     const struct hc_link *l = &links->peer[peer];
-    if (peer == me || st->q_dir[q] != DIR_RECV || st->q_tail[q] == st->q_head[q] || l->conn == NULL ||
-        !HC_HAS_OP(l->net, struct hc_net_ops, mismatch_found))
-      continue;
+    if (peer == me || st->q_dir[q] != DIR_RECV || st->q_tail[q] == st->q_head[q] || !hc_link_probes(l)) continue;
     const struct hc_step *s = &p->steps[st->q_items[st->q_tail[q]]];
     const struct hc_net_sig mine = s->call < p->nsigs ? p->sigs[s->call] : no_sig;
-    l->net->stall_publish(l->conn, &mine);
+    hc_link_stall_publish(l, &mine);
     st->probed = true;
     struct hc_net_sig theirs;
     uint64_t gen;
-    l->net->stall_peek(l->conn, &theirs, &gen);
+    hc_link_stall_peek(l, &theirs, &gen);
     const bool confirmed = st->probe_seen[peer] == gen + 1;
     st->probe_seen[peer] = gen + 1;
     if (hc_net_sig_equal(&theirs, &no_sig) || job_has_sig(p, &theirs) || !confirmed) continue;
-    l->net->mismatch_found(l->conn, &theirs, &mine);
+    hc_link_mismatch_found(l, &theirs, &mine);
     st->peer_at = peer;
     return hc_net_sig_fail(hc_plan_sig_explain, me, &mine, peer, &theirs, false);
   }
@@ -501,11 +499,7 @@ static hc_result_t stall_look(struct job_state *st) {
 static void stall_clear(struct job_state *st) {
   const struct hc_links *links = st->job->links;
   if (!st->probed) return;
-  for (int peer = 0; peer < links->nranks; peer++) {
-    const struct hc_link *l = &links->peer[peer];
-    if (l->conn != NULL && HC_HAS_OP(l->net, struct hc_net_ops, stall_publish))
-      l->net->stall_publish(l->conn, &no_sig);
-  }
+  for (int peer = 0; peer < links->nranks; peer++) hc_link_stall_publish(&links->peer[peer], &no_sig);
   st->probed = false;
 }
 

@@ -224,3 +224,8 @@ void hc_net_set_close(struct hc_net_set *set, struct hc_link *links, int nranks,
       if (links[i].net == hc_transports[t].ops) links[i] = (struct hc_link){0};
   }
 }
+
+hc_result_t hc_net_missing_op(const struct hc_net_ops *net, const char *op) {
+  if (net == NULL) return HC_FAIL(HC_ERR_INTERNAL, "net: %s on a rank's link to itself, which has no transport", op);
+  return HC_FAIL(HC_ERR_INTERNAL, "transport %s has no %s", net->name, op);
+}

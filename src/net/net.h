@@ -242,6 +242,67 @@ struct hc_link {
   int32_t pid;                  /* a same-host peer's process (liveness of its windows), else 0 */
 };
 
+/* HC_ERR_INTERNAL, with a message naming the transport and op: net (NULL:
+ * the link of a rank to itself) lacks op. */
+hc_result_t hc_net_missing_op(const struct hc_net_ops *net, const char *op);
+#define HC_LINK_CALL(l, op, ...)                                                              \
+  ((l)->net != NULL && HC_HAS_OP((l)->net, struct hc_net_ops, op) ? (l)->net->op(__VA_ARGS__) \
+                                                                  : hc_net_missing_op((l)->net, #op))
+
+/* One wrapper per op that a link's users call, the only way to call one
+ * outside net/: each passes the link's context or connection, and fails
+ * with a message where the transport lacks the op. The contracts are
+ * those of struct hc_net_ops. */
+/* Connects l to peer: l->conn stays NULL until the connection is up. */
+static inline hc_result_t hc_link_connect(struct hc_link *l, int peer) {
+  return HC_LINK_CALL(l, connect, l->ctx, peer, &l->handle, &l->conn);
+}
+static inline hc_result_t hc_link_isend(const struct hc_link *l, const void *buf, size_t n,
+                                        const struct hc_net_sig *sig, void **req) {
+  return HC_LINK_CALL(l, isend, l->conn, buf, n, sig, req);
+}
+static inline hc_result_t hc_link_irecv(const struct hc_link *l, void *buf, size_t n, const struct hc_net_sig *sig,
+                                        void **req) {
+  return HC_LINK_CALL(l, irecv, l->conn, buf, n, sig, req);
+}
+/* req: an isend or irecv of l. */
+static inline hc_result_t hc_link_test(const struct hc_link *l, void *req, int *done) {
+  return HC_LINK_CALL(l, test, req, done);
+}
+/* Sleeps until some request or connection of l's transport in this comm
+ * (of every link over it) can progress, or timeout_ms passes. */
+static inline hc_result_t hc_link_wait(const struct hc_link *l, int timeout_ms) {
+  return HC_LINK_CALL(l, wait_blocking, l->ctx, timeout_ms);
+}
+/* Whether l's transport gives pairs windows (the window op). */
+static inline bool hc_link_offers_window(const struct hc_link *l) {
+  return l->net != NULL && HC_HAS_OP(l->net, struct hc_net_ops, window);
+}
+/* The pair's window; w->bytes 0 (and every pointer NULL) where it has none
+ * or the connection is not up. */
+static inline void hc_link_window(const struct hc_link *l, struct hc_net_window *w) {
+  *w = (struct hc_net_window){0};
+  if (l->conn != NULL && hc_link_offers_window(l)) l->net->window(l->conn, w);
+}
+/* Whether l's transport has the stall probes (all three ops) and l is up. */
+static inline bool hc_link_probes(const struct hc_link *l) {
+  return l->conn != NULL && l->net != NULL && HC_HAS_OP(l->net, struct hc_net_ops, stall_publish) &&
+         HC_HAS_OP(l->net, struct hc_net_ops, stall_peek) && HC_HAS_OP(l->net, struct hc_net_ops, mismatch_found);
+}
+/* The stall probes, where hc_link_probes(l); no-ops elsewhere. */
+static inline void hc_link_stall_publish(const struct hc_link *l, const struct hc_net_sig *mine) {
+  if (hc_link_probes(l)) l->net->stall_publish(l->conn, mine);
+}
+static inline void hc_link_stall_peek(const struct hc_link *l, struct hc_net_sig *theirs, uint64_t *gen) {
+  *theirs = (struct hc_net_sig){{0, 0}};
+  *gen = 0;
+  if (hc_link_probes(l)) l->net->stall_peek(l->conn, theirs, gen);
+}
+static inline void hc_link_mismatch_found(const struct hc_link *l, const struct hc_net_sig *got,
+                                          const struct hc_net_sig *want) {
+  if (hc_link_probes(l)) l->net->mismatch_found(l->conn, got, want);
+}
+
 /* The transports one comm opened: ctx[t] of hc_transports[t], NULL where
  * it is not open here. */
 struct hc_net_set {

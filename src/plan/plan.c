@@ -141,18 +141,25 @@ static void pool_put(struct hc_scratch_pool *pool, void *buf, size_t bytes) {
 
 static bool plan_failed(const struct hc_plan *p) { return p->cap < 0; }
 
-hc_ref_t hc_plan_push(struct hc_plan *p, struct hc_step s) {
-  if (plan_failed(p)) return 0;
-  if (p->nsteps == p->cap) {
-    int cap = p->cap ? p->cap * 2 : 64;
-    struct hc_step *steps = realloc(p->steps, (size_t)cap * sizeof(*steps));
-    if (steps == NULL) {
-      p->cap = -1;
-      return 0;
-    }
-    p->steps = steps;
-    p->cap = cap;
+bool hc_plan_room(struct hc_plan *p, void *items_ptr, size_t n, size_t *cap, size_t elem, size_t first) {
+  if (n < *cap) return true;
+  void *items;
+  memcpy(&items, items_ptr, sizeof(items));
+  const size_t grown_cap = *cap ? 2 * *cap : first;
+  void *grown = realloc(items, grown_cap * elem);
+  if (grown == NULL) {
+    p->cap = -1;
+    return false;
   }
+  memcpy(items_ptr, &grown, sizeof(grown));
+  *cap = grown_cap;
+  return true;
+}
+
+hc_ref_t hc_plan_push(struct hc_plan *p, struct hc_step s) {
+  size_t cap = (size_t)p->cap;
+  if (plan_failed(p) || !hc_plan_room(p, &p->steps, (size_t)p->nsteps, &cap, sizeof(*p->steps), 64)) return 0;
+  p->cap = (int)cap;
   p->steps[p->nsteps++] = s;
   return p->nsteps;
 }
@@ -202,16 +209,9 @@ bool hc_plan_in_host_scratch(const struct hc_plan *p, const void *ptr) {
 uint32_t hc_plan_sig_add(struct hc_plan *p, const struct hc_net_sig *sig) {
   if (plan_failed(p)) return 0;
   if (p->nsigs > 0 && hc_net_sig_equal(&p->sigs[p->nsigs - 1], sig)) return p->nsigs - 1;
-  if (p->nsigs == p->sigs_cap) {
-    uint32_t cap = p->sigs_cap ? p->sigs_cap * 2 : 4;
-    struct hc_net_sig *sigs = realloc(p->sigs, (size_t)cap * sizeof(*sigs));
-    if (sigs == NULL) {
-      p->cap = -1;
-      return 0;
-    }
-    p->sigs = sigs;
-    p->sigs_cap = cap;
-  }
+  size_t cap = p->sigs_cap;
+  if (!hc_plan_room(p, &p->sigs, p->nsigs, &cap, sizeof(*p->sigs), 4)) return 0;
+  p->sigs_cap = (uint32_t)cap;
   p->sigs[p->nsigs] = *sig;
   return p->nsigs++;
 }

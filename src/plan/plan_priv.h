@@ -44,6 +44,11 @@ static inline hc_ref_t hc_push_scale(struct hc_plan *p, void *dst, const void *s
 void *hc_plan_scratch(struct hc_plan *p, size_t bytes);
 void *hc_plan_host_scratch(struct hc_plan *p, size_t bytes);
 bool hc_plan_in_host_scratch(const struct hc_plan *p, const void *ptr);
+/* Room for one more element after the n in the array at *items_ptr (cap
+ * of them allocated, elem bytes each): doubles it, from first. false, with
+ * the plan marked failed (reported once, as its out-of-memory), when it
+ * cannot. */
+bool hc_plan_room(struct hc_plan *p, void *items_ptr, size_t n, size_t *cap, size_t elem, size_t first);
 
 /* Does group g run the vendor's library inside (hc_plan_ctx.group_vendor)? */
 static inline bool hc_runs_vendor(const struct hc_plan_ctx *x, int g) { return x->group_vendor && x->group_vendor[g]; }

@@ -155,147 +155,187 @@ static void add_dep(struct hc_plan *p, struct hc_step *s, hc_ref_t ref) {
   s->deps[1] = ref;
 }
 
-hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool device_memory) {
-  struct hc_step *old = p->steps;
-  const int nold = p->nsteps;
-  const size_t piece_max = x->chunk_bytes;
-  const int nslots = HC_MAX(x->scratch_slots, 2);
-  hc_ref_t *map = calloc((size_t)nold + 1, sizeof(hc_ref_t));
-  hc_ref_t *pieces = NULL;
-  struct slot_ring ring[2] = {{0}}; /* [0] sends, [1] receives */
-  size_t max_pieces = 1;
-  bool any = false, rings = false; /* rings: some piece of device memory is staged */
-  bool direct = false;             /* some piece of device memory goes straight to the transport */
-  hc_ref_t *direct_refs = NULL, entry_gate = 0;
-  int ndirect = 0, direct_cap = 0;
-  for (int i = 0; i < nold; i++) {
-    const struct hc_step *s = &old[i];
-    if (s->kind != HC_STEP_SEND && s->kind != HC_STEP_RECV) continue;
-    const struct hc_plan_window *w = window_of(x, s);
-    if (w != NULL) {
-      any = true;
-      max_pieces = HC_MAX(max_pieces, HC_DIV_UP(s->count, w->slot_bytes));
-      continue;
-    }
-    bool dev = device_memory && s->peer != x->rank &&
-               !hc_plan_in_host_scratch(p, s->kind == HC_STEP_SEND ? s->src0 : s->dst);
-    rings |= dev && s->count > 0 && some_piece(x, s->peer, s->count, piece_max, true);
-    direct |= dev && s->count > 0 && some_piece(x, s->peer, s->count, piece_max, false);
-    if ((dev && s->count > 0) || s->count > piece_max) {
-      any = true;
-      max_pieces = HC_MAX(max_pieces, HC_DIV_UP(s->count, piece_max));
-    }
-  }
-  if (!any) {
-    free(map);
-    return HC_OK;
-  }
-  pieces = calloc(max_pieces, sizeof(hc_ref_t));
-  for (int d = 0; d < 2 && rings; d++) {
-    ring[d] = (struct slot_ring){.bytes = piece_max, .count = nslots};
-    ring[d].base = hc_plan_host_scratch(p, piece_max * (size_t)nslots);
-    ring[d].last_user = calloc((size_t)nslots, sizeof(hc_ref_t));
-  }
-  hc_result_t r = HC_OK;
-  for (int peer = 0; x->windows && peer < x->nranks; peer++)
-    x->windows[peer].last_signal[0] = x->windows[peer].last_signal[1] = 0;
-  if (map == NULL || pieces == NULL ||
-      (rings && (ring[0].base == NULL || ring[1].base == NULL || ring[0].last_user == NULL ||
-                         ring[1].last_user == NULL))) {
-    r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of memory staging %d steps", nold);
-    goto out;
-  }
-  /* Rebuild the step list from scratch, old steps read from `old`. */
-  p->steps = NULL;
-  p->nsteps = p->cap = 0;
+/* One staging pass: the plan being rebuilt and what its transfers share. */
+struct stage {
+  struct hc_plan *p;
+  const struct hc_plan_ctx *x;
+  bool device_memory; /* the plan's buffers outside its host scratch are device memory */
+  size_t piece_max;
+  hc_ref_t *pieces;         /* one transfer's pieces */
+  struct slot_ring ring[2]; /* [0] sends, [1] receives */
   /* A direct piece reads or writes GPU memory that the caller's stream
    * wrote or will read, with no copy on a lane to order it: it waits for
    * the stream to reach the call (the entry gate, first on the main lane),
-   * and the stream waits for every direct piece before the call ends (the
-   * exit gate, last). */
-  if (direct) entry_gate = push_gate(p, 0);
-  for (int i = 0; i < nold; i++) {
-    struct hc_step s = old[i];
-    for (int d = 0; d < HC_STEP_MAX_DEPS; d++)
-      if (s.deps[d]) s.deps[d] = map[s.deps[d] - 1];
-    bool send = s.kind == HC_STEP_SEND, recv = s.kind == HC_STEP_RECV;
-    struct hc_plan_window *w = window_of(x, &s);
-    if (w != NULL && s.count > 0) {
-      map[i] = push_window_transfer(p, w, &s, device_memory, pieces);
+   * and the stream waits for every direct piece (direct_refs) before the
+   * call ends (the exit gate, last). */
+  hc_ref_t entry_gate;
+  hc_ref_t *direct_refs;
+  size_t ndirect, direct_cap;
+};
+
+/* What a plan's transfers ask of staging. */
+struct stage_needs {
+  bool any;    /* some transfer is cut into pieces */
+  bool rings;  /* some piece of device memory is staged */
+  bool direct; /* some piece of device memory goes straight to the transport */
+  size_t max_pieces;
+};
+
+/* Whether the send or receive s moves device memory to another rank. */
+static bool moves_device_memory(const struct stage *st, const struct hc_step *s) {
+  return st->device_memory && s->peer != st->x->rank &&
+         !hc_plan_in_host_scratch(st->p, s->kind == HC_STEP_SEND ? s->src0 : s->dst);
+}
+
+static struct stage_needs survey(const struct stage *st, const struct hc_step *steps, int n) {
+  struct stage_needs need = {.max_pieces = 1};
+  for (int i = 0; i < n; i++) {
+    const struct hc_step *s = &steps[i];
+    if (s->kind != HC_STEP_SEND && s->kind != HC_STEP_RECV) continue;
+    const struct hc_plan_window *w = window_of(st->x, s);
+    if (w != NULL) {
+      need.any = true;
+      need.max_pieces = HC_MAX(need.max_pieces, HC_DIV_UP(s->count, w->slot_bytes));
       continue;
     }
-    bool dev = device_memory && (send || recv) && s.peer != x->rank &&
-               !hc_plan_in_host_scratch(p, send ? s.src0 : s.dst);
-    if ((!send && !recv) || s.count == 0 || (!dev && s.count <= piece_max)) {
-      map[i] = hc_plan_push(p, s);
-      continue;
+    const bool dev = moves_device_memory(st, s) && s->count > 0;
+    need.rings |= dev && some_piece(st->x, s->peer, s->count, st->piece_max, true);
+    need.direct |= dev && some_piece(st->x, s->peer, s->count, st->piece_max, false);
+    if (dev || s->count > st->piece_max) {
+      need.any = true;
+      need.max_pieces = HC_MAX(need.max_pieces, HC_DIV_UP(s->count, st->piece_max));
     }
-    const int npieces = (int)HC_DIV_UP(s.count, piece_max);
-    struct slot_ring *rg = &ring[recv];
-    for (int k = 0; k < npieces; k++) {
-      size_t off = (size_t)k * piece_max, len = HC_MIN(piece_max, s.count - off);
-      if (!dev || !piece_staged(x, s.peer, len)) {
-        /* Host memory, or device memory the transport reaches: the piece
-         * in place, no copies. */
-        struct hc_step piece = s;
-        piece.count = len;
-        if (send) piece.src0 = (const char *)s.src0 + off;
-        else piece.dst = (char *)s.dst + off;
-        if (dev) add_dep(p, &piece, entry_gate);
-        pieces[k] = hc_plan_push(p, piece);
-        if (dev && ndirect == direct_cap) {
-          const int cap = HC_MAX(2 * direct_cap, 64);
-          hc_ref_t *grown = realloc(direct_refs, (size_t)cap * sizeof(*grown));
-          if (grown == NULL) {
-            p->cap = -1; /* reported below, as the plan's own out-of-memory */
-          } else {
-            direct_refs = grown;
-            direct_cap = cap;
-          }
-        }
-        if (dev && ndirect < direct_cap) direct_refs[ndirect++] = pieces[k];
-        continue;
-      }
-      int si = rg->next;
-      rg->next = (rg->next + 1) % rg->count;
-      char *slot = rg->base + (size_t)si * rg->bytes;
-      /* A piece waits for what the whole transfer waited for, and for the
-       * slot's previous user. */
-      struct hc_step first = s;
-      first.count = len;
-      for (int d = 0; d < HC_STEP_MAX_DEPS; d++)
-        if (first.deps[d] == 0) {
-          first.deps[d] = rg->last_user[si];
-          break;
-        }
-      if (send) {
-        first.kind = HC_STEP_COPY;
-        first.lane = HC_LANE_TO_HOST;
-        first.dst = slot;
-        first.src0 = (const char *)s.src0 + off;
-        hc_ref_t copied = hc_plan_push(p, first);
-        struct hc_step send_slot = {.kind = HC_STEP_SEND, .peer = s.peer, .call = s.call, .src0 = slot,
-                                    .count = len, HC_DEPS(copied)};
-        rg->last_user[si] = pieces[k] = hc_plan_push(p, send_slot);
-      } else {
-        first.dst = slot;
-        hc_ref_t got = hc_plan_push(p, first);
-        rg->last_user[si] = pieces[k] =
-            hc_plan_push(p, (struct hc_step){.kind = HC_STEP_COPY, .dst = (char *)s.dst + off,
-                                             .src0 = slot, .count = len, HC_DEPS(got)});
-      }
-    }
-    map[i] = hc_plan_join(p, pieces, npieces);
   }
-  if (direct && p->cap >= 0) push_gate(p, hc_plan_join(p, direct_refs, ndirect));
-  if (p->cap < 0) r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory staging %d steps", nold);
-  free(old);
-out:
-  if (r != HC_OK && p->steps == NULL) p->steps = old; /* failed before the rebuild */
+  return need;
+}
+
+/* The pieces' list and, where some piece is staged, the two slot rings in
+ * the plan's pinned host scratch. */
+static hc_result_t stage_alloc(struct stage *st, const struct stage_needs *need, int nold) {
+  const int nslots = HC_MAX(st->x->scratch_slots, 2);
+  bool ok = (st->pieces = calloc(need->max_pieces, sizeof(hc_ref_t))) != NULL;
+  for (int d = 0; d < 2 && need->rings; d++) {
+    st->ring[d] = (struct slot_ring){.bytes = st->piece_max, .count = nslots};
+    st->ring[d].base = hc_plan_host_scratch(st->p, st->piece_max * (size_t)nslots);
+    st->ring[d].last_user = calloc((size_t)nslots, sizeof(hc_ref_t));
+    ok = ok && st->ring[d].base != NULL && st->ring[d].last_user != NULL;
+  }
+  return ok ? HC_OK : HC_FAIL(HC_ERR_SYSTEM, "plan: out of memory staging %d steps", nold);
+}
+
+static void stage_free(struct stage *st) {
+  free(st->pieces);
+  free(st->direct_refs);
+  free(st->ring[0].last_user);
+  free(st->ring[1].last_user);
+}
+
+/* Remembers a direct piece for the exit gate. */
+static void note_direct(struct stage *st, hc_ref_t piece) {
+  if (hc_plan_room(st->p, &st->direct_refs, st->ndirect, &st->direct_cap, sizeof(*st->direct_refs), 64))
+    st->direct_refs[st->ndirect++] = piece;
+}
+
+/* Host memory, or device memory the transport reaches (dev): the piece
+ * [off, off + len) of transfer s in place, no copies. */
+static hc_ref_t push_piece_in_place(struct stage *st, const struct hc_step *s, size_t off, size_t len, bool dev) {
+  struct hc_step piece = *s;
+  piece.count = len;
+  if (s->kind == HC_STEP_SEND)
+    piece.src0 = (const char *)s->src0 + off;
+  else
+    piece.dst = (char *)s->dst + off;
+  if (dev) add_dep(st->p, &piece, st->entry_gate);
+  hc_ref_t ref = hc_plan_push(st->p, piece);
+  if (dev) note_direct(st, ref);
+  return ref;
+}
+
+/* The piece [off, off + len) of transfer s of device memory through the
+ * next slot of its direction's ring: a copy into the slot and its send, or
+ * the receive into the slot and a copy out. */
+static hc_ref_t push_staged_piece(struct stage *st, const struct hc_step *s, size_t off, size_t len) {
+  const bool send = s->kind == HC_STEP_SEND;
+  struct slot_ring *rg = &st->ring[!send];
+  const int si = rg->next;
+  rg->next = (rg->next + 1) % rg->count;
+  char *slot = rg->base + (size_t)si * rg->bytes;
+  /* A piece waits for what the whole transfer waited for, and for the
+   * slot's previous user. */
+  struct hc_step first = *s;
+  first.count = len;
+  for (int d = 0; d < HC_STEP_MAX_DEPS; d++)
+    if (first.deps[d] == 0) {
+      first.deps[d] = rg->last_user[si];
+      break;
+    }
+  if (send) {
+    first.kind = HC_STEP_COPY;
+    first.lane = HC_LANE_TO_HOST;
+    first.dst = slot;
+    first.src0 = (const char *)s->src0 + off;
+    hc_ref_t copied = hc_plan_push(st->p, first);
+    return rg->last_user[si] = hc_plan_push(st->p, (struct hc_step){.kind = HC_STEP_SEND,
+                                                                    .peer = s->peer,
+                                                                    .call = s->call,
+                                                                    .src0 = slot,
+                                                                    .count = len,
+                                                                    HC_DEPS(copied)});
+  }
+  first.dst = slot;
+  hc_ref_t got = hc_plan_push(st->p, first);
+  return rg->last_user[si] = hc_plan_push(
+             st->p, (struct hc_step){
+                        .kind = HC_STEP_COPY, .dst = (char *)s->dst + off, .src0 = slot, .count = len, HC_DEPS(got)});
+}
+
+/* Transfer s cut into pieces of piece_max bytes; returns what its
+ * dependents wait for. */
+static hc_ref_t push_transfer(struct stage *st, const struct hc_step *s, bool dev) {
+  const int npieces = (int)HC_DIV_UP(s->count, st->piece_max);
+  for (int k = 0; k < npieces; k++) {
+    const size_t off = (size_t)k * st->piece_max, len = HC_MIN(st->piece_max, s->count - off);
+    st->pieces[k] = dev && piece_staged(st->x, s->peer, len) ? push_staged_piece(st, s, off, len)
+                                                             : push_piece_in_place(st, s, off, len, dev);
+  }
+  return hc_plan_join(st->p, st->pieces, npieces);
+}
+
+/* Old step s in the rebuilt plan (map: old refs to new ones); returns
+ * what its dependents wait for. */
+static hc_ref_t restage_step(struct stage *st, struct hc_step s, const hc_ref_t *map) {
+  for (int d = 0; d < HC_STEP_MAX_DEPS; d++)
+    if (s.deps[d]) s.deps[d] = map[s.deps[d] - 1];
+  const bool transfer = s.kind == HC_STEP_SEND || s.kind == HC_STEP_RECV;
+  struct hc_plan_window *w = window_of(st->x, &s);
+  if (w != NULL && s.count > 0) return push_window_transfer(st->p, w, &s, st->device_memory, st->pieces);
+  const bool dev = transfer && moves_device_memory(st, &s);
+  if (!transfer || s.count == 0 || (!dev && s.count <= st->piece_max)) return hc_plan_push(st->p, s);
+  return push_transfer(st, &s, dev);
+}
+
+hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool device_memory) {
+  struct stage st = {.p = p, .x = x, .device_memory = device_memory, .piece_max = x->chunk_bytes};
+  struct hc_step *old = p->steps;
+  const int nold = p->nsteps;
+  const struct stage_needs need = survey(&st, old, nold);
+  if (!need.any) return HC_OK;
+  for (int peer = 0; x->windows && peer < x->nranks; peer++)
+    x->windows[peer].last_signal[0] = x->windows[peer].last_signal[1] = 0;
+  hc_ref_t *map = calloc((size_t)nold + 1, sizeof(hc_ref_t));
+  hc_result_t r =
+      map ? stage_alloc(&st, &need, nold) : HC_FAIL(HC_ERR_SYSTEM, "plan: out of memory staging %d steps", nold);
+  if (r == HC_OK) {
+    /* Rebuild the step list from scratch, old steps read from `old`. */
+    p->steps = NULL;
+    p->nsteps = p->cap = 0;
+    if (need.direct) st.entry_gate = push_gate(p, 0);
+    for (int i = 0; i < nold; i++) map[i] = restage_step(&st, old[i], map);
+    if (need.direct && p->cap >= 0) push_gate(p, hc_plan_join(p, st.direct_refs, (int)st.ndirect));
+    if (p->cap < 0) r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory staging %d steps", nold);
+    free(old);
+  }
   free(map);
-  free(pieces);
-  free(direct_refs);
-  free(ring[0].last_user);
-  free(ring[1].last_user);
+  stage_free(&st);
   return r;
 }

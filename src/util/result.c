@@ -20,14 +20,19 @@ const char *hc_result_str(hc_result_t r) {
   return "unknown result code";
 }
 
-hc_result_t hc_fail_at(hc_result_t r, const char *file, int line, const char *fmt, ...) {
+hc_result_t hc_vfail_at(hc_result_t r, const char *file, int line, const char *fmt, va_list ap) {
   int saved_errno = errno;
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(last_error, sizeof(last_error), fmt, ap);
-  va_end(ap);
   hc_log_emit(HC_LOG_WARN, HC_ALL, file, line, "%s", last_error);
   errno = saved_errno;
+  return r;
+}
+
+hc_result_t hc_fail_at(hc_result_t r, const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  hc_vfail_at(r, file, line, fmt, ap);
+  va_end(ap);
   return r;
 }
 

@@ -7,6 +7,7 @@
 #define HC_UTIL_H_
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -29,6 +30,9 @@ typedef enum {
 hc_result_t hc_fail_at(hc_result_t r, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 #define HC_FAIL(r, ...) hc_fail_at((r), __FILE__, __LINE__, __VA_ARGS__)
+/* The same over a va_list (abi/'s own failures). */
+hc_result_t hc_vfail_at(hc_result_t r, const char *file, int line, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 /* This thread's last-error text ("" when none). */
 const char *hc_last_error(void);
 /* Sets the last-error text without logging (to copy an async error). */
@@ -180,6 +184,9 @@ bool hc_coll_reduces(enum hc_coll c);
 #define HC_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define HC_DIV_UP(a, b) (((a) + (b) - 1) / (b))
 #define HC_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+/* An ops table (device backends, transports: `size` first) reaches op and
+ * fills it: optional ops, and tables built before op was appended. */
+#define HC_HAS_OP(ops, type, op) ((ops)->size >= offsetof(type, op) + sizeof((ops)->op) && (ops)->op != NULL)
 
 /* Calls calloc and fails with a message naming what. */
 hc_result_t hc_calloc(void *out_ptr, size_t n, size_t size, const char *what);
