@@ -257,105 +257,136 @@ static bool window_sigs_check(struct hc_engine_comm *c, int p, const struct hc_n
   return true;
 }
 
+/* Whether the comm was aborted (hetcclCommAbort); fails it if so. */
+static bool watch_abort(struct hc_engine_comm *c) {
+  if (c->d.links->abort_flag == NULL || !atomic_load(c->d.links->abort_flag)) return false;
+  char text[128];
+  snprintf(text, sizeof(text), "rank %d: the communicator was aborted (hetcclCommAbort)", c->rank);
+  hc_set_last_error(text);
+  HC_INFO(HC_EXEC, "%s", text);
+  comm_fail(c, HC_ERR_REMOTE, c->rank);
+  return true;
+}
+
+/* A stalled window wait: the peer and the direction (TX, RX). */
+struct window_stall {
+  int peer, dir;
+};
+
+/* The window shared with peer p: the peer's mismatch record and notice,
+ * the signatures of the pieces received, its heartbeat, the counters the
+ * streams wait on and, once a tick (check_pid), whether the peer exited.
+ * Returns whether the comm failed; sets *waits when a counter is short of
+ * what the streams wait for, and *stall (if not set yet) when one has not
+ * moved for HETCCL_TIMEOUT. */
+static bool watch_window(struct hc_engine_comm *c, int p, const struct hc_net_window *w, uint64_t now, bool check_pid,
+                         bool *waits, struct window_stall *stall) {
+  const int me = c->rank;
+  struct peer_watch *pw = &c->peers[p];
+  /* The notice first: a peer publishes its mismatch before its notice. */
+  const int notice = atomic_load(w->peer_notice);
+  if (w->peer_mismatch != NULL && atomic_load(&w->peer_mismatch->set)) {
+    comm_fail(c, hc_net_mismatch_fail(w->peer_mismatch, hc_plan_sig_explain, me, p), p);
+    return true;
+  }
+  if (notice > 0) {
+    const int culprit = notice - 1;
+    if (culprit == p)
+      HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d failed (it timed out, lost a peer or was aborted)", me, p);
+    else
+      HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d failed because of rank %d", me, p, culprit);
+    comm_fail(c, HC_ERR_REMOTE, culprit);
+    return true;
+  }
+  if (window_sigs_check(c, p, w)) return true;
+  const uint64_t beat = atomic_load(w->peer_heartbeat);
+  if (beat != pw->beat) {
+    pw->beat = beat;
+    pw->beat_since = now;
+  }
+  atomic_ullong *waited[2] = {w->tx_freed, w->rx_filled};
+  for (int d = 0; d < 2; d++) {
+    const uint64_t v = atomic_load(waited[d]), target = atomic_load(&pw->expect[d]);
+    if (v >= target || v != pw->seen[d]) {
+      pw->seen[d] = v;
+      pw->since[d] = now;
+    }
+    if (v >= target) continue;
+    *waits = true;
+    if (now - pw->since[d] > timeout_ns() && stall->peer < 0) *stall = (struct window_stall){p, d};
+  }
+  if (*waits && check_pid && c->d.peer_pid[p] > 0 && hc_pid_exited(c->d.peer_pid[p], pw->pidfd)) {
+    HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d (pid %d) exited while this rank's streams waited for it", me, p,
+            (int)c->d.peer_pid[p]);
+    comm_fail(c, HC_ERR_REMOTE, p);
+    return true;
+  }
+  return false;
+}
+
+/* A window counter that has not moved for HETCCL_TIMEOUT: fails the comm,
+ * blaming a peer whose heartbeat stopped rather than the one waited for. */
+static void window_stall_fail(struct hc_engine_comm *c, uint64_t now, struct window_stall st) {
+  const struct peer_watch *pw = &c->peers[st.peer];
+  const int culprit = blame(c, now, st.peer);
+  HC_FAIL(HC_ERR_REMOTE,
+          "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d (its window counter stayed at %llu, "
+          "expected %llu %s)%s%.0d%s",
+          c->rank, (long long)hc_param_int(HC_P_TIMEOUT), st.peer, (unsigned long long)pw->seen[st.dir],
+          (unsigned long long)atomic_load(&pw->expect[st.dir]), st.dir == TX ? "pieces freed" : "pieces filled",
+          culprit != st.peer ? "; rank " : "", culprit != st.peer ? culprit : 0,
+          culprit != st.peer ? " stopped making progress (no heartbeat), blamed" : "");
+  comm_fail(c, HC_ERR_REMOTE, culprit);
+}
+
+/* The transfers of the call in flight: failed once they have not moved
+ * for HETCCL_TIMEOUT. Returns whether the comm failed. */
+static bool watch_run(struct hc_engine_comm *c, uint64_t now) {
+  if (c->run == NULL || now - c->run_moved_ns <= timeout_ns()) return false;
+  struct hc_exec_state st;
+  hc_exec_describe(c->run, &st);
+  const int culprit = blame(c, now, st.awaited_peer);
+  HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d (call %u, step %d of %d)",
+          c->rank, (long long)hc_param_int(HC_P_TIMEOUT), culprit, c->job->seq, st.steps_done, st.steps);
+  comm_fail(c, HC_ERR_REMOTE, culprit);
+  return true;
+}
+
+/* The vendor sub-comm's async error, every HC_ENGINE_VENDOR_POLL_NS. */
+static void watch_vendor(struct hc_engine_comm *c, uint64_t now) {
+  if (c->d.vendor_comm == NULL || now < c->next_vendor_poll_ns) return;
+  c->next_vendor_poll_ns = now + HC_ENGINE_VENDOR_POLL_NS;
+  int e = 0;
+  hc_vendor_async_error(c->d.vendor, c->d.vendor_comm, &e);
+  /* In progress: a call of the (nonblocking) sub-comm is still being set
+   * up inside the library, as its caller waits for. */
+  if (e != 0 && e != HC_VENDOR_IN_PROGRESS) {
+    HC_FAIL(HC_ERR_REMOTE, "rank %d: the %s communicator of this rank's group failed (%s error %d)", c->rank,
+            c->d.vendor->name, c->d.vendor->name, e);
+    comm_fail(c, HC_ERR_REMOTE, c->rank);
+  }
+}
+
 /* Looks at everything the comm's streams may wait for; fails the comm on
  * the first fault. *outstanding: some wait is not satisfied yet. */
 static void watch(struct hc_engine_comm *c, uint64_t now, bool *outstanding) {
-  const int me = c->rank;
-  if (c->d.links->abort_flag && atomic_load(c->d.links->abort_flag)) {
-    char text[128];
-    snprintf(text, sizeof(text), "rank %d: the communicator was aborted (hetcclCommAbort)", me);
-    hc_set_last_error(text);
-    HC_INFO(HC_EXEC, "%s", text);
-    comm_fail(c, HC_ERR_REMOTE, me);
-    return;
-  }
-  int stalled = -1, stalled_dir = TX;
+  if (watch_abort(c)) return;
+  struct window_stall stall = {-1, TX};
   /* A syscall per peer: once a tick, not on every pass of a busy loop. */
   const bool check_pids = now >= c->next_pid_check_ns;
   if (check_pids) c->next_pid_check_ns = now + HC_ENGINE_TICK_MS * 1000000ull;
   for (int p = 0; p < c->nranks; p++) {
     const struct hc_net_window *w = window_of(c, p);
-    if (w == NULL) continue;
-    struct peer_watch *pw = &c->peers[p];
-    /* The notice first: a peer publishes its mismatch before its notice. */
-    const int notice = atomic_load(w->peer_notice);
-    if (w->peer_mismatch != NULL && atomic_load(&w->peer_mismatch->set)) {
-      comm_fail(c, hc_net_mismatch_fail(w->peer_mismatch, hc_plan_sig_explain, me, p), p);
-      return;
-    }
-    if (notice > 0) {
-      const int culprit = notice - 1;
-      if (culprit == p)
-        HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d failed (it timed out, lost a peer or was aborted)", me, p);
-      else
-        HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d failed because of rank %d", me, p, culprit);
-      comm_fail(c, HC_ERR_REMOTE, culprit);
-      return;
-    }
-    if (window_sigs_check(c, p, w)) return;
-    const uint64_t beat = atomic_load(w->peer_heartbeat);
-    if (beat != pw->beat) {
-      pw->beat = beat;
-      pw->beat_since = now;
-    }
     bool waits = false;
-    atomic_ullong *waited[2] = {w->tx_freed, w->rx_filled};
-    for (int d = 0; d < 2; d++) {
-      const uint64_t v = atomic_load(waited[d]), target = atomic_load(&pw->expect[d]);
-      if (v >= target || v != pw->seen[d]) {
-        pw->seen[d] = v;
-        pw->since[d] = now;
-      }
-      if (v >= target) continue;
-      waits = true;
-      if (now - pw->since[d] > timeout_ns() && stalled < 0) {
-        stalled = p;
-        stalled_dir = d;
-      }
-    }
+    if (w != NULL && watch_window(c, p, w, now, check_pids, &waits, &stall)) return;
     *outstanding |= waits;
-    if (waits && check_pids && c->d.peer_pid[p] > 0 && hc_pid_exited(c->d.peer_pid[p], pw->pidfd)) {
-      HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d (pid %d) exited while this rank's streams waited for it", me, p,
-              (int)c->d.peer_pid[p]);
-      comm_fail(c, HC_ERR_REMOTE, p);
-      return;
-    }
   }
-  if (stalled >= 0) {
-    const struct peer_watch *pw = &c->peers[stalled];
-    const int culprit = blame(c, now, stalled);
-    HC_FAIL(HC_ERR_REMOTE,
-            "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d (its window counter stayed at %llu, "
-            "expected %llu %s)%s%.0d%s",
-            me, (long long)hc_param_int(HC_P_TIMEOUT), stalled, (unsigned long long)pw->seen[stalled_dir],
-            (unsigned long long)atomic_load(&pw->expect[stalled_dir]),
-            stalled_dir == TX ? "pieces freed" : "pieces filled",
-            culprit != stalled ? "; rank " : "", culprit != stalled ? culprit : 0,
-            culprit != stalled ? " stopped making progress (no heartbeat), blamed" : "");
-    comm_fail(c, HC_ERR_REMOTE, culprit);
+  if (stall.peer >= 0) {
+    window_stall_fail(c, now, stall);
     return;
   }
-  if (c->run && now - c->run_moved_ns > timeout_ns()) {
-    struct hc_exec_state st;
-    hc_exec_describe(c->run, &st);
-    const int culprit = blame(c, now, st.awaited_peer);
-    HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d (call %u, step %d of %d)",
-            me, (long long)hc_param_int(HC_P_TIMEOUT), culprit, c->job->seq, st.steps_done, st.steps);
-    comm_fail(c, HC_ERR_REMOTE, culprit);
-    return;
-  }
-  if (c->d.vendor_comm && now >= c->next_vendor_poll_ns) {
-    c->next_vendor_poll_ns = now + HC_ENGINE_VENDOR_POLL_NS;
-    int e = 0;
-    hc_vendor_async_error(c->d.vendor, c->d.vendor_comm, &e);
-    /* In progress: a call of the (nonblocking) sub-comm is still being
-     * set up inside the library, as its caller waits for. */
-    if (e != 0 && e != HC_VENDOR_IN_PROGRESS) {
-      HC_FAIL(HC_ERR_REMOTE, "rank %d: the %s communicator of this rank's group failed (%s error %d)", me,
-              c->d.vendor->name, c->d.vendor->name, e);
-      comm_fail(c, HC_ERR_REMOTE, me);
-    }
-  }
+  if (watch_run(c, now)) return;
+  watch_vendor(c, now);
 }
 
 /* One pass over the comm's job in flight. Returns whether it moved. */
@@ -430,6 +461,105 @@ static bool settled(const struct hc_engine_comm *c) {
   return c->leaving && (atomic_load(&c->failed) || (!aborted && c->head == NULL && !c->busy));
 }
 
+/* Under eng.lock: takes away the comms that unregister waits for, and
+ * gives each idle comm its next queued job. */
+static void comms_take_jobs(void) {
+  for (struct hc_engine_comm **pc = &eng.comms; *pc;) {
+    struct hc_engine_comm *c = *pc;
+    if (settled(c)) {
+      *pc = c->next;
+      eng.ncomms--;
+      c->gone = true;
+      pthread_cond_broadcast(&eng.changed);
+      continue;
+    }
+    if (!c->busy && c->head && !atomic_load(&c->failed)) {
+      c->job = c->head;
+      c->head = c->job->next;
+      if (c->head == NULL) c->tail = NULL;
+      c->busy = true;
+    }
+    pc = &c->next;
+  }
+}
+
+/* What one pass over the comms found: whether anything moved, whether a
+ * wait is outstanding (tick soon), the runs to sleep on and how long to
+ * spin before sleeping. */
+struct engine_pass {
+  bool moved, outstanding;
+  struct hc_exec_run *runs[8];
+  int nruns;
+  uint64_t spin_ns;
+};
+
+/* One comm's share of a pass: start its job's run, poll it, watch its
+ * waits; a failed comm only has its streams released (after the grace)
+ * and its vendor sub-comm aborted. */
+static void comm_serve(struct hc_engine_comm *c, uint64_t now, struct engine_pass *pass) {
+  if (c->job && c->run == NULL && !atomic_load(&c->failed)) {
+    hc_log_set_rank(c->rank);
+    struct hc_exec_job ej = {.links = c->d.links, .plan = &c->job->host};
+    hc_result_t r = hc_exec_start(&ej, &c->run);
+    c->run_moved_ns = now;
+    if (r != HC_OK) comm_fail(c, r, c->rank);
+    pass->moved = true;
+  }
+  if (atomic_load(&c->failed)) {
+    const bool aborted = c->d.links->abort_flag && atomic_load(c->d.links->abort_flag);
+    /* Again on each tick: a live peer may still write what was released. */
+    if (aborted || now >= c->release_at_ns)
+      hc_engine_release(c);
+    else
+      pass->outstanding = true; /* tick soon */
+    vendor_abort(c);
+    return;
+  }
+  hc_log_set_rank(c->rank);
+  pass->moved |= run_pass(c, now);
+  watch(c, now, &pass->outstanding);
+  if (c->run && pass->nruns < (int)HC_ARRAY_LEN(pass->runs)) pass->runs[pass->nruns++] = c->run;
+  if (c->run) pass->spin_ns = HC_MIN(pass->spin_ns, c->d.links->spin_ns);
+  if (c->d.links->spin_ns == 0) pass->spin_ns = 0;
+}
+
+/* Bumps this process's heartbeat in every window, so that peers can tell
+ * a stopped rank from one that waits like them. */
+static void heartbeats_bump(struct hc_engine_comm *first) {
+  for (struct hc_engine_comm *c = first; c; c = c->next)
+    for (int p = 0; p < c->nranks; p++)
+      if (window_of(c, p)) atomic_fetch_add(c->d.windows[p].w.heartbeat, 1);
+}
+
+/* Under eng.lock, after a pass that moved nothing and found no new job:
+ * spins (yielding) for pass->spin_ns, then sleeps on the runs' transports
+ * or on eng.wake for a tick (outstanding waits) or an idle tick. */
+static void engine_idle(const struct engine_pass *pass, uint64_t now, uint64_t *idle_since) {
+  if (*idle_since == 0) *idle_since = now;
+  if (now - *idle_since < pass->spin_ns) {
+    pthread_mutex_unlock(&eng.lock);
+    sched_yield();
+    pthread_mutex_lock(&eng.lock);
+    return;
+  }
+  bool removable = false; /* unregister's wake-up may have come during the pass */
+  for (const struct hc_engine_comm *c = eng.comms; c; c = c->next) removable |= settled(c);
+  if (removable || eng.stop) return;
+  if (pass->nruns > 0) {
+    pthread_mutex_unlock(&eng.lock);
+    /* A transport error here shows again in the run's next poll. */
+    hc_exec_sleep((struct hc_exec_run *const *)pass->runs, pass->nruns, HC_ENGINE_TICK_MS);
+    pthread_mutex_lock(&eng.lock);
+    return;
+  }
+  const int ms = pass->outstanding ? HC_ENGINE_TICK_MS : HC_ENGINE_IDLE_MS;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += (long)ms * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+  pthread_cond_timedwait(&eng.wake, &eng.lock, &ts);
+}
+
 static void *engine_main(void *arg) {
   (void)arg;
   uint64_t idle_since = 0, next_beat = 0;
@@ -437,61 +567,17 @@ static void *engine_main(void *arg) {
   pthread_mutex_lock(&eng.lock);
   for (;;) {
     atomic_store(&eng.queued, false);
-    for (struct hc_engine_comm **pc = &eng.comms; *pc;) {
-      struct hc_engine_comm *c = *pc;
-      if (settled(c)) {
-        *pc = c->next;
-        eng.ncomms--;
-        c->gone = true;
-        pthread_cond_broadcast(&eng.changed);
-        continue;
-      }
-      if (!c->busy && c->head && !atomic_load(&c->failed)) {
-        c->job = c->head;
-        c->head = c->job->next;
-        if (c->head == NULL) c->tail = NULL;
-        c->busy = true;
-      }
-      pc = &c->next;
-    }
+    comms_take_jobs();
     if (eng.ncomms == 0 && eng.stop) break;
     struct hc_engine_comm *first = eng.comms;
     pthread_mutex_unlock(&eng.lock);
 
     const uint64_t now = hc_now_ns();
-    bool moved = false, outstanding = false;
-    struct hc_exec_run *runs[8];
-    int nruns = 0;
-    uint64_t spin_ns = HC_ENGINE_SPIN_NS;
-    for (struct hc_engine_comm *c = first; c; c = c->next) {
-      if (c->job && c->run == NULL && !atomic_load(&c->failed)) {
-        hc_log_set_rank(c->rank);
-        struct hc_exec_job ej = {.links = c->d.links, .plan = &c->job->host};
-        hc_result_t r = hc_exec_start(&ej, &c->run);
-        c->run_moved_ns = now;
-        if (r != HC_OK) comm_fail(c, r, c->rank);
-        moved = true;
-      }
-      if (atomic_load(&c->failed)) {
-        const bool aborted = c->d.links->abort_flag && atomic_load(c->d.links->abort_flag);
-        /* Again on each tick: a live peer may still write what was released. */
-        if (aborted || now >= c->release_at_ns) hc_engine_release(c);
-        else outstanding = true; /* tick soon */
-        vendor_abort(c);
-        continue;
-      }
-      hc_log_set_rank(c->rank);
-      moved |= run_pass(c, now);
-      watch(c, now, &outstanding);
-      if (c->run && nruns < (int)HC_ARRAY_LEN(runs)) runs[nruns++] = c->run;
-      if (c->run) spin_ns = HC_MIN(spin_ns, c->d.links->spin_ns);
-      if (c->d.links->spin_ns == 0) spin_ns = 0;
-    }
+    struct engine_pass pass = {.spin_ns = HC_ENGINE_SPIN_NS};
+    for (struct hc_engine_comm *c = first; c; c = c->next) comm_serve(c, now, &pass);
     if (now >= next_beat) {
       next_beat = now + HC_ENGINE_BEAT_NS;
-      for (struct hc_engine_comm *c = first; c; c = c->next)
-        for (int p = 0; p < c->nranks; p++)
-          if (window_of(c, p)) atomic_fetch_add(c->d.windows[p].w.heartbeat, 1);
+      heartbeats_bump(first);
     }
     if (dump_requested) {
       dump_requested = 0;
@@ -499,33 +585,11 @@ static void *engine_main(void *arg) {
     }
 
     pthread_mutex_lock(&eng.lock);
-    if (moved || atomic_load(&eng.queued)) {
+    if (pass.moved || atomic_load(&eng.queued)) {
       idle_since = 0;
       continue;
     }
-    if (idle_since == 0) idle_since = now;
-    if (now - idle_since < spin_ns) {
-      pthread_mutex_unlock(&eng.lock);
-      sched_yield();
-      pthread_mutex_lock(&eng.lock);
-      continue;
-    }
-    bool removable = false; /* unregister's wake-up may have come during the pass */
-    for (const struct hc_engine_comm *c = eng.comms; c; c = c->next) removable |= settled(c);
-    if (removable || eng.stop) continue;
-    if (nruns > 0) {
-      pthread_mutex_unlock(&eng.lock);
-      /* A transport error here shows again in the run's next poll. */
-      hc_exec_sleep(runs, nruns, HC_ENGINE_TICK_MS);
-      pthread_mutex_lock(&eng.lock);
-      continue;
-    }
-    const int ms = outstanding ? HC_ENGINE_TICK_MS : HC_ENGINE_IDLE_MS;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)ms * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(&eng.wake, &eng.lock, &ts);
+    engine_idle(&pass, now, &idle_since);
   }
   pthread_mutex_unlock(&eng.lock);
   return NULL;
