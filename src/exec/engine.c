@@ -25,6 +25,10 @@
  * in 8 of a 4-rank kill, the survivors read the wrong data of a work that
  * had completed before the watchdog looked. */
 #define HC_ENGINE_RELEASE_GRACE_NS 2000000000ull
+/* Window stall probes (window_probe): after this long without a piece,
+ * looked at this often, as exec.c's host runs do. */
+#define HC_ENGINE_PROBE_NS 1000000000ull
+#define HC_ENGINE_PROBE_LOOK_NS 100000000ull
 
 enum { TX = 0, RX = 1 };
 
@@ -46,6 +50,10 @@ struct peer_watch {
   struct sig_run *runs;
   int nruns, runs_cap;
   uint64_t sig_next; /* the engine thread's: the next received piece to check */
+  /* Stall probe (window_probe): what this rank published to the peer, and
+   * the peer's probe generation at the last look, + 1 (0: none yet). */
+  struct hc_net_sig probe_sent;
+  uint64_t probe_seen;
 };
 
 struct hc_engine_comm {
@@ -63,7 +71,7 @@ struct hc_engine_comm {
   /* The engine thread's: */
   struct hc_engine_job *job; /* in flight */
   struct hc_exec_run *run;
-  uint64_t run_moved_ns, next_vendor_poll_ns, next_pid_check_ns;
+  uint64_t run_moved_ns, next_vendor_poll_ns, next_pid_check_ns, next_probe_look_ns;
   uint32_t last_done;        /* seq of the latest job that completed */
   int culprit;
   uint64_t release_at_ns;    /* once failed: when the streams are released */
@@ -367,6 +375,90 @@ static void watch_vendor(struct hc_engine_comm *c, uint64_t now) {
   }
 }
 
+/* Publishes sig to peer p's stall probe (through the pair's shm
+ * connection, net.h), unless it is what the peer already reads. */
+static void probe_publish(struct hc_engine_comm *c, int p, const struct hc_net_sig *sig) {
+  struct peer_watch *pw = &c->peers[p];
+  const struct hc_link *l = &c->d.links->peer[p];
+  if (hc_net_sig_equal(&pw->probe_sent, sig) || l->conn == NULL ||
+      !HC_HAS_OP(l->net, struct hc_net_ops, stall_publish))
+    return;
+  l->net->stall_publish(l->conn, sig);
+  pw->probe_sent = *sig;
+}
+
+/* The call of the piece the streams wait for from peer p (all zeroes:
+ * none, or none known) and that call's number. Under sigs_lock. */
+static struct hc_net_sig rx_waited_sig(const struct hc_engine_comm *c, int p, uint32_t *seq) {
+  const struct peer_watch *pw = &c->peers[p];
+  const struct hc_net_window *w = window_of(c, p);
+  const uint64_t filled = atomic_load(w->rx_filled);
+  const struct hc_net_sig *want = filled < atomic_load(&pw->expect[RX]) ? expected_sig(pw, filled) : NULL;
+  if (want == NULL) return (struct hc_net_sig){{0, 0}};
+  *seq = (uint32_t)(want->w[1] >> 32);
+  return *want;
+}
+
+/* Window stall probes: a mismatch in which two GPU ranks only wait to
+ * receive from each other (Reduce with roots 0 and 1) puts no piece, so no
+ * signature, in the window. A rank whose streams can be waiting only to
+ * receive (no window piece it sends is unfreed, no transfer in flight: a
+ * piece counts at enqueue, so a stream that has not reached a send yet
+ * counts too) and whose receive has not moved for HC_ENGINE_PROBE_NS
+ * publishes, to each peer it waits for in its oldest call (the lowest
+ * number among the calls of the pieces it waits for), that call's
+ * signature, as exec.c's host runs do on shm. A peer that publishes a
+ * different call is stalled on this rank as well, under the same rules;
+ * with the same calls in the same order on both, one of the two would
+ * have sent what the other waits for, so the calls differ: both fail
+ * naming both calls (the finder's record in the window tells the other,
+ * which may find it too). Seen unchanged on two looks HC_ENGINE_PROBE_LOOK_NS
+ * apart, so that a probe being cleared is not taken. Returns whether the
+ * comm failed. */
+static bool window_probe(struct hc_engine_comm *c, uint64_t now, bool may_probe) {
+  uint32_t oldest = UINT32_MAX;
+  pthread_mutex_lock(&c->sigs_lock);
+  for (int p = 0; p < c->nranks && may_probe; p++) {
+    const struct hc_net_window *w = window_of(c, p);
+    if (w == NULL) continue;
+    if (atomic_load(w->tx_freed) < atomic_load(&c->peers[p].expect[TX])) may_probe = false;
+    uint32_t seq = UINT32_MAX;
+    rx_waited_sig(c, p, &seq);
+    if (seq < oldest) oldest = seq;
+  }
+  const bool look = now >= c->next_probe_look_ns;
+  if (look) c->next_probe_look_ns = now + HC_ENGINE_PROBE_LOOK_NS;
+  int bad_peer = -1;
+  struct hc_net_sig bad_mine, bad_theirs;
+  for (int p = 0; p < c->nranks && bad_peer < 0; p++) {
+    struct peer_watch *pw = &c->peers[p];
+    const struct hc_net_window *w = window_of(c, p);
+    if (w == NULL) continue;
+    uint32_t seq = UINT32_MAX;
+    struct hc_net_sig mine = rx_waited_sig(c, p, &seq);
+    const struct hc_net_sig none = {{0, 0}};
+    if (!may_probe || seq != oldest || now - pw->since[RX] < HC_ENGINE_PROBE_NS) mine = none;
+    probe_publish(c, p, &mine);
+    const struct hc_link *l = &c->d.links->peer[p];
+    if (hc_net_sig_equal(&mine, &none) || !look || !HC_HAS_OP(l->net, struct hc_net_ops, stall_peek)) continue;
+    struct hc_net_sig theirs;
+    uint64_t gen;
+    l->net->stall_peek(l->conn, &theirs, &gen);
+    const bool confirmed = pw->probe_seen == gen + 1;
+    pw->probe_seen = gen + 1;
+    if (!confirmed || hc_net_sig_equal(&theirs, &none) || hc_net_sig_equal(&theirs, &mine)) continue;
+    bad_peer = p;
+    bad_mine = mine;
+    bad_theirs = theirs;
+  }
+  pthread_mutex_unlock(&c->sigs_lock);
+  if (bad_peer < 0) return false;
+  /* Before the notice (comm_fail), so that the peer names both calls. */
+  hc_net_mismatch_publish(window_of(c, bad_peer)->mismatch, &bad_theirs, &bad_mine);
+  comm_fail(c, hc_net_sig_fail(hc_plan_sig_explain, c->rank, &bad_mine, bad_peer, &bad_theirs, false), c->rank);
+  return true;
+}
+
 /* Looks at everything the comm's streams may wait for; fails the comm on
  * the first fault. *outstanding: some wait is not satisfied yet. */
 static void watch(struct hc_engine_comm *c, uint64_t now, bool *outstanding) {
@@ -385,6 +477,7 @@ static void watch(struct hc_engine_comm *c, uint64_t now, bool *outstanding) {
     window_stall_fail(c, now, stall);
     return;
   }
+  if (c->d.windows != NULL && window_probe(c, now, c->run == NULL)) return;
   if (watch_run(c, now)) return;
   watch_vendor(c, now);
 }

@@ -160,6 +160,12 @@ static const struct mcase gpu2_cases[] = {
       * one that looks first names it, the other hears of it. */
      {"called AllReduce(sum, 1 float) #1|called Broadcast(root ", "called AllReduce(sum, 1 float) #1|called Broadcast(root "},
      true},
+    /* Both streams only wait to receive: no piece, so no signature, moves;
+     * the engines' window stall probes find it (without them: a timeout). */
+    {"gpu2-reduce-roots", 2,
+     {{K_REDUCE, COUNT, hetcclFloat32, hetcclSum, 0}, {K_REDUCE, COUNT, hetcclFloat32, hetcclSum, 1}},
+     {"rank 0 called Reduce(sum, root 0, 1000 float) #0|rank 1 called Reduce(sum, root 1, 1000 float) #0",
+      "rank 1 called Reduce(sum, root 1, 1000 float) #0|rank 0 called Reduce(sum, root 0, 1000 float) #0"}},
 };
 
 static const struct mcase *cur;
@@ -299,6 +305,48 @@ static int late_rank(int rank, int nranks, hetcclUniqueId id, void *arg) {
   return 0;
 }
 
+/* The same with two GPU ranks (windows only): rank 0's stream waits for
+ * rank 1 in each all-reduce for 1.5 s, so rank 0's engine probes it every
+ * time; rank 1's stream waits for nothing then, so it publishes no probe,
+ * and nothing may take it for a mismatch. Every call must pass, bitwise,
+ * and the comm must have no async error. */
+static int gpu_late_rank(int rank, int nranks, hetcclUniqueId id, void *arg) {
+  (void)arg;
+  const struct hc_dev_ops *gpu = hc_dev_get(HC_MEM_CUDA);
+  if (!CHECK(gpu != NULL, "no CUDA backend (the fake libcuda on LD_LIBRARY_PATH?)")) return 1;
+  hetcclComm_t comm = NULL;
+  hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
+  cfg.deviceKind = hetcclDeviceCuda;
+  cfg.deviceId = 0;
+  cfg.groupName = rank == 0 ? "a" : "b";
+  if (!CHECK_OK(hetcclCommInitRankConfig(&comm, nranks, id, rank, &cfg))) return 1;
+  tu_set_case("gpu late peer, rank %d", rank);
+  int32_t *a = calloc(COUNT, sizeof(int32_t));
+  void *buf = NULL;
+  hc_stream_t st = NULL;
+  CHECK(hc_dev_mem_alloc(gpu, 0, COUNT * sizeof(int32_t), &buf) == HC_OK, "cuMemAlloc");
+  CHECK(hc_dev_stream_create(gpu, 0, &st) == HC_OK, "cuStreamCreate");
+  for (int call = 0; call < 3 && buf && st; call++) {
+    for (int i = 0; i < COUNT; i++) a[i] = rank * 1000 + i + call;
+    if (rank == 1) usleep(1500 * 1000);
+    CHECK(hc_dev_copy(gpu, buf, a, COUNT * sizeof(int32_t), st) == HC_OK, "copy in");
+    CHECK_OK(hetcclAllReduce(buf, buf, COUNT, hetcclInt32, hetcclSum, comm, st));
+    CHECK(hc_dev_copy(gpu, a, buf, COUNT * sizeof(int32_t), st) == HC_OK, "copy out");
+    CHECK(hc_dev_stream_sync(gpu, st) == HC_OK, "cuStreamSynchronize");
+    bool ok = true;
+    for (int i = 0; i < COUNT; i++) ok &= a[i] == 2 * (i + call) + 1000;
+    CHECK(ok, "all-reduce %d with a late peer: result wrong", call);
+  }
+  hetcclResult_t async = hetcclSuccess;
+  hetcclCommGetAsyncError(comm, &async);
+  CHECK(async == hetcclSuccess, "async error %d with a late peer: %s", (int)async, hetcclGetLastError(comm));
+  CHECK_OK(hetcclCommDestroy(comm));
+  if (st) hc_dev_stream_destroy(gpu, st);
+  hc_dev_mem_free(gpu, 0, buf);
+  free(a);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   tu_init(argc, argv);
   int a = 1;
@@ -316,6 +364,7 @@ int main(int argc, char **argv) {
     tu_run_rank_processes(cur->nranks, mismatch_rank, NULL);
     printf("case %s: %.2f s\n", cur->name, tu_seconds() - t0);
   }
+  if (gpu_mode && (only == NULL || !strcmp(only, "gpu2-late"))) tu_run_rank_processes(2, gpu_late_rank, NULL);
   if (only == NULL && !gpu_mode) {
     tu_run_rank_processes(2, matching_rank, NULL);
     tu_run_rank_processes(3, matching_rank, NULL);
