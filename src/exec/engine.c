@@ -380,8 +380,7 @@ static void watch_vendor(struct hc_engine_comm *c, uint64_t now) {
 static void probe_publish(struct hc_engine_comm *c, int p, const struct hc_net_sig *sig) {
   struct peer_watch *pw = &c->peers[p];
   const struct hc_link *l = &c->d.links->peer[p];
-  if (hc_net_sig_equal(&pw->probe_sent, sig) || l->conn == NULL ||
-      !HC_HAS_OP(l->net, struct hc_net_ops, stall_publish))
+  if (hc_net_sig_equal(&pw->probe_sent, sig) || l->conn == NULL || !HC_HAS_OP(l->net, struct hc_net_ops, stall_publish))
     return;
   l->net->stall_publish(l->conn, sig);
   pw->probe_sent = *sig;

@@ -269,7 +269,8 @@ static void body_stall_probe(struct nc_end *e) {
   CHECK(r == HC_OK && hc_net_sig_equal(&theirs, &theirs_want) && gen != 0,
         "rank %d read the probe %016llx:%016llx (gen %llu) from rank %d, want %016llx:%016llx (%s)", e->me,
         (unsigned long long)theirs.w[0], (unsigned long long)theirs.w[1], (unsigned long long)gen, e->peer,
-        (unsigned long long)theirs_want.w[0], (unsigned long long)theirs_want.w[1], r == HC_OK ? "ok" : hc_last_error());
+        (unsigned long long)theirs_want.w[0], (unsigned long long)theirs_want.w[1],
+        r == HC_OK ? "ok" : hc_last_error());
   CHECK(e->link->sync(e->link->arg, e->me), "sync with rank %d: both read the probes", e->peer);
   if (e->me == 0) {
     e->ops->mismatch_found(e->conn, &theirs, &mine);

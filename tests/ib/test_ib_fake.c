@@ -37,7 +37,8 @@ int main(int argc, char **argv) {
   }
   if (hc_params_load() != HC_OK) return 1;
   /* The contract's stall_probe case skips a transport without probes. */
-  CHECK(HC_HAS_OP(&hc_net_ib, struct hc_net_ops, stall_publish) && HC_HAS_OP(&hc_net_ib, struct hc_net_ops, mismatch_found),
+  CHECK(HC_HAS_OP(&hc_net_ib, struct hc_net_ops, stall_publish) &&
+            HC_HAS_OP(&hc_net_ib, struct hc_net_ops, mismatch_found),
         "ib has no stall probes");
   int failed = 0;
   for (int i = 0; i < nc_ncases; i++) {
