@@ -475,6 +475,7 @@ static hc_result_t phase_plans(struct hetcclComm *comm) {
   for (int i = 0; i < comm->nranks; i++) any_gpu |= comm->peers[i].device_kind != HC_MEM_HOST;
   enum hc_algo forced[HC_COLL_COUNT];
   HC_TRY(hc_algo_parse(hc_param_str(HC_P_ALGO), forced));
+  hc_plan_sig_configure();
   const struct hc_dev_ops *gpu = config->device_kind == HC_MEM_HOST ? NULL : hc_dev_get(config->device_kind);
   HC_TRY(hc_scratch_pool_create(gpu ? HC_POOL_PINNED : HC_POOL_HOST, gpu, config->device_id, &comm->plan.pool));
   if (gpu) HC_TRY(hc_scratch_pool_create(HC_POOL_DEVICE, gpu, config->device_id, &comm->plan.dev_pool));

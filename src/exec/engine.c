@@ -25,6 +25,10 @@
  * in 8 of a 4-rank kill, the survivors read the wrong data of a work that
  * had completed before the watchdog looked. */
 #define HC_ENGINE_RELEASE_GRACE_NS 2000000000ull
+/* Window stall probes (window_probe): after this long without a piece,
+ * looked at this often, as exec.c's host runs do. */
+#define HC_ENGINE_PROBE_NS 1000000000ull
+#define HC_ENGINE_PROBE_LOOK_NS 100000000ull
 
 enum { TX = 0, RX = 1 };
 
@@ -46,6 +50,10 @@ struct peer_watch {
   struct sig_run *runs;
   int nruns, runs_cap;
   uint64_t sig_next; /* the engine thread's: the next received piece to check */
+  /* Stall probe (window_probe): what this rank published to the peer, and
+   * the peer's probe generation at the last look, + 1 (0: none yet). */
+  struct hc_net_sig probe_sent;
+  uint64_t probe_seen;
 };
 
 struct hc_engine_comm {
@@ -63,7 +71,7 @@ struct hc_engine_comm {
   /* The engine thread's: */
   struct hc_engine_job *job; /* in flight */
   struct hc_exec_run *run;
-  uint64_t run_moved_ns, next_vendor_poll_ns, next_pid_check_ns;
+  uint64_t run_moved_ns, next_vendor_poll_ns, next_pid_check_ns, next_probe_look_ns;
   uint32_t last_done;        /* seq of the latest job that completed */
   int culprit;
   uint64_t release_at_ns;    /* once failed: when the streams are released */
@@ -257,105 +265,220 @@ static bool window_sigs_check(struct hc_engine_comm *c, int p, const struct hc_n
   return true;
 }
 
+/* Whether the comm was aborted (hetcclCommAbort); fails it if so. */
+static bool watch_abort(struct hc_engine_comm *c) {
+  if (c->d.links->abort_flag == NULL || !atomic_load(c->d.links->abort_flag)) return false;
+  char text[128];
+  snprintf(text, sizeof(text), "rank %d: the communicator was aborted (hetcclCommAbort)", c->rank);
+  hc_set_last_error(text);
+  HC_INFO(HC_EXEC, "%s", text);
+  comm_fail(c, HC_ERR_REMOTE, c->rank);
+  return true;
+}
+
+/* A stalled window wait: the peer and the direction (TX, RX). */
+struct window_stall {
+  int peer, dir;
+};
+
+/* The window shared with peer p: the peer's mismatch record and notice,
+ * the signatures of the pieces received, its heartbeat, the counters the
+ * streams wait on and, once a tick (check_pid), whether the peer exited.
+ * Returns whether the comm failed; sets *waits when a counter is short of
+ * what the streams wait for, and *stall (if not set yet) when one has not
+ * moved for HETCCL_TIMEOUT. */
+static bool watch_window(struct hc_engine_comm *c, int p, const struct hc_net_window *w, uint64_t now, bool check_pid,
+                         bool *waits, struct window_stall *stall) {
+  const int me = c->rank;
+  struct peer_watch *pw = &c->peers[p];
+  /* The notice first: a peer publishes its mismatch before its notice. */
+  const int notice = atomic_load(w->peer_notice);
+  if (w->peer_mismatch != NULL && atomic_load(&w->peer_mismatch->set)) {
+    comm_fail(c, hc_net_mismatch_fail(w->peer_mismatch, hc_plan_sig_explain, me, p), p);
+    return true;
+  }
+  if (notice > 0) {
+    const int culprit = notice - 1;
+    if (culprit == p)
+      HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d failed (it timed out, lost a peer or was aborted)", me, p);
+    else
+      HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d failed because of rank %d", me, p, culprit);
+    comm_fail(c, HC_ERR_REMOTE, culprit);
+    return true;
+  }
+  if (window_sigs_check(c, p, w)) return true;
+  const uint64_t beat = atomic_load(w->peer_heartbeat);
+  if (beat != pw->beat) {
+    pw->beat = beat;
+    pw->beat_since = now;
+  }
+  atomic_ullong *waited[2] = {w->tx_freed, w->rx_filled};
+  for (int d = 0; d < 2; d++) {
+    const uint64_t v = atomic_load(waited[d]), target = atomic_load(&pw->expect[d]);
+    if (v >= target || v != pw->seen[d]) {
+      pw->seen[d] = v;
+      pw->since[d] = now;
+    }
+    if (v >= target) continue;
+    *waits = true;
+    if (now - pw->since[d] > timeout_ns() && stall->peer < 0) *stall = (struct window_stall){p, d};
+  }
+  if (*waits && check_pid && c->d.peer_pid[p] > 0 && hc_pid_exited(c->d.peer_pid[p], pw->pidfd)) {
+    HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d (pid %d) exited while this rank's streams waited for it", me, p,
+            (int)c->d.peer_pid[p]);
+    comm_fail(c, HC_ERR_REMOTE, p);
+    return true;
+  }
+  return false;
+}
+
+/* A window counter that has not moved for HETCCL_TIMEOUT: fails the comm,
+ * blaming a peer whose heartbeat stopped rather than the one waited for. */
+static void window_stall_fail(struct hc_engine_comm *c, uint64_t now, struct window_stall st) {
+  const struct peer_watch *pw = &c->peers[st.peer];
+  const int culprit = blame(c, now, st.peer);
+  HC_FAIL(HC_ERR_REMOTE,
+          "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d (its window counter stayed at %llu, "
+          "expected %llu %s)%s%.0d%s",
+          c->rank, (long long)hc_param_int(HC_P_TIMEOUT), st.peer, (unsigned long long)pw->seen[st.dir],
+          (unsigned long long)atomic_load(&pw->expect[st.dir]), st.dir == TX ? "pieces freed" : "pieces filled",
+          culprit != st.peer ? "; rank " : "", culprit != st.peer ? culprit : 0,
+          culprit != st.peer ? " stopped making progress (no heartbeat), blamed" : "");
+  comm_fail(c, HC_ERR_REMOTE, culprit);
+}
+
+/* The transfers of the call in flight: failed once they have not moved
+ * for HETCCL_TIMEOUT. Returns whether the comm failed. */
+static bool watch_run(struct hc_engine_comm *c, uint64_t now) {
+  if (c->run == NULL || now - c->run_moved_ns <= timeout_ns()) return false;
+  struct hc_exec_state st;
+  hc_exec_describe(c->run, &st);
+  const int culprit = blame(c, now, st.awaited_peer);
+  HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d (call %u, step %d of %d)",
+          c->rank, (long long)hc_param_int(HC_P_TIMEOUT), culprit, c->job->seq, st.steps_done, st.steps);
+  comm_fail(c, HC_ERR_REMOTE, culprit);
+  return true;
+}
+
+/* The vendor sub-comm's async error, every HC_ENGINE_VENDOR_POLL_NS. */
+static void watch_vendor(struct hc_engine_comm *c, uint64_t now) {
+  if (c->d.vendor_comm == NULL || now < c->next_vendor_poll_ns) return;
+  c->next_vendor_poll_ns = now + HC_ENGINE_VENDOR_POLL_NS;
+  int e = 0;
+  hc_vendor_async_error(c->d.vendor, c->d.vendor_comm, &e);
+  /* In progress: a call of the (nonblocking) sub-comm is still being set
+   * up inside the library, as its caller waits for. */
+  if (e != 0 && e != HC_VENDOR_IN_PROGRESS) {
+    HC_FAIL(HC_ERR_REMOTE, "rank %d: the %s communicator of this rank's group failed (%s error %d)", c->rank,
+            c->d.vendor->name, c->d.vendor->name, e);
+    comm_fail(c, HC_ERR_REMOTE, c->rank);
+  }
+}
+
+/* Publishes sig to peer p's stall probe (through the pair's shm
+ * connection, net.h), unless it is what the peer already reads. */
+static void probe_publish(struct hc_engine_comm *c, int p, const struct hc_net_sig *sig) {
+  struct peer_watch *pw = &c->peers[p];
+  const struct hc_link *l = &c->d.links->peer[p];
+  if (hc_net_sig_equal(&pw->probe_sent, sig) || l->conn == NULL || !HC_HAS_OP(l->net, struct hc_net_ops, stall_publish))
+    return;
+  l->net->stall_publish(l->conn, sig);
+  pw->probe_sent = *sig;
+}
+
+/* The call of the piece the streams wait for from peer p (all zeroes:
+ * none, or none known) and that call's number. Under sigs_lock. */
+static struct hc_net_sig rx_waited_sig(const struct hc_engine_comm *c, int p, uint32_t *seq) {
+  const struct peer_watch *pw = &c->peers[p];
+  const struct hc_net_window *w = window_of(c, p);
+  const uint64_t filled = atomic_load(w->rx_filled);
+  const struct hc_net_sig *want = filled < atomic_load(&pw->expect[RX]) ? expected_sig(pw, filled) : NULL;
+  if (want == NULL) return (struct hc_net_sig){{0, 0}};
+  *seq = (uint32_t)(want->w[1] >> 32);
+  return *want;
+}
+
+/* Window stall probes: a mismatch in which two GPU ranks only wait to
+ * receive from each other (Reduce with roots 0 and 1) puts no piece, so no
+ * signature, in the window. A rank whose streams can be waiting only to
+ * receive (no window piece it sends is unfreed, no transfer in flight: a
+ * piece counts at enqueue, so a stream that has not reached a send yet
+ * counts too) and whose receive has not moved for HC_ENGINE_PROBE_NS
+ * publishes, to each peer it waits for in its oldest call (the lowest
+ * number among the calls of the pieces it waits for), that call's
+ * signature, as exec.c's host runs do on shm. A peer that publishes a
+ * different call is stalled on this rank as well, under the same rules;
+ * with the same calls in the same order on both, one of the two would
+ * have sent what the other waits for, so the calls differ: both fail
+ * naming both calls (the finder's record in the window tells the other,
+ * which may find it too). Seen unchanged on two looks HC_ENGINE_PROBE_LOOK_NS
+ * apart, so that a probe being cleared is not taken. Returns whether the
+ * comm failed. */
+static bool window_probe(struct hc_engine_comm *c, uint64_t now, bool may_probe) {
+  uint32_t oldest = UINT32_MAX;
+  pthread_mutex_lock(&c->sigs_lock);
+  for (int p = 0; p < c->nranks && may_probe; p++) {
+    const struct hc_net_window *w = window_of(c, p);
+    if (w == NULL) continue;
+    if (atomic_load(w->tx_freed) < atomic_load(&c->peers[p].expect[TX])) may_probe = false;
+    uint32_t seq = UINT32_MAX;
+    rx_waited_sig(c, p, &seq);
+    if (seq < oldest) oldest = seq;
+  }
+  const bool look = now >= c->next_probe_look_ns;
+  if (look) c->next_probe_look_ns = now + HC_ENGINE_PROBE_LOOK_NS;
+  int bad_peer = -1;
+  struct hc_net_sig bad_mine, bad_theirs;
+  for (int p = 0; p < c->nranks && bad_peer < 0; p++) {
+    struct peer_watch *pw = &c->peers[p];
+    const struct hc_net_window *w = window_of(c, p);
+    if (w == NULL) continue;
+    uint32_t seq = UINT32_MAX;
+    struct hc_net_sig mine = rx_waited_sig(c, p, &seq);
+    const struct hc_net_sig none = {{0, 0}};
+    if (!may_probe || seq != oldest || now - pw->since[RX] < HC_ENGINE_PROBE_NS) mine = none;
+    probe_publish(c, p, &mine);
+    const struct hc_link *l = &c->d.links->peer[p];
+    if (hc_net_sig_equal(&mine, &none) || !look || !HC_HAS_OP(l->net, struct hc_net_ops, stall_peek)) continue;
+    struct hc_net_sig theirs;
+    uint64_t gen;
+    l->net->stall_peek(l->conn, &theirs, &gen);
+    const bool confirmed = pw->probe_seen == gen + 1;
+    pw->probe_seen = gen + 1;
+    if (!confirmed || hc_net_sig_equal(&theirs, &none) || hc_net_sig_equal(&theirs, &mine)) continue;
+    bad_peer = p;
+    bad_mine = mine;
+    bad_theirs = theirs;
+  }
+  pthread_mutex_unlock(&c->sigs_lock);
+  if (bad_peer < 0) return false;
+  /* Before the notice (comm_fail), so that the peer names both calls. */
+  hc_net_mismatch_publish(window_of(c, bad_peer)->mismatch, &bad_theirs, &bad_mine);
+  comm_fail(c, hc_net_sig_fail(hc_plan_sig_explain, c->rank, &bad_mine, bad_peer, &bad_theirs, false), c->rank);
+  return true;
+}
+
 /* Looks at everything the comm's streams may wait for; fails the comm on
  * the first fault. *outstanding: some wait is not satisfied yet. */
 static void watch(struct hc_engine_comm *c, uint64_t now, bool *outstanding) {
-  const int me = c->rank;
-  if (c->d.links->abort_flag && atomic_load(c->d.links->abort_flag)) {
-    char text[128];
-    snprintf(text, sizeof(text), "rank %d: the communicator was aborted (hetcclCommAbort)", me);
-    hc_set_last_error(text);
-    HC_INFO(HC_EXEC, "%s", text);
-    comm_fail(c, HC_ERR_REMOTE, me);
-    return;
-  }
-  int stalled = -1, stalled_dir = TX;
+  if (watch_abort(c)) return;
+  struct window_stall stall = {-1, TX};
   /* A syscall per peer: once a tick, not on every pass of a busy loop. */
   const bool check_pids = now >= c->next_pid_check_ns;
   if (check_pids) c->next_pid_check_ns = now + HC_ENGINE_TICK_MS * 1000000ull;
   for (int p = 0; p < c->nranks; p++) {
     const struct hc_net_window *w = window_of(c, p);
-    if (w == NULL) continue;
-    struct peer_watch *pw = &c->peers[p];
-    /* The notice first: a peer publishes its mismatch before its notice. */
-    const int notice = atomic_load(w->peer_notice);
-    if (w->peer_mismatch != NULL && atomic_load(&w->peer_mismatch->set)) {
-      comm_fail(c, hc_net_mismatch_fail(w->peer_mismatch, hc_plan_sig_explain, me, p), p);
-      return;
-    }
-    if (notice > 0) {
-      const int culprit = notice - 1;
-      if (culprit == p)
-        HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d failed (it timed out, lost a peer or was aborted)", me, p);
-      else
-        HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d failed because of rank %d", me, p, culprit);
-      comm_fail(c, HC_ERR_REMOTE, culprit);
-      return;
-    }
-    if (window_sigs_check(c, p, w)) return;
-    const uint64_t beat = atomic_load(w->peer_heartbeat);
-    if (beat != pw->beat) {
-      pw->beat = beat;
-      pw->beat_since = now;
-    }
     bool waits = false;
-    atomic_ullong *waited[2] = {w->tx_freed, w->rx_filled};
-    for (int d = 0; d < 2; d++) {
-      const uint64_t v = atomic_load(waited[d]), target = atomic_load(&pw->expect[d]);
-      if (v >= target || v != pw->seen[d]) {
-        pw->seen[d] = v;
-        pw->since[d] = now;
-      }
-      if (v >= target) continue;
-      waits = true;
-      if (now - pw->since[d] > timeout_ns() && stalled < 0) {
-        stalled = p;
-        stalled_dir = d;
-      }
-    }
+    if (w != NULL && watch_window(c, p, w, now, check_pids, &waits, &stall)) return;
     *outstanding |= waits;
-    if (waits && check_pids && c->d.peer_pid[p] > 0 && hc_pid_exited(c->d.peer_pid[p], pw->pidfd)) {
-      HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d (pid %d) exited while this rank's streams waited for it", me, p,
-              (int)c->d.peer_pid[p]);
-      comm_fail(c, HC_ERR_REMOTE, p);
-      return;
-    }
   }
-  if (stalled >= 0) {
-    const struct peer_watch *pw = &c->peers[stalled];
-    const int culprit = blame(c, now, stalled);
-    HC_FAIL(HC_ERR_REMOTE,
-            "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d (its window counter stayed at %llu, "
-            "expected %llu %s)%s%.0d%s",
-            me, (long long)hc_param_int(HC_P_TIMEOUT), stalled, (unsigned long long)pw->seen[stalled_dir],
-            (unsigned long long)atomic_load(&pw->expect[stalled_dir]),
-            stalled_dir == TX ? "pieces freed" : "pieces filled",
-            culprit != stalled ? "; rank " : "", culprit != stalled ? culprit : 0,
-            culprit != stalled ? " stopped making progress (no heartbeat), blamed" : "");
-    comm_fail(c, HC_ERR_REMOTE, culprit);
+  if (stall.peer >= 0) {
+    window_stall_fail(c, now, stall);
     return;
   }
-  if (c->run && now - c->run_moved_ns > timeout_ns()) {
-    struct hc_exec_state st;
-    hc_exec_describe(c->run, &st);
-    const int culprit = blame(c, now, st.awaited_peer);
-    HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d (call %u, step %d of %d)",
-            me, (long long)hc_param_int(HC_P_TIMEOUT), culprit, c->job->seq, st.steps_done, st.steps);
-    comm_fail(c, HC_ERR_REMOTE, culprit);
-    return;
-  }
-  if (c->d.vendor_comm && now >= c->next_vendor_poll_ns) {
-    c->next_vendor_poll_ns = now + HC_ENGINE_VENDOR_POLL_NS;
-    int e = 0;
-    hc_vendor_async_error(c->d.vendor, c->d.vendor_comm, &e);
-    /* In progress: a call of the (nonblocking) sub-comm is still being
-     * set up inside the library, as its caller waits for. */
-    if (e != 0 && e != HC_VENDOR_IN_PROGRESS) {
-      HC_FAIL(HC_ERR_REMOTE, "rank %d: the %s communicator of this rank's group failed (%s error %d)", me,
-              c->d.vendor->name, c->d.vendor->name, e);
-      comm_fail(c, HC_ERR_REMOTE, me);
-    }
-  }
+  if (c->d.windows != NULL && window_probe(c, now, c->run == NULL)) return;
+  if (watch_run(c, now)) return;
+  watch_vendor(c, now);
 }
 
 /* One pass over the comm's job in flight. Returns whether it moved. */
@@ -430,6 +553,105 @@ static bool settled(const struct hc_engine_comm *c) {
   return c->leaving && (atomic_load(&c->failed) || (!aborted && c->head == NULL && !c->busy));
 }
 
+/* Under eng.lock: takes away the comms that unregister waits for, and
+ * gives each idle comm its next queued job. */
+static void comms_take_jobs(void) {
+  for (struct hc_engine_comm **pc = &eng.comms; *pc;) {
+    struct hc_engine_comm *c = *pc;
+    if (settled(c)) {
+      *pc = c->next;
+      eng.ncomms--;
+      c->gone = true;
+      pthread_cond_broadcast(&eng.changed);
+      continue;
+    }
+    if (!c->busy && c->head && !atomic_load(&c->failed)) {
+      c->job = c->head;
+      c->head = c->job->next;
+      if (c->head == NULL) c->tail = NULL;
+      c->busy = true;
+    }
+    pc = &c->next;
+  }
+}
+
+/* What one pass over the comms found: whether anything moved, whether a
+ * wait is outstanding (tick soon), the runs to sleep on and how long to
+ * spin before sleeping. */
+struct engine_pass {
+  bool moved, outstanding;
+  struct hc_exec_run *runs[8];
+  int nruns;
+  uint64_t spin_ns;
+};
+
+/* One comm's share of a pass: start its job's run, poll it, watch its
+ * waits; a failed comm only has its streams released (after the grace)
+ * and its vendor sub-comm aborted. */
+static void comm_serve(struct hc_engine_comm *c, uint64_t now, struct engine_pass *pass) {
+  if (c->job && c->run == NULL && !atomic_load(&c->failed)) {
+    hc_log_set_rank(c->rank);
+    struct hc_exec_job ej = {.links = c->d.links, .plan = &c->job->host};
+    hc_result_t r = hc_exec_start(&ej, &c->run);
+    c->run_moved_ns = now;
+    if (r != HC_OK) comm_fail(c, r, c->rank);
+    pass->moved = true;
+  }
+  if (atomic_load(&c->failed)) {
+    const bool aborted = c->d.links->abort_flag && atomic_load(c->d.links->abort_flag);
+    /* Again on each tick: a live peer may still write what was released. */
+    if (aborted || now >= c->release_at_ns)
+      hc_engine_release(c);
+    else
+      pass->outstanding = true; /* tick soon */
+    vendor_abort(c);
+    return;
+  }
+  hc_log_set_rank(c->rank);
+  pass->moved |= run_pass(c, now);
+  watch(c, now, &pass->outstanding);
+  if (c->run && pass->nruns < (int)HC_ARRAY_LEN(pass->runs)) pass->runs[pass->nruns++] = c->run;
+  if (c->run) pass->spin_ns = HC_MIN(pass->spin_ns, c->d.links->spin_ns);
+  if (c->d.links->spin_ns == 0) pass->spin_ns = 0;
+}
+
+/* Bumps this process's heartbeat in every window, so that peers can tell
+ * a stopped rank from one that waits like them. */
+static void heartbeats_bump(struct hc_engine_comm *first) {
+  for (struct hc_engine_comm *c = first; c; c = c->next)
+    for (int p = 0; p < c->nranks; p++)
+      if (window_of(c, p)) atomic_fetch_add(c->d.windows[p].w.heartbeat, 1);
+}
+
+/* Under eng.lock, after a pass that moved nothing and found no new job:
+ * spins (yielding) for pass->spin_ns, then sleeps on the runs' transports
+ * or on eng.wake for a tick (outstanding waits) or an idle tick. */
+static void engine_idle(const struct engine_pass *pass, uint64_t now, uint64_t *idle_since) {
+  if (*idle_since == 0) *idle_since = now;
+  if (now - *idle_since < pass->spin_ns) {
+    pthread_mutex_unlock(&eng.lock);
+    sched_yield();
+    pthread_mutex_lock(&eng.lock);
+    return;
+  }
+  bool removable = false; /* unregister's wake-up may have come during the pass */
+  for (const struct hc_engine_comm *c = eng.comms; c; c = c->next) removable |= settled(c);
+  if (removable || eng.stop) return;
+  if (pass->nruns > 0) {
+    pthread_mutex_unlock(&eng.lock);
+    /* A transport error here shows again in the run's next poll. */
+    hc_exec_sleep((struct hc_exec_run *const *)pass->runs, pass->nruns, HC_ENGINE_TICK_MS);
+    pthread_mutex_lock(&eng.lock);
+    return;
+  }
+  const int ms = pass->outstanding ? HC_ENGINE_TICK_MS : HC_ENGINE_IDLE_MS;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += (long)ms * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+  pthread_cond_timedwait(&eng.wake, &eng.lock, &ts);
+}
+
 static void *engine_main(void *arg) {
   (void)arg;
   uint64_t idle_since = 0, next_beat = 0;
@@ -437,61 +659,17 @@ static void *engine_main(void *arg) {
   pthread_mutex_lock(&eng.lock);
   for (;;) {
     atomic_store(&eng.queued, false);
-    for (struct hc_engine_comm **pc = &eng.comms; *pc;) {
-      struct hc_engine_comm *c = *pc;
-      if (settled(c)) {
-        *pc = c->next;
-        eng.ncomms--;
-        c->gone = true;
-        pthread_cond_broadcast(&eng.changed);
-        continue;
-      }
-      if (!c->busy && c->head && !atomic_load(&c->failed)) {
-        c->job = c->head;
-        c->head = c->job->next;
-        if (c->head == NULL) c->tail = NULL;
-        c->busy = true;
-      }
-      pc = &c->next;
-    }
+    comms_take_jobs();
     if (eng.ncomms == 0 && eng.stop) break;
     struct hc_engine_comm *first = eng.comms;
     pthread_mutex_unlock(&eng.lock);
 
     const uint64_t now = hc_now_ns();
-    bool moved = false, outstanding = false;
-    struct hc_exec_run *runs[8];
-    int nruns = 0;
-    uint64_t spin_ns = HC_ENGINE_SPIN_NS;
-    for (struct hc_engine_comm *c = first; c; c = c->next) {
-      if (c->job && c->run == NULL && !atomic_load(&c->failed)) {
-        hc_log_set_rank(c->rank);
-        struct hc_exec_job ej = {.links = c->d.links, .plan = &c->job->host};
-        hc_result_t r = hc_exec_start(&ej, &c->run);
-        c->run_moved_ns = now;
-        if (r != HC_OK) comm_fail(c, r, c->rank);
-        moved = true;
-      }
-      if (atomic_load(&c->failed)) {
-        const bool aborted = c->d.links->abort_flag && atomic_load(c->d.links->abort_flag);
-        /* Again on each tick: a live peer may still write what was released. */
-        if (aborted || now >= c->release_at_ns) hc_engine_release(c);
-        else outstanding = true; /* tick soon */
-        vendor_abort(c);
-        continue;
-      }
-      hc_log_set_rank(c->rank);
-      moved |= run_pass(c, now);
-      watch(c, now, &outstanding);
-      if (c->run && nruns < (int)HC_ARRAY_LEN(runs)) runs[nruns++] = c->run;
-      if (c->run) spin_ns = HC_MIN(spin_ns, c->d.links->spin_ns);
-      if (c->d.links->spin_ns == 0) spin_ns = 0;
-    }
+    struct engine_pass pass = {.spin_ns = HC_ENGINE_SPIN_NS};
+    for (struct hc_engine_comm *c = first; c; c = c->next) comm_serve(c, now, &pass);
     if (now >= next_beat) {
       next_beat = now + HC_ENGINE_BEAT_NS;
-      for (struct hc_engine_comm *c = first; c; c = c->next)
-        for (int p = 0; p < c->nranks; p++)
-          if (window_of(c, p)) atomic_fetch_add(c->d.windows[p].w.heartbeat, 1);
+      heartbeats_bump(first);
     }
     if (dump_requested) {
       dump_requested = 0;
@@ -499,33 +677,11 @@ static void *engine_main(void *arg) {
     }
 
     pthread_mutex_lock(&eng.lock);
-    if (moved || atomic_load(&eng.queued)) {
+    if (pass.moved || atomic_load(&eng.queued)) {
       idle_since = 0;
       continue;
     }
-    if (idle_since == 0) idle_since = now;
-    if (now - idle_since < spin_ns) {
-      pthread_mutex_unlock(&eng.lock);
-      sched_yield();
-      pthread_mutex_lock(&eng.lock);
-      continue;
-    }
-    bool removable = false; /* unregister's wake-up may have come during the pass */
-    for (const struct hc_engine_comm *c = eng.comms; c; c = c->next) removable |= settled(c);
-    if (removable || eng.stop) continue;
-    if (nruns > 0) {
-      pthread_mutex_unlock(&eng.lock);
-      /* A transport error here shows again in the run's next poll. */
-      hc_exec_sleep(runs, nruns, HC_ENGINE_TICK_MS);
-      pthread_mutex_lock(&eng.lock);
-      continue;
-    }
-    const int ms = outstanding ? HC_ENGINE_TICK_MS : HC_ENGINE_IDLE_MS;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)ms * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(&eng.wake, &eng.lock, &ts);
+    engine_idle(&pass, now, &idle_since);
   }
   pthread_mutex_unlock(&eng.lock);
   return NULL;

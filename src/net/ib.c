@@ -307,6 +307,17 @@ static void qps_to_error(struct hc_ib_conn *c) {
     if (c->qps[i]) c->ctx->v->ibv_modify_qp(c->qps[i], &a, HC_IBV_QP_STATE);
 }
 
+/* Sends bye_out over the control connection, once. 40 bytes go into an
+ * empty socket buffer on the first try. */
+static void bye_send(struct hc_ib_conn *c) {
+  if (c->bye_sent || c->control == NULL || c->state != HC_IB_UP) return;
+  void *req = NULL;
+  int done = 0;
+  if (hc_net_socket.isend(c->control, c->bye_out, sizeof(c->bye_out), NULL, &req) == HC_OK)
+    (void)hc_net_socket.test(req, &done);
+  c->bye_sent = true;
+}
+
 hc_result_t hc_ib_conn_fail(struct hc_ib_conn *c, hc_result_t r) {
   if (c->failed != HC_OK) return r;
   c->failed = r;
@@ -314,12 +325,7 @@ hc_result_t hc_ib_conn_fail(struct hc_ib_conn *c, hc_result_t r) {
   /* A mismatch is this side's finding: say so to the peer, whose receive
    * would otherwise see only a closed connection. 40 bytes go into an empty
    * socket buffer on the first try. */
-  if (r == HC_ERR_USAGE && c->control != NULL && c->state == HC_IB_UP) {
-    void *req = NULL;
-    int done = 0;
-    if (hc_net_socket.isend(c->control, c->bye_out, sizeof(c->bye_out), NULL, &req) == HC_OK)
-      (void)hc_net_socket.test(req, &done);
-  }
+  if (r == HC_ERR_USAGE) bye_send(c);
   qps_to_error(c);
   hc_set_last_error(c->err);
   return r;
@@ -762,6 +768,32 @@ static hc_result_t ib_close(void *vctx) {
   return HC_OK;
 }
 
+/* Stall probes (net.h) travel on the control connection, which is a
+ * socket transport connection with a receive always posted (the bye
+ * record's), so its own probes do: a probe header between two messages of
+ * its stream, read while that receive waits, which control_check tests
+ * whenever the ib connection is idle. */
+static void ib_stall_publish(void *vconn, const struct hc_net_sig *mine) {
+  struct hc_ib_conn *c = vconn;
+  if (c->failed == HC_OK && c->state == HC_IB_UP && c->bye_recv != NULL) hc_net_socket.stall_publish(c->control, mine);
+}
+
+static void ib_stall_peek(void *vconn, struct hc_net_sig *theirs, uint64_t *gen) {
+  const struct hc_ib_conn *c = vconn;
+  *theirs = (struct hc_net_sig){{0, 0}};
+  *gen = 0;
+  if (c->state == HC_IB_UP && c->control != NULL) hc_net_socket.stall_peek(c->control, theirs, gen);
+}
+
+/* The bye record of a signature mismatch (as ib_progress.c's sig_mismatch
+ * writes it: this rank's call, then the one it met), sent now: the peer,
+ * stalled as well, fails naming both calls. */
+static void ib_mismatch_found(void *vconn, const struct hc_net_sig *got, const struct hc_net_sig *want) {
+  struct hc_ib_conn *c = vconn;
+  hc_ib_bye_sig(c, want, got);
+  bye_send(c);
+}
+
 const struct hc_net_ops hc_net_ib = {
     .size = sizeof(struct hc_net_ops),
     .abi = HC_NET_ABI,
@@ -773,4 +805,7 @@ const struct hc_net_ops hc_net_ib = {
     .test = hc_ib_test,
     .wait_blocking = ib_wait_blocking,
     .close = ib_close,
+    .stall_publish = ib_stall_publish,
+    .stall_peek = ib_stall_peek,
+    .mismatch_found = ib_mismatch_found,
 };

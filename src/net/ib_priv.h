@@ -124,6 +124,7 @@ struct hc_ib_conn {
   hc_result_t failed;
   char err[320];
   bool announced;
+  bool bye_sent; /* bye_out went to the peer (once) */
   uint64_t deadline_ns;
   uint64_t control_checked_ns; /* when the control connection was last looked at */
 
@@ -224,6 +225,9 @@ bool hc_ib_hca_matches(const char *spec, const char *dev, int port);
  * there is a reason to send, and moves c's queue pairs to the error state.
  * Returns r. */
 hc_result_t hc_ib_conn_fail(struct hc_ib_conn *c, hc_result_t r);
+/* Writes bye_out: a signature mismatch, this rank's call and the one it
+ * met (the peer names both from it). */
+void hc_ib_bye_sig(struct hc_ib_conn *c, const struct hc_net_sig *mine, const struct hc_net_sig *got);
 hc_result_t hc_ib_conn_check(const struct hc_ib_conn *c);
 
 /* ---- ib_progress.c ---- */

@@ -109,14 +109,18 @@ static hc_result_t mismatch(struct hc_ib_conn *c, uint64_t sent, uint64_t posted
 
 /* A transfer of the call sig met one of the call got: the side that saw it
  * fails, and its bye record makes the peer fail naming both calls. */
-static hc_result_t sig_mismatch(struct hc_ib_conn *c, const struct hc_net_sig *mine, const struct hc_net_sig *got,
-                                bool we_send) {
+void hc_ib_bye_sig(struct hc_ib_conn *c, const struct hc_net_sig *mine, const struct hc_net_sig *got) {
   uint8_t *b = c->bye_out;
   put_le64(b, HC_IB_BYE_SIG);
   for (int i = 0; i < 2; i++) {
     put_le64(b + 8 + 8 * i, mine->w[i]);
     put_le64(b + 24 + 8 * i, got->w[i]);
   }
+}
+
+static hc_result_t sig_mismatch(struct hc_ib_conn *c, const struct hc_net_sig *mine, const struct hc_net_sig *got,
+                                bool we_send) {
+  hc_ib_bye_sig(c, mine, got);
   return hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, mine, c->peer, got, we_send);
 }
 

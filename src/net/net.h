@@ -162,7 +162,7 @@ struct hc_net_ops {
    * every publish. A rank that finds its call differs says so with
    * mismatch_found before it fails the connection, so that the peer names
    * both calls (got: the peer's call, want: this rank's). All three or
-   * none; they never block. shm and socket have them, ib not yet. */
+   * none; they never block. shm, socket and ib have them. */
   void (*stall_publish)(void *conn, const struct hc_net_sig *mine);
   void (*stall_peek)(void *conn, struct hc_net_sig *theirs, uint64_t *gen);
   void (*mismatch_found)(void *conn, const struct hc_net_sig *got, const struct hc_net_sig *want);

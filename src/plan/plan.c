@@ -4,6 +4,7 @@
  * in ring.c, tree.c, onestep.c, hier.c and p2p.c.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -258,7 +259,17 @@ static bool coll_rooted(enum hc_coll c) {
   return c == HC_COLL_BROADCAST || c == HC_COLL_REDUCE || c == HC_COLL_GATHER || c == HC_COLL_SCATTER;
 }
 
+/* HETCCL_SIGNATURES, read once per comm init (every comm of a process
+ * reads the same environment); a relaxed load per call, not the params
+ * lock. */
+static atomic_bool sigs_off;
+
+void hc_plan_sig_configure(void) {
+  atomic_store_explicit(&sigs_off, hc_param_int(HC_P_SIGNATURES) == 0, memory_order_relaxed);
+}
+
 struct hc_net_sig hc_plan_sig(const struct hc_coll_args *a, int rank) {
+  if (atomic_load_explicit(&sigs_off, memory_order_relaxed)) return (struct hc_net_sig){{0, 0}};
   enum hc_coll kind = a->coll == HC_COLL_RECV ? HC_COLL_SEND : a->coll;
   uint64_t root = 0, op = hc_coll_reduces(a->coll) ? (uint64_t)a->op : 0;
   if (coll_rooted(a->coll) || a->coll == HC_COLL_RECV) root = (uint64_t)a->root;

@@ -60,6 +60,8 @@ struct hc_coll_args {
  * collective, count, datatype, op, root and seq, in 16 bytes. Both ends of
  * a send/recv pair carry the same one (kind SEND, root = the sender). */
 struct hc_net_sig hc_plan_sig(const struct hc_coll_args *a, int rank);
+/* Reads HETCCL_SIGNATURES (0: hc_plan_sig returns no signature). */
+void hc_plan_sig_configure(void);
 /* hc_net_sig_explain_fn: "rank 1 called Broadcast(root 0, 1000 float) #4,
  * rank 0 called AllReduce(sum, 1000 float) #4". */
 void hc_plan_sig_explain(char *buf, size_t len, int me, const struct hc_net_sig *mine, int peer,

@@ -4,6 +4,7 @@ first one is done. A result that differs from the exact sum is reported as
 WRONG only if the process is still alive a second later: after a failure
 hetccl releases the streams with wrong data, and PyTorch's watchdog, which
 polls ncclCommGetAsyncError, tears the process down."""
+import datetime
 import os
 import sys
 import time
@@ -14,7 +15,13 @@ import torch.distributed as dist
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 dev = torch.device("cuda", 0)
 torch.cuda.set_device(dev)
-dist.init_process_group("nccl", device_id=dev)
+# PyTorch's own rendezvous (the TCPStore: rank 0 waiting for the others to
+# connect, the others for rank 0's store and for the unique id) waits 10
+# minutes by default for a rank that never comes; bound it by the same
+# HETCCL_TIMEOUT as hetccl's rendezvous, so that a rank killed before it
+# joined either ends every survivor within one such wait.
+timeout = datetime.timedelta(seconds=int(os.environ.get("HETCCL_TIMEOUT", "600")))
+dist.init_process_group("nccl", device_id=dev, timeout=timeout)
 expect = float(world * (world + 1) // 2)
 x = torch.empty(4 << 20, device=dev)
 for i in range(int(os.environ.get("ITERS", "400"))):

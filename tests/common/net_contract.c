@@ -240,6 +240,53 @@ static void mismatch_sig(struct nc_end *e, size_t n) {
 static void body_mismatch_sig_small(struct nc_end *e) { mismatch_sig(e, 1000); }
 static void body_mismatch_sig_large(struct nc_end *e) { mismatch_sig(e, MIB); }
 
+/* Both ends wait to receive and nothing is sent (a Reduce with roots 0
+ * and 1): each publishes its call's signature, and must read the peer's
+ * through the transport while its receive waits. Then rank 0 reports the
+ * mismatch and closes: rank 1's receive fails naming both calls. */
+static void body_stall_probe(struct nc_end *e) {
+  if (!HC_HAS_OP(e->ops, struct hc_net_ops, stall_publish)) {
+    printf("  %s: no stall probes: skipped\n", e->t->name);
+    return;
+  }
+  uint8_t b[8];
+  void *req = NULL;
+  const struct hc_net_sig mine = {{8, 0x100u + (unsigned)e->me}}, theirs_want = {{8, 0x100u + (unsigned)e->peer}};
+  hc_result_t r = post(e, false, b, sizeof(b), NULL, &req);
+  CHECK(r == HC_OK, "posting the receive: %s", hc_last_error());
+  e->ops->stall_publish(e->conn, &mine);
+  struct hc_net_sig theirs = {{0, 0}};
+  uint64_t gen = 0;
+  for (uint64_t deadline = hc_now_ns() + e->step_ns; r == HC_OK && hc_now_ns() < deadline;) {
+    int done = 0;
+    r = e->ops->test(req, &done);
+    CHECK(!done, "a receive that nothing was sent to completed");
+    e->ops->stall_publish(e->conn, &mine); /* again: a transport may have had no room */
+    e->ops->stall_peek(e->conn, &theirs, &gen);
+    if (hc_net_sig_equal(&theirs, &theirs_want) && gen != 0) break;
+    usleep(1000);
+  }
+  CHECK(r == HC_OK && hc_net_sig_equal(&theirs, &theirs_want) && gen != 0,
+        "rank %d read the probe %016llx:%016llx (gen %llu) from rank %d, want %016llx:%016llx (%s)", e->me,
+        (unsigned long long)theirs.w[0], (unsigned long long)theirs.w[1], (unsigned long long)gen, e->peer,
+        (unsigned long long)theirs_want.w[0], (unsigned long long)theirs_want.w[1],
+        r == HC_OK ? "ok" : hc_last_error());
+  CHECK(e->link->sync(e->link->arg, e->me), "sync with rank %d: both read the probes", e->peer);
+  if (e->me == 0) {
+    e->ops->mismatch_found(e->conn, &theirs, &mine);
+    e->ops->close(e->ctx);
+    e->ctx = e->conn = NULL;
+    return;
+  }
+  r = nc_complete(e, &req, 1);
+  char want[256];
+  snprintf(want, sizeof(want), "mismatched calls: rank 1 called %016llx:%016llx, rank 0 called %016llx:%016llx",
+           (unsigned long long)mine.w[0], (unsigned long long)mine.w[1], (unsigned long long)theirs.w[0],
+           (unsigned long long)theirs.w[1]);
+  CHECK(r == HC_ERR_USAGE && strstr(hc_last_error(), want), "after rank 0 found the mismatch: %s \"%s\", want \"%s\"",
+        hc_result_str(r), hc_last_error(), want);
+}
+
 static void body_peer_close(struct nc_end *e) {
   if (e->me == 1) {
     CHECK(e->link->sync(e->link->arg, e->me), "sync: rank 0 has posted");
@@ -297,6 +344,7 @@ const struct nc_case nc_cases[] = {
     {"mismatch_counts_large", body_mismatch_counts_large, false, false},
     {"mismatch_sig_small", body_mismatch_sig_small, false, false},
     {"mismatch_sig_large", body_mismatch_sig_large, false, false},
+    {"stall_probe", body_stall_probe, false, false},
     {"peer_close", body_peer_close, false, false},
     {"peer_killed", body_peer_killed, true, false},
     {"garbage", body_garbage, false, true},

@@ -25,6 +25,12 @@
  *                   ends fail with HC_ERR_USAGE and the same raw words
  *                   ("mismatched calls: rank 0 called ..."), the sender on
  *                   its next request at the latest;
+ *   stall_probe     both ends wait on a receive, nothing is sent: each
+ *                   publishes a signature (stall_publish) and reads the
+ *                   peer's (stall_peek); then rank 0 reports the mismatch
+ *                   (mismatch_found) and closes, and rank 1's receive
+ *                   fails with HC_ERR_USAGE naming both; skipped where the
+ *                   transport has no stall probes;
  *   peer_close      rank 1 closes its ctx while rank 0 waits on a receive
  *                   and a large send: both fail with HC_ERR_REMOTE naming
  *                   rank 1;

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "device/device.h" /* HC_HAS_OP */
 #include "net_contract.h"
 #include "testutil.h"
 
@@ -35,6 +36,10 @@ int main(int argc, char **argv) {
     return 77;
   }
   if (hc_params_load() != HC_OK) return 1;
+  /* The contract's stall_probe case skips a transport without probes. */
+  CHECK(HC_HAS_OP(&hc_net_ib, struct hc_net_ops, stall_publish) &&
+            HC_HAS_OP(&hc_net_ib, struct hc_net_ops, mismatch_found),
+        "ib has no stall probes");
   int failed = 0;
   for (int i = 0; i < nc_ncases; i++) {
     const struct nc_case *c = &nc_cases[i];

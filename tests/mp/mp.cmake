@@ -20,3 +20,7 @@ set_tests_properties(mp_run_bind PROPERTIES LABELS mp TIMEOUT 60)
 # a rank whose root never starts likewise (about 13 s).
 add_test(NAME mp_bootstrap_waits COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mp/check_bootstrap_waits.sh ${run} ${perf})
 set_tests_properties(mp_bootstrap_waits PROPERTIES LABELS mp TIMEOUT 120)
+# A rank that never joins (or a root that never starts): every survivor is
+# out within HETCCL_TIMEOUT=6 + 5 s, failing with the rendezvous's verdict.
+add_test(NAME mp_missing_rank COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mp/check_missing_rank.sh ${run} ${perf})
+set_tests_properties(mp_missing_rank PROPERTIES LABELS mp TIMEOUT 60)

@@ -142,24 +142,41 @@ static const struct mcase gpu_cases[] = {
 
 /* GPU windows, both ranks GPU ranks: every receive is a stream's. */
 static const struct mcase gpu2_cases[] = {
-    {"gpu2-kind", 2, {AR(COUNT, hetcclFloat32, hetcclSum), {K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}},
+    {"gpu2-kind",
+     2,
+     {AR(COUNT, hetcclFloat32, hetcclSum), {K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}},
      {"rank 0 called AllReduce(sum, 1000 float)|rank 1 called Broadcast(root 0, 1000 float)",
       "rank 1 called Broadcast(root 0, 1000 float)|rank 0 called AllReduce(sum, 1000 float)"}},
-    {"gpu2-count", 2, {AR(COUNT, hetcclFloat32, hetcclSum), AR(500, hetcclFloat32, hetcclSum)},
+    {"gpu2-count",
+     2,
+     {AR(COUNT, hetcclFloat32, hetcclSum), AR(500, hetcclFloat32, hetcclSum)},
      {"rank 0 called AllReduce(sum, 1000 float)|rank 1 called AllReduce(sum, 500 float)",
       "rank 1 called AllReduce(sum, 500 float)|rank 0 called AllReduce(sum, 1000 float)"}},
-    {"gpu2-dtype", 2, {AR(COUNT, hetcclFloat32, hetcclSum), AR(COUNT, hetcclInt32, hetcclSum)},
+    {"gpu2-dtype",
+     2,
+     {AR(COUNT, hetcclFloat32, hetcclSum), AR(COUNT, hetcclInt32, hetcclSum)},
      {"rank 0 called AllReduce(sum, 1000 float)|rank 1 called AllReduce(sum, 1000 int32)",
       "rank 1 called AllReduce(sum, 1000 int32)|rank 0 called AllReduce(sum, 1000 float)"}},
-    {"gpu2-op", 2, {AR(COUNT, hetcclFloat32, hetcclSum), AR(COUNT, hetcclFloat32, hetcclMax)},
+    {"gpu2-op",
+     2,
+     {AR(COUNT, hetcclFloat32, hetcclSum), AR(COUNT, hetcclFloat32, hetcclMax)},
      {"rank 0 called AllReduce(sum, 1000 float)|rank 1 called AllReduce(max, 1000 float)",
       "rank 1 called AllReduce(max, 1000 float)|rank 0 called AllReduce(sum, 1000 float)"}},
-    {"gpu2-root", 2,
+    {"gpu2-root",
+     2,
      {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, {K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 1}},
      /* Each rank receives the other's broadcast in its AllReduce #1: the
       * one that looks first names it, the other hears of it. */
-     {"called AllReduce(sum, 1 float) #1|called Broadcast(root ", "called AllReduce(sum, 1 float) #1|called Broadcast(root "},
+     {"called AllReduce(sum, 1 float) #1|called Broadcast(root ",
+      "called AllReduce(sum, 1 float) #1|called Broadcast(root "},
      true},
+    /* Both streams only wait to receive: no piece, so no signature, moves;
+     * the engines' window stall probes find it (without them: a timeout). */
+    {"gpu2-reduce-roots",
+     2,
+     {{K_REDUCE, COUNT, hetcclFloat32, hetcclSum, 0}, {K_REDUCE, COUNT, hetcclFloat32, hetcclSum, 1}},
+     {"rank 0 called Reduce(sum, root 0, 1000 float) #0|rank 1 called Reduce(sum, root 1, 1000 float) #0",
+      "rank 1 called Reduce(sum, root 1, 1000 float) #0|rank 0 called Reduce(sum, root 0, 1000 float) #0"}},
 };
 
 static const struct mcase *cur;
@@ -183,18 +200,27 @@ static bool stream_or_error(const struct hc_dev_ops *gpu, hetcclComm_t comm, hc_
   return false;
 }
 
-/* A GPU rank: its calls return once enqueued; the mismatch is its comm's
- * async error, found by its progress engine (in the pieces its stream
- * received, or in what the peer published in the window). */
-static int gpu_rank(int rank, int nranks, hetcclUniqueId id) {
-  const struct hc_dev_ops *gpu = hc_dev_get(HC_MEM_CUDA);
-  if (!CHECK(gpu != NULL, "no CUDA backend (the fake libcuda on LD_LIBRARY_PATH?)")) return 1;
+/* A GPU rank's comm on device 0, in groups a and b when both ranks are
+ * GPU ranks (one device: windows, no vendor library). NULL on failure. */
+static hetcclComm_t gpu_comm_open(int rank, int nranks, hetcclUniqueId id, const struct hc_dev_ops **gpu) {
+  *gpu = hc_dev_get(HC_MEM_CUDA);
+  if (!CHECK(*gpu != NULL, "no CUDA backend (the fake libcuda on LD_LIBRARY_PATH?)")) return NULL;
   hetcclComm_t comm = NULL;
   hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
   cfg.deviceKind = hetcclDeviceCuda;
   cfg.deviceId = 0;
-  if (both_gpu) cfg.groupName = rank == 0 ? "a" : "b"; /* one device: windows, no vendor library */
-  if (!CHECK_OK(hetcclCommInitRankConfig(&comm, nranks, id, rank, &cfg))) return 1;
+  if (both_gpu) cfg.groupName = rank == 0 ? "a" : "b";
+  if (!CHECK_OK(hetcclCommInitRankConfig(&comm, nranks, id, rank, &cfg))) return NULL;
+  return comm;
+}
+
+/* A GPU rank: its calls return once enqueued; the mismatch is its comm's
+ * async error, found by its progress engine (in the pieces its stream
+ * received, or in what the peer published in the window). */
+static int gpu_rank(int rank, int nranks, hetcclUniqueId id) {
+  const struct hc_dev_ops *gpu;
+  hetcclComm_t comm = gpu_comm_open(rank, nranks, id, &gpu);
+  if (comm == NULL) return 1;
   void *buf = NULL;
   hc_event_t ev = NULL;
   CHECK(hc_dev_mem_alloc(gpu, 0, COUNT * sizeof(double), &buf) == HC_OK, "cuMemAlloc");
@@ -299,6 +325,43 @@ static int late_rank(int rank, int nranks, hetcclUniqueId id, void *arg) {
   return 0;
 }
 
+/* The same with two GPU ranks (windows only): rank 0's stream waits for
+ * rank 1 in each all-reduce for 1.5 s, so rank 0's engine probes it every
+ * time; rank 1's stream waits for nothing then, so it publishes no probe,
+ * and nothing may take it for a mismatch. Every call must pass, bitwise,
+ * and the comm must have no async error. */
+static int gpu_late_rank(int rank, int nranks, hetcclUniqueId id, void *arg) {
+  (void)arg;
+  const struct hc_dev_ops *gpu;
+  hetcclComm_t comm = gpu_comm_open(rank, nranks, id, &gpu);
+  if (comm == NULL) return 1;
+  tu_set_case("gpu late peer, rank %d", rank);
+  int32_t *a = calloc(COUNT, sizeof(int32_t));
+  void *buf = NULL;
+  hc_stream_t st = NULL;
+  CHECK(hc_dev_mem_alloc(gpu, 0, COUNT * sizeof(int32_t), &buf) == HC_OK, "cuMemAlloc");
+  CHECK(hc_dev_stream_create(gpu, 0, &st) == HC_OK, "cuStreamCreate");
+  for (int call = 0; call < 3 && buf && st; call++) {
+    for (int i = 0; i < COUNT; i++) a[i] = rank * 1000 + i + call;
+    if (rank == 1) usleep(1500 * 1000);
+    CHECK(hc_dev_copy(gpu, buf, a, COUNT * sizeof(int32_t), st) == HC_OK, "copy in");
+    CHECK_OK(hetcclAllReduce(buf, buf, COUNT, hetcclInt32, hetcclSum, comm, st));
+    CHECK(hc_dev_copy(gpu, a, buf, COUNT * sizeof(int32_t), st) == HC_OK, "copy out");
+    CHECK(hc_dev_stream_sync(gpu, st) == HC_OK, "cuStreamSynchronize");
+    bool ok = true;
+    for (int i = 0; i < COUNT; i++) ok &= a[i] == 2 * (i + call) + 1000;
+    CHECK(ok, "all-reduce %d with a late peer: result wrong", call);
+  }
+  hetcclResult_t async = hetcclSuccess;
+  hetcclCommGetAsyncError(comm, &async);
+  CHECK(async == hetcclSuccess, "async error %d with a late peer: %s", (int)async, hetcclGetLastError(comm));
+  CHECK_OK(hetcclCommDestroy(comm));
+  if (st) hc_dev_stream_destroy(gpu, st);
+  hc_dev_mem_free(gpu, 0, buf);
+  free(a);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   tu_init(argc, argv);
   int a = 1;
@@ -315,6 +378,10 @@ int main(int argc, char **argv) {
     double t0 = tu_seconds();
     tu_run_rank_processes(cur->nranks, mismatch_rank, NULL);
     printf("case %s: %.2f s\n", cur->name, tu_seconds() - t0);
+  }
+  if (gpu_mode && (only == NULL || !strcmp(only, "gpu2-late"))) {
+    both_gpu = true;
+    tu_run_rank_processes(2, gpu_late_rank, NULL);
   }
   if (only == NULL && !gpu_mode) {
     tu_run_rank_processes(2, matching_rank, NULL);
