@@ -24,22 +24,35 @@ struct group_call {
 static _Thread_local int group_depth;
 static _Thread_local struct group_call *group_calls;
 static _Thread_local int group_ncalls, group_cap;
+/* A group's first call: most groups are one call made outside any group,
+ * which then allocates nothing. */
+static _Thread_local struct group_call group_first;
 
 static void group_clear(void) {
   for (int i = 0; i < group_ncalls; i++) free(group_calls[i].v_arrays);
-  free(group_calls);
+  if (group_calls != &group_first) free(group_calls);
   group_calls = NULL;
   group_ncalls = group_cap = 0;
 }
 
-static hc_result_t group_record(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t stream) {
-  if (group_ncalls == group_cap) {
-    int cap = group_cap ? group_cap * 2 : 8;
-    struct group_call *calls = realloc(group_calls, (size_t)cap * sizeof(*calls));
-    if (calls == NULL) return HC_FAIL(HC_ERR_SYSTEM, "group: out of host memory for %d calls", cap);
-    group_calls = calls;
-    group_cap = cap;
+static hc_result_t group_grow(void) {
+  if (group_cap == 0) {
+    group_calls = &group_first;
+    group_cap = 1;
+    return HC_OK;
   }
+  int cap = group_cap * 8;
+  struct group_call *calls = malloc((size_t)cap * sizeof(*calls));
+  if (calls == NULL) return HC_FAIL(HC_ERR_SYSTEM, "group: out of host memory for %d calls", cap);
+  memcpy(calls, group_calls, (size_t)group_ncalls * sizeof(*calls));
+  if (group_calls != &group_first) free(group_calls);
+  group_calls = calls;
+  group_cap = cap;
+  return HC_OK;
+}
+
+static hc_result_t group_record(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t stream) {
+  if (group_ncalls == group_cap) HC_TRY(group_grow());
   struct group_call *c = &group_calls[group_ncalls];
   *c = (struct group_call){.comm = comm, .args = *a, .stream = stream};
   /* Numbered when made, so a group's calls keep the order of the calls. */
@@ -146,24 +159,35 @@ static bool plan_cache_hit(struct hetcclComm *comm) {
   return true;
 }
 
+/* The plan and exec's tables of it go: the next call plans afresh. */
+static void plan_drop(struct hetcclComm *comm) {
+  hc_exec_memo_free(comm->plan_memo);
+  comm->plan_memo = NULL;
+  hc_plan_reset(&comm->plan);
+  comm->plan_kept = false;
+}
+
 /* After a run: keeps the plan for the next call, or frees it. */
 static void plan_cache_keep_or_reset(struct hetcclComm *comm, hc_result_t r) {
   bool keep = r == HC_OK && group_ncalls == 1 && group_calls[0].args.coll != HC_COLL_ALLTOALLV;
   for (int i = 0; keep && i < comm->plan.nsteps; i++)
     keep = comm->plan.steps[i].kind != HC_STEP_WAIT && comm->plan.steps[i].kind != HC_STEP_SIGNAL;
   comm->plan_kept = keep;
-  if (keep) comm->plan_call = group_calls[0].args;
-  else hc_plan_reset(&comm->plan);
+  if (keep) {
+    comm->plan_call = group_calls[0].args;
+    return;
+  }
+  plan_drop(comm);
 }
 
 /* Builds one plan per comm (calls in the order made) and runs them all. */
 static hc_result_t group_run(void) {
   hc_result_t r = HC_OK;
-  struct hc_exec_job *jobs = NULL;
+  struct hc_exec_job one_job, *jobs = &one_job; /* a group of one call allocates nothing */
   int njobs = 0;
   if (group_ncalls == 0) return HC_OK;
   mark_staged_sends();
-  HC_TRY_GOTO(hc_calloc(&jobs, (size_t)group_ncalls, sizeof(*jobs), "group jobs"), r, out);
+  if (group_ncalls > 1) HC_TRY_GOTO(hc_calloc(&jobs, (size_t)group_ncalls, sizeof(*jobs), "group jobs"), r, out);
   for (int i = 0; i < group_ncalls; i++) {
     struct hetcclComm *comm = group_calls[i].comm;
     if (comm->proxy || comm->vendor_comm) {
@@ -175,11 +199,10 @@ static hc_result_t group_run(void) {
     int j = 0;
     while (j < njobs && jobs[j].plan != &comm->plan) j++;
     if (j == njobs) {
-      jobs[njobs++] = (struct hc_exec_job){.links = &comm->links, .plan = &comm->plan};
+      jobs[njobs++] = (struct hc_exec_job){.links = &comm->links, .plan = &comm->plan, .memo = &comm->plan_memo};
       atomic_fetch_add(&comm->active_calls, 1);
       if (plan_cache_hit(comm)) continue;
-      if (comm->plan_kept) hc_plan_reset(&comm->plan);
-      comm->plan_kept = false;
+      plan_drop(comm);
       comm->plan.mem = comm->config.device_kind;
     }
     HC_TRY_GOTO(hc_plan_add(&comm->plan, &comm->plan_ctx, &group_calls[i].args), r, out);
@@ -200,7 +223,7 @@ out:
     plan_cache_keep_or_reset(comm, r);
     atomic_fetch_sub(&comm->active_calls, 1);
   }
-  free(jobs);
+  if (jobs != &one_job) free(jobs);
   return r;
 }
 

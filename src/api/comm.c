@@ -219,6 +219,7 @@ void hc_comm_free(struct hetcclComm *comm) {
     if (vendor_comms[k])
       (atomic_load(&comm->abort_flag) ? comm->vendor->comm_abort : comm->vendor->comm_destroy)(vendor_comms[k]);
   free(comm->group_vendor);
+  hc_exec_memo_free(comm->plan_memo);
   hc_plan_reset(&comm->plan);
   hc_scratch_pool_destroy(comm->plan.pool);
   hc_scratch_pool_destroy(comm->plan.dev_pool);

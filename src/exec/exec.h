@@ -43,7 +43,16 @@ hc_result_t hc_exec_links_init(struct hc_links *links, int rank, int nranks, con
 struct hc_exec_job {
   struct hc_links *links;
   struct hc_plan *plan;
+  struct hc_exec_memo **memo; /* optional: where plan's run tables are kept (below) */
 };
+
+/* A run's tables of a plan (dependency counts, who waits for whom, the
+ * transfer queues), kept between runs of a plan that runs again unchanged
+ * (api's plan cache), so that a repeated call allocates nothing: the first
+ * hc_exec_run_blocking of a job whose memo slot is empty fills it, later
+ * ones rewind it. Whoever changes or frees the plan frees the memo first. */
+struct hc_exec_memo;
+void hc_exec_memo_free(struct hc_exec_memo *memo); /* takes NULL */
 
 /* Runs every job to completion, or fails: HC_ERR_REMOTE when a peer dies,
  * the deadline passes (naming a peer still awaited) or an abort flag is set;
