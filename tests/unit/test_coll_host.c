@@ -865,6 +865,42 @@ static void repeated_calls(int rank, int n, hetcclComm_t comm) {
   }
 }
 
+/* The kept plan of a large call (many steps, several transfers per peer)
+ * and exec's tables of it, kept with it: run again with the same buffers
+ * it must start from its first step each time; another pair of buffers, or
+ * a group of two calls, replaces it, and the first buffers then plan again.
+ * Every call gets new data and is checked. */
+static void repeated_large_calls(int rank, int n, hetcclComm_t comm) {
+  enum { COUNT = 70001 };
+  int32_t *in_a = xmalloc(COUNT * sizeof(int32_t)), *out_a = xmalloc(COUNT * sizeof(int32_t));
+  int32_t *in_b = xmalloc(COUNT * sizeof(int32_t)), *out_b = xmalloc(COUNT * sizeof(int32_t));
+  int32_t *exp = xmalloc(COUNT * sizeof(int32_t));
+  /* which buffers each call uses; 'g': a group of an A and a B call */
+  static const char order[] = "AAABAgAA";
+  for (int k = 0; order[k]; k++) {
+    const bool group = order[k] == 'g', use_b = order[k] == 'B';
+    tu_set_case("split: large AllReduce, call %d of %s (A, B: buffer pairs; g: a group of A and B)", k + 1, order);
+    struct tu_red s = {HC_INT32, HC_SUM, n, 0x1a26e000ull + (uint64_t)k};
+    tu_red_fill(&s, rank, 0, COUNT, use_b ? in_b : in_a);
+    if (group) tu_red_fill(&s, rank, 0, COUNT, in_b);
+    bool ok = !group || call_ok(hetcclGroupStart(), "GroupStart");
+    ok = ok && call_ok(hetcclAllReduce(use_b ? in_b : in_a, use_b ? out_b : out_a, COUNT, hetcclInt32, hetcclSum,
+                                       comm, NULL), "AllReduce");
+    ok = ok && (!group || call_ok(hetcclAllReduce(in_b, out_b, COUNT, hetcclInt32, hetcclSum, comm, NULL),
+                                  "AllReduce"));
+    ok = ok && (!group || call_ok(hetcclGroupEnd(), "GroupEnd"));
+    if (!ok) break;
+    expect_red(&s, 0, COUNT, exp);
+    tu_compare(HC_INT32, use_b ? out_b : out_a, exp, COUNT, "large AllReduce, repeated or after another plan");
+    if (group) tu_compare(HC_INT32, out_b, exp, COUNT, "large AllReduce, the group's second call");
+  }
+  free(in_a);
+  free(out_a);
+  free(in_b);
+  free(out_b);
+  free(exp);
+}
+
 static int rank_split(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
   tu_set_repro("--ranks %d --case split", n);
@@ -912,6 +948,7 @@ static int rank_split(int rank, int n, hetcclUniqueId id, void *arg) {
   tu_set_case("split: parent after the splits");
   CHECK_OK(hetcclBarrier(parent, NULL));
   repeated_calls(rank, n, parent);
+  repeated_large_calls(rank, n, parent);
   /* Last, as a failure here breaks the comms: the same group on a fresh
    * copy of the parent and fresh children, so that the connections of
    * three comms come up inside one GroupEnd. */
