@@ -41,7 +41,7 @@ static hc_result_t group_grow(void) {
     group_cap = 1;
     return HC_OK;
   }
-  int cap = group_cap * 8;
+  int cap = group_cap == 1 ? 8 : group_cap * 2;
   struct group_call *calls = malloc((size_t)cap * sizeof(*calls));
   if (calls == NULL) return HC_FAIL(HC_ERR_SYSTEM, "group: out of host memory for %d calls", cap);
   memcpy(calls, group_calls, (size_t)group_ncalls * sizeof(*calls));
