@@ -137,24 +137,89 @@ out:
 
 /* ---- the plan cache ----
  * A host comm keeps the plan of a call made alone (a group of one call),
- * and the next call with the same arguments and buffers runs it again: no
- * planning, staging or scratch allocation, which are most of the cost of a
- * small collective. A plan is kept only when running it again does the
- * same thing: no window steps (their piece numbers run on across plans)
- * and no all-to-all-v (its counts live outside the arguments). */
+ * and the next call with the same arguments runs it again: no planning,
+ * staging or scratch allocation, which are most of the cost of a small
+ * collective. With other buffers (applications and benchmarks rarely
+ * reduce the same buffer twice in a row) the kept plan of an all-reduce,
+ * all-gather or reduce-scatter moves onto them, where the two buffers lie
+ * as they did (apart, or overlapping by the same offset): its steps' pointers
+ * into the old buffers are rebased, scratch stays. A plan is kept only when
+ * running it again does the same thing: no window steps (their piece
+ * numbers run on across plans) and no all-to-all-v (its counts live outside
+ * the arguments). */
 
-static bool same_call(const struct hc_coll_args *a, const struct hc_coll_args *b) {
-  return a->coll == b->coll && a->sendbuf == b->sendbuf && a->recvbuf == b->recvbuf && a->count == b->count &&
-         a->dtype == b->dtype && a->op == b->op && a->root == b->root && a->stage_send == b->stage_send &&
+/* Everything but the buffers. */
+static bool same_shape(const struct hc_coll_args *a, const struct hc_coll_args *b) {
+  return a->coll == b->coll && a->count == b->count && a->dtype == b->dtype && a->op == b->op &&
+         a->root == b->root && a->stage_send == b->stage_send &&
          (a->op != HC_PREMULSUM || !memcmp(a->premul_factor, b->premul_factor, sizeof(a->premul_factor)));
 }
 
-/* Whether comm's plan already is the plan of the group's one call. On a
- * hit, its transfers take this call's signature (the seq moved on; a peer
- * whose own cache missed builds it afresh and compares). */
+/* The bytes of sendbuf and recvbuf a call uses, for the collectives that
+ * use both on every rank; false for the others (their kept plan is reused
+ * only with the same buffers). */
+static bool call_extents(const struct hc_coll_args *a, int nranks, uintptr_t *send_bytes, uintptr_t *recv_bytes) {
+  const uintptr_t bytes = a->count * hc_dtype_size(a->dtype);
+  switch (a->coll) {
+  case HC_COLL_ALLREDUCE: *send_bytes = *recv_bytes = bytes; break;
+  case HC_COLL_ALLGATHER: *send_bytes = bytes, *recv_bytes = bytes * (uintptr_t)nranks; break;
+  case HC_COLL_REDUCESCATTER: *send_bytes = bytes * (uintptr_t)nranks, *recv_bytes = bytes; break;
+  default: return false;
+  }
+  return bytes > 0 && a->sendbuf != NULL && a->recvbuf != NULL;
+}
+
+/* Where the kept call's buffers are, and where the new call's. */
+struct rebase {
+  uintptr_t old_send, old_recv, new_send, new_recv, send_bytes, recv_bytes;
+};
+
+/* Whether the kept plan of old can run b: the same shape, and b's buffers
+ * lie as old's did (its steps then address them the same way). */
+static bool rebase_fits(const struct hc_coll_args *old, const struct hc_coll_args *b, int nranks,
+                        struct rebase *rb) {
+  if (!same_shape(old, b) || !call_extents(b, nranks, &rb->send_bytes, &rb->recv_bytes)) return false;
+  *rb = (struct rebase){.old_send = (uintptr_t)old->sendbuf, .old_recv = (uintptr_t)old->recvbuf,
+                        .new_send = (uintptr_t)b->sendbuf, .new_recv = (uintptr_t)b->recvbuf,
+                        .send_bytes = rb->send_bytes, .recv_bytes = rb->recv_bytes};
+  const bool old_apart = !bytes_overlap(old->sendbuf, rb->send_bytes, old->recvbuf, rb->recv_bytes);
+  const bool new_apart = !bytes_overlap(b->sendbuf, rb->send_bytes, b->recvbuf, rb->recv_bytes);
+  if (old_apart || new_apart) return old_apart && new_apart;
+  return rb->old_recv - rb->old_send == rb->new_recv - rb->new_send;
+}
+
+/* p's place in the new buffers, where it pointed into the old ones;
+ * anything else stays: scratch, factors, and the ends of empty pieces
+ * (nothing is read or written there, and an end may be another object's
+ * start). */
+static uintptr_t rebased(const struct rebase *rb, uintptr_t p) {
+  if (p - rb->old_send < rb->send_bytes) return rb->new_send + (p - rb->old_send);
+  if (p - rb->old_recv < rb->recv_bytes) return rb->new_recv + (p - rb->old_recv);
+  return p;
+}
+
+static void plan_rebase(struct hc_plan *p, const struct rebase *rb) {
+  for (int i = 0; i < p->nsteps; i++) {
+    struct hc_step *s = &p->steps[i];
+    s->dst = (void *)rebased(rb, (uintptr_t)s->dst);
+    s->src0 = (const void *)rebased(rb, (uintptr_t)s->src0);
+    s->src1 = (const void *)rebased(rb, (uintptr_t)s->src1);
+  }
+}
+
+/* Whether comm's plan is, or becomes, the plan of the group's one call.
+ * On a hit, its transfers take this call's signature (the seq moved on; a
+ * peer whose own cache missed builds it afresh and compares). */
 static bool plan_cache_hit(struct hetcclComm *comm) {
   const struct hc_coll_args *a = &group_calls[0].args;
-  if (group_ncalls != 1 || !comm->plan_kept || !same_call(&comm->plan_call, a) || comm->plan.nsigs > 1) return false;
+  if (group_ncalls != 1 || !comm->plan_kept || comm->plan.nsigs > 1) return false;
+  const struct hc_coll_args *old = &comm->plan_call;
+  struct rebase rb;
+  if (old->sendbuf != a->sendbuf || old->recvbuf != a->recvbuf || !same_shape(old, a)) {
+    if (!rebase_fits(old, a, comm->nranks, &rb)) return false;
+    plan_rebase(&comm->plan, &rb);
+    comm->plan_call = *a;
+  }
   if (comm->plan.nsigs == 1) comm->plan.sigs[0] = hc_plan_sig(a, comm->plan_ctx.rank);
   return true;
 }
