@@ -464,6 +464,7 @@ static hc_result_t phase_links(struct hetcclComm *comm) {
     /* exec watches a same-host peer's process while it waits on its windows */
     if (comm->peers[i].net.host == me->net.host) comm->links.peer[i].pid = comm->peers[i].pid;
   }
+  hc_exec_links_check_cpus(&comm->links);
   comm->stage_device =
       comm->config.device_kind != HC_MEM_HOST && !hc_net_links_reach_device(comm->links.peer, comm->nranks);
   return HC_OK;

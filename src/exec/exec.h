@@ -25,6 +25,7 @@ struct hc_links {
   const atomic_bool *abort_flag; /* set by hetcclCommAbort from any thread */
   uint64_t spin_ns;              /* how long to poll before sleeping (HETCCL_SPIN_US) */
   bool cores_shared;             /* local ranks outnumber cores: never poll without yielding */
+  bool own_cpu;                  /* bound to one CPU that no local peer may run on (below) */
   /* The wait policy's memory (exec.c), written by the thread that runs
    * this comm's plans: how soon peers answered lately, and for how many
    * more waits a yield that ran another thread here still counts. */
@@ -36,6 +37,10 @@ struct hc_links {
  * sets the wait policy: local_ranks ranks of the comm share this host. */
 hc_result_t hc_exec_links_init(struct hc_links *links, int rank, int nranks, const atomic_bool *abort_flag,
                                int local_ranks);
+
+/* Sets links->own_cpu: the calling thread may run on one CPU only, and no
+ * same-host peer (links->peer[].pid, read by pid) may run there. */
+void hc_exec_links_check_cpus(struct hc_links *links);
 
 /* One plan of host memory to run on one comm's links. (A GPU comm's plans
  * are split by enqueue.h: its streams take the local steps, and this
