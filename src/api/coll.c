@@ -150,8 +150,8 @@ out:
 
 /* Everything but the buffers. */
 static bool same_shape(const struct hc_coll_args *a, const struct hc_coll_args *b) {
-  return a->coll == b->coll && a->count == b->count && a->dtype == b->dtype && a->op == b->op &&
-         a->root == b->root && a->stage_send == b->stage_send &&
+  return a->coll == b->coll && a->count == b->count && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
+         a->stage_send == b->stage_send &&
          (a->op != HC_PREMULSUM || !memcmp(a->premul_factor, b->premul_factor, sizeof(a->premul_factor)));
 }
 
@@ -176,12 +176,14 @@ struct rebase {
 
 /* Whether the kept plan of old can run b: the same shape, and b's buffers
  * lie as old's did (its steps then address them the same way). */
-static bool rebase_fits(const struct hc_coll_args *old, const struct hc_coll_args *b, int nranks,
-                        struct rebase *rb) {
+static bool rebase_fits(const struct hc_coll_args *old, const struct hc_coll_args *b, int nranks, struct rebase *rb) {
   if (!same_shape(old, b) || !call_extents(b, nranks, &rb->send_bytes, &rb->recv_bytes)) return false;
-  *rb = (struct rebase){.old_send = (uintptr_t)old->sendbuf, .old_recv = (uintptr_t)old->recvbuf,
-                        .new_send = (uintptr_t)b->sendbuf, .new_recv = (uintptr_t)b->recvbuf,
-                        .send_bytes = rb->send_bytes, .recv_bytes = rb->recv_bytes};
+  *rb = (struct rebase){.old_send = (uintptr_t)old->sendbuf,
+                        .old_recv = (uintptr_t)old->recvbuf,
+                        .new_send = (uintptr_t)b->sendbuf,
+                        .new_recv = (uintptr_t)b->recvbuf,
+                        .send_bytes = rb->send_bytes,
+                        .recv_bytes = rb->recv_bytes};
   const bool old_apart = !bytes_overlap(old->sendbuf, rb->send_bytes, old->recvbuf, rb->recv_bytes);
   const bool new_apart = !bytes_overlap(b->sendbuf, rb->send_bytes, b->recvbuf, rb->recv_bytes);
   if (old_apart || new_apart) return old_apart && new_apart;

@@ -555,8 +555,8 @@ static hc_result_t job_state_get(struct hc_exec_job *job, struct job_state *fres
   if (job->memo != NULL && *job->memo != NULL) {
     struct job_state *st = &(*job->memo)->st;
     if ((*job->memo)->plan != job->plan || st->nsteps != job->plan->nsteps)
-      return HC_FAIL(HC_ERR_INTERNAL, "exec: a kept memo of another plan (%d steps) for a plan of %d steps",
-                     st->nsteps, job->plan->nsteps);
+      return HC_FAIL(HC_ERR_INTERNAL, "exec: a kept memo of another plan (%d steps) for a plan of %d steps", st->nsteps,
+                     job->plan->nsteps);
     st->job = job;
     job_state_rewind(st);
     *out = st;
@@ -571,6 +571,26 @@ static hc_result_t job_state_get(struct hc_exec_job *job, struct job_state *fres
   *job->memo = memo;
   *out = &memo->st;
   return HC_OK;
+}
+
+/* The deadline passed: the failure names whom the first unfinished job
+ * waits for. */
+static hc_result_t run_timed_out(struct job_state *const *each, int njobs) {
+  struct job_state *st = each[0];
+  for (int j = 0; j < njobs && st->ndone == st->nsteps; j++) st = each[j];
+  const int me = st->job->links->rank, peer = awaited_peer(st);
+  const long long timeout_s = (long long)hc_param_int(HC_P_TIMEOUT);
+  hc_blame(peer != me ? peer : -1);
+  if (peer == me)
+    return HC_FAIL(HC_ERR_REMOTE,
+                   "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for self: a send to "
+                   "itself that no receive of the same call matches (or the reverse)",
+                   me, timeout_s);
+  if (peer < 0)
+    return HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for its own device", me,
+                   timeout_s);
+  return HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d", me, timeout_s,
+                 peer);
 }
 
 /* Most runs hold one job (a call or group on one comm): their states live
@@ -621,20 +641,7 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
       }
     }
     if (now > deadline_ns) {
-      struct job_state *st = each[0];
-      for (int j = 0; j < njobs && st->ndone == st->nsteps; j++) st = each[j];
-      const int me = st->job->links->rank, peer = awaited_peer(st);
-      hc_blame(peer != me ? peer : -1);
-      if (peer == me)
-        r = HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for self: a send to "
-                    "itself that no receive of the same call matches (or the reverse)", me,
-                    (long long)hc_param_int(HC_P_TIMEOUT));
-      else if (peer < 0)
-        r = HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for its own device",
-                    me, (long long)hc_param_int(HC_P_TIMEOUT));
-      else
-        r = HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d", me,
-                    (long long)hc_param_int(HC_P_TIMEOUT), peer);
+      r = run_timed_out(each, njobs);
       goto out;
     }
     if (wait.idle_since != 0 && now - wait.idle_since >= STALL_PROBE_NS && now >= next_look_ns) {

@@ -884,10 +884,11 @@ static void repeated_large_calls(int rank, int n, hetcclComm_t comm) {
     tu_red_fill(&s, rank, 0, COUNT, use_b ? in_b : in_a);
     if (group) tu_red_fill(&s, rank, 0, COUNT, in_b);
     bool ok = !group || call_ok(hetcclGroupStart(), "GroupStart");
-    ok = ok && call_ok(hetcclAllReduce(use_b ? in_b : in_a, use_b ? out_b : out_a, COUNT, hetcclInt32, hetcclSum,
-                                       comm, NULL), "AllReduce");
-    ok = ok && (!group || call_ok(hetcclAllReduce(in_b, out_b, COUNT, hetcclInt32, hetcclSum, comm, NULL),
-                                  "AllReduce"));
+    ok = ok &&
+         call_ok(hetcclAllReduce(use_b ? in_b : in_a, use_b ? out_b : out_a, COUNT, hetcclInt32, hetcclSum, comm, NULL),
+                 "AllReduce");
+    ok =
+        ok && (!group || call_ok(hetcclAllReduce(in_b, out_b, COUNT, hetcclInt32, hetcclSum, comm, NULL), "AllReduce"));
     ok = ok && (!group || call_ok(hetcclGroupEnd(), "GroupEnd"));
     if (!ok) break;
     expect_red(&s, 0, COUNT, exp);
@@ -903,8 +904,8 @@ static void repeated_large_calls(int rank, int n, hetcclComm_t comm) {
 
 /* One call of moving_buffers: coll on slot's buffers, out of place or in
  * place (NCCL's layouts), with new data, checked. */
-static bool moving_call(int rank, int n, hetcclComm_t comm, enum hc_coll coll, int32_t *sb, int32_t *rb,
-                        bool in_place, uint64_t seed) {
+static bool moving_call(int rank, int n, hetcclComm_t comm, enum hc_coll coll, int32_t *sb, int32_t *rb, bool in_place,
+                        uint64_t seed) {
   enum { COUNT = 29 };
   int32_t exp[COUNT * 8];
   struct tu_red s = {HC_INT32, HC_SUM, n, seed};
@@ -948,8 +949,8 @@ static void moving_buffers(int rank, int n, hetcclComm_t comm) {
     for (int k = 0; k < 3 * SLOTS; k++) {
       const int slot = k % SLOTS;
       const bool in_place = k / SLOTS == 1;
-      tu_set_case("split: %s on moving buffers, call %d of %d (slot %d, %s)", hc_coll_name(colls[c]), k + 1,
-                  3 * SLOTS, slot, in_place ? "in place" : "out of place");
+      tu_set_case("split: %s on moving buffers, call %d of %d (slot %d, %s)", hc_coll_name(colls[c]), k + 1, 3 * SLOTS,
+                  slot, in_place ? "in place" : "out of place");
       if (!moving_call(rank, n, comm, colls[c], send + (size_t)slot * COUNT * (size_t)n,
                        recv + (size_t)slot * COUNT * (size_t)n, in_place, 0x30e1e000ull + c * 100 + (uint64_t)k))
         break;
