@@ -91,6 +91,7 @@ struct hetcclComm {
    * this call, the last one made alone on this host comm. */
   bool plan_kept;
   struct hc_coll_args plan_call;
+  struct hc_exec_memo *plan_memo; /* exec's tables of plan, while it is unchanged */
   struct hc_premul_op premul[HC_MAX_PREMUL_OPS];
   atomic_bool abort_flag;
   atomic_int active_calls;        /* calls inside the library on this comm */

@@ -24,22 +24,35 @@ struct group_call {
 static _Thread_local int group_depth;
 static _Thread_local struct group_call *group_calls;
 static _Thread_local int group_ncalls, group_cap;
+/* A group's first call: most groups are one call made outside any group,
+ * which then allocates nothing. */
+static _Thread_local struct group_call group_first;
 
 static void group_clear(void) {
   for (int i = 0; i < group_ncalls; i++) free(group_calls[i].v_arrays);
-  free(group_calls);
+  if (group_calls != &group_first) free(group_calls);
   group_calls = NULL;
   group_ncalls = group_cap = 0;
 }
 
-static hc_result_t group_record(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t stream) {
-  if (group_ncalls == group_cap) {
-    int cap = group_cap ? group_cap * 2 : 8;
-    struct group_call *calls = realloc(group_calls, (size_t)cap * sizeof(*calls));
-    if (calls == NULL) return HC_FAIL(HC_ERR_SYSTEM, "group: out of host memory for %d calls", cap);
-    group_calls = calls;
-    group_cap = cap;
+static hc_result_t group_grow(void) {
+  if (group_cap == 0) {
+    group_calls = &group_first;
+    group_cap = 1;
+    return HC_OK;
   }
+  int cap = group_cap == 1 ? 8 : group_cap * 2;
+  struct group_call *calls = malloc((size_t)cap * sizeof(*calls));
+  if (calls == NULL) return HC_FAIL(HC_ERR_SYSTEM, "group: out of host memory for %d calls", cap);
+  memcpy(calls, group_calls, (size_t)group_ncalls * sizeof(*calls));
+  if (group_calls != &group_first) free(group_calls);
+  group_calls = calls;
+  group_cap = cap;
+  return HC_OK;
+}
+
+static hc_result_t group_record(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t stream) {
+  if (group_ncalls == group_cap) HC_TRY(group_grow());
   struct group_call *c = &group_calls[group_ncalls];
   *c = (struct group_call){.comm = comm, .args = *a, .stream = stream};
   /* Numbered when made, so a group's calls keep the order of the calls. */
@@ -124,26 +137,101 @@ out:
 
 /* ---- the plan cache ----
  * A host comm keeps the plan of a call made alone (a group of one call),
- * and the next call with the same arguments and buffers runs it again: no
- * planning, staging or scratch allocation, which are most of the cost of a
- * small collective. A plan is kept only when running it again does the
- * same thing: no window steps (their piece numbers run on across plans)
- * and no all-to-all-v (its counts live outside the arguments). */
+ * and the next call with the same arguments runs it again: no planning,
+ * staging or scratch allocation, which are most of the cost of a small
+ * collective. With other buffers (applications and benchmarks rarely
+ * reduce the same buffer twice in a row) the kept plan of an all-reduce,
+ * all-gather or reduce-scatter moves onto them, where the two buffers lie
+ * as they did (apart, or overlapping by the same offset): its steps' pointers
+ * into the old buffers are rebased, scratch stays. A plan is kept only when
+ * running it again does the same thing: no window steps (their piece
+ * numbers run on across plans) and no all-to-all-v (its counts live outside
+ * the arguments). */
 
-static bool same_call(const struct hc_coll_args *a, const struct hc_coll_args *b) {
-  return a->coll == b->coll && a->sendbuf == b->sendbuf && a->recvbuf == b->recvbuf && a->count == b->count &&
-         a->dtype == b->dtype && a->op == b->op && a->root == b->root && a->stage_send == b->stage_send &&
+/* Everything but the buffers. */
+static bool same_shape(const struct hc_coll_args *a, const struct hc_coll_args *b) {
+  return a->coll == b->coll && a->count == b->count && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
+         a->stage_send == b->stage_send &&
          (a->op != HC_PREMULSUM || !memcmp(a->premul_factor, b->premul_factor, sizeof(a->premul_factor)));
 }
 
-/* Whether comm's plan already is the plan of the group's one call. On a
- * hit, its transfers take this call's signature (the seq moved on; a peer
- * whose own cache missed builds it afresh and compares). */
+/* The bytes of sendbuf and recvbuf a call uses, for the collectives that
+ * use both on every rank; false for the others (their kept plan is reused
+ * only with the same buffers). */
+static bool call_extents(const struct hc_coll_args *a, int nranks, uintptr_t *send_bytes, uintptr_t *recv_bytes) {
+  const uintptr_t bytes = a->count * hc_dtype_size(a->dtype);
+  switch (a->coll) {
+  case HC_COLL_ALLREDUCE: *send_bytes = *recv_bytes = bytes; break;
+  case HC_COLL_ALLGATHER: *send_bytes = bytes, *recv_bytes = bytes * (uintptr_t)nranks; break;
+  case HC_COLL_REDUCESCATTER: *send_bytes = bytes * (uintptr_t)nranks, *recv_bytes = bytes; break;
+  default: return false;
+  }
+  return bytes > 0 && a->sendbuf != NULL && a->recvbuf != NULL;
+}
+
+/* Where the kept call's buffers are, and where the new call's. */
+struct rebase {
+  uintptr_t old_send, old_recv, new_send, new_recv, send_bytes, recv_bytes;
+};
+
+/* Whether the kept plan of old can run b: the same shape, and b's buffers
+ * lie as old's did (its steps then address them the same way). */
+static bool rebase_fits(const struct hc_coll_args *old, const struct hc_coll_args *b, int nranks, struct rebase *rb) {
+  if (!same_shape(old, b) || !call_extents(b, nranks, &rb->send_bytes, &rb->recv_bytes)) return false;
+  *rb = (struct rebase){.old_send = (uintptr_t)old->sendbuf,
+                        .old_recv = (uintptr_t)old->recvbuf,
+                        .new_send = (uintptr_t)b->sendbuf,
+                        .new_recv = (uintptr_t)b->recvbuf,
+                        .send_bytes = rb->send_bytes,
+                        .recv_bytes = rb->recv_bytes};
+  const bool old_apart = !bytes_overlap(old->sendbuf, rb->send_bytes, old->recvbuf, rb->recv_bytes);
+  const bool new_apart = !bytes_overlap(b->sendbuf, rb->send_bytes, b->recvbuf, rb->recv_bytes);
+  if (old_apart || new_apart) return old_apart && new_apart;
+  return rb->old_recv - rb->old_send == rb->new_recv - rb->new_send;
+}
+
+/* p's place in the new buffers, where it pointed into the old ones;
+ * anything else stays: scratch, factors, and the ends of empty pieces
+ * (nothing is read or written there, and an end may be another object's
+ * start). */
+static uintptr_t rebased(const struct rebase *rb, uintptr_t p) {
+  if (p - rb->old_send < rb->send_bytes) return rb->new_send + (p - rb->old_send);
+  if (p - rb->old_recv < rb->recv_bytes) return rb->new_recv + (p - rb->old_recv);
+  return p;
+}
+
+static void plan_rebase(struct hc_plan *p, const struct rebase *rb) {
+  for (int i = 0; i < p->nsteps; i++) {
+    struct hc_step *s = &p->steps[i];
+    s->dst = (void *)rebased(rb, (uintptr_t)s->dst);
+    s->src0 = (const void *)rebased(rb, (uintptr_t)s->src0);
+    s->src1 = (const void *)rebased(rb, (uintptr_t)s->src1);
+  }
+}
+
+/* Whether comm's plan is, or becomes, the plan of the group's one call.
+ * On a hit, its transfers take this call's signature (the seq moved on; a
+ * peer whose own cache missed builds it afresh and compares). */
 static bool plan_cache_hit(struct hetcclComm *comm) {
   const struct hc_coll_args *a = &group_calls[0].args;
-  if (group_ncalls != 1 || !comm->plan_kept || !same_call(&comm->plan_call, a) || comm->plan.nsigs > 1) return false;
+  if (group_ncalls != 1 || !comm->plan_kept || comm->plan.nsigs > 1) return false;
+  const struct hc_coll_args *old = &comm->plan_call;
+  struct rebase rb;
+  if (old->sendbuf != a->sendbuf || old->recvbuf != a->recvbuf || !same_shape(old, a)) {
+    if (!rebase_fits(old, a, comm->nranks, &rb)) return false;
+    plan_rebase(&comm->plan, &rb);
+    comm->plan_call = *a;
+  }
   if (comm->plan.nsigs == 1) comm->plan.sigs[0] = hc_plan_sig(a, comm->plan_ctx.rank);
   return true;
+}
+
+/* The plan and exec's tables of it go: the next call plans afresh. */
+static void plan_drop(struct hetcclComm *comm) {
+  hc_exec_memo_free(comm->plan_memo);
+  comm->plan_memo = NULL;
+  hc_plan_reset(&comm->plan);
+  comm->plan_kept = false;
 }
 
 /* After a run: keeps the plan for the next call, or frees it. */
@@ -152,18 +240,21 @@ static void plan_cache_keep_or_reset(struct hetcclComm *comm, hc_result_t r) {
   for (int i = 0; keep && i < comm->plan.nsteps; i++)
     keep = comm->plan.steps[i].kind != HC_STEP_WAIT && comm->plan.steps[i].kind != HC_STEP_SIGNAL;
   comm->plan_kept = keep;
-  if (keep) comm->plan_call = group_calls[0].args;
-  else hc_plan_reset(&comm->plan);
+  if (keep) {
+    comm->plan_call = group_calls[0].args;
+    return;
+  }
+  plan_drop(comm);
 }
 
 /* Builds one plan per comm (calls in the order made) and runs them all. */
 static hc_result_t group_run(void) {
   hc_result_t r = HC_OK;
-  struct hc_exec_job *jobs = NULL;
+  struct hc_exec_job one_job, *jobs = &one_job; /* a group of one call allocates nothing */
   int njobs = 0;
   if (group_ncalls == 0) return HC_OK;
   mark_staged_sends();
-  HC_TRY_GOTO(hc_calloc(&jobs, (size_t)group_ncalls, sizeof(*jobs), "group jobs"), r, out);
+  if (group_ncalls > 1) HC_TRY_GOTO(hc_calloc(&jobs, (size_t)group_ncalls, sizeof(*jobs), "group jobs"), r, out);
   for (int i = 0; i < group_ncalls; i++) {
     struct hetcclComm *comm = group_calls[i].comm;
     if (comm->proxy || comm->vendor_comm) {
@@ -175,11 +266,10 @@ static hc_result_t group_run(void) {
     int j = 0;
     while (j < njobs && jobs[j].plan != &comm->plan) j++;
     if (j == njobs) {
-      jobs[njobs++] = (struct hc_exec_job){.links = &comm->links, .plan = &comm->plan};
+      jobs[njobs++] = (struct hc_exec_job){.links = &comm->links, .plan = &comm->plan, .memo = &comm->plan_memo};
       atomic_fetch_add(&comm->active_calls, 1);
       if (plan_cache_hit(comm)) continue;
-      if (comm->plan_kept) hc_plan_reset(&comm->plan);
-      comm->plan_kept = false;
+      plan_drop(comm);
       comm->plan.mem = comm->config.device_kind;
     }
     HC_TRY_GOTO(hc_plan_add(&comm->plan, &comm->plan_ctx, &group_calls[i].args), r, out);
@@ -200,7 +290,7 @@ out:
     plan_cache_keep_or_reset(comm, r);
     atomic_fetch_sub(&comm->active_calls, 1);
   }
-  free(jobs);
+  if (jobs != &one_job) free(jobs);
   return r;
 }
 

@@ -218,6 +218,7 @@ void hc_comm_free(struct hetcclComm *comm) {
     if (vendor_comms[k])
       (atomic_load(&comm->abort_flag) ? comm->vendor->comm_abort : comm->vendor->comm_destroy)(vendor_comms[k]);
   free(comm->group_vendor);
+  hc_exec_memo_free(comm->plan_memo);
   hc_plan_reset(&comm->plan);
   hc_scratch_pool_destroy(comm->plan.pool);
   hc_scratch_pool_destroy(comm->plan.dev_pool);
@@ -462,6 +463,7 @@ static hc_result_t phase_links(struct hetcclComm *comm) {
     /* exec watches a same-host peer's process while it waits on its windows */
     if (comm->peers[i].net.host == me->net.host) comm->links.peer[i].pid = comm->peers[i].pid;
   }
+  hc_exec_links_check_cpus(&comm->links);
   comm->stage_device =
       comm->config.device_kind != HC_MEM_HOST && !hc_net_links_reach_device(comm->links.peer, comm->nranks);
   return HC_OK;

@@ -59,6 +59,26 @@ static void job_state_destroy(struct job_state *st) {
   free(st->q_items);
 }
 
+/* The start of a run: every dependency pending, the local steps that have
+ * none ready, every queue at its first transfer. A plan that runs again
+ * unchanged (a kept memo) starts here without allocating. */
+static void job_state_rewind(struct job_state *st) {
+  const struct hc_plan *p = st->job->plan;
+  st->ndone = st->nwaits = st->nready = st->window_look = 0;
+  st->peer_at = -1;
+  st->result = HC_OK;
+  st->probed = false;
+  for (int i = 0; i < st->nsteps; i++) {
+    const struct hc_step *s = &p->steps[i];
+    st->pending_deps[i] = 0;
+    for (int d = 0; d < HC_STEP_MAX_DEPS; d++) st->pending_deps[i] += s->deps[d] != 0;
+    st->req[i] = NULL;
+    if (!is_transfer(s) && st->pending_deps[i] == 0) st->ready[st->nready++] = i;
+  }
+  for (int q = 0; q < st->nqueues; q++) st->q_tail[q] = st->q_head[q] = q == 0 ? 0 : st->q_end[q - 1];
+  if (st->probe_seen) memset(st->probe_seen, 0, (size_t)st->job->links->nranks * sizeof(*st->probe_seen));
+}
+
 static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *st) {
   const struct hc_plan *p = job->plan;
   const int n = p->nsteps, nr = job->links->nranks;
@@ -79,7 +99,6 @@ static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *s
     const struct hc_step *s = &p->steps[i];
     for (int d = 0; d < HC_STEP_MAX_DEPS; d++) {
       if (s->deps[d] == 0) continue;
-      st->pending_deps[i]++;
       st->succ_start[s->deps[d] - 1 + 1]++;
       nedges++;
     }
@@ -116,7 +135,7 @@ static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *s
     qid[q] = nq;
     st->q_peer[nq] = q / 2;
     st->q_dir[nq] = q % 2;
-    st->q_tail[nq] = st->q_head[nq] = st->q_end[nq] = at;
+    st->q_end[nq] = at;
     at += qsize[q];
     nq++;
   }
@@ -125,12 +144,11 @@ static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *s
     if (is_transfer(s)) {
       int q = qid[s->peer * 2 + (s->kind == HC_STEP_RECV)];
       st->q_items[st->q_end[q]++] = i;
-    } else if (st->pending_deps[i] == 0) {
-      st->ready[st->nready++] = i;
     }
   }
   free(qsize);
   free(qid);
+  job_state_rewind(st);
   return HC_OK;
 oom:
   free(qsize);
@@ -385,7 +403,15 @@ static hc_result_t wait_for_progress(struct job_state *const *states, int njobs,
  * test_coll_groups: 125-184 s sleeping at once, 196-236 s yielding for
  * 50 us). A yield with nothing else to run costs a syscall (1-3 us on the
  * 2-core VM), which is why the bare phase comes first. Sleeping only after a long idle keeps a futex wake-up
- * (tens of us) out of the steps of a collective. */
+ * (tens of us) out of the steps of a collective.
+ * A rank bound to one CPU (hetccl-run --bind core, mpirun --bind-to core)
+ * that no local peer may run on (hc_exec_links_check_cpus) polls bare for
+ * WAIT_BARE_MAX_NS whatever its yields did: a yield that ran another
+ * thread ran other work, and yielding hands the core to that work for its
+ * whole time slice.
+ * On the 2-core VM under a load of 10 (other jobs), 2 ranks bound, 64 B:
+ * all-reduce 1.06-3.3 us polling bare against 3.7-14 us yielding,
+ * all-gather 1.05-3.9 against 4.0-11.1; Open MPI, which polls bare, 0.57. */
 #define WAIT_BARE_MIN_NS 2000ull
 #define WAIT_BARE_MAX_NS 20000ull
 #define WAIT_ANSWER_FIRST_NS 4000ull /* before anything was measured */
@@ -405,6 +431,7 @@ static void wait_state_plan(struct wait_state *w) {
   uint64_t answer = l->answer_ns ? l->answer_ns : WAIT_ANSWER_FIRST_NS;
   w->bare_ns = HC_MIN(HC_MAX(2 * answer, WAIT_BARE_MIN_NS), WAIT_BARE_MAX_NS);
   if (l->cores_shared || l->peer_here_waits > 0) w->bare_ns = 0;
+  if (l->own_cpu && !l->cores_shared) w->bare_ns = WAIT_BARE_MAX_NS;
 }
 
 static void wait_state_init(struct wait_state *w, struct hc_exec_job *jobs, int njobs) {
@@ -503,20 +530,84 @@ static void stall_clear(struct job_state *st) {
   st->probed = false;
 }
 
+/* ---- tables kept between runs of one plan ---- */
+
+struct hc_exec_memo {
+  const struct hc_plan *plan; /* whose tables (st.job is the last run's, gone) */
+  struct job_state st;
+};
+
+void hc_exec_memo_free(struct hc_exec_memo *memo) {
+  if (memo == NULL) return;
+  job_state_destroy(&memo->st);
+  free(memo);
+}
+
+/* job's tables: the memo's, rewound, where it has one; else made, and kept
+ * in a new memo where job asks for one. */
+static hc_result_t job_state_get(struct hc_exec_job *job, struct job_state *fresh, struct job_state **out) {
+  if (job->memo != NULL && *job->memo != NULL) {
+    struct job_state *st = &(*job->memo)->st;
+    if ((*job->memo)->plan != job->plan || st->nsteps != job->plan->nsteps)
+      return HC_FAIL(HC_ERR_INTERNAL, "exec: a kept memo of another plan (%d steps) for a plan of %d steps", st->nsteps,
+                     job->plan->nsteps);
+    st->job = job;
+    job_state_rewind(st);
+    *out = st;
+    return HC_OK;
+  }
+  HC_TRY(job_state_create(job, fresh));
+  *out = fresh;
+  if (job->memo == NULL) return HC_OK;
+  struct hc_exec_memo *memo = malloc(sizeof(*memo));
+  if (memo == NULL) return HC_OK; /* runs, unkept */
+  *memo = (struct hc_exec_memo){.plan = job->plan, .st = *fresh};
+  *job->memo = memo;
+  *out = &memo->st;
+  return HC_OK;
+}
+
+/* The deadline passed: the failure names whom the first unfinished job
+ * waits for. */
+static hc_result_t run_timed_out(struct job_state *const *each, int njobs) {
+  struct job_state *st = each[0];
+  for (int j = 0; j < njobs && st->ndone == st->nsteps; j++) st = each[j];
+  const int me = st->job->links->rank, peer = awaited_peer(st);
+  const long long timeout_s = (long long)hc_param_int(HC_P_TIMEOUT);
+  hc_blame(peer != me ? peer : -1);
+  if (peer == me)
+    return HC_FAIL(HC_ERR_REMOTE,
+                   "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for self: a send to "
+                   "itself that no receive of the same call matches (or the reverse)",
+                   me, timeout_s);
+  if (peer < 0)
+    return HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for its own device", me,
+                   timeout_s);
+  return HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d", me, timeout_s,
+                 peer);
+}
+
+/* Most runs hold one job (a call or group on one comm): their states live
+ * on the stack. */
+#define RUN_STACK_JOBS 4
+
 hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t deadline_ns) {
   if (njobs == 0) return HC_OK; /* a group of GPU calls only: the engine runs their transfers */
-  struct job_state *states = calloc((size_t)njobs + 1, sizeof(*states));
-  struct job_state **each = calloc((size_t)njobs + 1, sizeof(*each));
-  if (states == NULL || each == NULL) {
-    free(states);
-    free(each);
-    return HC_FAIL(HC_ERR_SYSTEM, "exec: out of host memory for %d jobs", njobs);
+  struct job_state stack_states[RUN_STACK_JOBS], *stack_each[RUN_STACK_JOBS];
+  struct job_state *states = stack_states, **each = stack_each;
+  if (njobs > RUN_STACK_JOBS) {
+    states = calloc((size_t)njobs, sizeof(*states));
+    each = calloc((size_t)njobs, sizeof(*each));
+    if (states == NULL || each == NULL) {
+      free(states);
+      free(each);
+      return HC_FAIL(HC_ERR_SYSTEM, "exec: out of host memory for %d jobs", njobs);
+    }
   }
-  for (int j = 0; j < njobs; j++) each[j] = &states[j];
   hc_result_t r = HC_OK;
   int built = 0;
   hc_blame(-1);
-  for (; built < njobs; built++) HC_TRY_GOTO(job_state_create(&jobs[built], &states[built]), r, out);
+  for (; built < njobs; built++) HC_TRY_GOTO(job_state_get(&jobs[built], &states[built], &each[built]), r, out);
 
   struct wait_state wait;
   wait_state_init(&wait, jobs, njobs);
@@ -525,7 +616,7 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
   for (;;) {
     bool moved = false, all_done = true;
     for (int j = 0; j < njobs; j++) {
-      struct job_state *st = &states[j];
+      struct job_state *st = each[j];
       if (st->ndone == st->nsteps) continue;
       HC_TRY_GOTO(job_progress(st, &moved), r, out);
       all_done &= st->ndone == st->nsteps;
@@ -537,45 +628,35 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
     }
     uint64_t now = hc_now_ns();
     for (int j = 0; j < njobs; j++) {
-      const struct hc_links *l = states[j].job->links;
+      const struct hc_links *l = each[j]->job->links;
       if (l->abort_flag && atomic_load(l->abort_flag)) {
         r = HC_FAIL(HC_ERR_REMOTE, "rank %d: communicator aborted while a collective was in flight", l->rank);
         goto out;
       }
     }
     if (now > deadline_ns) {
-      struct job_state *st = &states[0];
-      for (int j = 0; j < njobs && st->ndone == st->nsteps; j++) st = &states[j];
-      const int me = st->job->links->rank, peer = awaited_peer(st);
-      hc_blame(peer != me ? peer : -1);
-      if (peer == me)
-        r = HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for self: a send to "
-                    "itself that no receive of the same call matches (or the reverse)", me,
-                    (long long)hc_param_int(HC_P_TIMEOUT));
-      else if (peer < 0)
-        r = HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for its own device",
-                    me, (long long)hc_param_int(HC_P_TIMEOUT));
-      else
-        r = HC_FAIL(HC_ERR_REMOTE, "rank %d: timed out after HETCCL_TIMEOUT=%llds waiting for rank %d", me,
-                    (long long)hc_param_int(HC_P_TIMEOUT), peer);
+      r = run_timed_out(each, njobs);
       goto out;
     }
     if (wait.idle_since != 0 && now - wait.idle_since >= STALL_PROBE_NS && now >= next_look_ns) {
       next_look_ns = now + STALL_LOOK_NS;
       for (int j = 0; j < njobs; j++)
-        if (states[j].ndone < states[j].nsteps) HC_TRY_GOTO(stall_look(&states[j]), r, out);
+        if (each[j]->ndone < each[j]->nsteps) HC_TRY_GOTO(stall_look(each[j]), r, out);
     }
     if (now >= next_window_look) {
       next_window_look = now + WINDOW_PEER_LOOK_NS;
-      for (int j = 0; j < njobs; j++) HC_TRY_GOTO(window_peers_check(&states[j]), r, out);
+      for (int j = 0; j < njobs; j++) HC_TRY_GOTO(window_peers_check(each[j]), r, out);
     }
     HC_TRY_GOTO(wait_state_idle(&wait, each, njobs, now), r, out);
   }
 out:
-  for (int j = 0; j < built; j++) stall_clear(&states[j]);
-  for (int j = 0; j < built; j++) job_state_destroy(&states[j]);
-  free(states);
-  free(each);
+  for (int j = 0; j < built; j++) stall_clear(each[j]);
+  for (int j = 0; j < built; j++)
+    if (each[j] == &states[j]) job_state_destroy(&states[j]);
+  if (states != stack_states) {
+    free(states);
+    free(each);
+  }
   return r;
 }
 
@@ -629,6 +710,21 @@ void hc_exec_end(struct hc_exec_run *run) {
   if (run == NULL) return;
   job_state_destroy(&run->st);
   free(run);
+}
+
+void hc_exec_links_check_cpus(struct hc_links *links) {
+  cpu_set_t mine, theirs;
+  links->own_cpu = false;
+  if (sched_getaffinity(0, sizeof(mine), &mine) != 0 || CPU_COUNT(&mine) != 1) return;
+  for (int i = 0; i < links->nranks; i++) {
+    const int32_t pid = links->peer[i].pid;
+    if (i == links->rank || pid <= 0) continue;
+    /* Ranks as threads of this process: their bindings are not the pid's. */
+    if (pid == (int32_t)getpid() || sched_getaffinity(pid, sizeof(theirs), &theirs) != 0) return;
+    CPU_AND(&theirs, &theirs, &mine);
+    if (CPU_COUNT(&theirs) > 0) return;
+  }
+  links->own_cpu = true;
 }
 
 hc_result_t hc_exec_links_init(struct hc_links *links, int rank, int nranks, const atomic_bool *abort_flag,

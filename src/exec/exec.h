@@ -25,6 +25,7 @@ struct hc_links {
   const atomic_bool *abort_flag; /* set by hetcclCommAbort from any thread */
   uint64_t spin_ns;              /* how long to poll before sleeping (HETCCL_SPIN_US) */
   bool cores_shared;             /* local ranks outnumber cores: never poll without yielding */
+  bool own_cpu;                  /* bound to one CPU that no local peer may run on (below) */
   /* The wait policy's memory (exec.c), written by the thread that runs
    * this comm's plans: how soon peers answered lately, and for how many
    * more waits a yield that ran another thread here still counts. */
@@ -37,13 +38,26 @@ struct hc_links {
 hc_result_t hc_exec_links_init(struct hc_links *links, int rank, int nranks, const atomic_bool *abort_flag,
                                int local_ranks);
 
+/* Sets links->own_cpu: the calling thread may run on one CPU only, and no
+ * same-host peer (links->peer[].pid, read by pid) may run there. */
+void hc_exec_links_check_cpus(struct hc_links *links);
+
 /* One plan of host memory to run on one comm's links. (A GPU comm's plans
  * are split by enqueue.h: its streams take the local steps, and this
  * engine, on the progress engine's thread (engine.h), the transfers.) */
 struct hc_exec_job {
   struct hc_links *links;
   struct hc_plan *plan;
+  struct hc_exec_memo **memo; /* optional: where plan's run tables are kept (below) */
 };
+
+/* A run's tables of a plan (dependency counts, who waits for whom, the
+ * transfer queues), kept between runs of a plan that runs again unchanged
+ * (api's plan cache), so that a repeated call allocates nothing: the first
+ * hc_exec_run_blocking of a job whose memo slot is empty fills it, later
+ * ones rewind it. Whoever changes or frees the plan frees the memo first. */
+struct hc_exec_memo;
+void hc_exec_memo_free(struct hc_exec_memo *memo); /* takes NULL */
 
 /* Runs every job to completion, or fails: HC_ERR_REMOTE when a peer dies,
  * the deadline passes (naming a peer still awaited) or an abort flag is set;

@@ -210,6 +210,8 @@ struct hc_shm_conn {
   struct hc_shm_queue sendq, recvq;
   struct hc_shm_req *send_cur; /* first send not fully handed over */
   struct hc_shm_req *recv_cur; /* first receive not complete */
+  struct hc_shm_req *spare_reqs; /* done requests' memory, for the next posts (linked by next) */
+  int nspare;
   struct hc_shm_reg_map regs[HC_SHM_REG_CACHE];
   uint64_t reg_clock;
   uint64_t nsent[HC_SHM_NKINDS]; /* messages sent by kind (tests, INFO at close) */
@@ -245,7 +247,7 @@ hc_result_t hc_net_shm_test(void *req, int *done);
 hc_result_t hc_net_shm_conn_progress(struct hc_shm_conn *c, bool *moved);
 /* Something of c waits on the peer (a request not complete). */
 bool hc_net_shm_conn_busy(const struct hc_shm_conn *c);
-/* Frees every request still queued on c and unmaps the registered
+/* Frees every request still queued on c (and the spare ones) and unmaps the registered
  * segments of the peer (close only). */
 void hc_net_shm_conn_free_reqs(struct hc_shm_conn *c);
 

@@ -338,8 +338,14 @@ static hc_result_t post(struct hc_shm_conn *c, void *buf, size_t n, const struct
   if (buf == NULL && n > 0)
     return HC_FAIL(HC_ERR_ARG, "shm: %s of %zu bytes %s rank %d with a NULL buffer", what, n,
                    is_send ? "to" : "from", c->peer);
-  struct hc_shm_req *q;
-  HC_TRY(hc_calloc(&q, 1, sizeof(*q), "a shm request"));
+  struct hc_shm_req *q = c->spare_reqs;
+  if (q != NULL) {
+    c->spare_reqs = q->next;
+    c->nspare--;
+    *q = (struct hc_shm_req){0};
+  } else {
+    HC_TRY(hc_calloc(&q, 1, sizeof(*q), "a shm request"));
+  }
   q->conn = c;
   q->buf = buf;
   q->n = n;
@@ -377,6 +383,19 @@ hc_result_t hc_net_shm_irecv(void *conn, void *buf, size_t n, const struct hc_ne
   return post(conn, buf, n, sig, false, req);
 }
 
+/* A done request's memory, kept for the next post (a small message's
+ * send and receive then allocate nothing). */
+#define HC_SHM_SPARE_REQS 16
+static void req_spare(struct hc_shm_conn *c, struct hc_shm_req *q) {
+  if (c->nspare == HC_SHM_SPARE_REQS) {
+    free(q);
+    return;
+  }
+  q->next = c->spare_reqs;
+  c->spare_reqs = q;
+  c->nspare++;
+}
+
 static void req_unlink(struct hc_shm_conn *c, struct hc_shm_req *q) {
   struct hc_shm_queue *fifo = q->is_send ? &c->sendq : &c->recvq;
   if (q->prev) q->prev->next = q->next;
@@ -400,7 +419,7 @@ hc_result_t hc_net_shm_test(void *req, int *done) {
   }
   req_unlink(c, q);
   c->n_complete--;
-  free(q);
+  req_spare(c, q);
   *done = 1;
   return HC_OK;
 }
@@ -416,6 +435,12 @@ void hc_net_shm_conn_free_reqs(struct hc_shm_conn *c) {
     }
     fifos[i]->head = fifos[i]->tail = NULL;
   }
+  while (c->spare_reqs) {
+    struct hc_shm_req *next = c->spare_reqs->next;
+    free(c->spare_reqs);
+    c->spare_reqs = next;
+  }
+  c->nspare = 0;
   c->send_cur = c->recv_cur = NULL;
   c->n_complete = c->n_incomplete = c->n_unacked = 0;
   for (int i = 0; i < HC_SHM_REG_CACHE; i++)

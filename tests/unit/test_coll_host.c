@@ -865,6 +865,100 @@ static void repeated_calls(int rank, int n, hetcclComm_t comm) {
   }
 }
 
+/* The kept plan of a large call (many steps, several transfers per peer)
+ * and exec's tables of it, kept with it: run again with the same buffers
+ * it must start from its first step each time; another pair of buffers, or
+ * a group of two calls, replaces it, and the first buffers then plan again.
+ * Every call gets new data and is checked. */
+static void repeated_large_calls(int rank, int n, hetcclComm_t comm) {
+  enum { COUNT = 70001 };
+  int32_t *in_a = xmalloc(COUNT * sizeof(int32_t)), *out_a = xmalloc(COUNT * sizeof(int32_t));
+  int32_t *in_b = xmalloc(COUNT * sizeof(int32_t)), *out_b = xmalloc(COUNT * sizeof(int32_t));
+  int32_t *exp = xmalloc(COUNT * sizeof(int32_t));
+  /* which buffers each call uses; 'g': a group of an A and a B call */
+  static const char order[] = "AAABAgAA";
+  for (int k = 0; order[k]; k++) {
+    const bool group = order[k] == 'g', use_b = order[k] == 'B';
+    tu_set_case("split: large AllReduce, call %d of %s (A, B: buffer pairs; g: a group of A and B)", k + 1, order);
+    struct tu_red s = {HC_INT32, HC_SUM, n, 0x1a26e000ull + (uint64_t)k};
+    tu_red_fill(&s, rank, 0, COUNT, use_b ? in_b : in_a);
+    if (group) tu_red_fill(&s, rank, 0, COUNT, in_b);
+    bool ok = !group || call_ok(hetcclGroupStart(), "GroupStart");
+    ok = ok &&
+         call_ok(hetcclAllReduce(use_b ? in_b : in_a, use_b ? out_b : out_a, COUNT, hetcclInt32, hetcclSum, comm, NULL),
+                 "AllReduce");
+    ok =
+        ok && (!group || call_ok(hetcclAllReduce(in_b, out_b, COUNT, hetcclInt32, hetcclSum, comm, NULL), "AllReduce"));
+    ok = ok && (!group || call_ok(hetcclGroupEnd(), "GroupEnd"));
+    if (!ok) break;
+    expect_red(&s, 0, COUNT, exp);
+    tu_compare(HC_INT32, use_b ? out_b : out_a, exp, COUNT, "large AllReduce, repeated or after another plan");
+    if (group) tu_compare(HC_INT32, out_b, exp, COUNT, "large AllReduce, the group's second call");
+  }
+  free(in_a);
+  free(out_a);
+  free(in_b);
+  free(out_b);
+  free(exp);
+}
+
+/* One call of moving_buffers: coll on slot's buffers, out of place or in
+ * place (NCCL's layouts), with new data, checked. */
+static bool moving_call(int rank, int n, hetcclComm_t comm, enum hc_coll coll, int32_t *sb, int32_t *rb, bool in_place,
+                        uint64_t seed) {
+  enum { COUNT = 29 };
+  int32_t exp[COUNT * 8];
+  struct tu_red s = {HC_INT32, HC_SUM, n, seed};
+  hetcclResult_t res;
+  if (coll == HC_COLL_ALLREDUCE) {
+    int32_t *in = in_place ? rb : sb;
+    tu_red_fill(&s, rank, 0, COUNT, in);
+    res = hetcclAllReduce(in, rb, COUNT, hetcclInt32, hetcclSum, comm, NULL);
+    expect_red(&s, 0, COUNT, exp);
+  } else if (coll == HC_COLL_ALLGATHER) { /* block v: every element (v + 1) * 1000 + seed % 1000 + i */
+    int32_t *in = in_place ? rb + rank * COUNT : sb;
+    for (int v = 0; v < n; v++)
+      for (int i = 0; i < COUNT; i++) exp[v * COUNT + i] = (v + 1) * 1000 + (int32_t)(seed % 1000) + i;
+    memcpy(in, exp + rank * COUNT, COUNT * sizeof(int32_t));
+    res = hetcclAllGather(in, rb, COUNT, hetcclInt32, comm, NULL);
+  } else {
+    tu_red_fill(&s, rank, 0, (size_t)COUNT * (size_t)n, in_place ? rb : sb);
+    res = hetcclReduceScatter(in_place ? rb : sb, in_place ? rb + rank * COUNT : rb, COUNT, hetcclInt32, hetcclSum,
+                              comm, NULL);
+    expect_red(&s, (size_t)rank * COUNT, COUNT, exp);
+  }
+  if (!call_ok(res, hc_coll_name(coll))) return false;
+  const int32_t *out = coll == HC_COLL_REDUCESCATTER && in_place ? rb + rank * COUNT : rb;
+  tu_compare(HC_INT32, out, exp, coll == HC_COLL_ALLGATHER ? (size_t)(COUNT * n) : COUNT,
+             "a call on buffers that moved since the last");
+  return true;
+}
+
+/* The plan cache with buffers that move from call to call, as benchmarks
+ * and frameworks pass them: the kept plan moves onto each call's buffers
+ * (where they lie as before), or is planned again (in place after out of
+ * place, and back). Four slots of each buffer in turn, four calls out of
+ * place, four in place, four out of place, per collective. */
+static void moving_buffers(int rank, int n, hetcclComm_t comm) {
+  enum { COUNT = 29, SLOTS = 4 };
+  static const enum hc_coll colls[] = {HC_COLL_ALLREDUCE, HC_COLL_ALLGATHER, HC_COLL_REDUCESCATTER};
+  if (n > 8) return;
+  int32_t *send = xmalloc(sizeof(int32_t) * COUNT * (size_t)n * SLOTS);
+  int32_t *recv = xmalloc(sizeof(int32_t) * COUNT * (size_t)n * SLOTS);
+  for (size_t c = 0; c < HC_ARRAY_LEN(colls); c++)
+    for (int k = 0; k < 3 * SLOTS; k++) {
+      const int slot = k % SLOTS;
+      const bool in_place = k / SLOTS == 1;
+      tu_set_case("split: %s on moving buffers, call %d of %d (slot %d, %s)", hc_coll_name(colls[c]), k + 1, 3 * SLOTS,
+                  slot, in_place ? "in place" : "out of place");
+      if (!moving_call(rank, n, comm, colls[c], send + (size_t)slot * COUNT * (size_t)n,
+                       recv + (size_t)slot * COUNT * (size_t)n, in_place, 0x30e1e000ull + c * 100 + (uint64_t)k))
+        break;
+    }
+  free(send);
+  free(recv);
+}
+
 static int rank_split(int rank, int n, hetcclUniqueId id, void *arg) {
   (void)arg;
   tu_set_repro("--ranks %d --case split", n);
@@ -912,6 +1006,8 @@ static int rank_split(int rank, int n, hetcclUniqueId id, void *arg) {
   tu_set_case("split: parent after the splits");
   CHECK_OK(hetcclBarrier(parent, NULL));
   repeated_calls(rank, n, parent);
+  repeated_large_calls(rank, n, parent);
+  moving_buffers(rank, n, parent);
   /* Last, as a failure here breaks the comms: the same group on a fresh
    * copy of the parent and fresh children, so that the connections of
    * three comms come up inside one GroupEnd. */
