@@ -380,9 +380,8 @@ static void watch_vendor(struct hc_engine_comm *c, uint64_t now) {
 static void probe_publish(struct hc_engine_comm *c, int p, const struct hc_net_sig *sig) {
   struct peer_watch *pw = &c->peers[p];
   const struct hc_link *l = &c->d.links->peer[p];
-  if (hc_net_sig_equal(&pw->probe_sent, sig) || l->conn == NULL || !HC_HAS_OP(l->net, struct hc_net_ops, stall_publish))
-    return;
-  l->net->stall_publish(l->conn, sig);
+  if (hc_net_sig_equal(&pw->probe_sent, sig) || !hc_link_probes(l)) return;
+  hc_link_stall_publish(l, sig);
   pw->probe_sent = *sig;
 }
 
@@ -439,10 +438,10 @@ static bool window_probe(struct hc_engine_comm *c, uint64_t now, bool may_probe)
     if (!may_probe || seq != oldest || now - pw->since[RX] < HC_ENGINE_PROBE_NS) mine = none;
     probe_publish(c, p, &mine);
     const struct hc_link *l = &c->d.links->peer[p];
-    if (hc_net_sig_equal(&mine, &none) || !look || !HC_HAS_OP(l->net, struct hc_net_ops, stall_peek)) continue;
+    if (hc_net_sig_equal(&mine, &none) || !look || !hc_link_probes(l)) continue;
     struct hc_net_sig theirs;
     uint64_t gen;
-    l->net->stall_peek(l->conn, &theirs, &gen);
+    hc_link_stall_peek(l, &theirs, &gen);
     const bool confirmed = pw->probe_seen == gen + 1;
     pw->probe_seen = gen + 1;
     if (!confirmed || hc_net_sig_equal(&theirs, &none) || hc_net_sig_equal(&theirs, &mine)) continue;
