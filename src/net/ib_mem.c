@@ -294,6 +294,7 @@ hc_result_t hc_ib_reg_get(struct hc_ib_ctx *ctx, void *buf, size_t n, bool need_
   r->writable = true;
   hc_result_t res = HC_OK;
   if (info.kind != HC_MEM_HOST) {
+    r->device = true;
     res = reg_device(ctx, &info, buf, r);
   } else {
     r->mr = ctx->v->ibv_reg_mr(ctx->pd, (void *)start, end - start,

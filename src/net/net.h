@@ -124,6 +124,12 @@ struct hc_net_caps {
    * tried at open and worked. */
   bool device_memory;
   size_t device_min_bytes;
+  /* Messages of at most device_min_bytes may be GPU memory too, where it
+   * stays registered (a plan's device scratch: the transport registers
+   * each buffer it meets, which costs more than a small copy): the plans
+   * copy them there on the GPU instead of staging them through host
+   * memory. Only with device_memory. */
+  bool device_small;
   /* How GPU memory goes ("dma-buf on mlx5_0") or why it is staged, for
    * the comm's INFO line; "" where the transport has nothing to say. */
   char device_path[200];

@@ -25,11 +25,15 @@
  * device memory stay sends and receives of the device buffer itself, cut
  * the same way, with no copy: the adapter reads the GPU's memory, and
  * writes a receive into it (a reduction slot in device scratch, which the
- * GPU then reduces from where it landed). Only a piece of at most
- * gdr_min_bytes is staged: the transport copies such a message with the
- * CPU (ib's eager path), which cannot read GPU memory. The GPU copy into
- * registered device memory that would keep small messages off the host
- * is not built; staging them costs one copy each way, on the GPU.
+ * GPU then reduces from where it landed). A piece of at most gdr_min_bytes
+ * goes through a slot instead, as staging does, but a slot of device
+ * scratch when gdr_small_device: the GPU copies device to device into it
+ * and the adapter reads it (a send), or the adapter writes it and the GPU
+ * copies it out (a receive); no byte touches host memory. A slot rather
+ * than the buffer itself, since the transport registers what it is given
+ * and the plans' scratch stays registered (ib's cache) where a small user
+ * buffer would be registered for a few bytes. Without gdr_small_device the
+ * slot is pinned host memory (one GPU copy each way).
  *
  * With a peer that has a window (plan.h, hc_plan_window), no transport is
  * involved. Piece k of a send: wait until the receiver has freed piece
@@ -122,6 +126,14 @@ static bool piece_staged(const struct hc_plan_ctx *x, int peer, size_t len) {
   return x->peer_gdr == NULL || !x->peer_gdr[peer] || len <= x->gdr_min_bytes;
 }
 
+/* The slots a staged piece of device memory with peer goes through: 1,
+ * device scratch, where the transport reaches this rank's device memory
+ * at every size from memory that stays registered; else 0, pinned host
+ * memory. */
+static int slot_memory(const struct hc_plan_ctx *x, int peer) {
+  return x->gdr_small_device && x->peer_gdr != NULL && x->peer_gdr[peer];
+}
+
 /* Whether some piece of a transfer of count bytes with peer is staged
  * (want_staged) or direct (!want_staged): only the first and the last
  * piece can differ in length. */
@@ -162,9 +174,13 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
   const int nslots = HC_MAX(x->scratch_slots, 2);
   hc_ref_t *map = calloc((size_t)nold + 1, sizeof(hc_ref_t));
   hc_ref_t *pieces = NULL;
-  struct slot_ring ring[2] = {{0}}; /* [0] sends, [1] receives */
+  /* [memory][direction]: memory 0 pinned host slots, 1 device scratch
+   * slots (small pieces with peers reached directly); direction 0 sends,
+   * 1 receives. */
+  struct slot_ring ring[2][2] = {{{0}}};
+  bool rings[2] = {false, false}; /* some piece of device memory goes through that memory's slots */
   size_t max_pieces = 1;
-  bool any = false, rings = false; /* rings: some piece of device memory is staged */
+  bool any = false;
   bool direct = false;             /* some piece of device memory goes straight to the transport */
   hc_ref_t *direct_refs = NULL, entry_gate = 0;
   int ndirect = 0, direct_cap = 0;
@@ -179,7 +195,8 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
     }
     bool dev = device_memory && s->peer != x->rank &&
                !hc_plan_in_host_scratch(p, s->kind == HC_STEP_SEND ? s->src0 : s->dst);
-    rings |= dev && s->count > 0 && some_piece(x, s->peer, s->count, piece_max, true);
+    if (dev && s->count > 0 && some_piece(x, s->peer, s->count, piece_max, true))
+      rings[slot_memory(x, s->peer)] = true;
     direct |= dev && s->count > 0 && some_piece(x, s->peer, s->count, piece_max, false);
     if ((dev && s->count > 0) || s->count > piece_max) {
       any = true;
@@ -191,17 +208,19 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
     return HC_OK;
   }
   pieces = calloc(max_pieces, sizeof(hc_ref_t));
-  for (int d = 0; d < 2 && rings; d++) {
-    ring[d] = (struct slot_ring){.bytes = piece_max, .count = nslots};
-    ring[d].base = hc_plan_host_scratch(p, piece_max * (size_t)nslots);
-    ring[d].last_user = calloc((size_t)nslots, sizeof(hc_ref_t));
-  }
+  bool rings_ok = true;
+  for (int m = 0; m < 2; m++)
+    for (int d = 0; d < 2 && rings[m]; d++) {
+      struct slot_ring *rg = &ring[m][d];
+      *rg = (struct slot_ring){.bytes = piece_max, .count = nslots};
+      rg->base = m ? hc_plan_scratch(p, piece_max * (size_t)nslots) : hc_plan_host_scratch(p, piece_max * (size_t)nslots);
+      rg->last_user = calloc((size_t)nslots, sizeof(hc_ref_t));
+      rings_ok &= rg->base != NULL && rg->last_user != NULL;
+    }
   hc_result_t r = HC_OK;
   for (int peer = 0; x->windows && peer < x->nranks; peer++)
     x->windows[peer].last_signal[0] = x->windows[peer].last_signal[1] = 0;
-  if (map == NULL || pieces == NULL ||
-      (rings && (ring[0].base == NULL || ring[1].base == NULL || ring[0].last_user == NULL ||
-                         ring[1].last_user == NULL))) {
+  if (map == NULL || pieces == NULL || !rings_ok) {
     r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of memory staging %d steps", nold);
     goto out;
   }
@@ -231,7 +250,7 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
       continue;
     }
     const int npieces = (int)HC_DIV_UP(s.count, piece_max);
-    struct slot_ring *rg = &ring[recv];
+    struct slot_ring *rg = &ring[dev ? slot_memory(x, s.peer) : 0][recv];
     for (int k = 0; k < npieces; k++) {
       size_t off = (size_t)k * piece_max, len = HC_MIN(piece_max, s.count - off);
       if (!dev || !piece_staged(x, s.peer, len)) {
@@ -295,7 +314,7 @@ out:
   free(map);
   free(pieces);
   free(direct_refs);
-  free(ring[0].last_user);
-  free(ring[1].last_user);
+  for (int m = 0; m < 2; m++)
+    for (int d = 0; d < 2; d++) free(ring[m][d].last_user);
   return r;
 }
