@@ -549,7 +549,7 @@ static hc_result_t ib_absent(const char *why) {
   return HC_ERR_SYSTEM;
 }
 
-/* The HETCCL_IB_* parameters into a new ctx, each checked. */
+/* The ib parameters (params.def) into a new ctx, each checked. */
 static hc_result_t ctx_params(struct hc_ib_ctx *ctx) {
   int64_t nqps = hc_param_int(HC_P_IB_QPS_PER_CONN), chunk = hc_param_int(HC_P_IB_CHUNK);
   int64_t eager = hc_param_int(HC_P_IB_EAGER_BYTES), slots = hc_param_int(HC_P_IB_EAGER_SLOTS);

@@ -21,6 +21,7 @@
  * mode is chosen once per ctx, from what the host has, and logged at INFO.
  */
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
@@ -59,7 +60,10 @@ static uint64_t page_frame(int fd, uintptr_t addr) {
 /* Whether the peer-memory route is there: the kernel module that lets an
  * RDMA driver pin GPU pages for ibv_reg_mr. */
 static bool peermem_loaded(void) {
-  return access("/sys/module/nvidia_peermem", F_OK) == 0 || access("/sys/module/nv_peer_mem", F_OK) == 0;
+  char a[PATH_MAX], b[PATH_MAX];
+  snprintf(a, sizeof(a), "%s/module/nvidia_peermem", hc_net_sysfs_root());
+  snprintf(b, sizeof(b), "%s/module/nv_peer_mem", hc_net_sysfs_root());
+  return access(a, F_OK) == 0 || access(b, F_OK) == 0;
 }
 
 /* The GPU path this host supports, HETCCL_GDR deciding among them. */

@@ -210,6 +210,9 @@ int hc_topo_nearest(const struct hc_topo_node *gpu, const struct hc_topo_node *n
  * drivers spell it), or of an RDMA device by name, read from sysfs
  * (HETCCL_SYSFS_ROOT, a test's fake tree, or /sys). */
 hc_result_t hc_topo_pci_node(const char *bus_id, struct hc_topo_node *out);
+/* Where sysfs is read: HETCCL_SYSFS_ROOT (a test's fake tree), else /sys
+ * (the PCI tree here, loaded kernel modules in net/ib_mem.c). */
+const char *hc_net_sysfs_root(void);
 hc_result_t hc_topo_ib_node(const char *name, struct hc_topo_node *out);
 
 /* Ranks of one host (same pid namespace and /dev/shm); see net/shm.c. */
