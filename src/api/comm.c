@@ -153,8 +153,10 @@ static void gpu_path_of(const struct hetcclComm *comm, int peer, bool *direct, c
   else if (l->caps.device_memory) {
     *direct = true;
     if (l->caps.device_small)
-      snprintf(text, len, "%s (messages of up to %zu bytes copied by the GPU into registered device scratch, no host "
-               "copy)", l->caps.device_path, l->caps.device_min_bytes);
+      snprintf(text, len,
+               "%s (messages of up to %zu bytes copied by the GPU into registered device scratch, no host "
+               "copy)",
+               l->caps.device_path, l->caps.device_min_bytes);
     else
       snprintf(text, len, "%s (messages of up to %zu bytes staged through pinned host memory)", l->caps.device_path,
                l->caps.device_min_bytes);

@@ -389,8 +389,11 @@ static hc_result_t conn_create_qps(struct hc_ib_conn *c) {
     memset(&ia, 0, sizeof(ia));
     ia.send_cq = ia.recv_cq = c->cq;
     ia.qp_type = HC_IBV_QPT_RC;
-    ia.cap = (struct ibv_qp_cap){.max_send_wr = HC_IB_SQ_DEPTH, .max_recv_wr = HC_IB_RQ_DEPTH,
-                                 .max_send_sge = 2 /* device eager */, .max_recv_sge = 1, .max_inline_data = 64};
+    ia.cap = (struct ibv_qp_cap){.max_send_wr = HC_IB_SQ_DEPTH,
+                                 .max_recv_wr = HC_IB_RQ_DEPTH,
+                                 .max_send_sge = 2 /* device eager */,
+                                 .max_recv_sge = 1,
+                                 .max_inline_data = 64};
     c->qps[i] = v->ibv_create_qp(ctx->pd, &ia);
     if (c->qps[i] == NULL) {
       /* Some devices inline less, or not at all: ask again without it. */

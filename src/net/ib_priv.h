@@ -93,7 +93,7 @@ struct hc_ib_setup {
   uint32_t eager_rkey;
   uint64_t cts_addr;
   uint32_t cts_rkey;
-  uint32_t flags;       /* HC_IB_SETUP_* */
+  uint32_t flags; /* HC_IB_SETUP_* */
 };
 /* The sender of this record receives small messages into GPU memory: wait
  * for its cts before any message (see "device receiver" above). */
@@ -186,8 +186,8 @@ struct hc_ib_req {
   size_t n;
   struct hc_net_sig sig;
   bool is_send, complete;
-  bool device;            /* buf is GPU memory (asked only where the ctx reaches it) */
-  bool cts_seen;          /* send: the cts was taken (a small message to a device receiver) */
+  bool device;   /* buf is GPU memory (asked only where the ctx reaches it) */
+  bool cts_seen; /* send: the cts was taken (a small message to a device receiver) */
   uint64_t seq;
   struct hc_ib_reg *reg;  /* large messages: the buffer's registration */
   /* send: chunks posted and completions awaited; recv: chunks arrived */

@@ -54,8 +54,7 @@ static hc_result_t post_write_sg(struct hc_ib_conn *c, int qp, uint64_t wr_id, s
   wr.sg_list = len > 0 ? sg : NULL;
   wr.num_sge = len > 0 ? nsge : 0;
   wr.opcode = HC_IBV_WR_RDMA_WRITE_WITH_IMM;
-  wr.send_flags =
-      HC_IBV_SEND_SIGNALED | (may_inline && len > 0 && len <= c->max_inline ? HC_IBV_SEND_INLINE : 0);
+  wr.send_flags = HC_IBV_SEND_SIGNALED | (may_inline && len > 0 && len <= c->max_inline ? HC_IBV_SEND_INLINE : 0);
   wr.imm_data = htonl(imm);
   wr.wr.rdma.remote_addr = remote;
   wr.wr.rdma.rkey = rkey;

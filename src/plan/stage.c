@@ -167,6 +167,24 @@ static void add_dep(struct hc_plan *p, struct hc_step *s, hc_ref_t ref) {
   s->deps[1] = ref;
 }
 
+/* The slot rings of each memory that some staged piece uses
+ * (rings[memory]), of nslots slots of piece_max bytes; false when out of
+ * memory (what was had is freed with the rest). */
+static bool rings_create(struct hc_plan *p, const bool rings[2], size_t piece_max, int nslots,
+                         struct slot_ring ring[2][2]) {
+  bool ok = true;
+  for (int m = 0; m < 2; m++)
+    for (int d = 0; d < 2 && rings[m]; d++) {
+      struct slot_ring *rg = &ring[m][d];
+      const size_t bytes = piece_max * (size_t)nslots;
+      *rg = (struct slot_ring){.bytes = piece_max, .count = nslots};
+      rg->base = m ? hc_plan_scratch(p, bytes) : hc_plan_host_scratch(p, bytes);
+      rg->last_user = calloc((size_t)nslots, sizeof(hc_ref_t));
+      ok &= rg->base != NULL && rg->last_user != NULL;
+    }
+  return ok;
+}
+
 hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool device_memory) {
   struct hc_step *old = p->steps;
   const int nold = p->nsteps;
@@ -195,8 +213,7 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
     }
     bool dev = device_memory && s->peer != x->rank &&
                !hc_plan_in_host_scratch(p, s->kind == HC_STEP_SEND ? s->src0 : s->dst);
-    if (dev && s->count > 0 && some_piece(x, s->peer, s->count, piece_max, true))
-      rings[slot_memory(x, s->peer)] = true;
+    if (dev && s->count > 0 && some_piece(x, s->peer, s->count, piece_max, true)) rings[slot_memory(x, s->peer)] = true;
     direct |= dev && s->count > 0 && some_piece(x, s->peer, s->count, piece_max, false);
     if ((dev && s->count > 0) || s->count > piece_max) {
       any = true;
@@ -208,15 +225,7 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
     return HC_OK;
   }
   pieces = calloc(max_pieces, sizeof(hc_ref_t));
-  bool rings_ok = true;
-  for (int m = 0; m < 2; m++)
-    for (int d = 0; d < 2 && rings[m]; d++) {
-      struct slot_ring *rg = &ring[m][d];
-      *rg = (struct slot_ring){.bytes = piece_max, .count = nslots};
-      rg->base = m ? hc_plan_scratch(p, piece_max * (size_t)nslots) : hc_plan_host_scratch(p, piece_max * (size_t)nslots);
-      rg->last_user = calloc((size_t)nslots, sizeof(hc_ref_t));
-      rings_ok &= rg->base != NULL && rg->last_user != NULL;
-    }
+  const bool rings_ok = rings_create(p, rings, piece_max, nslots, ring);
   hc_result_t r = HC_OK;
   for (int peer = 0; x->windows && peer < x->nranks; peer++)
     x->windows[peer].last_signal[0] = x->windows[peer].last_signal[1] = 0;

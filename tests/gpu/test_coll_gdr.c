@@ -66,15 +66,14 @@ struct paths {
   long long dev_copied; /* GPU copies GPU memory -> GPU memory (slots of device scratch, and the vendor's) */
 };
 static struct paths now(void) {
-  return (struct paths){
-      .direct = verbs_bytes("device", "device"),
-      .via_pinned = verbs_bytes("pinned", "pinned"),
-      .other = verbs_bytes("device", "pinned") + verbs_bytes("pinned", "device") + verbs_bytes("device", "host") +
-               verbs_bytes("host", "device"),
-      .to_pinned = cuda_copied("device", "pinned"),
-      .from_pinned = cuda_copied("pinned", "device"),
-      .dev_regs = verbs_regs("device", 0) + verbs_regs("device", 1),
-      .dev_copied = cuda_copied("device", "device")};
+  return (struct paths){.direct = verbs_bytes("device", "device"),
+                        .via_pinned = verbs_bytes("pinned", "pinned"),
+                        .other = verbs_bytes("device", "pinned") + verbs_bytes("pinned", "device") +
+                                 verbs_bytes("device", "host") + verbs_bytes("host", "device"),
+                        .to_pinned = cuda_copied("device", "pinned"),
+                        .from_pinned = cuda_copied("pinned", "device"),
+                        .dev_regs = verbs_regs("device", 0) + verbs_regs("device", 1),
+                        .dev_copied = cuda_copied("device", "device")};
 }
 /* Rank 0 reads the counters once every rank is between calls. */
 static struct paths snapshot(void) {
@@ -105,7 +104,8 @@ static void expect_paths(struct paths before, long long cross, bool small, const
             cross);
       CHECK(pinned == 0 && out == 0 && in == 0 && a.dev_copied > before.dev_copied,
             "%s: %lld bytes through pinned slots, GPU copies %lld out to pinned memory, %lld in, %lld device to "
-            "device", what, pinned, out, in, a.dev_copied - before.dev_copied);
+            "device",
+            what, pinned, out, in, a.dev_copied - before.dev_copied);
     } else if (small) { /* none of it direct, all copied out of GPU memory and back */
       CHECK(direct == 0 && (cross ? out == cross && in == cross : out > 0 && in > 0),
             "%s: %lld bytes GPU to GPU over the NIC, %lld + %lld copied", what, direct, out, in);
@@ -325,15 +325,17 @@ static void check_log(const char *path, long long direct_total) {
       writes++;
       if (!strcmp(src_mem, "device") && !strcmp(dst_mem, "device")) direct += (long long)len;
       if (strcmp(src_mem, "device") != 0 || strcmp(dst_mem, "device") != 0) {
-        if (len == 48 || len == 0) host_records++;
-        else host_other++;
+        if (len == 48 || len == 0)
+          host_records++;
+        else
+          host_other++;
       }
     }
   }
   fclose(f);
   printf("fake verbs log: %lld registrations (%lld of GPU memory, %lld through dma-buf), %lld deregistrations, "
-         "%lld RDMA writes, %lld bytes GPU to GPU, %lld records and %lld other writes touching host memory\n", regs,
-         dev_regs, dev_dmabuf, deregs, writes, direct, host_records, host_other);
+         "%lld RDMA writes, %lld bytes GPU to GPU, %lld records and %lld other writes touching host memory\n",
+         regs, dev_regs, dev_dmabuf, deregs, writes, direct, host_records, host_other);
   CHECK(direct == direct_total, "the log lists %lld bytes GPU to GPU, the counters %lld", direct, direct_total);
   CHECK(deregs == regs, "%lld registrations, %lld deregistrations", regs, deregs);
   if (expect_direct) {
@@ -375,8 +377,9 @@ int main(int argc, char **argv) {
     printf("skip: needs the fake NCCL (HETCCL_NCCL_LIBRARY), the fake libibverbs and two fake CUDA devices\n");
     return 77;
   }
-  printf("expecting GPU bytes between hosts %s\n",
-         expect_peermem ? "straight to the NIC (peer memory)" : expect_direct ? "straight to the NIC" : "staged");
+  printf("expecting GPU bytes between hosts %s\n", expect_peermem  ? "straight to the NIC (peer memory)"
+                                                   : expect_direct ? "straight to the NIC"
+                                                                   : "staged");
   tu_run_ranks(NRANKS, rank_main, NULL);
   if (log_path && verbs_bytes) check_log(log_path, verbs_bytes("device", "device"));
 

@@ -86,8 +86,7 @@ static int rank_main(int rank, int nranks, hetcclUniqueId id, void *arg) {
   const struct hc_net_handle *theirs = handles[1 - rank];
   const uint64_t deadline = hc_now_ns() + 60 * 1000000000ull;
   while (e.conn == NULL && hc_now_ns() < deadline) {
-    if (!CHECK(hc_net_ib.connect(e.ctx, 1 - rank, theirs, &e.conn) == HC_OK, "connect: %s", hc_last_error()))
-      goto out;
+    if (!CHECK(hc_net_ib.connect(e.ctx, 1 - rank, theirs, &e.conn) == HC_OK, "connect: %s", hc_last_error())) goto out;
     if (e.conn == NULL) hc_net_ib.wait_blocking(e.ctx, 10);
   }
   if (!CHECK(e.conn != NULL, "not connected within 60 s")) goto out;
@@ -108,7 +107,8 @@ static int rank_main(int rank, int nranks, hetcclUniqueId id, void *arg) {
     if (rank == 0) {
       d2h = verbs_bytes("device", "host") - d2h, h2d = verbs_bytes("host", "device") - h2d;
       printf("%zu bytes each way: %lld read by the adapter out of GPU memory into host memory, %lld written into "
-             "GPU memory from host memory\n", n, d2h, h2d);
+             "GPU memory from host memory\n",
+             n, d2h, h2d);
       CHECK(d2h == (long long)n && h2d == (long long)n,
             "%zu bytes each way: %lld from GPU to host memory, %lld from host to GPU memory over the NIC", n, d2h, h2d);
     }
