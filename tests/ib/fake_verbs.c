@@ -115,6 +115,7 @@ struct fake_qp {
   struct fake_qp *next;
   uint32_t dest_qpn;
   uint32_t max_inline;
+  uint32_t max_send_sge; /* a work request gathering more pieces is refused, as an adapter refuses it */
   uint64_t *recvs; /* posted receives' wr_ids, a FIFO */
   size_t recv_cap, recv_head, nrecv;
   struct arrival *waiting;
@@ -480,6 +481,7 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
   q->qp.state = HC_IBV_QPS_RESET;
   q->qp.qp_type = a->qp_type;
   q->max_inline = a->cap.max_inline_data;
+  q->max_send_sge = a->cap.max_send_sge;
   pthread_mutex_lock(&big);
   q->qp.qp_num = next_qpn++;
   q->next = qps;
@@ -665,6 +667,7 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
   pthread_mutex_lock(&big);
   for (; wr; wr = wr->next) {
     if ((q->qp.state != HC_IBV_QPS_RTS && q->qp.state != HC_IBV_QPS_ERR) || wr->num_sge > MAX_SGE ||
+        (uint32_t)wr->num_sge > q->max_send_sge ||
         (wr->opcode != HC_IBV_WR_RDMA_WRITE && wr->opcode != HC_IBV_WR_RDMA_WRITE_WITH_IMM)) {
       rc = EINVAL;
       *bad = wr;
