@@ -176,7 +176,7 @@ void hc_ib_mem_fini(struct hc_ib_ctx *ctx) {
 }
 
 static bool reg_still_mapped(const struct hc_ib_ctx *ctx, const struct hc_ib_reg *r) {
-  if (r->dmabuf_fd >= 0) return true; /* GPU ranges: the driver's, not pages of ours */
+  if (r->device) return true; /* GPU ranges (dma-buf or peer memory): the driver's, not pages of ours */
   return page_frame(ctx->pagemap_fd, r->start) == r->pfn_first &&
          page_frame(ctx->pagemap_fd, r->end - 1) == r->pfn_last;
 }
