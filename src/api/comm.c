@@ -151,7 +151,14 @@ static void gpu_path_of(const struct hetcclComm *comm, int peer, bool *direct, c
     snprintf(text, len, "%s window (GPU copies into shared host memory)", l->net->name);
   else if (l->caps.device_memory) {
     *direct = true;
-    snprintf(text, len, "%s (messages of up to %zu bytes staged)", l->caps.device_path, l->caps.device_min_bytes);
+    if (l->caps.device_small)
+      snprintf(text, len,
+               "%s (messages of up to %zu bytes copied by the GPU into registered device scratch, no host "
+               "copy)",
+               l->caps.device_path, l->caps.device_min_bytes);
+    else
+      snprintf(text, len, "%s (messages of up to %zu bytes staged through pinned host memory)", l->caps.device_path,
+               l->caps.device_min_bytes);
   } else if (l->caps.device_path[0])
     snprintf(text, len, "%s", l->caps.device_path);
   else
@@ -166,16 +173,17 @@ static void gpu_path_of(const struct hetcclComm *comm, int peer, bool *direct, c
 static hc_result_t gdr_choose(struct hetcclComm *comm) {
   if (comm->config.device_kind == HC_MEM_HOST || comm->nranks < 2) return HC_OK;
   HC_TRY(hc_calloc(&comm->peer_gdr, (size_t)comm->nranks, sizeof(bool), "GPU paths"));
-  char line[1024], cls[256], other[256];
+  char line[1536], cls[400], other[400];
   size_t at = 0;
   bool done[HC_MAX_LOGGED_PEERS] = {false};
-  bool any = false, direct;
+  bool any = false, direct, small_device = true;
   size_t min_bytes = 0;
   for (int i = 0; i < comm->nranks; i++) {
     if (i == comm->rank) continue;
     gpu_path_of(comm, i, &direct, cls, sizeof(cls));
     comm->peer_gdr[i] = direct;
     if (direct) min_bytes = HC_MAX(min_bytes, comm->links.peer[i].caps.device_min_bytes);
+    if (direct) small_device &= comm->links.peer[i].caps.device_small;
     any |= direct;
   }
   /* Peers of one class together: "ranks 2,3: gdr dma-buf on mlx5_0". */
@@ -200,6 +208,7 @@ static hc_result_t gdr_choose(struct hetcclComm *comm) {
   if (any) {
     comm->plan_ctx.peer_gdr = comm->peer_gdr;
     comm->plan_ctx.gdr_min_bytes = min_bytes;
+    comm->plan_ctx.gdr_small_device = small_device;
   }
   return HC_OK;
 }

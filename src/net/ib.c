@@ -395,8 +395,11 @@ static hc_result_t conn_create_qps(struct hc_ib_conn *c) {
     memset(&ia, 0, sizeof(ia));
     ia.send_cq = ia.recv_cq = c->cq;
     ia.qp_type = HC_IBV_QPT_RC;
-    ia.cap = (struct ibv_qp_cap){.max_send_wr = HC_IB_SQ_DEPTH, .max_recv_wr = HC_IB_RQ_DEPTH,
-                                 .max_send_sge = 1, .max_recv_sge = 1, .max_inline_data = 64};
+    ia.cap = (struct ibv_qp_cap){.max_send_wr = HC_IB_SQ_DEPTH,
+                                 .max_recv_wr = HC_IB_RQ_DEPTH,
+                                 .max_send_sge = 2 /* device eager */,
+                                 .max_recv_sge = 1,
+                                 .max_inline_data = 64};
     c->qps[i] = v->ibv_create_qp(ctx->pd, &ia);
     if (c->qps[i] == NULL) {
       /* Some devices inline less, or not at all: ask again without it. */
@@ -440,6 +443,7 @@ static void setup_fill(const struct hc_ib_conn *c, struct hc_ib_setup *s) {
   s->eager_rkey = c->block_mr->rkey;
   s->cts_addr = (uint64_t)(uintptr_t)c->cts_in;
   s->cts_rkey = c->block_mr->rkey;
+  s->flags = ctx->device_recv ? HC_IB_SETUP_DEVICE_RECV : 0;
 }
 
 static hc_result_t setup_check(const struct hc_ib_conn *c, const struct hc_ib_setup *s) {
@@ -554,16 +558,8 @@ static hc_result_t ib_absent(const char *why) {
   return HC_ERR_SYSTEM;
 }
 
-static hc_result_t ib_open(const struct hc_net_args *a, struct hc_net_caps *caps, struct hc_net_handle *handle,
-                           void **out) {
-  hc_result_t r;
-  struct hc_ib_ctx *ctx = NULL;
-  char why[200];
-  bool found = false;
-  *out = NULL;
-  if (a == NULL || a->nranks < 1 || a->rank < 0 || a->rank >= a->nranks)
-    return HC_FAIL(HC_ERR_ARG, "ib: open with rank %d of %d", a ? a->rank : -1, a ? a->nranks : -1);
-  HC_TRY(hc_params_load());
+/* The ib parameters (params.def) into a new ctx, each checked. */
+static hc_result_t ctx_params(struct hc_ib_ctx *ctx) {
   int64_t nqps = hc_param_int(HC_P_IB_QPS_PER_CONN), chunk = hc_param_int(HC_P_IB_CHUNK);
   int64_t eager = hc_param_int(HC_P_IB_EAGER_BYTES), slots = hc_param_int(HC_P_IB_EAGER_SLOTS);
   int64_t timeout = hc_param_int(HC_P_IB_TIMEOUT);
@@ -577,35 +573,28 @@ static hc_result_t ib_open(const struct hc_net_args *a, struct hc_net_caps *caps
     return HC_FAIL(HC_ERR_USAGE, "HETCCL_IB_EAGER_SLOTS=%lld: must be 1 to 64", (long long)slots);
   if (timeout < 1 || timeout > 31)
     return HC_FAIL(HC_ERR_USAGE, "HETCCL_IB_TIMEOUT=%lld: must be 1 to 31", (long long)timeout);
-  int gdr;
-  HC_TRY(hc_ib_gdr_parse(hc_param_str(HC_P_GDR), &gdr));
-  const struct hc_ib_verbs *v = hc_ib_verbs_load();
-  if (v == NULL) return ib_absent(verbs_why);
-  HC_TRY(hc_calloc(&ctx, 1, sizeof(*ctx), "the ib transport"));
-  ctx->pagemap_fd = -1;
-  ctx->v = v;
-  ctx->rank = a->rank;
-  ctx->nranks = a->nranks;
-  ctx->abort_flag = a->abort_flag;
-  ctx->sig_explain = a->sig_explain;
+  HC_TRY(hc_ib_gdr_parse(hc_param_str(HC_P_GDR), &ctx->gdr_mode));
   ctx->nqps = (int)nqps;
   ctx->chunk = (size_t)chunk;
   ctx->eager_bytes = (size_t)eager;
   ctx->eager_slots = (uint32_t)slots;
   ctx->ack_timeout = (int)timeout;
   ctx->fault_after = (uint64_t)HC_MAX(hc_param_int(HC_P_IB_FAULT_AFTER), 0);
-  ctx->gdr_mode = gdr;
-  ctx->device_kind = a->device_kind;
-  HC_TRY_GOTO(hc_calloc(&ctx->conns, (size_t)a->nranks, sizeof(ctx->conns[0]), "ib connections"), r, fail);
-  char gpu_bus_id[32] = "", near[200] = "";
+  return HC_OK;
+}
+
+/* The port for this rank (nearest its GPU, said in near), opened: device
+ * context, protection domain, nonblocking completion channel. */
+static hc_result_t ctx_open_device(struct hc_ib_ctx *ctx, const struct hc_net_args *a, char *near, size_t near_len) {
+  const struct hc_ib_verbs *v = ctx->v;
+  char gpu_bus_id[32] = "", why[200];
+  bool found = false;
   gpu_pci_bus_id(a, gpu_bus_id, sizeof(gpu_bus_id));
-  HC_TRY_GOTO(hc_ib_find_device(v, gpu_bus_id, a->device_id, &ctx->dev, &found, why, sizeof(why), near, sizeof(near)),
-              r, fail);
+  HC_TRY(hc_ib_find_device(v, gpu_bus_id, a->device_id, &ctx->dev, &found, why, sizeof(why), near, near_len));
   if (!found) {
     char text[260];
     snprintf(text, sizeof(text), "no usable RDMA port: %s", why);
-    r = ib_absent(text);
-    goto fail;
+    return ib_absent(text);
   }
   /* The device is opened again by name: find_device closed what it probed. */
   int n = 0;
@@ -613,38 +602,65 @@ static hc_result_t ib_open(const struct hc_net_args *a, struct hc_net_caps *caps
   for (int i = 0; list != NULL && i < n && ctx->context == NULL; i++)
     if (strcmp(v->ibv_get_device_name(list[i]), ctx->dev.name) == 0) ctx->context = v->ibv_open_device(list[i]);
   if (list) v->ibv_free_device_list(list);
-  if (ctx->context == NULL) {
-    r = HC_FAIL(HC_ERR_SYSTEM, "ib: cannot open %s: %s", ctx->dev.name, strerror(errno));
-    goto fail;
-  }
+  if (ctx->context == NULL) return HC_FAIL(HC_ERR_SYSTEM, "ib: cannot open %s: %s", ctx->dev.name, strerror(errno));
   ctx->pd = v->ibv_alloc_pd(ctx->context);
-  if (ctx->pd == NULL) {
-    r = HC_FAIL(HC_ERR_SYSTEM, "ib: %s: cannot allocate a protection domain: %s", ctx->dev.name, strerror(errno));
-    goto fail;
-  }
+  if (ctx->pd == NULL)
+    return HC_FAIL(HC_ERR_SYSTEM, "ib: %s: cannot allocate a protection domain: %s", ctx->dev.name, strerror(errno));
   ctx->channel = v->ibv_create_comp_channel(ctx->context);
-  if (ctx->channel == NULL || fcntl(ctx->channel->fd, F_SETFL, fcntl(ctx->channel->fd, F_GETFL) | O_NONBLOCK) != 0) {
-    r = HC_FAIL(HC_ERR_SYSTEM, "ib: %s: cannot create a nonblocking completion channel: %s", ctx->dev.name,
-                strerror(errno));
+  if (ctx->channel == NULL || fcntl(ctx->channel->fd, F_SETFL, fcntl(ctx->channel->fd, F_GETFL) | O_NONBLOCK) != 0)
+    return HC_FAIL(HC_ERR_SYSTEM, "ib: %s: cannot create a nonblocking completion channel: %s", ctx->dev.name,
+                   strerror(errno));
+  return HC_OK;
+}
+
+/* What the comm may hand this transport: GPU memory straight to the
+ * adapter where a registration of it works (a forced HETCCL_GDR that
+ * does not work fails the open). Messages of at most eager_bytes of GPU
+ * memory go too (ib_priv.h: device receiver, device eager), from and into
+ * memory that stays registered: the plans copy them on the GPU into their
+ * device scratch, rather than have each small user buffer registered. */
+static hc_result_t ctx_gdr_caps(struct hc_ib_ctx *ctx, const struct hc_net_args *a, struct hc_net_caps *caps) {
+  *caps = (struct hc_net_caps){.device_min_bytes = ctx->eager_bytes};
+  bool forced = !ctx->gdr_auto && ctx->gdr_mode != HC_IB_GDR_STAGE;
+  caps->device_memory = hc_ib_gdr_probe_reg(ctx, a->device_id, caps->device_path, sizeof(caps->device_path));
+  if (forced && !caps->device_memory)
+    return HC_FAIL(HC_ERR_USAGE, "ib: HETCCL_GDR=%s, but %s", hc_param_str(HC_P_GDR), caps->device_path);
+  caps->device_small = caps->device_memory;
+  ctx->device_recv = caps->device_memory;
+  return HC_OK;
+}
+
+static hc_result_t ib_open(const struct hc_net_args *a, struct hc_net_caps *caps, struct hc_net_handle *handle,
+                           void **out) {
+  hc_result_t r;
+  struct hc_ib_ctx *ctx = NULL;
+  char near[200] = "";
+  *out = NULL;
+  if (a == NULL || a->nranks < 1 || a->rank < 0 || a->rank >= a->nranks)
+    return HC_FAIL(HC_ERR_ARG, "ib: open with rank %d of %d", a ? a->rank : -1, a ? a->nranks : -1);
+  HC_TRY(hc_params_load());
+  const struct hc_ib_verbs *v = hc_ib_verbs_load();
+  HC_TRY(hc_calloc(&ctx, 1, sizeof(*ctx), "the ib transport"));
+  ctx->pagemap_fd = -1;
+  ctx->v = v;
+  ctx->rank = a->rank;
+  ctx->nranks = a->nranks;
+  ctx->abort_flag = a->abort_flag;
+  ctx->sig_explain = a->sig_explain;
+  ctx->device_kind = a->device_kind;
+  HC_TRY_GOTO(ctx_params(ctx), r, fail);
+  if (v == NULL) {
+    r = ib_absent(verbs_why);
     goto fail;
   }
+  HC_TRY_GOTO(hc_calloc(&ctx->conns, (size_t)a->nranks, sizeof(ctx->conns[0]), "ib connections"), r, fail);
+  HC_TRY_GOTO(ctx_open_device(ctx, a, near, sizeof(near)), r, fail);
   HC_TRY_GOTO(hc_ib_mem_init(ctx), r, fail);
   struct hc_net_args sa = *a;
   sa.window_bytes = 0;
   sa.socket_nstreams = 1;
   HC_TRY_GOTO(hc_net_socket.open(&sa, NULL, handle, &ctx->sock_ctx), r, fail);
-  if (caps) {
-    /* GPU memory straight to the adapter where a registration works; an
-     * eager message (up to eager_bytes) is copied by the CPU, so smaller
-     * ones stay host memory (the plans stage them). */
-    *caps = (struct hc_net_caps){.device_min_bytes = ctx->eager_bytes};
-    bool forced = !ctx->gdr_auto && ctx->gdr_mode != HC_IB_GDR_STAGE;
-    caps->device_memory = hc_ib_gdr_probe_reg(ctx, a->device_id, caps->device_path, sizeof(caps->device_path));
-    if (forced && !caps->device_memory) {
-      r = HC_FAIL(HC_ERR_USAGE, "ib: HETCCL_GDR=%s, but %s", hc_param_str(HC_P_GDR), caps->device_path);
-      goto fail;
-    }
-  }
+  if (caps) HC_TRY_GOTO(ctx_gdr_caps(ctx, a, caps), r, fail);
   HC_INFO(HC_NET, "ib: rank %d on %s:%d (%s, %s %d, MTU %d; %s), %d queue pairs per peer, chunk %zu, eager %zu x %u",
           ctx->rank, ctx->dev.name, ctx->dev.port, link_layer_name(ctx->dev.link_layer),
           ctx->dev.link_layer == HC_IBV_LINK_LAYER_ETHERNET ? "GID index" : "LID",

@@ -21,6 +21,7 @@
  * mode is chosen once per ctx, from what the host has, and logged at INFO.
  */
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
@@ -59,7 +60,10 @@ static uint64_t page_frame(int fd, uintptr_t addr) {
 /* Whether the peer-memory route is there: the kernel module that lets an
  * RDMA driver pin GPU pages for ibv_reg_mr. */
 static bool peermem_loaded(void) {
-  return access("/sys/module/nvidia_peermem", F_OK) == 0 || access("/sys/module/nv_peer_mem", F_OK) == 0;
+  char a[PATH_MAX], b[PATH_MAX];
+  snprintf(a, sizeof(a), "%s/module/nvidia_peermem", hc_net_sysfs_root());
+  snprintf(b, sizeof(b), "%s/module/nv_peer_mem", hc_net_sysfs_root());
+  return access(a, F_OK) == 0 || access(b, F_OK) == 0;
 }
 
 /* The GPU path this host supports, HETCCL_GDR deciding among them. */
@@ -172,7 +176,7 @@ void hc_ib_mem_fini(struct hc_ib_ctx *ctx) {
 }
 
 static bool reg_still_mapped(const struct hc_ib_ctx *ctx, const struct hc_ib_reg *r) {
-  if (r->dmabuf_fd >= 0) return true; /* GPU ranges: the driver's, not pages of ours */
+  if (r->device) return true; /* GPU ranges (dma-buf or peer memory): the driver's, not pages of ours */
   return page_frame(ctx->pagemap_fd, r->start) == r->pfn_first &&
          page_frame(ctx->pagemap_fd, r->end - 1) == r->pfn_last;
 }
@@ -294,6 +298,7 @@ hc_result_t hc_ib_reg_get(struct hc_ib_ctx *ctx, void *buf, size_t n, bool need_
   r->writable = true;
   hc_result_t res = HC_OK;
   if (info.kind != HC_MEM_HOST) {
+    r->device = true;
     res = reg_device(ctx, &info, buf, r);
   } else {
     r->mr = ctx->v->ibv_reg_mr(ctx->pd, (void *)start, end - start,

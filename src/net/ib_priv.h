@@ -29,6 +29,23 @@
  *             shorter), each with an immediate naming the seq; chunks go
  *             round-robin over the pair's queue pairs, and the receive is
  *             complete when all of them have arrived.
+ *   device receiver  a rank whose comm reaches its GPU memory (a GPU
+ *             registration worked at open) says so in its setup record
+ *             (HC_IB_SETUP_DEVICE_RECV). Its eager ring is host memory,
+ *             which a CPU cannot copy into GPU memory; so a sender waits
+ *             for the cts of every message to it, small ones too. The cts
+ *             of a small receive into GPU memory carries the buffer's
+ *             address and key, and the message goes straight into it as one
+ *             chunk; a cts without an address (a receive into host memory)
+ *             lets it go eager. Like NCCL's ib transport (which has no
+ *             eager protocol at all), the receiver drives: its cts goes out
+ *             when the receive is posted, usually before the send.
+ *   device eager  an eager message from GPU memory is one write of two
+ *             pieces (the signature from the registered block, the payload
+ *             from the buffer's own registration), never inline: no CPU
+ *             reads GPU memory. The plans hand such small GPU messages in
+ *             registered device scratch that the GPU copied them into
+ *             (plan/stage.c), so their registration is cached.
  *
  * Every notification is an RDMA WRITE WITH IMMEDIATE; the immediate (32
  * bits, network order on the wire) is type (2 bits) then:
@@ -76,8 +93,11 @@ struct hc_ib_setup {
   uint32_t eager_rkey;
   uint64_t cts_addr;
   uint32_t cts_rkey;
-  uint64_t credit_addr; /* unused today (credits travel as immediates) */
+  uint32_t flags; /* HC_IB_SETUP_* */
 };
+/* The sender of this record receives small messages into GPU memory: wait
+ * for its cts before any message (see "device receiver" above). */
+#define HC_IB_SETUP_DEVICE_RECV 1u
 #define HC_IB_SETUP_BYTES 136
 /* What a rank sends over control when it gives up on the pair, so that its
  * peer fails with the same reason instead of a bare "connection closed". */
@@ -98,6 +118,7 @@ struct hc_ib_reg {
   bool writable;      /* local and remote write access (else read-only pages: sends only) */
   uint64_t pfn_first, pfn_last; /* page frames at registration, to notice reuse */
   int dmabuf_fd;      /* GPU memory registered through dma-buf, else -1 */
+  bool device;        /* GPU memory (dma-buf or peer memory) */
 };
 
 struct hc_ib_req;
@@ -166,6 +187,8 @@ struct hc_ib_req {
   size_t n;
   struct hc_net_sig sig;
   bool is_send, complete;
+  bool device;   /* buf is GPU memory (asked only where the ctx reaches it) */
+  bool cts_seen; /* send: the cts was taken (a small message to a device receiver) */
   uint64_t seq;
   struct hc_ib_reg *reg;  /* large messages: the buffer's registration */
   /* send: chunks posted and completions awaited; recv: chunks arrived */
@@ -205,6 +228,7 @@ struct hc_ib_ctx {
   int gdr_mode;              /* enum hc_ib_gdr, resolved */
   bool gdr_auto;             /* HETCCL_GDR=AUTO: a refused dma-buf registration falls back */
   int device_kind;           /* hc_net_args.device_kind: host comms never query pointers */
+  bool device_recv;          /* a GPU registration worked at open: HC_IB_SETUP_DEVICE_RECV */
 };
 
 /* ---- ib.c ---- */

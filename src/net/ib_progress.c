@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../device/device.h"
 #include "ib_priv.h"
 
 #define HC_IB_POLL_BATCH 32
@@ -39,18 +40,21 @@ static void maybe_inject_fault(struct hc_ib_conn *c) {
 
 static bool sq_has_room(const struct hc_ib_conn *c, int qp) { return c->sq_used[qp] < HC_IB_SQ_DEPTH; }
 
-/* One signaled RDMA WRITE WITH IMMEDIATE of len bytes at local (registered
- * with lkey, or copied inline when small enough). */
-static hc_result_t post_write(struct hc_ib_conn *c, int qp, uint64_t wr_id, const void *local, uint32_t lkey,
-                              size_t len, uint64_t remote, uint32_t rkey, uint32_t imm) {
-  struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)local, .length = (uint32_t)len, .lkey = lkey};
+/* One signaled RDMA WRITE WITH IMMEDIATE gathering sg[0..nsge) (each
+ * registered with its lkey). Copied inline when small enough, unless
+ * may_inline is false: an inline write is read by the CPU at post time,
+ * which must never be GPU memory. */
+static hc_result_t post_write_sg(struct hc_ib_conn *c, int qp, uint64_t wr_id, struct ibv_sge *sg, int nsge,
+                                 bool may_inline, uint64_t remote, uint32_t rkey, uint32_t imm) {
+  size_t len = 0;
+  for (int i = 0; i < nsge; i++) len += sg[i].length;
   struct ibv_send_wr wr, *bad = NULL;
   memset(&wr, 0, sizeof(wr));
   wr.wr_id = wr_id;
-  wr.sg_list = len > 0 ? &sge : NULL;
-  wr.num_sge = len > 0 ? 1 : 0;
+  wr.sg_list = len > 0 ? sg : NULL;
+  wr.num_sge = len > 0 ? nsge : 0;
   wr.opcode = HC_IBV_WR_RDMA_WRITE_WITH_IMM;
-  wr.send_flags = HC_IBV_SEND_SIGNALED | (len > 0 && len <= c->max_inline ? HC_IBV_SEND_INLINE : 0);
+  wr.send_flags = HC_IBV_SEND_SIGNALED | (may_inline && len > 0 && len <= c->max_inline ? HC_IBV_SEND_INLINE : 0);
   wr.imm_data = htonl(imm);
   wr.wr.rdma.remote_addr = remote;
   wr.wr.rdma.rkey = rkey;
@@ -60,6 +64,13 @@ static hc_result_t post_write(struct hc_ib_conn *c, int qp, uint64_t wr_id, cons
   c->writes_posted++;
   maybe_inject_fault(c);
   return HC_OK;
+}
+
+/* One write of len bytes of host memory at local (registered with lkey). */
+static hc_result_t post_write(struct hc_ib_conn *c, int qp, uint64_t wr_id, const void *local, uint32_t lkey,
+                              size_t len, uint64_t remote, uint32_t rkey, uint32_t imm) {
+  struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)local, .length = (uint32_t)len, .lkey = lkey};
+  return post_write_sg(c, qp, wr_id, &sge, 1, true, remote, rkey, imm);
 }
 
 hc_result_t hc_ib_post_recvs(struct hc_ib_conn *c, int qp, uint32_t n) {
@@ -221,6 +232,9 @@ static hc_result_t take_eager(struct hc_ib_conn *c, bool *moved) {
     struct hc_net_sig sig = sig_get(in);
     if (!hc_net_sig_equal(&sig, &q->sig)) return sig_mismatch(c, &q->sig, &sig, false);
     if (q->n != size) return mismatch(c, size, q->n, false);
+    if (q->device) /* its cts gave the address: the sender had to write there */
+      return HC_FAIL(HC_ERR_REMOTE, "ib: rank %d sent message %u to rank %d's GPU memory through the eager ring",
+                     c->peer, seq_bits, c->ctx->rank);
     if (size > 0) memcpy(q->buf, in + HC_IB_SIG_BYTES, size);
     c->eager_taken++;
     req_complete(c, q);
@@ -264,7 +278,10 @@ static hc_result_t send_cts(struct hc_ib_conn *c, bool *moved) {
     if (!sq_has_room(c, 0)) return HC_OK;
     uint64_t addr = 0;
     uint32_t rkey = 0;
-    if (q->n > ctx->eager_bytes) {
+    /* A small receive into GPU memory is written straight into it too:
+     * the CPU cannot copy it out of the eager ring (a device receiver's
+     * senders wait for this record). */
+    if (q->n > ctx->eager_bytes || q->device) {
       if (q->reg == NULL) HC_TRY(hc_ib_reg_get(ctx, q->buf, q->n, true, &q->reg));
       addr = (uint64_t)(uintptr_t)q->buf;
       rkey = q->reg->mr->rkey;
@@ -297,35 +314,55 @@ static hc_result_t send_eager(struct hc_ib_conn *c, struct hc_ib_req *q, bool *p
    * when they fit: the adapter copies at post time). */
   uint8_t *out = c->eager_out + (size_t)slot * stride;
   sig_put(out, &q->sig);
-  if (q->n > 0) memcpy(out + HC_IB_SIG_BYTES, q->buf, q->n);
+  struct ibv_sge sg[2] = {{.addr = (uint64_t)(uintptr_t)out, .length = HC_IB_SIG_BYTES, .lkey = c->block_mr->lkey}};
+  if (q->device) { /* the payload from its registration: no CPU touches GPU memory */
+    if (q->reg == NULL) HC_TRY(hc_ib_reg_get(c->ctx, q->buf, q->n, false, &q->reg));
+    sg[1] = (struct ibv_sge){.addr = (uint64_t)(uintptr_t)q->buf, .length = (uint32_t)q->n, .lkey = q->reg->mr->lkey};
+  } else if (q->n > 0) {
+    memcpy(out + HC_IB_SIG_BYTES, q->buf, q->n);
+    sg[0].length += (uint32_t)q->n;
+  }
   q->chunks = 1;
-  HC_TRY(post_write(c, 0, (uint64_t)(uintptr_t)q | HC_IB_REQ_TAG, out, c->block_mr->lkey, HC_IB_SIG_BYTES + q->n,
-                    c->remote.eager_addr + (uint64_t)slot * stride, c->remote.eager_rkey,
-                    hc_ib_imm_eager(q->seq, q->n)));
+  HC_TRY(post_write_sg(c, 0, (uint64_t)(uintptr_t)q | HC_IB_REQ_TAG, sg, q->device ? 2 : 1, !q->device,
+                       c->remote.eager_addr + (uint64_t)slot * stride, c->remote.eager_rkey,
+                       hc_ib_imm_eager(q->seq, q->n)));
   q->chunks_posted = 1;
   c->eager_sent++;
   *posted = true;
   return HC_OK;
 }
 
-/* Posts what it can of a large message; *all_posted once every chunk is. */
+/* The receiver's cts for q, checked against it: *have once it is there,
+ * with its buffer in q->remote_addr and q->rkey (address 0: a small
+ * receive into host memory, which takes the eager ring). */
+static hc_result_t cts_take(struct hc_ib_conn *c, struct hc_ib_req *q, bool *have) {
+  uint32_t slot = (uint32_t)(q->seq % HC_IB_CTS_SLOTS);
+  *have = false;
+  if (c->cts_have[slot] != ((uint32_t)q->seq & HC_IB_SEQ30) + 1) return HC_OK;
+  const uint8_t *rec = c->cts_in + (size_t)slot * HC_IB_CTS_BYTES;
+  uint64_t addr = get_le64(rec), size = get_le64(rec + 8), rkey = get_le64(rec + 16), seq = get_le64(rec + 24);
+  if (seq != q->seq)
+    return HC_FAIL(HC_ERR_INTERNAL, "ib: cts slot %u from rank %d names message %llu, expected %llu", slot, c->peer,
+                   (unsigned long long)seq, (unsigned long long)q->seq);
+  struct hc_net_sig want = sig_get(rec + 32);
+  if (!hc_net_sig_equal(&want, &q->sig)) return sig_mismatch(c, &q->sig, &want, true);
+  if (size != q->n) return mismatch(c, q->n, size, true);
+  q->remote_addr = addr;
+  q->rkey = (uint32_t)rkey;
+  *have = true;
+  return HC_OK;
+}
+
+/* Posts what it can of a message that goes into the receiver's own buffer
+ * (a large one, or a small one to a device receiver that gave its
+ * address); *all_posted once every chunk is. */
 static hc_result_t send_chunks(struct hc_ib_conn *c, struct hc_ib_req *q, bool *all_posted) {
   struct hc_ib_ctx *ctx = c->ctx;
   *all_posted = false;
-  if (q->chunks == 0) { /* first visit: wait for the receiver's cts */
-    uint32_t slot = (uint32_t)(q->seq % HC_IB_CTS_SLOTS);
-    if (c->cts_have[slot] != ((uint32_t)q->seq & HC_IB_SEQ30) + 1) return HC_OK;
-    const uint8_t *rec = c->cts_in + (size_t)slot * HC_IB_CTS_BYTES;
-    uint64_t addr = get_le64(rec), size = get_le64(rec + 8), rkey = get_le64(rec + 16), seq = get_le64(rec + 24);
-    if (seq != q->seq)
-      return HC_FAIL(HC_ERR_INTERNAL, "ib: cts slot %u from rank %d names message %llu, expected %llu", slot,
-                     c->peer, (unsigned long long)seq, (unsigned long long)q->seq);
-    struct hc_net_sig want = sig_get(rec + 32);
-    if (!hc_net_sig_equal(&want, &q->sig)) return sig_mismatch(c, &q->sig, &want, true);
-    if (size != q->n) return mismatch(c, q->n, size, true);
-    HC_TRY(hc_ib_reg_get(ctx, q->buf, q->n, false, &q->reg));
-    q->remote_addr = addr;
-    q->rkey = (uint32_t)rkey;
+  if (q->chunks == 0) { /* first visit: the buffer registered for reading */
+    if (!q->cts_seen) HC_TRY(cts_take(c, q, &q->cts_seen));
+    if (!q->cts_seen) return HC_OK;
+    if (q->reg == NULL) HC_TRY(hc_ib_reg_get(ctx, q->buf, q->n, false, &q->reg));
     q->chunks = HC_MAX(HC_DIV_UP(q->n, ctx->chunk), (size_t)1);
   }
   while (q->chunks_posted < q->chunks) {
@@ -340,13 +377,26 @@ static hc_result_t send_chunks(struct hc_ib_conn *c, struct hc_ib_req *q, bool *
   return HC_OK;
 }
 
+/* Posts what it can of q by its protocol: eager for a small message
+ * (after the cts where the peer is a device receiver: a cts with an
+ * address takes it as one chunk), chunks after the cts for a large one. */
+static hc_result_t send_one(struct hc_ib_conn *c, struct hc_ib_req *q, bool *done) {
+  if (q->n > c->ctx->eager_bytes) return send_chunks(c, q, done);
+  if ((c->remote.flags & HC_IB_SETUP_DEVICE_RECV) && q->chunks == 0 && !q->cts_seen) {
+    *done = false;
+    HC_TRY(cts_take(c, q, &q->cts_seen));
+    if (!q->cts_seen) return HC_OK;
+  }
+  if (q->cts_seen && q->remote_addr != 0) return send_chunks(c, q, done);
+  return send_eager(c, q, done);
+}
+
 static hc_result_t send_progress(struct hc_ib_conn *c, bool *moved) {
   while (c->send_cur != NULL) {
     struct hc_ib_req *q = c->send_cur;
     bool done = false;
     size_t before = q->chunks_posted;
-    if (q->n <= c->ctx->eager_bytes) HC_TRY(send_eager(c, q, &done));
-    else HC_TRY(send_chunks(c, q, &done));
+    HC_TRY(send_one(c, q, &done));
     if (q->chunks_posted != before) *moved = true;
     if (!done) return HC_OK;
     c->send_cur = q->next;
@@ -416,6 +466,17 @@ static hc_result_t post(struct hc_ib_conn *c, void *buf, size_t n, const struct 
   q->n = n;
   if (sig != NULL) q->sig = *sig;
   q->is_send = is_send;
+  /* A small message of GPU memory never passes through the CPU (the
+   * "device receiver" and "device eager" of ib_priv.h). */
+  if (c->ctx->device_recv && n > 0 && n <= c->ctx->eager_bytes) {
+    struct hc_ptr_info info = {.kind = HC_MEM_HOST};
+    hc_result_t r = hc_dev_ptr_query(buf, &info);
+    if (r != HC_OK) {
+      free(q);
+      return r;
+    }
+    q->device = info.kind != HC_MEM_HOST;
+  }
   struct hc_ib_queue *fifo = is_send ? &c->sendq : &c->recvq;
   if (is_send) {
     q->seq = c->send_posted++;

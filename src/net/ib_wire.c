@@ -47,8 +47,9 @@ void hc_ib_setup_encode(const struct hc_ib_setup *s, uint8_t out[HC_IB_SETUP_BYT
   put32(&p, s->eager_rkey);
   put64(&p, s->cts_addr);
   put32(&p, s->cts_rkey);
+  put32(&p, s->flags);
 }
-_Static_assert(4 * 6 + 8 + 4 * 3 + 16 + 4 * HC_IB_MAX_QPS + 8 + 4 + 8 + 4 <= HC_IB_SETUP_BYTES, "setup record");
+_Static_assert(4 * 6 + 8 + 4 * 3 + 16 + 4 * HC_IB_MAX_QPS + 8 + 4 + 8 + 4 + 4 <= HC_IB_SETUP_BYTES, "setup record");
 
 bool hc_ib_setup_parse(const uint8_t *buf, size_t n, struct hc_ib_setup *s) {
   memset(s, 0, sizeof(*s));
@@ -71,6 +72,7 @@ bool hc_ib_setup_parse(const uint8_t *buf, size_t n, struct hc_ib_setup *s) {
   s->eager_rkey = get32(&p);
   s->cts_addr = get64(&p);
   s->cts_rkey = get32(&p);
+  s->flags = get32(&p);
   return s->magic == HC_IB_MAGIC && s->nqps >= 1 && s->nqps <= HC_IB_MAX_QPS && s->eager_slots >= 1 &&
          s->eager_slots <= 64 && s->eager_bytes <= HC_IB_MAX_EAGER && s->cts_slots == HC_IB_CTS_SLOTS &&
          s->chunk >= 4096 && s->mtu >= HC_IBV_MTU_256 && s->mtu <= HC_IBV_MTU_4096;

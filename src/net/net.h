@@ -124,6 +124,12 @@ struct hc_net_caps {
    * tried at open and worked. */
   bool device_memory;
   size_t device_min_bytes;
+  /* Messages of at most device_min_bytes may be GPU memory too, where it
+   * stays registered (a plan's device scratch: the transport registers
+   * each buffer it meets, which costs more than a small copy): the plans
+   * copy them there on the GPU instead of staging them through host
+   * memory. Only with device_memory. */
+  bool device_small;
   /* How GPU memory goes ("dma-buf on mlx5_0") or why it is staged, for
    * the comm's INFO line; "" where the transport has nothing to say. */
   char device_path[200];
@@ -204,6 +210,9 @@ int hc_topo_nearest(const struct hc_topo_node *gpu, const struct hc_topo_node *n
  * drivers spell it), or of an RDMA device by name, read from sysfs
  * (HETCCL_SYSFS_ROOT, a test's fake tree, or /sys). */
 hc_result_t hc_topo_pci_node(const char *bus_id, struct hc_topo_node *out);
+/* Where sysfs is read: HETCCL_SYSFS_ROOT (a test's fake tree), else /sys
+ * (the PCI tree here, loaded kernel modules in net/ib_mem.c). */
+const char *hc_net_sysfs_root(void);
 hc_result_t hc_topo_ib_node(const char *name, struct hc_topo_node *out);
 
 /* Ranks of one host (same pid namespace and /dev/shm); see net/shm.c. */

@@ -22,7 +22,7 @@
 
 #include "net.h"
 
-static const char *sysfs_root(void) {
+const char *hc_net_sysfs_root(void) {
   const char *r = hc_param_str(HC_P_SYSFS_ROOT);
   return r && r[0] ? r : "/sys";
 }
@@ -31,8 +31,8 @@ static const char *sysfs_root(void) {
 static hc_result_t node_of(const char *link, struct hc_topo_node *out) {
   char root[PATH_MAX], full[PATH_MAX], target[PATH_MAX];
   *out = (struct hc_topo_node){.numa = -1};
-  snprintf(full, sizeof(full), "%s/%s", sysfs_root(), link);
-  if (realpath(sysfs_root(), root) == NULL || realpath(full, target) == NULL)
+  snprintf(full, sizeof(full), "%s/%s", hc_net_sysfs_root(), link);
+  if (realpath(hc_net_sysfs_root(), root) == NULL || realpath(full, target) == NULL)
     return HC_FAIL(HC_ERR_SYSTEM, "topology: %s: %s", full, strerror(errno));
   char devices[PATH_MAX + 16];
   snprintf(devices, sizeof(devices), "%s/devices/", root);

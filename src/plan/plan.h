@@ -175,11 +175,14 @@ struct hc_plan_ctx {
   /* GPU plans: per peer, or NULL for none: the transport reaches this
    * rank's GPU memory directly (net.h, hc_net_caps.device_memory), so
    * staging leaves a transfer of device memory with that peer as it is,
-   * except pieces of at most gdr_min_bytes (the transport copies those
-   * with the CPU), which are staged. api/comm.c decides, from local facts:
+   * except pieces of at most gdr_min_bytes, which the transport wants in
+   * memory that stays registered: the GPU copies them through slots of
+   * device scratch when gdr_small_device (net.h, hc_net_caps.device_small),
+   * else through pinned host slots. api/comm.c decides, from local facts:
    * a staged and a direct piece are the same bytes on the wire. */
   const bool *peer_gdr;
   size_t gdr_min_bytes;
+  bool gdr_small_device;
 };
 
 /* A peer's window (net.h, hc_net_window) as staging uses it: a transfer
@@ -252,7 +255,9 @@ const struct hc_algo_desc *hc_algo_choose(const struct hc_plan_ctx *x, const str
  * memory whose transport cannot reach device memory (ctx->peer_gdr) into
  * transfers of pinned host slots (copy device -> slot, then send; receive,
  * then copy slot -> device), with separate slot rings for sends and
- * receives; host scratch is pinned already and is sent as it is. */
+ * receives; host scratch is pinned already and is sent as it is. Small
+ * pieces with a peer the transport reaches device memory for go the same
+ * way through slots of device scratch (ctx->gdr_small_device). */
 hc_result_t hc_plan_stage(struct hc_plan *plan, const struct hc_plan_ctx *ctx, bool device_memory);
 
 #endif

@@ -25,11 +25,15 @@
  * device memory stay sends and receives of the device buffer itself, cut
  * the same way, with no copy: the adapter reads the GPU's memory, and
  * writes a receive into it (a reduction slot in device scratch, which the
- * GPU then reduces from where it landed). Only a piece of at most
- * gdr_min_bytes is staged: the transport copies such a message with the
- * CPU (ib's eager path), which cannot read GPU memory. The GPU copy into
- * registered device memory that would keep small messages off the host
- * is not built; staging them costs one copy each way, on the GPU.
+ * GPU then reduces from where it landed). A piece of at most gdr_min_bytes
+ * goes through a slot instead, as staging does, but a slot of device
+ * scratch when gdr_small_device: the GPU copies device to device into it
+ * and the adapter reads it (a send), or the adapter writes it and the GPU
+ * copies it out (a receive); no byte touches host memory. A slot rather
+ * than the buffer itself, since the transport registers what it is given
+ * and the plans' scratch stays registered (ib's cache) where a small user
+ * buffer would be registered for a few bytes. Without gdr_small_device the
+ * slot is pinned host memory (one GPU copy each way).
  *
  * With a peer that has a window (plan.h, hc_plan_window), no transport is
  * involved. Piece k of a send: wait until the receiver has freed piece
@@ -122,6 +126,14 @@ static bool piece_staged(const struct hc_plan_ctx *x, int peer, size_t len) {
   return x->peer_gdr == NULL || !x->peer_gdr[peer] || len <= x->gdr_min_bytes;
 }
 
+/* The slots a staged piece of device memory with peer goes through: 1,
+ * device scratch, where the transport reaches this rank's device memory
+ * at every size from memory that stays registered; else 0, pinned host
+ * memory. */
+static int slot_memory(const struct hc_plan_ctx *x, int peer) {
+  return x->gdr_small_device && x->peer_gdr != NULL && x->peer_gdr[peer];
+}
+
 /* Whether some piece of a transfer of count bytes with peer is staged
  * (want_staged) or direct (!want_staged): only the first and the last
  * piece can differ in length. */
@@ -162,7 +174,9 @@ struct stage {
   bool device_memory; /* the plan's buffers outside its host scratch are device memory */
   size_t piece_max;
   hc_ref_t *pieces;         /* one transfer's pieces */
-  struct slot_ring ring[2]; /* [0] sends, [1] receives */
+  /* [memory][direction]: memory 0 pinned host slots, 1 device scratch
+   * slots (slot_memory); direction 0 sends, 1 receives. */
+  struct slot_ring ring[2][2];
   /* A direct piece reads or writes GPU memory that the caller's stream
    * wrote or will read, with no copy on a lane to order it: it waits for
    * the stream to reach the call (the entry gate, first on the main lane),
@@ -176,7 +190,7 @@ struct stage {
 /* What a plan's transfers ask of staging. */
 struct stage_needs {
   bool any;    /* some transfer is cut into pieces */
-  bool rings;  /* some piece of device memory is staged */
+  bool rings[2]; /* some piece of device memory goes through that memory's slots */
   bool direct; /* some piece of device memory goes straight to the transport */
   size_t max_pieces;
 };
@@ -199,7 +213,7 @@ static struct stage_needs survey(const struct stage *st, const struct hc_step *s
       continue;
     }
     const bool dev = moves_device_memory(st, s) && s->count > 0;
-    need.rings |= dev && some_piece(st->x, s->peer, s->count, st->piece_max, true);
+    if (dev && some_piece(st->x, s->peer, s->count, st->piece_max, true)) need.rings[slot_memory(st->x, s->peer)] = true;
     need.direct |= dev && some_piece(st->x, s->peer, s->count, st->piece_max, false);
     if (dev || s->count > st->piece_max) {
       need.any = true;
@@ -209,25 +223,28 @@ static struct stage_needs survey(const struct stage *st, const struct hc_step *s
   return need;
 }
 
-/* The pieces' list and, where some piece is staged, the two slot rings in
- * the plan's pinned host scratch. */
+/* The pieces' list and, for each memory some staged piece goes through,
+ * its two slot rings (pinned host scratch, or device scratch). */
 static hc_result_t stage_alloc(struct stage *st, const struct stage_needs *need, int nold) {
   const int nslots = HC_MAX(st->x->scratch_slots, 2);
+  const size_t bytes = st->piece_max * (size_t)nslots;
   bool ok = (st->pieces = calloc(need->max_pieces, sizeof(hc_ref_t))) != NULL;
-  for (int d = 0; d < 2 && need->rings; d++) {
-    st->ring[d] = (struct slot_ring){.bytes = st->piece_max, .count = nslots};
-    st->ring[d].base = hc_plan_host_scratch(st->p, st->piece_max * (size_t)nslots);
-    st->ring[d].last_user = calloc((size_t)nslots, sizeof(hc_ref_t));
-    ok = ok && st->ring[d].base != NULL && st->ring[d].last_user != NULL;
-  }
+  for (int m = 0; m < 2; m++)
+    for (int d = 0; d < 2 && need->rings[m]; d++) {
+      struct slot_ring *rg = &st->ring[m][d];
+      *rg = (struct slot_ring){.bytes = st->piece_max, .count = nslots};
+      rg->base = m ? hc_plan_scratch(st->p, bytes) : hc_plan_host_scratch(st->p, bytes);
+      rg->last_user = calloc((size_t)nslots, sizeof(hc_ref_t));
+      ok = ok && rg->base != NULL && rg->last_user != NULL;
+    }
   return ok ? HC_OK : HC_FAIL(HC_ERR_SYSTEM, "plan: out of memory staging %d steps", nold);
 }
 
 static void stage_free(struct stage *st) {
   free(st->pieces);
   free(st->direct_refs);
-  free(st->ring[0].last_user);
-  free(st->ring[1].last_user);
+  for (int m = 0; m < 2; m++)
+    for (int d = 0; d < 2; d++) free(st->ring[m][d].last_user);
 }
 
 /* Remembers a direct piece for the exit gate. */
@@ -256,7 +273,7 @@ static hc_ref_t push_piece_in_place(struct stage *st, const struct hc_step *s, s
  * the receive into the slot and a copy out. */
 static hc_ref_t push_staged_piece(struct stage *st, const struct hc_step *s, size_t off, size_t len) {
   const bool send = s->kind == HC_STEP_SEND;
-  struct slot_ring *rg = &st->ring[!send];
+  struct slot_ring *rg = &st->ring[slot_memory(st->x, s->peer)][!send];
   const int si = rg->next;
   rg->next = (rg->next + 1) % rg->count;
   char *slot = rg->base + (size_t)si * rg->bytes;

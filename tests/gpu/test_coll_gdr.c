@@ -21,15 +21,25 @@
  *                           pinned slot to pinned slot, copied out of GPU
  *                           memory and back in by the GPU, and no GPU
  *                           memory is ever registered.
- * Messages of at most HETCCL_IB_EAGER_BYTES are staged either way (the
- * small all-reduce). At the end the fake verbs' log (FAKE_VERBS_LOG) is
- * read back against the counters. Exits 77 unless the fake drivers are
- * there.
+ *   GDR_TEST_EXPECT=peermem as direct, with every GPU registration made
+ *                           by ibv_reg_mr (the adapter refuses dma-buf,
+ *                           FAKE_VERBS_DMABUF=0, and a peer-memory module
+ *                           is loaded: the test makes a sysfs tree with
+ *                           module/nvidia_peermem, HETCCL_SYSFS_ROOT).
+ * Messages of at most HETCCL_IB_EAGER_BYTES (the small send/recv and
+ * all-reduce) go GPU to GPU too where GPU memory is registered: the GPU
+ * copies each into a slot of device scratch and out of one (device to
+ * device), and no byte of them is in host memory; staged otherwise. At
+ * the end the fake verbs' log (FAKE_VERBS_LOG) is read back against the
+ * counters: in the direct modes, the only RDMA writes between host memory
+ * are the transport's own records (clear-to-send, 48 bytes; credits, 0),
+ * never a message. Exits 77 unless the fake drivers are there.
  */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "device/device.h"
@@ -40,6 +50,7 @@ enum { NRANKS = 4, GROUP = 2 };
 static const int device_of[NRANKS] = {0, 1, 0, 1};
 static const struct hc_dev_ops *gpu;
 static bool expect_direct;
+static bool expect_peermem; /* direct, registered through the peer-memory module instead of dma-buf */
 
 static long long (*verbs_bytes)(const char *src, const char *dst);
 static long long (*verbs_regs)(const char *mem, int dmabuf);
@@ -52,16 +63,17 @@ struct paths {
   long long other;      /* RDMA writes between GPU and host memory (must not happen) */
   long long to_pinned, from_pinned; /* GPU copies GPU memory <-> pinned host memory */
   long long dev_regs;   /* registrations of GPU memory (dma-buf or not) */
+  long long dev_copied; /* GPU copies GPU memory -> GPU memory (slots of device scratch, and the vendor's) */
 };
 static struct paths now(void) {
-  return (struct paths){
-      .direct = verbs_bytes("device", "device"),
-      .via_pinned = verbs_bytes("pinned", "pinned"),
-      .other = verbs_bytes("device", "pinned") + verbs_bytes("pinned", "device") + verbs_bytes("device", "host") +
-               verbs_bytes("host", "device"),
-      .to_pinned = cuda_copied("device", "pinned"),
-      .from_pinned = cuda_copied("pinned", "device"),
-      .dev_regs = verbs_regs("device", 0) + verbs_regs("device", 1)};
+  return (struct paths){.direct = verbs_bytes("device", "device"),
+                        .via_pinned = verbs_bytes("pinned", "pinned"),
+                        .other = verbs_bytes("device", "pinned") + verbs_bytes("pinned", "device") +
+                                 verbs_bytes("device", "host") + verbs_bytes("host", "device"),
+                        .to_pinned = cuda_copied("device", "pinned"),
+                        .from_pinned = cuda_copied("pinned", "device"),
+                        .dev_regs = verbs_regs("device", 0) + verbs_regs("device", 1),
+                        .dev_copied = cuda_copied("device", "device")};
 }
 /* Rank 0 reads the counters once every rank is between calls. */
 static struct paths snapshot(void) {
@@ -73,8 +85,9 @@ static struct paths snapshot(void) {
 
 /* After a call whose cross-host bytes are `cross` (all ranks together) and
  * whose every rank has synchronised its stream: did they go the expected
- * way? small: a flat all-reduce of messages below the eager size, staged
- * in either mode. */
+ * way? small: messages of at most the eager size, which go through the
+ * eager ring when staged (host memory, not pinned slots); cross 0: a flat
+ * all-reduce whose volume is another, so only the kinds are checked. */
 static void expect_paths(struct paths before, long long cross, bool small, const char *what) {
   tu_barrier();
   if (tu_rank() == 0) {
@@ -86,9 +99,16 @@ static void expect_paths(struct paths before, long long cross, bool small, const
            what, cross, direct, pinned, out, in, a.dev_regs);
     CHECK(a.other == before.other, "%s: %lld bytes went between GPU and host memory over the NIC", what,
           a.other - before.other);
-    if (small) { /* flat, so its volume is another; none of it direct, all copied out of GPU memory */
-      CHECK(direct == 0 && out > 0 && in > 0, "%s: %lld bytes GPU to GPU over the NIC, %lld + %lld copied", what,
-            direct, out, in);
+    if (small && expect_direct) { /* GPU to GPU through slots of device scratch, none through host memory */
+      CHECK(cross ? direct == cross : direct > 0, "%s: %lld bytes GPU to GPU over the NIC, expected %lld", what, direct,
+            cross);
+      CHECK(pinned == 0 && out == 0 && in == 0 && a.dev_copied > before.dev_copied,
+            "%s: %lld bytes through pinned slots, GPU copies %lld out to pinned memory, %lld in, %lld device to "
+            "device",
+            what, pinned, out, in, a.dev_copied - before.dev_copied);
+    } else if (small) { /* none of it direct, all copied out of GPU memory and back */
+      CHECK(direct == 0 && (cross ? out == cross && in == cross : out > 0 && in > 0),
+            "%s: %lld bytes GPU to GPU over the NIC, %lld + %lld copied", what, direct, out, in);
     } else if (expect_direct) {
       CHECK(direct == cross, "%s: %lld bytes GPU to GPU over the NIC, expected all %lld", what, direct, cross);
       CHECK(pinned == 0 && out == 0 && in == 0, "%s: %lld bytes through pinned slots, %lld + %lld copied", what,
@@ -120,18 +140,20 @@ static void allreduce(hetcclComm_t comm, struct rank_mem *m, size_t count, const
   for (size_t i = 0; i < count; i++) tu_red_expect(&red, i, expect + i * es);
   tu_compare(t, host, expect, count, what);
   /* Each group's sum goes once to the other group, cut among its ranks. */
-  expect_paths(before, (long long)(NRANKS / GROUP * count * es), count * es < 65536, what);
+  const bool small = count * es < 65536;
+  expect_paths(before, small ? 0 : (long long)(NRANKS / GROUP * count * es), small, what);
 out:
   free(host);
   free(expect);
 }
 
-/* Pipeline stages on two hosts: rank r and rank r ^ 2 swap activations. */
-static void sendrecv(hetcclComm_t comm, struct rank_mem *m) {
-  const size_t count = 300007, es = 4;
+/* Pipeline stages on two hosts: rank r and rank r ^ 2 swap activations
+ * of count int32s. */
+static void sendrecv(hetcclComm_t comm, struct rank_mem *m, size_t count, const char *what) {
+  const size_t es = 4;
   uint8_t *host = malloc(count * es), *expect = malloc(count * es);
   if (!CHECK(host && expect, "out of memory")) goto out;
-  tu_set_case("send/recv between hosts");
+  tu_set_case("%s", what);
   tu_data_fill(HC_INT32, 9, tu_rank(), 0, count, host);
   put(m, m->send, host, count * es);
   const int peer = tu_rank() ^ 2;
@@ -142,8 +164,20 @@ static void sendrecv(hetcclComm_t comm, struct rank_mem *m) {
   CHECK_OK(hetcclGroupEnd());
   get(m, host, m->recv, count * es);
   tu_data_fill(HC_INT32, 9, peer, 0, count, expect);
-  tu_compare(HC_INT32, host, expect, count, "send/recv");
-  expect_paths(before, (long long)(NRANKS * count * es), false, "send/recv between hosts");
+  tu_compare(HC_INT32, host, expect, count, what);
+  const long long cross = (long long)(NRANKS * count * es);
+  struct paths copies = snapshot();
+  const bool small = count * es <= 8192;
+  expect_paths(before, cross, small, what);
+  if (tu_rank() == 0 && small) {
+    /* Below the eager size: in the direct modes, each message copied on
+     * the GPU into a slot of device scratch by its sender and out of one
+     * by its receiver, device to device, and nothing else. */
+    long long dd = copies.dev_copied - before.dev_copied;
+    printf("%s: %lld bytes copied device to device by the GPUs\n", what, dd);
+    CHECK(dd == (expect_direct ? 2 * cross : 0), "%s: %lld bytes copied device to device, expected %lld", what, dd,
+          expect_direct ? 2 * cross : 0);
+  }
 out:
   free(host);
   free(expect);
@@ -251,11 +285,12 @@ static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
     return 1;
   }
   allreduce(comm, &m, 262147, "all-reduce");
-  sendrecv(comm, &m);
+  sendrecv(comm, &m, 300007, "send/recv between hosts");
+  sendrecv(comm, &m, 1000, "small send/recv between hosts (eager size)");
   fsdp(comm, &m);
   moe(comm, &m);
   allreduce(comm, &m, 65536 + 3, "all-reduce, 2 x 128 KiB across");
-  allreduce(comm, &m, 3000, "small all-reduce (staged: eager size)");
+  allreduce(comm, &m, 3000, "small all-reduce (eager size)");
   tu_barrier();
   CHECK_OK(hetcclCommDestroy(comm));
   rank_mem_close(&m);
@@ -263,15 +298,19 @@ static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
 }
 
 /* The fake verbs' log (FAKE_VERBS_LOG), read back once the comms are
- * gone: every registration of GPU memory went through dma-buf (direct) or
- * none was made (staged), and the RDMA writes it lists from GPU memory
- * into GPU memory add up to what its counters said, with every GPU
- * registration deregistered again. */
+ * gone: every registration of GPU memory went through dma-buf (direct),
+ * through ibv_reg_mr (peer memory) or none was made (staged), and the RDMA
+ * writes it lists from GPU memory into GPU memory add up to what its
+ * counters said, with every GPU registration deregistered again. In the
+ * direct modes no message went through host memory: a write between host
+ * memories is a clear-to-send record (48 bytes) or a credit (none), never
+ * an eager message (16 bytes of signature and its payload). */
 static void check_log(const char *path, long long direct_total) {
   FILE *f = fopen(path, "r");
   if (!CHECK(f != NULL, "cannot read the fake verbs' log %s", path)) return;
   char line[512], mem[16], src_mem[16], dst_mem[16];
-  long long regs = 0, dev_regs = 0, dev_dmabuf = 0, deregs = 0, writes = 0, direct = 0;
+  long long regs = 0, dev_regs = 0, dev_dmabuf = 0, deregs = 0, writes = 0, direct = 0, host_records = 0;
+  long long host_other = 0; /* writes between host memories that are not the transport's records */
   int dmabuf;
   size_t len;
   while (fgets(line, sizeof(line), f)) {
@@ -285,16 +324,35 @@ static void check_log(const char *path, long long direct_total) {
                       dst_mem) == 3) {
       writes++;
       if (!strcmp(src_mem, "device") && !strcmp(dst_mem, "device")) direct += (long long)len;
+      if (strcmp(src_mem, "device") != 0 || strcmp(dst_mem, "device") != 0) {
+        if (len == 48 || len == 0)
+          host_records++;
+        else
+          host_other++;
+      }
     }
   }
   fclose(f);
   printf("fake verbs log: %lld registrations (%lld of GPU memory, %lld through dma-buf), %lld deregistrations, "
-         "%lld RDMA writes, %lld bytes GPU to GPU\n", regs, dev_regs, dev_dmabuf, deregs, writes, direct);
+         "%lld RDMA writes, %lld bytes GPU to GPU, %lld records and %lld other writes touching host memory\n",
+         regs, dev_regs, dev_dmabuf, deregs, writes, direct, host_records, host_other);
   CHECK(direct == direct_total, "the log lists %lld bytes GPU to GPU, the counters %lld", direct, direct_total);
   CHECK(deregs == regs, "%lld registrations, %lld deregistrations", regs, deregs);
-  if (expect_direct) CHECK(dev_regs > 0 && dev_dmabuf == dev_regs, "%lld GPU registrations, %lld through dma-buf",
-                           dev_regs, dev_dmabuf);
-  else CHECK(dev_regs == 0, "%lld GPU registrations while staging", dev_regs);
+  if (expect_direct) {
+    CHECK(dev_regs > 0 && dev_dmabuf == (expect_peermem ? 0 : dev_regs), "%lld GPU registrations, %lld through dma-buf",
+          dev_regs, dev_dmabuf);
+    CHECK(host_other == 0, "%lld RDMA writes of messages touched host memory", host_other);
+  } else {
+    CHECK(dev_regs == 0, "%lld GPU registrations while staging", dev_regs);
+    CHECK(host_other > 0, "staged, yet no RDMA write of a message between host memories");
+  }
+}
+
+static char sysfs[64] = "/tmp/hc_gdr_sysfs_XXXXXX", module[96], peermem[128];
+static void sysfs_remove(void) {
+  rmdir(peermem);
+  rmdir(module);
+  rmdir(sysfs);
 }
 
 int main(int argc, char **argv) {
@@ -303,13 +361,27 @@ int main(int argc, char **argv) {
   if (log_path) unlink(log_path); /* the fake appends */
   const char *want = getenv("GDR_TEST_EXPECT");
   expect_direct = want == NULL || strcmp(want, "staged") != 0;
+  expect_peermem = want != NULL && strcmp(want, "peermem") == 0;
+  /* Peer memory: a sysfs tree in which the module is loaded, named before
+   * hetccl reads its parameters. */
+  if (expect_peermem) {
+    if (!CHECK(mkdtemp(sysfs) != NULL, "mkdtemp")) return tu_finish("test_coll_gdr");
+    snprintf(module, sizeof(module), "%s/module", sysfs);
+    snprintf(peermem, sizeof(peermem), "%s/nvidia_peermem", module);
+    CHECK(mkdir(module, 0700) == 0 && mkdir(peermem, 0700) == 0, "cannot make %s", peermem);
+    setenv("HETCCL_SYSFS_ROOT", sysfs, 1);
+    atexit(sysfs_remove);
+  }
   gpu = hc_dev_get(HC_MEM_CUDA);
   if (getenv("HETCCL_NCCL_LIBRARY") == NULL || gpu == NULL || hc_dev_caps(HC_MEM_CUDA).device_count < 2) {
     printf("skip: needs the fake NCCL (HETCCL_NCCL_LIBRARY), the fake libibverbs and two fake CUDA devices\n");
     return 77;
   }
-  printf("expecting GPU bytes between hosts %s\n", expect_direct ? "straight to the NIC" : "staged");
+  printf("expecting GPU bytes between hosts %s\n", expect_peermem  ? "straight to the NIC (peer memory)"
+                                                   : expect_direct ? "straight to the NIC"
+                                                                   : "staged");
   tu_run_ranks(NRANKS, rank_main, NULL);
   if (log_path && verbs_bytes) check_log(log_path, verbs_bytes("device", "device"));
+
   return tu_finish("test_coll_gdr");
 }

@@ -34,9 +34,11 @@
  * Log (FAKE_VERBS_LOG=path, appended, one line per event, for tests):
  *   reg key=K addr=0x.. len=N mem=device|pinned|host dmabuf=0|1
  *   dereg key=K
- *   write qp=Q to=Q len=N src=0x.. src_mem=M dst=0x.. dst_mem=M imm=0|1 inline=0|1
+ *   write qp=Q to=Q len=N src=0x.. src_mem=M dst=0x.. dst_mem=M imm=0|1 inline=0|1 nsge=N
+ *   (src_mem: the memory of the first gathered piece; nsge=N pieces)
  * The same figures are kept in counters that a test in the process reads
- * with fake_verbs_bytes(src_mem, dst_mem) and fake_verbs_regs(mem, dmabuf).
+ * with fake_verbs_bytes(src_mem, dst_mem), each gathered piece counted by
+ * its own memory, and fake_verbs_regs(mem, dmabuf).
  *
  * Limits: ranks must be threads of one process (queue pairs find each
  * other by number in this process); no atomics, reads, sends or shared
@@ -113,6 +115,7 @@ struct fake_qp {
   struct fake_qp *next;
   uint32_t dest_qpn;
   uint32_t max_inline;
+  uint32_t max_send_sge; /* a work request gathering more pieces is refused, as an adapter refuses it */
   uint64_t *recvs; /* posted receives' wr_ids, a FIFO */
   size_t recv_cap, recv_head, nrecv;
   struct arrival *waiting;
@@ -478,6 +481,7 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
   q->qp.state = HC_IBV_QPS_RESET;
   q->qp.qp_type = a->qp_type;
   q->max_inline = a->cap.max_inline_data;
+  q->max_send_sge = a->cap.max_send_sge;
   pthread_mutex_lock(&big);
   q->qp.qp_num = next_qpn++;
   q->next = qps;
@@ -601,9 +605,15 @@ static int execute_write(struct fake_qp *q, struct fake_qp *to, const struct wri
     off += wr->sge[i].length;
   }
   bool imm = wr->opcode == HC_IBV_WR_RDMA_WRITE_WITH_IMM;
-  bytes_by[kind_index(src_mem)][kind_index(dst_mem)] += (long long)len;
-  log_line("write qp=%u to=%u len=%zu src=%p src_mem=%s dst=%p dst_mem=%s imm=%d inline=%d", q->qp.qp_num,
-           to->qp.qp_num, len, (void *)src, src_mem, (void *)dst, dst_mem, imm, inline_data);
+  /* Counted by the memory of each gathered piece: a write of a signature
+   * in host memory and a payload in GPU memory counts each where it came
+   * from. */
+  for (int i = 0; i < wr->nsge && !inline_data && len > 0; i++)
+    bytes_by[kind_index(mem_of((const void *)(uintptr_t)wr->sge[i].addr))][kind_index(dst_mem)] +=
+        (long long)wr->sge[i].length;
+  if (inline_data || len == 0) bytes_by[kind_index(src_mem)][kind_index(dst_mem)] += (long long)len;
+  log_line("write qp=%u to=%u len=%zu src=%p src_mem=%s dst=%p dst_mem=%s imm=%d inline=%d nsge=%d", q->qp.qp_num,
+           to->qp.qp_num, len, (void *)src, src_mem, (void *)dst, dst_mem, imm, inline_data, wr->nsge);
   if (imm) {
     struct arrival a = {.imm = wr->imm, .len = (uint32_t)len, .src_qp = q->qp.qp_num};
     if (to->nrecv > 0) {
@@ -657,6 +667,7 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
   pthread_mutex_lock(&big);
   for (; wr; wr = wr->next) {
     if ((q->qp.state != HC_IBV_QPS_RTS && q->qp.state != HC_IBV_QPS_ERR) || wr->num_sge > MAX_SGE ||
+        (uint32_t)wr->num_sge > q->max_send_sge ||
         (wr->opcode != HC_IBV_WR_RDMA_WRITE && wr->opcode != HC_IBV_WR_RDMA_WRITE_WITH_IMM)) {
       rc = EINVAL;
       *bad = wr;

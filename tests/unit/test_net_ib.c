@@ -39,17 +39,29 @@ static void test_hca(void) {
 }
 
 static void test_setup_record(void) {
-  struct hc_ib_setup s = {.magic = HC_IB_MAGIC, .rank = 3, .nqps = 2, .eager_slots = 16, .eager_bytes = 8192,
-                          .cts_slots = HC_IB_CTS_SLOTS, .chunk = 1 << 19, .lid = 7, .link_layer = 2, .mtu = 5,
-                          .qpn = {17, 18}, .eager_addr = 0x1000, .eager_rkey = 99, .cts_addr = 0x2000,
-                          .cts_rkey = 98};
+  struct hc_ib_setup s = {.magic = HC_IB_MAGIC,
+                          .rank = 3,
+                          .nqps = 2,
+                          .eager_slots = 16,
+                          .eager_bytes = 8192,
+                          .cts_slots = HC_IB_CTS_SLOTS,
+                          .chunk = 1 << 19,
+                          .lid = 7,
+                          .link_layer = 2,
+                          .mtu = 5,
+                          .qpn = {17, 18},
+                          .eager_addr = 0x1000,
+                          .eager_rkey = 99,
+                          .cts_addr = 0x2000,
+                          .cts_rkey = 98,
+                          .flags = HC_IB_SETUP_DEVICE_RECV};
   for (int i = 0; i < 16; i++) s.gid[i] = (uint8_t)i;
   uint8_t buf[HC_IB_SETUP_BYTES];
   struct hc_ib_setup back;
   hc_ib_setup_encode(&s, buf);
   EXPECT(hc_ib_setup_parse(buf, sizeof(buf), &back));
   EXPECT(back.rank == 3 && back.nqps == 2 && back.qpn[1] == 18 && back.cts_rkey == 98 && back.gid[15] == 15 &&
-        back.chunk == (1u << 19) && back.eager_addr == 0x1000);
+         back.chunk == (1u << 19) && back.eager_addr == 0x1000 && back.flags == HC_IB_SETUP_DEVICE_RECV);
   EXPECT(!hc_ib_setup_parse(buf, sizeof(buf) - 1, &back));
   struct hc_ib_setup bad = s;
   bad.nqps = HC_IB_MAX_QPS + 1;
