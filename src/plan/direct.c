@@ -59,100 +59,141 @@ static void direct_block(const struct direct_layout *l, int b, size_t *off, size
   }
 }
 
-static hc_result_t direct_reduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                                 struct hc_alg_io io, bool allreduce) {
-  const int n = x->nranks, r = x->rank;
-  const size_t es = hc_dtype_size(a->dtype);
-  const enum hc_redop op = hc_step_op(a->op);
-  struct direct_layout l = {.n = n, .r = r, .es = es, .allreduce = allreduce, .count = a->count};
-  const size_t maxlen = allreduce ? HC_DIV_UP(a->count, (size_t)n) : a->count;
-  l.nch = hc_nchunks(maxlen, es, x->direct_chunk_bytes ? x->direct_chunk_bytes : x->chunk_bytes);
-  l.piece_elems = HC_DIV_UP(maxlen, l.nch);
-  size_t my_off, my_len, off, len, coff, clen;
-  direct_block(&l, r, &my_off, &my_len);
-  char *const out_block = allreduce ? HC_PTR(io.out, my_off, es) : (char *)io.out;
-  if (n == 1) {
-    hc_ref_t d = hc_push_copy(p, out_block, HC_PTR(io.in, my_off, es), my_len * es, io.in_dep, 0);
-    hc_push_avg(p, a, out_block, my_len, n, d);
-    return HC_OK;
-  }
-  const int depth = (int)HC_MIN((size_t)HC_MIN(x->scratch_slots, DIRECT_DEPTH), l.nch);
-  const size_t slot_bytes = l.piece_elems * es, set_bytes = (size_t)n * slot_bytes;
-  char *slots = hc_plan_scratch(p, (size_t)depth * set_bytes);
+/* One direct reduction being planned: the layout, this rank's block, the
+ * slot sets, and the step records the rounds share. */
+struct direct_run {
+  struct hc_plan *p;
+  const struct hc_plan_ctx *x;
+  const struct hc_coll_args *a;
+  struct hc_alg_io io;
+  struct direct_layout l;
+  size_t my_off, my_len;
+  char *out_block; /* where this rank's reduced block goes */
+  char *slots;     /* depth slot sets of n slots of slot_bytes */
+  size_t slot_bytes, set_bytes;
+  int depth;
   /* Per (peer, piece): the round-1 send (in place, round 2's receive into
    * the same bytes waits for it); per piece: the step after which it is
-   * final in the output; per slot set: its last reader. */
-  hc_ref_t *sent = calloc((size_t)n * l.nch + l.nch + (size_t)depth + (size_t)n, sizeof(hc_ref_t));
-  if (slots == NULL || sent == NULL) {
-    free(sent);
-    return slots == NULL ? HC_OK /* the plan reports out of memory */
-                         : HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d x %zu step records", n, l.nch);
-  }
-  /* got_from[v]: the receive of the current piece from v. */
-  hc_ref_t *final = sent + (size_t)n * l.nch, *set_free = final + l.nch, *got_from = set_free + depth;
+   * final in the output; per slot set: its last reader; per peer: the
+   * receive of the current piece from it. One allocation, sent first. */
+  hc_ref_t *sent, *final, *set_free, *got_from;
+};
 
-  /* Round 1: sends, to peers r+1, r+2, ... so that no rank is everyone's
-   * first. They read only the input. */
+/* Round 1's sends, to peers r+1, r+2, ... so that no rank is everyone's
+ * first. They read only the input. */
+static void round1_sends(struct direct_run *d) {
+  const struct direct_layout *l = &d->l;
+  size_t off, len, coff, clen;
+  for (int k = 1; k < l->n; k++) {
+    const int v = (l->r + k) % l->n;
+    direct_block(l, v, &off, &len);
+    for (size_t c = 0; c < l->nch; c++) {
+      hc_chunk(len, l->nch, c, &coff, &clen);
+      if (clen)
+        d->sent[(size_t)v * l->nch + c] =
+            hc_push_send(d->p, hc_member(d->x, v), HC_PTR(d->io.in, off + coff, l->es), clen * l->es, d->io.in_dep, 0);
+    }
+  }
+}
+
+/* Round 1 for piece c of this rank's block: the receives from every peer
+ * into its slot set, then the reductions in rank order. */
+static void round1_reduce_piece(struct direct_run *d, size_t c) {
+  const struct direct_layout *l = &d->l;
+  const int n = l->n, r = l->r;
+  size_t coff, clen;
+  hc_chunk(d->my_len, l->nch, c, &coff, &clen);
+  if (clen == 0) return;
+  const int si = (int)(c % (size_t)d->depth);
+  char *set = d->slots + (size_t)si * d->set_bytes;
+  for (int k = 1; k < n; k++) {
+    const int v = (r - k + n) % n;
+    d->got_from[v] =
+        hc_push_recv(d->p, hc_member(d->x, v), set + (size_t)v * d->slot_bytes, clen * l->es, d->set_free[si], 0);
+  }
+  d->got_from[r] = d->io.in_dep;
+  const void *mine = HC_PTR(d->io.in, d->my_off + coff, l->es);
+  char *acc = set + (size_t)r * d->slot_bytes, *dst_final = d->out_block + coff * l->es;
+  hc_ref_t chain = 0;
+  for (int v = 1; v < n; v++) {
+    const void *lo = v == 1 ? (r == 0 ? mine : set) : acc;
+    const void *hi = v == r ? mine : set + (size_t)v * d->slot_bytes;
+    void *dst = v == n - 1 ? dst_final : acc;
+    /* The first reduction writes the accumulator: it waits for the set's
+     * previous reader too. */
+    chain = hc_plan_push(d->p, (struct hc_step){.kind = HC_STEP_REDUCE,
+                                                .redop = (uint8_t)hc_step_op(d->a->op),
+                                                .dtype = (uint8_t)d->a->dtype,
+                                                .dst = dst,
+                                                .src0 = lo,
+                                                .src1 = hi,
+                                                .count = clen,
+                                                HC_DEPS(chain, d->got_from[v], v == 1 ? d->got_from[0] : 0,
+                                                        v == 1 ? d->set_free[si] : 0)});
+  }
+  d->set_free[si] = chain;
+  d->final[c] = hc_push_avg(d->p, d->a, dst_final, clen, n, chain);
+}
+
+/* All-reduce's round 2: every finished piece of this rank's block to every
+ * peer, and every peer's block straight into the output. */
+static void round2(struct direct_run *d) {
+  const struct direct_layout *l = &d->l;
+  const int n = l->n, r = l->r;
+  size_t off, len, coff, clen;
   for (int k = 1; k < n; k++) {
     const int v = (r + k) % n;
-    direct_block(&l, v, &off, &len);
-    for (size_t c = 0; c < l.nch; c++) {
-      hc_chunk(len, l.nch, c, &coff, &clen);
-      if (clen) sent[(size_t)v * l.nch + c] = hc_push_send(p, hc_member(x, v), HC_PTR(io.in, off + coff, es), clen * es,
-                                                          io.in_dep, 0);
+    for (size_t c = 0; c < l->nch; c++) {
+      hc_chunk(d->my_len, l->nch, c, &coff, &clen);
+      if (clen) hc_push_send(d->p, hc_member(d->x, v), d->out_block + coff * l->es, clen * l->es, d->final[c], 0);
     }
   }
-  /* Round 1: receives and reductions, piece by piece. */
-  for (size_t c = 0; c < l.nch; c++) {
-    hc_chunk(my_len, l.nch, c, &coff, &clen);
-    if (clen == 0) continue;
-    const int si = (int)(c % (size_t)depth);
-    char *set = slots + (size_t)si * set_bytes;
-    for (int k = 1; k < n; k++) {
-      const int v = (r - k + n) % n;
-      got_from[v] = hc_push_recv(p, hc_member(x, v), set + (size_t)v * slot_bytes, clen * es, set_free[si], 0);
-    }
-    got_from[r] = io.in_dep;
-    const void *mine = HC_PTR(io.in, my_off + coff, es);
-    char *acc = set + (size_t)r * slot_bytes, *dst_final = out_block + coff * es;
-    hc_ref_t chain = 0;
-    for (int v = 1; v < n; v++) {
-      const void *lo = v == 1 ? (r == 0 ? mine : set) : acc;
-      const void *hi = v == r ? mine : set + (size_t)v * slot_bytes;
-      void *dst = v == n - 1 ? dst_final : acc;
-      /* The first reduction writes the accumulator: it waits for the set's
-       * previous reader too. */
-      chain = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_REDUCE, .redop = (uint8_t)op,
-                                               .dtype = (uint8_t)a->dtype, .dst = dst, .src0 = lo, .src1 = hi,
-                                               .count = clen,
-                                               HC_DEPS(chain, got_from[v], v == 1 ? got_from[0] : 0,
-                                                       v == 1 ? set_free[si] : 0)});
-    }
-    set_free[si] = chain;
-    final[c] = hc_push_avg(p, a, dst_final, clen, n, chain);
-  }
-  if (allreduce) {
-    /* Round 2: every finished piece of this rank's block to every peer. */
-    for (int k = 1; k < n; k++) {
-      const int v = (r + k) % n;
-      for (size_t c = 0; c < l.nch; c++) {
-        hc_chunk(my_len, l.nch, c, &coff, &clen);
-        if (clen) hc_push_send(p, hc_member(x, v), out_block + coff * es, clen * es, final[c], 0);
-      }
-    }
-    const bool in_place = io.in == io.out;
-    for (int k = 1; k < n; k++) {
-      const int v = (r - k + n) % n;
-      direct_block(&l, v, &off, &len);
-      for (size_t c = 0; c < l.nch; c++) {
-        hc_chunk(len, l.nch, c, &coff, &clen);
-        if (clen)
-          hc_push_recv(p, hc_member(x, v), HC_PTR(io.out, off + coff, es), clen * es,
-                       in_place ? sent[(size_t)v * l.nch + c] : 0, io.in_dep);
-      }
+  const bool in_place = d->io.in == d->io.out;
+  for (int k = 1; k < n; k++) {
+    const int v = (r - k + n) % n;
+    direct_block(l, v, &off, &len);
+    for (size_t c = 0; c < l->nch; c++) {
+      hc_chunk(len, l->nch, c, &coff, &clen);
+      if (clen)
+        hc_push_recv(d->p, hc_member(d->x, v), HC_PTR(d->io.out, off + coff, l->es), clen * l->es,
+                     in_place ? d->sent[(size_t)v * l->nch + c] : 0, d->io.in_dep);
     }
   }
-  free(sent);
+}
+
+static hc_result_t direct_reduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                 struct hc_alg_io io, bool allreduce) {
+  const int n = x->nranks;
+  const size_t es = hc_dtype_size(a->dtype);
+  struct direct_run d = {.p = p, .x = x, .a = a, .io = io};
+  d.l = (struct direct_layout){.n = n, .r = x->rank, .es = es, .allreduce = allreduce, .count = a->count};
+  const size_t maxlen = allreduce ? HC_DIV_UP(a->count, (size_t)n) : a->count;
+  d.l.nch = hc_nchunks(maxlen, es, x->direct_chunk_bytes ? x->direct_chunk_bytes : x->chunk_bytes);
+  d.l.piece_elems = HC_DIV_UP(maxlen, d.l.nch);
+  direct_block(&d.l, x->rank, &d.my_off, &d.my_len);
+  d.out_block = allreduce ? HC_PTR(io.out, d.my_off, es) : (char *)io.out;
+  if (n == 1) {
+    hc_ref_t copied = hc_push_copy(p, d.out_block, HC_PTR(io.in, d.my_off, es), d.my_len * es, io.in_dep, 0);
+    hc_push_avg(p, a, d.out_block, d.my_len, n, copied);
+    return HC_OK;
+  }
+  d.depth = (int)HC_MIN((size_t)HC_MIN(x->scratch_slots, DIRECT_DEPTH), d.l.nch);
+  d.slot_bytes = d.l.piece_elems * es;
+  d.set_bytes = (size_t)n * d.slot_bytes;
+  d.slots = hc_plan_scratch(p, (size_t)d.depth * d.set_bytes);
+  d.sent = calloc((size_t)n * d.l.nch + d.l.nch + (size_t)d.depth + (size_t)n, sizeof(hc_ref_t));
+  if (d.slots == NULL || d.sent == NULL) {
+    free(d.sent);
+    return d.slots == NULL ? HC_OK /* the plan reports out of memory */
+                           : HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d x %zu step records", n, d.l.nch);
+  }
+  d.final = d.sent + (size_t)n * d.l.nch;
+  d.set_free = d.final + d.l.nch;
+  d.got_from = d.set_free + d.depth;
+  round1_sends(&d);
+  for (size_t c = 0; c < d.l.nch; c++) round1_reduce_piece(&d, c);
+  if (allreduce) round2(&d);
+  free(d.sent);
   return HC_OK;
 }
 
