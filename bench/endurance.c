@@ -40,13 +40,13 @@ static void report(int rank, const char *when) {
   fflush(stdout);
 }
 
-#define CHECK(call)                                                                        \
-  do {                                                                                     \
-    hetcclResult_t r_ = (call);                                                            \
-    if (r_ != hetcclSuccess) {                                                             \
+#define CHECK(call)                                                                                      \
+  do {                                                                                                   \
+    hetcclResult_t r_ = (call);                                                                          \
+    if (r_ != hetcclSuccess) {                                                                           \
       fprintf(stderr, "%s failed: %s: %s\n", #call, hetcclGetErrorString(r_), hetcclGetLastError(NULL)); \
-      return 1;                                                                            \
-    }                                                                                      \
+      return 1;                                                                                          \
+    }                                                                                                    \
   } while (0)
 
 int main(int argc, char **argv) {

@@ -51,23 +51,37 @@ int main(int argc, char **argv) {
   static struct hc_net_mismatch mismatches[2];
   uint8_t *tx = calloc(HC_WINDOW_SLOTS, slot), *rx = calloc(HC_WINDOW_SLOTS, slot);
   struct hc_plan_window windows[2] = {{.w = {0}}};
-  windows[1] = (struct hc_plan_window){
-      .w = {.tx = tx, .rx = rx, .bytes = HC_WINDOW_SLOTS * slot, .tx_filled = &counters[0], .tx_freed = &counters[1],
-            .rx_filled = &counters[2], .rx_freed = &counters[3], .tx_sig = sigs[0], .rx_sig = sigs[1],
-            .heartbeat = &beats[0], .peer_heartbeat = &beats[1], .notice = &notices[0], .peer_notice = &notices[1],
-            .mismatch = &mismatches[0], .peer_mismatch = &mismatches[1]},
-      .slot_bytes = slot};
+  windows[1] = (struct hc_plan_window){.w = {.tx = tx,
+                                             .rx = rx,
+                                             .bytes = HC_WINDOW_SLOTS * slot,
+                                             .tx_filled = &counters[0],
+                                             .tx_freed = &counters[1],
+                                             .rx_filled = &counters[2],
+                                             .rx_freed = &counters[3],
+                                             .tx_sig = sigs[0],
+                                             .rx_sig = sigs[1],
+                                             .heartbeat = &beats[0],
+                                             .peer_heartbeat = &beats[1],
+                                             .notice = &notices[0],
+                                             .peer_notice = &notices[1],
+                                             .mismatch = &mismatches[0],
+                                             .peer_mismatch = &mismatches[1]},
+                                       .slot_bytes = slot};
   struct hc_scratch_pool *pool = NULL;
   if (tx == NULL || rx == NULL || hc_scratch_pool_create(HC_POOL_HOST, &hc_dev_host, 0, &pool) != HC_OK) {
     fprintf(stderr, "sig_cost: setup: %s\n", hc_last_error());
     return 1;
   }
-  const struct hc_plan_ctx ctx = {.rank = 0, .nranks = 2, .chunk_bytes = slot, /* .algo: all HC_ALGO_AUTO */
-                                  .ring_threshold = 1 << 20, .scratch_slots = 4, .ngroups = 1,
+  const struct hc_plan_ctx ctx = {.rank = 0,
+                                  .nranks = 2,
+                                  .chunk_bytes = slot, /* .algo: all HC_ALGO_AUTO */
+                                  .ring_threshold = 1 << 20,
+                                  .scratch_slots = 4,
+                                  .ngroups = 1,
                                   .windows = windows};
   float buf[2] = {1, 2};
-  struct hc_coll_args a = {.coll = HC_COLL_ALLREDUCE, .sendbuf = buf, .recvbuf = buf, .count = 2,
-                           .dtype = HC_FLOAT32, .op = HC_SUM};
+  struct hc_coll_args a = {
+      .coll = HC_COLL_ALLREDUCE, .sendbuf = buf, .recvbuf = buf, .count = 2, .dtype = HC_FLOAT32, .op = HC_SUM};
   double t_pack[REPS], t_cmp[REPS], t_expect[REPS], t_plan[REPS];
 
   for (int rep = 0; rep < REPS; rep++) {
@@ -109,8 +123,8 @@ int main(int argc, char **argv) {
     atomic_int active = 0;
     struct hc_link peers[2] = {{0}};
     struct hc_links links = {.rank = 0, .nranks = 2, .peer = peers};
-    const struct hc_engine_desc desc = {.links = &links, .windows = windows, .peer_pid = pids,
-                                        .active_calls = &active, .fail = fail_cb};
+    const struct hc_engine_desc desc = {
+        .links = &links, .windows = windows, .peer_pid = pids, .active_calls = &active, .fail = fail_cb};
     uint64_t spent = 0;
     for (long done = 0; done < iters;) {
       struct hc_engine_comm *ec = NULL;

@@ -67,15 +67,20 @@ typedef enum {
 } hetcclRedOp_t;
 
 typedef enum {
-  hetcclInt8 = 0, hetcclChar = 0,
+  hetcclInt8 = 0,
+  hetcclChar = 0,
   hetcclUint8 = 1,
-  hetcclInt32 = 2, hetcclInt = 2,
+  hetcclInt32 = 2,
+  hetcclInt = 2,
   hetcclUint32 = 3,
   hetcclInt64 = 4,
   hetcclUint64 = 5,
-  hetcclFloat16 = 6, hetcclHalf = 6,
-  hetcclFloat32 = 7, hetcclFloat = 7,
-  hetcclFloat64 = 8, hetcclDouble = 8,
+  hetcclFloat16 = 6,
+  hetcclHalf = 6,
+  hetcclFloat32 = 7,
+  hetcclFloat = 7,
+  hetcclFloat64 = 8,
+  hetcclDouble = 8,
   hetcclBfloat16 = 9,
   hetcclFloat8e4m3 = 10, /* OCP e4m3fn */
   hetcclFloat8e5m2 = 11, /* OCP e5m2 */
@@ -88,11 +93,7 @@ typedef enum {
 } hetcclScalarResidence_t;
 
 /* Where a rank's buffers live. */
-typedef enum {
-  hetcclDeviceHost = 0,
-  hetcclDeviceCuda = 1,
-  hetcclDeviceHip = 2
-} hetcclDeviceKind_t;
+typedef enum { hetcclDeviceHost = 0, hetcclDeviceCuda = 1, hetcclDeviceHip = 2 } hetcclDeviceKind_t;
 
 #define HETCCL_CONFIG_UNDEF_INT INT_MIN
 #define HETCCL_CONFIG_UNDEF_PTR NULL
@@ -141,18 +142,13 @@ typedef struct {
  * call; only the new comm's init is left running. Collectives complete as on
  * a blocking comm and never return hetcclInProgress.
  */
-#define HETCCL_CONFIG_INITIALIZER                                              \
-  {                                                                            \
-    sizeof(hetcclConfig_t), HETCCL_CONFIG_MAGIC, HETCCL_VERSION_CODE,          \
-        HETCCL_CONFIG_UNDEF_INT, HETCCL_CONFIG_UNDEF_INT,                      \
-        HETCCL_CONFIG_UNDEF_INT, HETCCL_CONFIG_UNDEF_INT,                      \
-        HETCCL_CONFIG_UNDEF_PTR, HETCCL_CONFIG_UNDEF_INT,                      \
-        HETCCL_CONFIG_UNDEF_INT, HETCCL_CONFIG_UNDEF_PTR,                      \
-        HETCCL_CONFIG_UNDEF_INT, HETCCL_CONFIG_UNDEF_INT,                      \
-        HETCCL_CONFIG_UNDEF_INT, HETCCL_CONFIG_UNDEF_INT,                      \
-        HETCCL_CONFIG_UNDEF_INT, HETCCL_CONFIG_UNDEF_INT,                      \
-        HETCCL_CONFIG_UNDEF_INT, HETCCL_CONFIG_UNDEF_INT,                      \
-        HETCCL_CONFIG_UNDEF_PTR                                                \
+#define HETCCL_CONFIG_INITIALIZER                                                                           \
+  {                                                                                                         \
+    sizeof(hetcclConfig_t), HETCCL_CONFIG_MAGIC, HETCCL_VERSION_CODE, HETCCL_CONFIG_UNDEF_INT,              \
+        HETCCL_CONFIG_UNDEF_INT, HETCCL_CONFIG_UNDEF_INT, HETCCL_CONFIG_UNDEF_INT, HETCCL_CONFIG_UNDEF_PTR, \
+        HETCCL_CONFIG_UNDEF_INT, HETCCL_CONFIG_UNDEF_INT, HETCCL_CONFIG_UNDEF_PTR, HETCCL_CONFIG_UNDEF_INT, \
+        HETCCL_CONFIG_UNDEF_INT, HETCCL_CONFIG_UNDEF_INT, HETCCL_CONFIG_UNDEF_INT, HETCCL_CONFIG_UNDEF_INT, \
+        HETCCL_CONFIG_UNDEF_INT, HETCCL_CONFIG_UNDEF_INT, HETCCL_CONFIG_UNDEF_INT, HETCCL_CONFIG_UNDEF_PTR  \
   }
 
 /* Version, errors */
@@ -166,10 +162,8 @@ const char *hetcclGetLastError(hetcclComm_t comm);
 /* Makes a fresh id and starts, in this process, the rendezvous that
  * hetcclCommInitRank on every rank will join. Distribute the id yourself. */
 hetcclResult_t hetcclGetUniqueId(hetcclUniqueId *uniqueId);
-hetcclResult_t hetcclCommInitRank(hetcclComm_t *comm, int nranks,
-                                  hetcclUniqueId commId, int rank);
-hetcclResult_t hetcclCommInitRankConfig(hetcclComm_t *comm, int nranks,
-                                        hetcclUniqueId commId, int rank,
+hetcclResult_t hetcclCommInitRank(hetcclComm_t *comm, int nranks, hetcclUniqueId commId, int rank);
+hetcclResult_t hetcclCommInitRankConfig(hetcclComm_t *comm, int nranks, hetcclUniqueId commId, int rank,
                                         hetcclConfig_t *config);
 /* Rank, size and rendezvous from the launcher's environment: torchrun
  * (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK), Slurm
@@ -179,8 +173,7 @@ hetcclResult_t hetcclCommInitFromEnv(hetcclComm_t *comm, hetcclConfig_t *config)
 /* Collective over comm: ranks with one color form one new comm, ordered by
  * key then parent rank. HETCCL_SPLIT_NOCOLOR yields *newcomm = NULL.
  * config NULL inherits the parent's. */
-hetcclResult_t hetcclCommSplit(hetcclComm_t comm, int color, int key,
-                               hetcclComm_t *newcomm, hetcclConfig_t *config);
+hetcclResult_t hetcclCommSplit(hetcclComm_t comm, int color, int key, hetcclComm_t *newcomm, hetcclConfig_t *config);
 /* Completes all issued work; collective. Afterwards only CommDestroy is
  * accepted (others: hetcclInvalidUsage). */
 hetcclResult_t hetcclCommFinalize(hetcclComm_t comm);
@@ -218,55 +211,41 @@ hetcclResult_t hetcclGroupEnd(void);
  * made (a device value through a copy and a wait for it), not when the
  * stream reaches the collective as NCCL does: a value that work already
  * queued on the stream will change may be read before that change. */
-hetcclResult_t hetcclRedOpCreatePreMulSum(hetcclRedOp_t *op, void *scalar,
-                                          hetcclDataType_t datatype,
-                                          hetcclScalarResidence_t residence,
-                                          hetcclComm_t comm);
+hetcclResult_t hetcclRedOpCreatePreMulSum(hetcclRedOp_t *op, void *scalar, hetcclDataType_t datatype,
+                                          hetcclScalarResidence_t residence, hetcclComm_t comm);
 hetcclResult_t hetcclRedOpDestroy(hetcclRedOp_t op, hetcclComm_t comm);
 
 /* Collectives. In-place forms are as NCCL defines them. */
-hetcclResult_t hetcclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
-                               hetcclDataType_t datatype, hetcclRedOp_t op,
-                               hetcclComm_t comm, hetcclStream_t stream);
-hetcclResult_t hetcclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
-                               hetcclDataType_t datatype, int root,
+hetcclResult_t hetcclAllReduce(const void *sendbuff, void *recvbuff, size_t count, hetcclDataType_t datatype,
+                               hetcclRedOp_t op, hetcclComm_t comm, hetcclStream_t stream);
+hetcclResult_t hetcclBroadcast(const void *sendbuff, void *recvbuff, size_t count, hetcclDataType_t datatype, int root,
                                hetcclComm_t comm, hetcclStream_t stream);
 /* recvbuff may be NULL off the root. */
-hetcclResult_t hetcclReduce(const void *sendbuff, void *recvbuff, size_t count,
-                            hetcclDataType_t datatype, hetcclRedOp_t op, int root,
-                            hetcclComm_t comm, hetcclStream_t stream);
+hetcclResult_t hetcclReduce(const void *sendbuff, void *recvbuff, size_t count, hetcclDataType_t datatype,
+                            hetcclRedOp_t op, int root, hetcclComm_t comm, hetcclStream_t stream);
 /* sendcount per rank; in place if sendbuff == recvbuff + rank*sendcount. */
-hetcclResult_t hetcclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
-                               hetcclDataType_t datatype, hetcclComm_t comm,
-                               hetcclStream_t stream);
+hetcclResult_t hetcclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, hetcclDataType_t datatype,
+                               hetcclComm_t comm, hetcclStream_t stream);
 /* recvcount per rank; in place if recvbuff == sendbuff + rank*recvcount. */
-hetcclResult_t hetcclReduceScatter(const void *sendbuff, void *recvbuff,
-                                   size_t recvcount, hetcclDataType_t datatype,
-                                   hetcclRedOp_t op, hetcclComm_t comm,
-                                   hetcclStream_t stream);
+hetcclResult_t hetcclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, hetcclDataType_t datatype,
+                                   hetcclRedOp_t op, hetcclComm_t comm, hetcclStream_t stream);
 /* count per peer. */
-hetcclResult_t hetcclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
-                              hetcclDataType_t datatype, hetcclComm_t comm,
-                              hetcclStream_t stream);
+hetcclResult_t hetcclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, hetcclDataType_t datatype,
+                              hetcclComm_t comm, hetcclStream_t stream);
 /* Counts and displacements in elements, one per peer (RCCL's ncclAllToAllv). */
-hetcclResult_t hetcclAlltoAllv(const void *sendbuff, const size_t sendcounts[],
-                               const size_t sdispls[], void *recvbuff,
-                               const size_t recvcounts[], const size_t rdispls[],
-                               hetcclDataType_t datatype, hetcclComm_t comm,
-                               hetcclStream_t stream);
+hetcclResult_t hetcclAlltoAllv(const void *sendbuff, const size_t sendcounts[], const size_t sdispls[], void *recvbuff,
+                               const size_t recvcounts[], const size_t rdispls[], hetcclDataType_t datatype,
+                               hetcclComm_t comm, hetcclStream_t stream);
 /* count per rank; recvbuff (count*nranks) only on the root. */
-hetcclResult_t hetcclGather(const void *sendbuff, void *recvbuff, size_t count,
-                            hetcclDataType_t datatype, int root,
+hetcclResult_t hetcclGather(const void *sendbuff, void *recvbuff, size_t count, hetcclDataType_t datatype, int root,
                             hetcclComm_t comm, hetcclStream_t stream);
 /* count per rank; sendbuff (count*nranks) only on the root. */
-hetcclResult_t hetcclScatter(const void *sendbuff, void *recvbuff, size_t count,
-                             hetcclDataType_t datatype, int root,
+hetcclResult_t hetcclScatter(const void *sendbuff, void *recvbuff, size_t count, hetcclDataType_t datatype, int root,
                              hetcclComm_t comm, hetcclStream_t stream);
-hetcclResult_t hetcclSend(const void *sendbuff, size_t count,
-                          hetcclDataType_t datatype, int peer,
-                          hetcclComm_t comm, hetcclStream_t stream);
-hetcclResult_t hetcclRecv(void *recvbuff, size_t count, hetcclDataType_t datatype,
-                          int peer, hetcclComm_t comm, hetcclStream_t stream);
+hetcclResult_t hetcclSend(const void *sendbuff, size_t count, hetcclDataType_t datatype, int peer, hetcclComm_t comm,
+                          hetcclStream_t stream);
+hetcclResult_t hetcclRecv(void *recvbuff, size_t count, hetcclDataType_t datatype, int peer, hetcclComm_t comm,
+                          hetcclStream_t stream);
 hetcclResult_t hetcclBarrier(hetcclComm_t comm, hetcclStream_t stream);
 
 /* Registered host memory: the counterpart of ncclMemAlloc. *ptr receives

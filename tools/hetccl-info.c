@@ -102,14 +102,15 @@ static bool parse_sizes(struct shape *sh, const char *list) {
 }
 
 static int algos_usage(const char *why) {
-  fprintf(stderr, "hetccl-info --algos: %s\n"
-                  "usage: hetccl-info --algos [--nranks N | --groups NAME,NAME,...] [--vendor GROUP,...] [--gpu]\n"
-                  "                           [--sizes BYTES,...]\n"
-                  "  --groups   the group of each rank (HETCCL_GROUP), one name per rank; default one group\n"
-                  "  --vendor   these groups run the vendor library (NCCL, RCCL); implies --gpu\n"
-                  "  --gpu      some rank is a GPU\n"
-                  "  --sizes    bytes of a float32 buffer (multiples of 4, K, M, G suffixes), as the call counts\n"
-                  "             them (per rank for all-gather, reduce-scatter, all-to-all, gather, scatter)\n",
+  fprintf(stderr,
+          "hetccl-info --algos: %s\n"
+          "usage: hetccl-info --algos [--nranks N | --groups NAME,NAME,...] [--vendor GROUP,...] [--gpu]\n"
+          "                           [--sizes BYTES,...]\n"
+          "  --groups   the group of each rank (HETCCL_GROUP), one name per rank; default one group\n"
+          "  --vendor   these groups run the vendor library (NCCL, RCCL); implies --gpu\n"
+          "  --gpu      some rank is a GPU\n"
+          "  --sizes    bytes of a float32 buffer (multiples of 4, K, M, G suffixes), as the call counts\n"
+          "             them (per rank for all-gather, reduce-scatter, all-to-all, gather, scatter)\n",
           why);
   return 2;
 }
@@ -207,10 +208,13 @@ static int print_algos(int argc, char **argv) {
   static struct shape sh;
   const int bad = parse_shape(argc, argv, &sh);
   if (bad) return bad;
-  struct hc_plan_ctx x = {.nranks = sh.nranks, .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
-                          .onestep_bytes = (size_t)hc_param_int(HC_P_ONESTEP_BYTES), .any_gpu = sh.gpu,
+  struct hc_plan_ctx x = {.nranks = sh.nranks,
+                          .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
+                          .onestep_bytes = (size_t)hc_param_int(HC_P_ONESTEP_BYTES),
+                          .any_gpu = sh.gpu,
                           .direct_max_bytes = sh.gpu ? 0 : (size_t)hc_param_int(HC_P_DIRECT_MAX_BYTES),
-                          .ngroups = sh.ngroups, .group_of = sh.ngroups > 1 ? sh.group_of : NULL,
+                          .ngroups = sh.ngroups,
+                          .group_of = sh.ngroups > 1 ? sh.group_of : NULL,
                           .group_vendor = sh.ngroups > 1 ? sh.vendor : NULL};
   if (hc_algo_parse(hc_param_str(HC_P_ALGO), x.algo) != HC_OK) {
     fprintf(stderr, "hetccl-info: %s\n", hc_last_error());
@@ -269,7 +273,8 @@ int main(int argc, char **argv) {
     }
   }
   const char *net = hc_param_str(HC_P_NET);
-  printf("between hosts: %s\n", net[0] ? net : ib_usable ? "ib where every rank has it, else socket (HETCCL_NET unset)"
-                                                          : "socket (no usable RDMA port here; HETCCL_NET unset)");
+  printf("between hosts: %s\n", net[0]      ? net
+                                : ib_usable ? "ib where every rank has it, else socket (HETCCL_NET unset)"
+                                            : "socket (no usable RDMA port here; HETCCL_NET unset)");
   return 0;
 }

@@ -95,9 +95,21 @@ static struct {
   enum hc_mem_kind devices[64]; /* -G: rank r's kind is devices[r % ndevices]; */
   int ndevices;                 /* 0 without -G: every rank on the host */
 } opt = {
-    .min_bytes = 32 << 20, .max_bytes = 32 << 20, .step_bytes = 1 << 20, .step_factor = 1,
-    .iters = 20, .warmup_iters = 1, .agg_iters = 1, .check = 1, .average = 1, .blocking = 0,
-    .run_cycles = 1, .root = 0, .op = HC_SUM, .dtype = HC_FLOAT32, .timeout_s = 0,
+    .min_bytes = 32 << 20,
+    .max_bytes = 32 << 20,
+    .step_bytes = 1 << 20,
+    .step_factor = 1,
+    .iters = 20,
+    .warmup_iters = 1,
+    .agg_iters = 1,
+    .check = 1,
+    .average = 1,
+    .blocking = 0,
+    .run_cycles = 1,
+    .root = 0,
+    .op = HC_SUM,
+    .dtype = HC_FLOAT32,
+    .timeout_s = 0,
 };
 
 /* ---- the run: one communicator, two buffers ---- */
@@ -117,9 +129,9 @@ struct bench {
   const struct coll *coll;
   /* The test in progress */
   enum hc_dtype dtype;
-  size_t ts;  /* element size */
-  int op;     /* enum hc_redop, NO_OP for data-moving collectives */
-  int root;   /* NO_ROOT for collectives without one */
+  size_t ts;          /* element size */
+  int op;             /* enum hc_redop, NO_OP for data-moving collectives */
+  int root;           /* NO_ROOT for collectives without one */
   uint64_t rep;       /* which data set the inputs hold (0: the one timed on) */
   uint64_t reps_used; /* data sets handed out to checks so far */
   /* The size in progress, in elements (nccl-tests.md §3) */
@@ -145,16 +157,15 @@ static void fail(const char *what, hetcclResult_t r) {
   if (B.row_open) printf("\n");
   char who[32] = "";
   if (B.rank >= 0) snprintf(who, sizeof(who), "rank %d: ", B.rank);
-  fprintf(stderr, "hetccl-perf: %s%s failed: %s: %s\n", who, what, hetcclGetErrorString(r),
-          hetcclGetLastError(NULL));
+  fprintf(stderr, "hetccl-perf: %s%s failed: %s: %s\n", who, what, hetcclGetErrorString(r), hetcclGetLastError(NULL));
   if (B.comm != NULL && B.comm != B.ctl) hetcclCommAbort(B.comm);
   if (B.ctl != NULL) hetcclCommAbort(B.ctl);
   exit(1);
 }
-#define CHECK(call, what)                                                      \
-  do {                                                                         \
-    hetcclResult_t r_ = (call);                                                \
-    if (r_ != hetcclSuccess) fail((what), r_);                                 \
+#define CHECK(call, what)                      \
+  do {                                         \
+    hetcclResult_t r_ = (call);                \
+    if (r_ != hetcclSuccess) fail((what), r_); \
   } while (0)
 
 /* A device call of a GPU rank. */
@@ -182,8 +193,7 @@ static void arm_timeout(void) {
   char who[32] = "";
   if (B.rank >= 0) snprintf(who, sizeof(who), "rank %d: ", B.rank);
   timeout_msg_len = (size_t)snprintf(timeout_msg, sizeof(timeout_msg),
-                                     "hetccl-perf: %stimeout: a step took more than %d s\n", who,
-                                     opt.timeout_s);
+                                     "hetccl-perf: %stimeout: a step took more than %d s\n", who, opt.timeout_s);
   if (timeout_msg_len >= sizeof(timeout_msg)) timeout_msg_len = sizeof(timeout_msg) - 1;
   signal(SIGALRM, on_alarm);
   alarm((unsigned)opt.timeout_s);
@@ -254,22 +264,24 @@ static const struct {
   double exact;
   int pow2;
 } dtype_range[HC_DTYPE_COUNT] = {
-    [HC_INT8] = {127, 6},          [HC_UINT8] = {255, 7},
-    [HC_INT32] = {2147483647.0, 30}, [HC_UINT32] = {4294967295.0, 31},
-    [HC_INT64] = {0x1p53, 62},     [HC_UINT64] = {0x1p53, 63},
-    [HC_FLOAT16] = {2048, 15},     [HC_FLOAT32] = {0x1p24, 127},
-    [HC_FLOAT64] = {0x1p53, 1023}, [HC_BFLOAT16] = {256, 127},
-    [HC_FP8_E4M3] = {16, 8},       [HC_FP8_E5M2] = {8, 15},
+    [HC_INT8] = {127, 6},
+    [HC_UINT8] = {255, 7},
+    [HC_INT32] = {2147483647.0, 30},
+    [HC_UINT32] = {4294967295.0, 31},
+    [HC_INT64] = {0x1p53, 62},
+    [HC_UINT64] = {0x1p53, 63},
+    [HC_FLOAT16] = {2048, 15},
+    [HC_FLOAT32] = {0x1p24, 127},
+    [HC_FLOAT64] = {0x1p53, 1023},
+    [HC_BFLOAT16] = {256, 127},
+    [HC_FP8_E4M3] = {16, 8},
+    [HC_FP8_E5M2] = {8, 15},
 };
 
-static bool dtype_signed(enum hc_dtype t) {
-  return t != HC_UINT8 && t != HC_UINT32 && t != HC_UINT64;
-}
+static bool dtype_signed(enum hc_dtype t) { return t != HC_UINT8 && t != HC_UINT32 && t != HC_UINT64; }
 
 /* An integer of [lo, hi] drawn from h. */
-static double draw(uint64_t h, double lo, double hi) {
-  return lo + (double)(h % (uint64_t)(hi - lo + 1));
-}
+static double draw(uint64_t h, double lo, double hi) { return lo + (double)(h % (uint64_t)(hi - lo + 1)); }
 
 /* Whether rank r is one of the `slots` ranks that may hold a non-neutral
  * value at element i, when every rank holding one would overflow. */
@@ -364,8 +376,7 @@ static void put_input(char *dst, int src, size_t first, size_t count) {
 static uint64_t output_wrong(const char *got, int src, size_t first, size_t count) {
   if (B.op == NO_OP) return bytes_wrong(got, first * B.ts, count, B.ts, src);
   uint64_t wrong = 0;
-  for (size_t k = 0; k < count; k++)
-    wrong += hc_dtype_load(B.dtype, got + k * B.ts) != red_expected(first + k);
+  for (size_t k = 0; k < count; k++) wrong += hc_dtype_load(B.dtype, got + k * B.ts) != red_expected(first + k);
   return wrong;
 }
 
@@ -405,7 +416,10 @@ static void counts_alltoall(size_t count) {
   B.send_inplace = B.recv_inplace = 0;
 }
 
-static double factor_one(int n) { (void)n; return 1; }
+static double factor_one(int n) {
+  (void)n;
+  return 1;
+}
 static double factor_ring(int n) { return (double)(n - 1) / n; }
 static double factor_allreduce(int n) { return 2.0 * (n - 1) / n; }
 
@@ -450,9 +464,7 @@ static void fill_root(const struct call *c) {
   if (me() == B.root) put_input(c->send, B.root, 0, B.send_count);
 }
 static uint64_t check_reduced(const struct call *c) { return output_wrong(c->recv, 0, 0, c->count); }
-static uint64_t check_reduced_root(const struct call *c) {
-  return me() == B.root ? check_reduced(c) : 0;
-}
+static uint64_t check_reduced_root(const struct call *c) { return me() == B.root ? check_reduced(c) : 0; }
 static uint64_t check_my_block(const struct call *c) { /* reduce_scatter */
   return output_wrong(c->recv, 0, (size_t)me() * c->count, c->count);
 }
@@ -467,9 +479,7 @@ static uint64_t check_gathered(const struct call *c) { /* all_gather */
   for (int r = 0; r < B.n; r++) wrong += output_wrong(block(c->recv, r, c->count), r, 0, c->count);
   return wrong;
 }
-static uint64_t check_gathered_root(const struct call *c) {
-  return me() == B.root ? check_gathered(c) : 0;
-}
+static uint64_t check_gathered_root(const struct call *c) { return me() == B.root ? check_gathered(c) : 0; }
 static uint64_t check_alltoall(const struct call *c) {
   uint64_t wrong = 0;
   for (int r = 0; r < B.n; r++)
@@ -490,24 +500,23 @@ struct coll {
 };
 
 static const struct coll colls[] = {
-    {"all_reduce", "hetcclAllReduce", true, false, false, factor_allreduce, counts_whole,
-     run_all_reduce, fill_own, check_reduced},
-    {"all_gather", "hetcclAllGather", false, false, true, factor_ring, counts_gather,
-     run_all_gather, fill_own, check_gathered},
-    {"reduce_scatter", "hetcclReduceScatter", true, false, true, factor_ring, counts_scatter,
-     run_reduce_scatter, fill_own, check_my_block},
-    {"broadcast", "hetcclBroadcast", false, true, false, factor_one, counts_whole, run_broadcast,
-     fill_root, check_from_root},
-    {"reduce", "hetcclReduce", true, true, false, factor_one, counts_whole, run_reduce, fill_own,
-     check_reduced_root},
-    {"alltoall", "hetcclAlltoAll", false, false, true, factor_ring, counts_alltoall, run_alltoall,
-     fill_own, check_alltoall},
+    {"all_reduce", "hetcclAllReduce", true, false, false, factor_allreduce, counts_whole, run_all_reduce, fill_own,
+     check_reduced},
+    {"all_gather", "hetcclAllGather", false, false, true, factor_ring, counts_gather, run_all_gather, fill_own,
+     check_gathered},
+    {"reduce_scatter", "hetcclReduceScatter", true, false, true, factor_ring, counts_scatter, run_reduce_scatter,
+     fill_own, check_my_block},
+    {"broadcast", "hetcclBroadcast", false, true, false, factor_one, counts_whole, run_broadcast, fill_root,
+     check_from_root},
+    {"reduce", "hetcclReduce", true, true, false, factor_one, counts_whole, run_reduce, fill_own, check_reduced_root},
+    {"alltoall", "hetcclAlltoAll", false, false, true, factor_ring, counts_alltoall, run_alltoall, fill_own,
+     check_alltoall},
     {"gather", "hetcclGather", false, true, true, factor_ring, counts_gather, run_gather, fill_own,
      check_gathered_root},
-    {"scatter", "hetcclScatter", false, true, true, factor_ring, counts_scatter, run_scatter,
-     fill_root, check_root_block},
-    {"sendrecv", "hetcclSend/Recv", false, false, false, factor_one, counts_whole, run_sendrecv,
-     fill_own, check_from_left},
+    {"scatter", "hetcclScatter", false, true, true, factor_ring, counts_scatter, run_scatter, fill_root,
+     check_root_block},
+    {"sendrecv", "hetcclSend/Recv", false, false, false, factor_one, counts_whole, run_sendrecv, fill_own,
+     check_from_left},
 };
 
 /* ---- one operation ---- */
@@ -536,8 +545,7 @@ static void launch(bool in_place, int iter) {
   if (B.op == HC_PREMULSUM) {
     uint8_t two[8];
     hc_dtype_store(B.dtype, two, 2.0);
-    CHECK(hetcclRedOpCreatePreMulSum(&c.op, two, DT, hetcclScalarHostImmediate, B.comm),
-          "hetcclRedOpCreatePreMulSum");
+    CHECK(hetcclRedOpCreatePreMulSum(&c.op, two, DT, hetcclScalarHostImmediate, B.comm), "hetcclRedOpCreatePreMulSum");
   }
   CHECK(B.coll->run(&c), B.coll->api);
   if (B.op == HC_PREMULSUM) CHECK(hetcclRedOpDestroy(c.op, B.comm), "hetcclRedOpDestroy");
@@ -654,8 +662,8 @@ static void time_test(enum hc_dtype dtype, int op, int root) {
          size = opt.step_factor > 1 ? size * opt.step_factor : size + opt.step_bytes) {
       set_size(size);
       if (B.rank == 0)
-        printf("%12zu  %12zu  %8s  %6s  %6d", HC_MAX(B.send_count, B.recv_count) * B.ts, B.count,
-               hc_dtype_name(dtype), op == NO_OP ? "none" : hc_redop_name((enum hc_redop)op), root);
+        printf("%12zu  %12zu  %8s  %6s  %6d", HC_MAX(B.send_count, B.recv_count) * B.ts, B.count, hc_dtype_name(dtype),
+               op == NO_OP ? "none" : hc_redop_name((enum hc_redop)op), root);
       B.row_open = B.rank == 0;
       bench_half(false);
       bench_half(true);
@@ -695,27 +703,25 @@ static void print_banner(const char *coll_name) {
   if (B.rank == 0) {
     int lib = 0;
     hetcclGetVersion(&lib);
-    printf("# hetccl-perf version %d.%d.%d hetccl-headers=%d hetccl-library=%d\n", HETCCL_MAJOR,
-           HETCCL_MINOR, HETCCL_PATCH, HETCCL_VERSION_CODE, lib);
+    printf("# hetccl-perf version %d.%d.%d hetccl-headers=%d hetccl-library=%d\n", HETCCL_MAJOR, HETCCL_MINOR,
+           HETCCL_PATCH, HETCCL_VERSION_CODE, lib);
     printf("# Collective test starting: hetccl-perf %s\n", coll_name);
     printf("# nThread 1 nGpus 1 minBytes %lld maxBytes %lld step: %lld(%s) warmup iters: %d "
            "iters: %d agg iters: %d validation: %d graph: 0 unalign: 0\n",
            (long long)opt.min_bytes, (long long)opt.max_bytes,
            (long long)(opt.step_factor > 1 ? opt.step_factor : opt.step_bytes),
-           opt.step_factor > 1 ? "factor" : "bytes", opt.warmup_iters, opt.iters, opt.agg_iters,
-           opt.check);
+           opt.step_factor > 1 ? "factor" : "bytes", opt.warmup_iters, opt.iters, opt.agg_iters, opt.check);
     printf("#\n# Using devices\n");
     for (int r = 0; r < B.n; r++)
       printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", (int)all[r].rank, 0, (int)all[r].pid,
              all[r].host, (int)all[r].device, kind_name(all[r].kind), all[r].kind == HC_MEM_HOST ? "CPU" : "GPU");
     printf("#\n");
-    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
-           "", "", "", "", "");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "size", "count",
-           "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
-           "#wrong");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "(B)",
-           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "",
+           "", "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "size", "count", "type", "redop",
+           "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "(B)", "(elements)", "", "", "",
+           "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
   }
   free(all);
 }
@@ -795,18 +801,48 @@ static const struct coll *parse_args(int argc, char **argv) {
     case 'b': ok = hc_parse_size(optarg, &opt.min_bytes) == HC_OK; break;
     case 'e': ok = hc_parse_size(optarg, &opt.max_bytes) == HC_OK; break;
     case 'i': ok = hc_parse_size(optarg, &opt.step_bytes) == HC_OK; break;
-    case 'f': ok = parse_long(optarg, 1, 1 << 20, &v); opt.step_factor = v; break;
-    case 'n': ok = parse_long(optarg, 1, INT32_MAX, &v); opt.iters = (int)v; break;
-    case 'w': ok = parse_long(optarg, 0, INT32_MAX, &v); opt.warmup_iters = (int)v; break;
-    case 'm': ok = parse_long(optarg, 1, 1 << 20, &v); opt.agg_iters = (int)v; break;
-    case 'N': ok = parse_long(optarg, 0, INT32_MAX, &v); opt.run_cycles = v; break;
-    case 'c': ok = parse_long(optarg, 0, INT32_MAX, &v); opt.check = (int)v; break;
+    case 'f':
+      ok = parse_long(optarg, 1, 1 << 20, &v);
+      opt.step_factor = v;
+      break;
+    case 'n':
+      ok = parse_long(optarg, 1, INT32_MAX, &v);
+      opt.iters = (int)v;
+      break;
+    case 'w':
+      ok = parse_long(optarg, 0, INT32_MAX, &v);
+      opt.warmup_iters = (int)v;
+      break;
+    case 'm':
+      ok = parse_long(optarg, 1, 1 << 20, &v);
+      opt.agg_iters = (int)v;
+      break;
+    case 'N':
+      ok = parse_long(optarg, 0, INT32_MAX, &v);
+      opt.run_cycles = v;
+      break;
+    case 'c':
+      ok = parse_long(optarg, 0, INT32_MAX, &v);
+      opt.check = (int)v;
+      break;
     case 'o': ok = nt_parse_op(optarg, &opt.op); break;
     case 'd': ok = nt_parse_dtype(optarg, &opt.dtype); break;
-    case 'r': ok = parse_long(optarg, -1, INT32_MAX, &v); opt.root = (int)v; break;
-    case 'a': ok = parse_long(optarg, 0, 3, &v); opt.average = (int)v; break;
-    case 'z': ok = parse_long(optarg, 0, 3, &v); opt.blocking = (int)v; break;
-    case 'T': ok = parse_long(optarg, 0, INT32_MAX, &v); opt.timeout_s = (int)v; break;
+    case 'r':
+      ok = parse_long(optarg, -1, INT32_MAX, &v);
+      opt.root = (int)v;
+      break;
+    case 'a':
+      ok = parse_long(optarg, 0, 3, &v);
+      opt.average = (int)v;
+      break;
+    case 'z':
+      ok = parse_long(optarg, 0, 3, &v);
+      opt.blocking = (int)v;
+      break;
+    case 'T':
+      ok = parse_long(optarg, 0, INT32_MAX, &v);
+      opt.timeout_s = (int)v;
+      break;
     case 'G':
       if (!parse_devices(optarg)) {
         fprintf(stderr,
@@ -849,8 +885,8 @@ static const struct coll *parse_args(int argc, char **argv) {
     exit(2);
   }
   if (opt.min_bytes > opt.max_bytes) {
-    fprintf(stderr, "hetccl-perf: invalid sizes for 'minbytes' and 'maxbytes': %lld > %lld\n",
-            (long long)opt.min_bytes, (long long)opt.max_bytes);
+    fprintf(stderr, "hetccl-perf: invalid sizes for 'minbytes' and 'maxbytes': %lld > %lld\n", (long long)opt.min_bytes,
+            (long long)opt.max_bytes);
     exit(2);
   }
   if (opt.step_factor > 1 ? opt.min_bytes == 0 : opt.step_bytes == 0) {

@@ -76,8 +76,8 @@
 
 /* One output pipe of a rank: bytes read but not yet written as a line. */
 struct stream {
-  int fd;      /* read end; -1 once closed */
-  int out_fd;  /* 1 or 2 */
+  int fd;     /* read end; -1 once closed */
+  int out_fd; /* 1 or 2 */
   char *buf;
   size_t len, cap;
 };
@@ -236,8 +236,7 @@ static void signal_ranks(int sig) {
 /* A port that was free on host when we looked (bind port 0, read, close);
  * 127.0.0.1 when host is not an address of this machine. 0 on failure. */
 static int free_port(const char *host) {
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_NUMERICSERV};
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
   struct addrinfo *list = NULL;
   const char *tries[2] = {host, "127.0.0.1"};
   for (int t = 0; t < 2; t++) {
@@ -248,8 +247,7 @@ static int free_port(const char *host) {
       struct sockaddr_storage ss;
       socklen_t sl = sizeof(ss);
       int port = 0;
-      if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-          getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+      if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
         port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
                                         : ntohs(((struct sockaddr_in *)&ss)->sin_port);
       close(fd);
@@ -323,10 +321,8 @@ static bool place_ranks(const char *list, int n) {
         p = end;
       }
       for (long cpu = lo; !bad && cpu <= hi && have < n; cpu++) rank_cpu[have++] = (int)cpu;
-      if (*p == ',' && p[1] != 0)
-        p++;
-      else
-        bad = bad || *p != 0;
+      if (*p == ',' && p[1] != 0) p++;
+      else bad = bad || *p != 0;
     }
     if (bad) {
       fprintf(stderr, "hetccl-run: --cpu-list %s: expected CPU numbers and ranges like 0-3,8\n", list);
@@ -347,8 +343,8 @@ static bool place_ranks(const char *list, int n) {
 /* Runs in the child between fork and exec: only async-signal-safe calls
  * until the environment edits (the parent is single-threaded, so malloc is
  * safe here too). Never returns. */
-static void child_exec(int r, pid_t parent, const sigset_t *old_mask, int out_w, int err_w,
-                       const struct rank_env *envs, int nenvs, char **argv) {
+static void child_exec(int r, pid_t parent, const sigset_t *old_mask, int out_w, int err_w, const struct rank_env *envs,
+                       int nenvs, char **argv) {
   /* Caught signals become default again at exec anyway; reset them now so
    * that none runs our handler here. Ignored ones stay ignored. */
   static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
@@ -503,12 +499,8 @@ int main(int argc, char **argv) {
       bind = strcmp(optarg, "core") == 0;
       break;
     case 'c': cpu_list = optarg; break;
-    case 'h':
-      usage(stdout);
-      return 0;
-    default:
-      usage(stderr);
-      return 2;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
     }
   }
   if (n == 0 || optind >= argc) {
@@ -518,8 +510,8 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < nenvs; i++) {
     if (envs[i].rank >= n) {
-      fprintf(stderr, "hetccl-run: --rank-env %d:%s=...: rank %d does not exist with -n %ld\n",
-              envs[i].rank, envs[i].var, envs[i].rank, n);
+      fprintf(stderr, "hetccl-run: --rank-env %d:%s=...: rank %d does not exist with -n %ld\n", envs[i].rank,
+              envs[i].var, envs[i].rank, n);
       return 2;
     }
   }
@@ -548,12 +540,18 @@ int main(int argc, char **argv) {
   set_env_int("ROLE_WORLD_SIZE", nranks);
   setenv("MASTER_ADDR", addr, 1);
   set_env_int("MASTER_PORT", port);
-  static const char *const other_launchers[] = {
-      "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID",
-      "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-      "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "PMIX_RANK"};
-  for (size_t i = 0; i < sizeof(other_launchers) / sizeof(other_launchers[0]); i++)
-    unsetenv(other_launchers[i]);
+  static const char *const other_launchers[] = {"SLURM_PROCID",
+                                                "SLURM_NTASKS",
+                                                "SLURM_NPROCS",
+                                                "SLURM_LOCALID",
+                                                "OMPI_COMM_WORLD_RANK",
+                                                "OMPI_COMM_WORLD_SIZE",
+                                                "OMPI_COMM_WORLD_LOCAL_RANK",
+                                                "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                                "PMI_RANK",
+                                                "PMI_SIZE",
+                                                "PMIX_RANK"};
+  for (size_t i = 0; i < sizeof(other_launchers) / sizeof(other_launchers[0]); i++) unsetenv(other_launchers[i]);
 
   /* Orphans of the ranks' children become ours, so we reap them: no
    * zombies even where pid 1 does not reap. */
@@ -632,12 +630,11 @@ int main(int argc, char **argv) {
       if (WIFSIGNALED(failed_status)) {
         int sig = WTERMSIG(failed_status);
         exit_code = 128 + sig;
-        fprintf(stderr, "hetccl-run: rank %d (pid %d) was killed by signal %d (%s)", failed_rank,
-                pid_f, sig, strsignal(sig));
+        fprintf(stderr, "hetccl-run: rank %d (pid %d) was killed by signal %d (%s)", failed_rank, pid_f, sig,
+                strsignal(sig));
       } else {
         exit_code = WEXITSTATUS(failed_status);
-        fprintf(stderr, "hetccl-run: rank %d (pid %d) exited with code %d", failed_rank, pid_f,
-                exit_code);
+        fprintf(stderr, "hetccl-run: rank %d (pid %d) exited with code %d", failed_rank, pid_f, exit_code);
       }
       if (alive > 0) fprintf(stderr, "; terminating the other %d rank%s", alive, alive == 1 ? "" : "s");
       fprintf(stderr, "\n");

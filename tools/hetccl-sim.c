@@ -28,9 +28,10 @@
 static const struct coll {
   const char *name;
   enum hc_coll coll;
-} *coll, colls[] = {
-    {"all_reduce", HC_COLL_ALLREDUCE}, {"all_gather", HC_COLL_ALLGATHER}, {"reduce_scatter", HC_COLL_REDUCESCATTER},
-    {"broadcast", HC_COLL_BROADCAST},  {"reduce", HC_COLL_REDUCE},
+} * coll,
+    colls[] = {
+        {"all_reduce", HC_COLL_ALLREDUCE}, {"all_gather", HC_COLL_ALLGATHER}, {"reduce_scatter", HC_COLL_REDUCESCATTER},
+        {"broadcast", HC_COLL_BROADCAST},  {"reduce", HC_COLL_REDUCE},
 };
 
 static struct {
@@ -43,7 +44,8 @@ static struct {
 } opt = {.minbytes = 32 << 20, .maxbytes = 32 << 20, .stepbytes = 1 << 20, .factor = 1, .dtype = HC_FLOAT32};
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: hetccl-sim --cluster NAME|FILE [--nodes N] [--links] [--what-if-gdr] <collective> [-b S] [-e S] [-i S] [-f F]\n"
+  fprintf(f, "usage: hetccl-sim --cluster NAME|FILE [--nodes N] [--links] [--what-if-gdr] <collective> [-b S] [-e S] "
+             "[-i S] [-f F]\n"
              "                  [-d datatype] [-o op] [-r root]\n"
              "  presets: kim2026 h100x8+mi300x8 h200-2ranks; collectives: all_reduce all_gather reduce_scatter\n"
              "  broadcast reduce\n");
@@ -53,13 +55,19 @@ static bool parse_size(const char *s, int64_t *out) { return hc_parse_size(s, ou
 
 /* Returns 0 when the arguments are good, else the exit code. */
 static int parse_args(int argc, char **argv) {
-  static const struct option longs[] = {
-      {"cluster", required_argument, NULL, 'C'}, {"nodes", required_argument, NULL, 'N'},
-      {"links", no_argument, NULL, 'L'},         {"what-if-gdr", no_argument, NULL, 'G'},         {"minbytes", required_argument, NULL, 'b'},
-      {"maxbytes", required_argument, NULL, 'e'}, {"stepbytes", required_argument, NULL, 'i'},
-      {"stepfactor", required_argument, NULL, 'f'}, {"datatype", required_argument, NULL, 'd'},
-      {"op", required_argument, NULL, 'o'},      {"root", required_argument, NULL, 'r'},
-      {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
+  static const struct option longs[] = {{"cluster", required_argument, NULL, 'C'},
+                                        {"nodes", required_argument, NULL, 'N'},
+                                        {"links", no_argument, NULL, 'L'},
+                                        {"what-if-gdr", no_argument, NULL, 'G'},
+                                        {"minbytes", required_argument, NULL, 'b'},
+                                        {"maxbytes", required_argument, NULL, 'e'},
+                                        {"stepbytes", required_argument, NULL, 'i'},
+                                        {"stepfactor", required_argument, NULL, 'f'},
+                                        {"datatype", required_argument, NULL, 'd'},
+                                        {"op", required_argument, NULL, 'o'},
+                                        {"root", required_argument, NULL, 'r'},
+                                        {"help", no_argument, NULL, 'h'},
+                                        {NULL, 0, NULL, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "b:e:i:f:d:o:r:h", longs, NULL)) != -1) {
     bool ok = true;
@@ -130,13 +138,14 @@ static double row(const struct sim_cluster *c, int64_t nominal) {
 static void banner(const struct sim_cluster *c, int n) {
   int nodes = 0;
   for (int i = 0; i < c->nsets; i++) nodes += c->sets[i].count;
-  printf("# hetccl-sim: %s on cluster %s: %d ranks, %d GPUs, %d nodes\n", coll->name, c->name, n,
-         sim_cluster_gpus(c), nodes);
+  printf("# hetccl-sim: %s on cluster %s: %d ranks, %d GPUs, %d nodes\n", coll->name, c->name, n, sim_cluster_gpus(c),
+         nodes);
   if (c->what_if_gdr) printf("# what if: transfers between nodes through the NIC straight from GPU memory\n");
   printf("# init (bootstrap rendezvous and all-gathers): %.1f us\n", sim_bootstrap_us(c));
-  printf("# time, algbw, busbw: hetccl's plans; vtime, vbusbw: the vendor's library on every rank (algo); eff = busbw / vbusbw\n");
-  printf("#\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %7s  %6s  %5s  %4s\n", "size", "count", "type", "redop", "root",
-         "time", "algbw", "busbw", "vtime", "vbusbw", "eff", "algo");
+  printf("# time, algbw, busbw: hetccl's plans; vtime, vbusbw: the vendor's library on every rank (algo); eff = busbw "
+         "/ vbusbw\n");
+  printf("#\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %7s  %6s  %5s  %4s\n", "size", "count", "type", "redop",
+         "root", "time", "algbw", "busbw", "vtime", "vbusbw", "eff", "algo");
   printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %7s  %6s  %5s\n", "(B)", "(elements)", "", "", "", "(us)",
          "(GB/s)", "(GB/s)", "(us)", "(GB/s)", "");
 }

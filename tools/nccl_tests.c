@@ -9,15 +9,13 @@ static const struct {
   const char *name;
   enum hc_dtype dtype;
 } dtype_names[] = {
-    {"int8", HC_INT8},        {"char", HC_INT8},        {"uint8", HC_UINT8},
-    {"int32", HC_INT32},      {"int", HC_INT32},        {"uint32", HC_UINT32},
-    {"int64", HC_INT64},      {"uint64", HC_UINT64},    {"half", HC_FLOAT16},
-    {"float16", HC_FLOAT16},  {"fp16", HC_FLOAT16},     {"float", HC_FLOAT32},
-    {"float32", HC_FLOAT32},  {"fp32", HC_FLOAT32},     {"double", HC_FLOAT64},
-    {"float64", HC_FLOAT64},  {"fp64", HC_FLOAT64},     {"bfloat16", HC_BFLOAT16},
-    {"bf16", HC_BFLOAT16},    {"f8e4m3", HC_FP8_E4M3},  {"e4m3", HC_FP8_E4M3},
-    {"fp8_e4m3", HC_FP8_E4M3}, {"float8e4m3", HC_FP8_E4M3}, {"f8e5m2", HC_FP8_E5M2},
-    {"e5m2", HC_FP8_E5M2},    {"fp8_e5m2", HC_FP8_E5M2}, {"float8e5m2", HC_FP8_E5M2},
+    {"int8", HC_INT8},       {"char", HC_INT8},         {"uint8", HC_UINT8},         {"int32", HC_INT32},
+    {"int", HC_INT32},       {"uint32", HC_UINT32},     {"int64", HC_INT64},         {"uint64", HC_UINT64},
+    {"half", HC_FLOAT16},    {"float16", HC_FLOAT16},   {"fp16", HC_FLOAT16},        {"float", HC_FLOAT32},
+    {"float32", HC_FLOAT32}, {"fp32", HC_FLOAT32},      {"double", HC_FLOAT64},      {"float64", HC_FLOAT64},
+    {"fp64", HC_FLOAT64},    {"bfloat16", HC_BFLOAT16}, {"bf16", HC_BFLOAT16},       {"f8e4m3", HC_FP8_E4M3},
+    {"e4m3", HC_FP8_E4M3},   {"fp8_e4m3", HC_FP8_E4M3}, {"float8e4m3", HC_FP8_E4M3}, {"f8e5m2", HC_FP8_E5M2},
+    {"e5m2", HC_FP8_E5M2},   {"fp8_e5m2", HC_FP8_E5M2}, {"float8e5m2", HC_FP8_E5M2},
 };
 
 bool nt_parse_dtype(const char *s, int *out) {

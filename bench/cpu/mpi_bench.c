@@ -58,9 +58,21 @@ static long long parse_size(const char *s, char **end) {
   char *e;
   long long v = strtoll(s, &e, 10);
   switch (*e) {
-  case 'K': case 'k': v <<= 10; e++; break;
-  case 'M': case 'm': v <<= 20; e++; break;
-  case 'G': case 'g': v <<= 30; e++; break;
+  case 'K':
+  case 'k':
+    v <<= 10;
+    e++;
+    break;
+  case 'M':
+  case 'm':
+    v <<= 20;
+    e++;
+    break;
+  case 'G':
+  case 'g':
+    v <<= 30;
+    e++;
+    break;
   default: break;
   }
   *end = e;
@@ -130,13 +142,9 @@ static void launch(enum coll c, const struct counts *k, int iter) {
   if (k->count > (size_t)INT32_MAX) die("count too large for MPI int");
   switch (c) {
   case ALL_REDUCE: rc = MPI_Allreduce(s, r, (int)k->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
-  case ALL_GATHER:
-    rc = MPI_Allgather(s, (int)k->count, MPI_FLOAT, r, (int)k->count, MPI_FLOAT, MPI_COMM_WORLD);
-    break;
+  case ALL_GATHER: rc = MPI_Allgather(s, (int)k->count, MPI_FLOAT, r, (int)k->count, MPI_FLOAT, MPI_COMM_WORLD); break;
   case BROADCAST: rc = MPI_Bcast(r, (int)k->count, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
-  default:
-    rc = MPI_Reduce_scatter_block(s, r, (int)k->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    break;
+  default: rc = MPI_Reduce_scatter_block(s, r, (int)k->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
   }
   if (rc != MPI_SUCCESS) die("MPI call failed");
 }
@@ -196,12 +204,11 @@ int main(int argc, char **argv) {
     char lib[MPI_MAX_LIBRARY_VERSION_STRING];
     MPI_Get_library_version(lib, &len);
     lib[strcspn(lib, "\n,")] = 0;
-    printf("# mpi_bench %s: %d ranks, float, sum, warm-up %d, factor %lld; %s\n", name, nranks,
-           warmup, factor, lib);
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type", "redop",
-           "root", "time", "algbw", "busbw", "#wrong");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "", "", "",
-           "(us)", "(GB/s)", "(GB/s)", "");
+    printf("# mpi_bench %s: %d ranks, float, sum, warm-up %d, factor %lld; %s\n", name, nranks, warmup, factor, lib);
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type", "redop", "root", "time",
+           "algbw", "busbw", "#wrong");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)",
+           "(GB/s)", "");
     fflush(stdout);
   }
 

@@ -48,7 +48,7 @@ static struct shared {
    * it held. */
   hetcclUniqueId id;
   atomic_int id_made; /* per run: 0, then 1 (or -1 when it failed) */
-} *sh;
+} * sh;
 
 static double now(void) {
   struct timespec t;
@@ -106,12 +106,10 @@ static void primitive_latency(void) {
     hc_dev_flag_write(gpu, s, &flags[1], i);
     double t0 = now();
     __atomic_store_n(&flags[0], i, __ATOMIC_RELEASE);
-    while (__atomic_load_n(&flags[1], __ATOMIC_ACQUIRE) != i) {
-    }
+    while (__atomic_load_n(&flags[1], __ATOMIC_ACQUIRE) != i) {}
     t[i - 1] = now() - t0;
   }
-  printf("stream flag round trip (host -> stream wait -> stream write -> host): median %.1f us\n",
-         median(t, N) * 1e6);
+  printf("stream flag round trip (host -> stream wait -> stream write -> host): median %.1f us\n", median(t, N) * 1e6);
   for (int i = 0; i < N; i++) {
     double t0 = now();
     int done = 0;
@@ -145,7 +143,6 @@ static double sync_latency(hetcclComm_t comm, void *buf, size_t count, hc_stream
   return median(t, N);
 }
 
-
 static void rank_main(int rank) {
   hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
   char group[8];
@@ -160,8 +157,7 @@ static void rank_main(int rank) {
   }
   if (rank == 0) atomic_store(&sh->id_made, hetcclGetUniqueId(&sh->id) == hetcclSuccess ? 1 : -1);
   for (double end = now() + 60; atomic_load(&sh->id_made) == 0 && now() < end;) usleep(1000);
-  if (atomic_load(&sh->id_made) != 1 ||
-      hetcclCommInitRankConfig(&comm, 2, sh->id, rank, &cfg) != hetcclSuccess) {
+  if (atomic_load(&sh->id_made) != 1 || hetcclCommInitRankConfig(&comm, 2, sh->id, rank, &cfg) != hetcclSuccess) {
     fprintf(stderr, "rank %d: init failed: %s\n", rank, hetcclGetLastError(NULL));
     exit(1);
   }
@@ -242,8 +238,9 @@ static void run(const char *title, bool g0, bool g1, double bound) {
   }
   const double *times = sh->times;
   printf("\n%s, ranks as %s (bound %.1f GB/s)\n4-byte all-reduce, one at a time, call to stream done: median %.1f us "
-         "(the call itself: %.1f us)\n%12s %10s %10s %8s\n", title, processes ? "processes" : "threads", bound, sh->sync_us, sh->call_us, "bytes", "time(us)",
-         "busbw", "eff");
+         "(the call itself: %.1f us)\n%12s %10s %10s %8s\n",
+         title, processes ? "processes" : "threads", bound, sh->sync_us, sh->call_us, "bytes", "time(us)", "busbw",
+         "eff");
   int i = 0;
   for (size_t bytes = 1024; bytes <= max_bytes; bytes *= 4, i++) {
     double busbw = (double)bytes / times[i] / 1e9;

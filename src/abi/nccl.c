@@ -68,9 +68,9 @@ typedef struct {
 #define NCCL_VERSION_REPORTED 22809
 
 /* Strong pnccl<name>, weak nccl<name> at the same address. */
-#define NCCL_API(ret, name, ...)                                                                  \
-  __attribute__((visibility("default"))) ret p##name(__VA_ARGS__);                                \
-  __attribute__((visibility("default"), weak, alias("p" #name))) ret name(__VA_ARGS__);         \
+#define NCCL_API(ret, name, ...)                                                        \
+  __attribute__((visibility("default"))) ret p##name(__VA_ARGS__);                      \
+  __attribute__((visibility("default"), weak, alias("p" #name))) ret name(__VA_ARGS__); \
   ret p##name(__VA_ARGS__)
 
 /* Returns the result of call when it failed. */
@@ -172,8 +172,7 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comm, int ndev, const int *d
   return hetcclCommInitAll(comm, ndev, devlist);
 }
 
-NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
-         ncclConfig_t *config) {
+NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
   hetcclConfig_t cfg;
   if (config == NULL) return hetcclCommSplit(comm, color, key, newcomm, NULL);
   NC_TRY(translate_config(config, &cfg));
@@ -191,7 +190,12 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
  * and resume free and re-create a comm's dynamic GPU memory. hetccl's
  * scratch pools live as long as the comm; a ROCm or CUDA torch built
  * against such a header imports these, so they exist, and say so. */
-typedef enum { ncclStatGpuMemSuspend, ncclStatGpuMemSuspended, ncclStatGpuMemPersist, ncclStatGpuMemTotal } ncclCommMemStat_t;
+typedef enum {
+  ncclStatGpuMemSuspend,
+  ncclStatGpuMemSuspended,
+  ncclStatGpuMemPersist,
+  ncclStatGpuMemTotal
+} ncclCommMemStat_t;
 NCCL_API(ncclResult_t, ncclCommSuspend, ncclComm_t comm, int flags) {
   (void)comm, (void)flags;
   return unsupported("ncclCommSuspend", "hetccl keeps a comm's scratch memory until it is destroyed");
@@ -305,8 +309,8 @@ NCCL_API(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t 
   RETURN_IF_VENDOR_COMM(comm, ncclReduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
   return hetcclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream);
 }
-NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size_t sendcount,
-         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
   RETURN_IF_VENDOR_COMM(comm, ncclAllGather, sendbuff, recvbuff, sendcount, datatype, comm, stream);
   return hetcclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
 }
@@ -328,13 +332,13 @@ NCCL_API(ncclResult_t, ncclAllToAll, const void *sendbuff, void *recvbuff, size_
   return hetcclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream);
 }
 NCCL_API(ncclResult_t, ncclAllToAllv, const void *sendbuff, const size_t sendcounts[], const size_t sdispls[],
-         void *recvbuff, const size_t recvcounts[], const size_t rdispls[], ncclDataType_t datatype,
-         ncclComm_t comm, cudaStream_t stream) {
+         void *recvbuff, const size_t recvcounts[], const size_t rdispls[], ncclDataType_t datatype, ncclComm_t comm,
+         cudaStream_t stream) {
   return hetcclAlltoAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls, datatype, comm, stream);
 }
 NCCL_API(ncclResult_t, ncclAlltoAllv, const void *sendbuff, const size_t sendcounts[], const size_t sdispls[],
-         void *recvbuff, const size_t recvcounts[], const size_t rdispls[], ncclDataType_t datatype,
-         ncclComm_t comm, cudaStream_t stream) {
+         void *recvbuff, const size_t recvcounts[], const size_t rdispls[], ncclDataType_t datatype, ncclComm_t comm,
+         cudaStream_t stream) {
   return hetcclAlltoAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls, datatype, comm, stream);
 }
 NCCL_API(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
@@ -345,8 +349,8 @@ NCCL_API(ncclResult_t, ncclScatter, const void *sendbuff, void *recvbuff, size_t
          int root, ncclComm_t comm, cudaStream_t stream) {
   return hetcclScatter(sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
-NCCL_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
-         ncclComm_t comm, cudaStream_t stream) {
+NCCL_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+         cudaStream_t stream) {
   RETURN_IF_VENDOR_COMM(comm, ncclSend, sendbuff, count, datatype, peer, comm, stream);
   return hetcclSend(sendbuff, count, datatype, peer, comm, stream);
 }
@@ -374,8 +378,7 @@ NCCL_API(ncclResult_t, ncclDevCommDestroy, ncclComm_t comm, const void *devComm)
   (void)comm, (void)devComm;
   return unsupported("ncclDevCommDestroy", "the NCCL device API");
 }
-NCCL_API(ncclResult_t, ncclLsaBarrierCreateRequirement, ncclTeam_t team, int nBarriers, void *outHandle,
-         void *outReq) {
+NCCL_API(ncclResult_t, ncclLsaBarrierCreateRequirement, ncclTeam_t team, int nBarriers, void *outHandle, void *outReq) {
   RETURN_IF_VENDOR_CALLER(ncclLsaBarrierCreateRequirement, team, nBarriers, outHandle, outReq);
   (void)team, (void)nBarriers, (void)outHandle, (void)outReq;
   return unsupported("ncclLsaBarrierCreateRequirement", "the NCCL device API");
@@ -434,11 +437,11 @@ NCCL_API(int, ncclTeamRankToLsa, ncclComm_t comm, ncclTeam_t team, int rank) {
  * that signature. C cannot fill a std::unordered_map: on a pass-through
  * comm the vendor's own ncclCommDump fills it from the vendor's comm; on
  * any other comm the dump stays empty. */
-#define NCCL_COMM_DUMP_SYMBOL                                                                  \
+#define NCCL_COMM_DUMP_SYMBOL                                                                            \
   "_Z12ncclCommDumpP8ncclCommRSt13unordered_mapINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEES7_" \
   "St4hashIS7_ESt8equal_toIS7_ESaISt4pairIKS7_S7_EEE"
-__attribute__((visibility("default"))) ncclResult_t hc_nccl_comm_dump(ncclComm_t comm, void *map)
-    __asm__(NCCL_COMM_DUMP_SYMBOL);
+__attribute__((visibility("default"))) ncclResult_t hc_nccl_comm_dump(ncclComm_t comm,
+                                                                      void *map) __asm__(NCCL_COMM_DUMP_SYMBOL);
 ncclResult_t hc_nccl_comm_dump(ncclComm_t comm, void *map) {
   typedef ncclResult_t (*dump_fn)(void *comm, void *map);
   void *real = hc_abi_vendor_fn_for_comm(comm, NCCL_COMM_DUMP_SYMBOL);

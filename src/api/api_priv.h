@@ -27,20 +27,20 @@ struct hc_peer_info {
   int32_t pid;
   int32_t device_kind; /* enum hc_mem_kind */
   int32_t device_id;
-  int32_t group;       /* filled after the exchange: index of the group */
-  int32_t vendor_ok;   /* the vendor library of device_kind loaded here */
+  int32_t group;          /* filled after the exchange: index of the group */
+  int32_t vendor_ok;      /* the vendor library of device_kind loaded here */
   int32_t vendor_version; /* its version (NCCL's numbering; RCCL reports its NCCL base) */
   char group_name[HC_GROUP_NAME_BYTES];
-  int32_t fp8_layout;  /* enum hc_fp8_layout: what this rank's fp8 buffers hold */
+  int32_t fp8_layout;       /* enum hc_fp8_layout: what this rank's fp8 buffers hold */
   struct hc_net_record net; /* its host and transports */
 };
 
 struct hc_premul_op {
   bool in_use;
   enum hc_dtype dtype;
-  int residence;             /* hetcclScalarResidence_t */
-  uint8_t factor[8];         /* host-immediate: the value */
-  const void *factor_ptr;    /* device residence: read at each call, when it is made */
+  int residence;          /* hetcclScalarResidence_t */
+  uint8_t factor[8];      /* host-immediate: the value */
+  const void *factor_ptr; /* device residence: read at each call, when it is made */
 };
 
 struct hc_config {
@@ -71,22 +71,22 @@ struct hetcclComm {
   struct hc_config config;
   uint8_t id[HC_UNIQUE_ID_BYTES];
   struct hc_bootstrap *boot;
-  struct hc_peer_info *peers;     /* nranks */
+  struct hc_peer_info *peers; /* nranks */
   int ngroups;
-  int *group_of;                  /* per rank: peers[i].group, for plans */
+  int *group_of; /* per rank: peers[i].group, for plans */
   /* fp8 across the comm, from the peer table (the same on every rank):
    * the first rank whose encodings differ from rank 0's, else -1. */
   int fp8_odd_rank;
   struct hc_links links;
-  struct hc_net_set nets;         /* the transports open here */
+  struct hc_net_set nets; /* the transports open here */
   /* Plans stage device memory through pinned host memory: a GPU comm
    * with a link whose transport cannot reach device memory (caps). */
   bool stage_device;
   struct hc_plan_ctx plan_ctx;
-  bool windows_registered;        /* plan_ctx.windows, with this rank's GPU driver */
-  struct hc_plan plan;            /* reused call after call */
-  uint32_t coll_seq;              /* collectives made so far (hc_coll_args.seq) */
-  uint8_t barrier_byte;           /* what a host comm's barrier all-reduces (coll.c) */
+  bool windows_registered; /* plan_ctx.windows, with this rank's GPU driver */
+  struct hc_plan plan;     /* reused call after call */
+  uint32_t coll_seq;       /* collectives made so far (hc_coll_args.seq) */
+  uint8_t barrier_byte;    /* what a host comm's barrier all-reduces (coll.c) */
   /* The plan cache (coll.c): plan still holds the steps and scratch of
    * this call, the last one made alone on this host comm. */
   bool plan_kept;
@@ -94,14 +94,14 @@ struct hetcclComm {
   struct hc_exec_memo *plan_memo; /* exec's tables of plan, while it is unchanged */
   struct hc_premul_op premul[HC_MAX_PREMUL_OPS];
   atomic_bool abort_flag;
-  atomic_int active_calls;        /* calls inside the library on this comm */
-  atomic_int async_error;         /* hc_result_t */
+  atomic_int active_calls; /* calls inside the library on this comm */
+  atomic_int async_error;  /* hc_result_t */
   pthread_mutex_t error_lock;
   char async_error_text[512];
-  atomic_int state;               /* enum hc_comm_state */
-  pthread_t task;                 /* a nonblocking comm's init or finalize (comm_async.c) */
-  bool task_started;              /* task is to be joined; the owner thread's */
-  struct hc_proxy *proxy;         /* GPU comms: their side of the process's progress engine */
+  atomic_int state;       /* enum hc_comm_state */
+  pthread_t task;         /* a nonblocking comm's init or finalize (comm_async.c) */
+  bool task_started;      /* task is to be joined; the owner thread's */
+  struct hc_proxy *proxy; /* GPU comms: their side of the process's progress engine */
   /* The vendor library of this rank's device kind, when some group runs
    * it (plan.h, hc_plan_ctx.group_vendor). A pass-through comm (one such
    * group) sends every call to vendor_comm; in a comm of several groups,
@@ -109,8 +109,8 @@ struct hetcclComm {
   const struct hc_vendor *vendor;
   void *vendor_comm;
   void *group_vendor_comm;
-  bool *group_vendor;             /* per group */
-  bool *peer_gdr;                 /* GPU comms: per peer, GPU memory straight to the NIC (plan_ctx.peer_gdr) */
+  bool *group_vendor; /* per group */
+  bool *peer_gdr;     /* GPU comms: per peer, GPU memory straight to the NIC (plan_ctx.peer_gdr) */
   uint64_t magic_tail;
 };
 
@@ -158,7 +158,6 @@ const char *hc_fp8_layout_name(int layout);
 
 /* Runs calls recorded for the current group, or one call right away. */
 struct hc_coll_args;
-hc_result_t hc_coll_enqueue(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t stream,
-                            const char *fn);
+hc_result_t hc_coll_enqueue(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t stream, const char *fn);
 
 #endif

@@ -91,11 +91,18 @@ static void mark_staged_sends(void) {
 
 /* One call on a pass-through comm, as the vendor's own call. */
 static hc_result_t vendor_call(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t st) {
-  const struct hc_vendor_call c = {
-      .coll = a->coll, .sendbuf = a->sendbuf, .recvbuf = a->recvbuf, .count = a->count, .dtype = (int)a->dtype,
-      .op = (int)a->op, .root = a->root, .sendcounts = a->sendcounts, .sdispls = a->sdispls,
-      .recvcounts = a->recvcounts, .rdispls = a->rdispls,
-      .premul_factor = a->op == HC_PREMULSUM ? a->premul_factor : NULL};
+  const struct hc_vendor_call c = {.coll = a->coll,
+                                   .sendbuf = a->sendbuf,
+                                   .recvbuf = a->recvbuf,
+                                   .count = a->count,
+                                   .dtype = (int)a->dtype,
+                                   .op = (int)a->op,
+                                   .root = a->root,
+                                   .sendcounts = a->sendcounts,
+                                   .sdispls = a->sdispls,
+                                   .recvcounts = a->recvcounts,
+                                   .rdispls = a->rdispls,
+                                   .premul_factor = a->op == HC_PREMULSUM ? a->premul_factor : NULL};
   return hc_vendor_run(comm->vendor, comm->vendor_comm, comm->rank, comm->nranks, &c, st);
 }
 
@@ -307,12 +314,10 @@ static hc_result_t api_GroupEnd(void) {
   return r;
 }
 
-hc_result_t hc_coll_enqueue(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t stream,
-                            const char *fn) {
+hc_result_t hc_coll_enqueue(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t stream, const char *fn) {
   hc_result_t async = (hc_result_t)atomic_load(&comm->async_error);
   if (async != HC_OK)
-    return HC_FAIL(async, "%s: the communicator failed earlier and must be destroyed: %s", fn,
-                   comm->async_error_text);
+    return HC_FAIL(async, "%s: the communicator failed earlier and must be destroyed: %s", fn, comm->async_error_text);
   if (atomic_load(&comm->abort_flag)) return HC_FAIL(HC_ERR_USAGE, "%s: the communicator was aborted", fn);
   HC_TRY(api_GroupStart());
   hc_result_t r = group_record(comm, a, stream);
@@ -333,8 +338,8 @@ static hc_result_t check_dtype(hetcclDataType_t t, const char *fn) {
 
 /* Resolves op into args (builtin, or a PreMulSum made for this comm and
  * datatype). */
-static hc_result_t resolve_op(struct hetcclComm *comm, hetcclRedOp_t op, hetcclDataType_t t,
-                              struct hc_coll_args *a, const char *fn) {
+static hc_result_t resolve_op(struct hetcclComm *comm, hetcclRedOp_t op, hetcclDataType_t t, struct hc_coll_args *a,
+                              const char *fn) {
   if ((unsigned)op < (unsigned)hetcclNumOps) {
     a->op = (enum hc_redop)op;
     return HC_OK;
@@ -344,8 +349,8 @@ static hc_result_t resolve_op(struct hetcclComm *comm, hetcclRedOp_t op, hetcclD
     return HC_FAIL(HC_ERR_ARG, "%s: op %d is neither a built-in op nor a live PreMulSum op of this comm", fn, (int)op);
   const struct hc_premul_op *pm = &comm->premul[idx];
   if (pm->dtype != (enum hc_dtype)t)
-    return HC_FAIL(HC_ERR_ARG, "%s: op %d was made for datatype %s, not %s", fn, (int)op,
-                   hc_dtype_name(pm->dtype), hc_dtype_name((enum hc_dtype)t));
+    return HC_FAIL(HC_ERR_ARG, "%s: op %d was made for datatype %s, not %s", fn, (int)op, hc_dtype_name(pm->dtype),
+                   hc_dtype_name((enum hc_dtype)t));
   a->op = HC_PREMULSUM;
   size_t es = hc_dtype_size(pm->dtype);
   if (pm->residence == hetcclScalarHostImmediate) {
@@ -366,8 +371,7 @@ static hc_result_t resolve_op(struct hetcclComm *comm, hetcclRedOp_t op, hetcclD
 }
 
 static hc_result_t check_rank(const struct hetcclComm *comm, int r, const char *what, const char *fn) {
-  if (r < 0 || r >= comm->nranks)
-    return HC_FAIL(HC_ERR_ARG, "%s: %s %d is not in [0, %d)", fn, what, r, comm->nranks);
+  if (r < 0 || r >= comm->nranks) return HC_FAIL(HC_ERR_ARG, "%s: %s %d is not in [0, %d)", fn, what, r, comm->nranks);
   return HC_OK;
 }
 
@@ -401,9 +405,11 @@ static hc_result_t check_fp8(const struct hetcclComm *comm, const struct hc_coll
   const char *t = hc_dtype_name(a->dtype);
   if (comm->fp8_odd_rank >= 0) {
     int odd = comm->fp8_odd_rank;
-    return HC_FAIL(HC_ERR_ARG, "%s: %s on a comm whose ranks hold different fp8 encodings: rank 0 %s, rank %d %s "
+    return HC_FAIL(HC_ERR_ARG,
+                   "%s: %s on a comm whose ranks hold different fp8 encodings: rank 0 %s, rank %d %s "
                    "(HETCCL_FP8_LAYOUT, or the device: AMD gfx94x is fnuz); convert to one encoding first, or move "
-                   "the bytes as uint8 without reducing", fn, t, hc_fp8_layout_name(comm->peers[0].fp8_layout), odd,
+                   "the bytes as uint8 without reducing",
+                   fn, t, hc_fp8_layout_name(comm->peers[0].fp8_layout), odd,
                    hc_fp8_layout_name(comm->peers[odd].fp8_layout));
   }
   if (comm->vendor_comm != NULL) {
@@ -413,8 +419,10 @@ static hc_result_t check_fp8(const struct hetcclComm *comm, const struct hc_coll
     return HC_OK;
   }
   if (hc_coll_reduces(a->coll) && comm->peers[0].fp8_layout == HC_FP8_FNUZ)
-    return HC_FAIL(HC_ERR_ARG, "%s: %s reduction of fnuz data (every rank holds e4m3fnuz / e5m2fnuz): hetccl's "
-                   "own kernels reduce the OCP encodings only; convert first", fn, t);
+    return HC_FAIL(HC_ERR_ARG,
+                   "%s: %s reduction of fnuz data (every rank holds e4m3fnuz / e5m2fnuz): hetccl's "
+                   "own kernels reduce the OCP encodings only; convert first",
+                   fn, t);
   return HC_OK;
 }
 
@@ -498,8 +506,12 @@ static hetcclResult_t coll_call(hetcclComm_t comm, struct hc_coll_args a, hetccl
 static hetcclResult_t buffers_call(enum hc_coll coll, const void *sendbuff, void *recvbuff, size_t count,
                                    hetcclDataType_t datatype, hetcclRedOp_t op, int root, hetcclComm_t comm,
                                    hetcclStream_t stream) {
-  struct hc_coll_args a = {.coll = coll, .sendbuf = sendbuff, .recvbuf = recvbuff, .count = count,
-                           .dtype = (enum hc_dtype)datatype, .root = root};
+  struct hc_coll_args a = {.coll = coll,
+                           .sendbuf = sendbuff,
+                           .recvbuf = recvbuff,
+                           .count = count,
+                           .dtype = (enum hc_dtype)datatype,
+                           .root = root};
   return coll_call(comm, a, op, stream);
 }
 
@@ -528,9 +540,14 @@ HC_EXPORT hetcclResult_t hetcclReduce(const void *sendbuff, void *recvbuff, size
 HC_EXPORT hetcclResult_t hetcclAlltoAllv(const void *sendbuff, const size_t sendcounts[], const size_t sdispls[],
                                          void *recvbuff, const size_t recvcounts[], const size_t rdispls[],
                                          hetcclDataType_t datatype, hetcclComm_t comm, hetcclStream_t stream) {
-  struct hc_coll_args a = {.coll = HC_COLL_ALLTOALLV, .sendbuf = sendbuff, .recvbuf = recvbuff,
-                           .dtype = (enum hc_dtype)datatype, .sendcounts = sendcounts, .sdispls = sdispls,
-                           .recvcounts = recvcounts, .rdispls = rdispls};
+  struct hc_coll_args a = {.coll = HC_COLL_ALLTOALLV,
+                           .sendbuf = sendbuff,
+                           .recvbuf = recvbuff,
+                           .dtype = (enum hc_dtype)datatype,
+                           .sendcounts = sendcounts,
+                           .sdispls = sdispls,
+                           .recvcounts = recvcounts,
+                           .rdispls = rdispls};
   return coll_call(comm, a, NO_OP, stream);
 }
 HC_EXPORT hetcclResult_t hetcclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
@@ -575,8 +592,12 @@ static hc_result_t api_Barrier(hetcclComm_t comm, hetcclStream_t stream) {
   bool all_host = true; /* the same answer on every rank: the all-gathered records */
   for (int i = 0; i < comm->nranks; i++) all_host &= comm->peers[i].device_kind == HC_MEM_HOST;
   if (all_host) {
-    struct hc_coll_args a = {.coll = HC_COLL_ALLREDUCE, .sendbuf = &comm->barrier_byte,
-                             .recvbuf = &comm->barrier_byte, .count = 1, .dtype = HC_UINT8, .op = HC_MAX};
+    struct hc_coll_args a = {.coll = HC_COLL_ALLREDUCE,
+                             .sendbuf = &comm->barrier_byte,
+                             .recvbuf = &comm->barrier_byte,
+                             .count = 1,
+                             .dtype = HC_UINT8,
+                             .op = HC_MAX};
     return hc_coll_enqueue(comm, &a, NULL, "Barrier");
   }
   if (comm->boot == NULL)
@@ -600,14 +621,13 @@ static hc_result_t api_RedOpCreatePreMulSum(hetcclRedOp_t *op, void *scalar, het
   for (int i = 0; i < HC_MAX_PREMUL_OPS; i++) {
     struct hc_premul_op *pm = &comm->premul[i];
     if (pm->in_use) continue;
-    *pm = (struct hc_premul_op){.in_use = true, .dtype = (enum hc_dtype)datatype,
-                                .residence = residence, .factor_ptr = scalar};
+    *pm = (struct hc_premul_op){
+        .in_use = true, .dtype = (enum hc_dtype)datatype, .residence = residence, .factor_ptr = scalar};
     if (residence == hetcclScalarHostImmediate) memcpy(pm->factor, scalar, hc_dtype_size(pm->dtype));
     *op = (hetcclRedOp_t)(hetcclNumOps + i);
     return HC_OK;
   }
-  return HC_FAIL(HC_ERR_USAGE, "%s: all %d PreMulSum ops of this comm are in use; destroy some", fn,
-                 HC_MAX_PREMUL_OPS);
+  return HC_FAIL(HC_ERR_USAGE, "%s: all %d PreMulSum ops of this comm are in use; destroy some", fn, HC_MAX_PREMUL_OPS);
 }
 
 static hc_result_t api_RedOpDestroy(hetcclRedOp_t op, hetcclComm_t comm) {
@@ -628,10 +648,8 @@ HC_EXPORT hetcclResult_t hetcclGroupEnd(void) { return (hetcclResult_t)api_Group
 HC_EXPORT hetcclResult_t hetcclBarrier(hetcclComm_t comm, hetcclStream_t stream) {
   return (hetcclResult_t)api_Barrier(comm, stream);
 }
-HC_EXPORT hetcclResult_t hetcclRedOpCreatePreMulSum(hetcclRedOp_t *op, void *scalar,
-                                                    hetcclDataType_t datatype,
-                                                    hetcclScalarResidence_t residence,
-                                                    hetcclComm_t comm) {
+HC_EXPORT hetcclResult_t hetcclRedOpCreatePreMulSum(hetcclRedOp_t *op, void *scalar, hetcclDataType_t datatype,
+                                                    hetcclScalarResidence_t residence, hetcclComm_t comm) {
   return (hetcclResult_t)api_RedOpCreatePreMulSum(op, scalar, datatype, residence, comm);
 }
 HC_EXPORT hetcclResult_t hetcclRedOpDestroy(hetcclRedOp_t op, hetcclComm_t comm) {

@@ -17,8 +17,8 @@
 hc_result_t hc_comm_check_handle(const struct hetcclComm *comm, const char *fn) {
   if (comm == NULL) return HC_FAIL(HC_ERR_ARG, "%s: comm is NULL", fn);
   if (comm->magic_head != HC_COMM_MAGIC_HEAD || comm->magic_tail != HC_COMM_MAGIC_TAIL)
-    return HC_FAIL(HC_ERR_ARG, "%s: comm %p is not a valid communicator (destroyed or corrupted)",
-                   fn, (const void *)comm);
+    return HC_FAIL(HC_ERR_ARG, "%s: comm %p is not a valid communicator (destroyed or corrupted)", fn,
+                   (const void *)comm);
   return HC_OK;
 }
 
@@ -118,16 +118,16 @@ static hc_result_t windows_open(struct hetcclComm *comm) {
       HC_TRY(hc_link_connect(l, i));
       if (l->conn != NULL) break;
       if (hc_now_ns() > deadline)
-        return HC_FAIL(HC_ERR_REMOTE, "rank %d: %s connection to rank %d not up within HETCCL_TIMEOUT",
-                       comm->rank, l->net->name, i);
+        return HC_FAIL(HC_ERR_REMOTE, "rank %d: %s connection to rank %d not up within HETCCL_TIMEOUT", comm->rank,
+                       l->net->name, i);
       HC_TRY(hc_comm_init_peers_check(comm, "while this rank waited for its shm windows"));
       HC_TRY(hc_link_wait(l, 1));
     }
     struct hc_plan_window *w = &comm->plan_ctx.windows[i];
     hc_link_window(l, &w->w);
     if (w->w.bytes < HC_WINDOW_SLOTS * 4096)
-      return HC_FAIL(HC_ERR_INTERNAL, "rank %d: the %s connection with rank %d has no window", comm->rank,
-                     l->net->name, i);
+      return HC_FAIL(HC_ERR_INTERNAL, "rank %d: the %s connection with rank %d has no window", comm->rank, l->net->name,
+                     i);
     w->slot_bytes = slot_bytes = w->w.bytes / HC_WINDOW_SLOTS;
   }
   if (comm->config.device_kind != HC_MEM_HOST) {
@@ -159,10 +159,8 @@ static void gpu_path_of(const struct hetcclComm *comm, int peer, bool *direct, c
     else
       snprintf(text, len, "%s (messages of up to %zu bytes staged through pinned host memory)", l->caps.device_path,
                l->caps.device_min_bytes);
-  } else if (l->caps.device_path[0])
-    snprintf(text, len, "%s", l->caps.device_path);
-  else
-    snprintf(text, len, "staged: %s takes host memory only", l->net->name);
+  } else if (l->caps.device_path[0]) snprintf(text, len, "%s", l->caps.device_path);
+  else snprintf(text, len, "staged: %s takes host memory only", l->net->name);
 }
 
 /* Which peers a GPU rank's transfers reach with GPU memory straight to the
@@ -253,8 +251,7 @@ static hc_result_t config_resolve(const hetcclConfig_t *user, struct hc_config *
   snprintf(out->group_name, sizeof(out->group_name), "%s", hc_param_str(HC_P_GROUP));
   if (user == NULL) return HC_OK;
   if (user->magic != HETCCL_CONFIG_MAGIC)
-    return HC_FAIL(HC_ERR_ARG, "config was not initialised with HETCCL_CONFIG_INITIALIZER (magic 0x%x)",
-                   user->magic);
+    return HC_FAIL(HC_ERR_ARG, "config was not initialised with HETCCL_CONFIG_INITIALIZER (magic 0x%x)", user->magic);
 #define HAS(field) (offsetof(hetcclConfig_t, field) + sizeof(user->field) <= user->size)
 #define SET(field) (HAS(field) && user->field != HETCCL_CONFIG_UNDEF_INT)
   if (SET(blocking)) out->blocking = user->blocking != 0;
@@ -264,10 +261,8 @@ static hc_result_t config_resolve(const hetcclConfig_t *user, struct hc_config *
     out->device_kind = (enum hc_mem_kind)user->deviceKind;
   }
   if (SET(deviceId)) out->device_id = user->deviceId;
-  if (HAS(groupName) && user->groupName)
-    snprintf(out->group_name, sizeof(out->group_name), "%s", user->groupName);
-  if (HAS(commName) && user->commName)
-    snprintf(out->comm_name, sizeof(out->comm_name), "%s", user->commName);
+  if (HAS(groupName) && user->groupName) snprintf(out->group_name, sizeof(out->group_name), "%s", user->groupName);
+  if (HAS(commName) && user->commName) snprintf(out->comm_name, sizeof(out->comm_name), "%s", user->commName);
 #undef SET
 #undef HAS
   if (out->device_kind != HC_MEM_HOST && hc_dev_get(out->device_kind) == NULL) {
@@ -376,9 +371,8 @@ static hc_result_t vendor_comms_init(struct hetcclComm *comm) {
   HC_TRY(hc_calloc(&ids, (size_t)comm->nranks, sizeof(*ids), "vendor ids"));
   /* A failure here still joins the all-gather, so that no rank waits for
    * this one; the group's other ranks then fail to reach the vendor. */
-  hc_result_t made = v && first == comm->rank ? hc_vendor_check(v, NULL, v->get_unique_id(&ids[comm->rank]),
-                                                                "GetUniqueId")
-                                              : HC_OK;
+  hc_result_t made =
+      v && first == comm->rank ? hc_vendor_check(v, NULL, v->get_unique_id(&ids[comm->rank]), "GetUniqueId") : HC_OK;
   HC_TRY_GOTO(hc_bootstrap_allgather(comm->boot, ids, sizeof(*ids)), r, out);
   HC_TRY_GOTO(made, r, out);
   if (v == NULL) goto out;
@@ -408,8 +402,11 @@ static hc_result_t phase_bootstrap(struct hetcclComm *comm) {
  * peer table for the exchange. */
 static hc_result_t phase_transports_open(struct hetcclComm *comm) {
   const struct hc_config *config = &comm->config;
-  struct hc_net_args net_args = {.rank = comm->rank, .nranks = comm->nranks, .abort_flag = &comm->abort_flag,
-                                 .device_kind = (int)config->device_kind, .device_id = config->device_id,
+  struct hc_net_args net_args = {.rank = comm->rank,
+                                 .nranks = comm->nranks,
+                                 .abort_flag = &comm->abort_flag,
+                                 .device_kind = (int)config->device_kind,
+                                 .device_id = config->device_id,
                                  .sig_explain = hc_plan_sig_explain};
   HC_TRY(hc_bootstrap_id_secret(comm->id, net_args.secret));
   if (config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_SHM_WINDOW))
@@ -424,12 +421,16 @@ static hc_result_t phase_peers_exchange(struct hetcclComm *comm) {
   const struct hc_config *config = &comm->config;
   struct hc_peer_info *me = &comm->peers[comm->rank];
   const struct hc_net_record net = me->net; /* phase_transports_open's */
-  *me = (struct hc_peer_info){.magic = HC_PEER_INFO_MAGIC, .rank = comm->rank, .pid = (int32_t)getpid(),
-                              .device_kind = config->device_kind, .device_id = config->device_id, .net = net};
+  *me = (struct hc_peer_info){.magic = HC_PEER_INFO_MAGIC,
+                              .rank = comm->rank,
+                              .pid = (int32_t)getpid(),
+                              .device_kind = config->device_kind,
+                              .device_id = config->device_id,
+                              .net = net};
   snprintf(me->group_name, sizeof(me->group_name), "%s",
            config->group_name[0] ? config->group_name : mem_kind_name(config->device_kind));
-  const struct hc_vendor *my_vendor = config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_VENDOR)
-                                          ? hc_vendor_get(config->device_kind) : NULL;
+  const struct hc_vendor *my_vendor =
+      config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_VENDOR) ? hc_vendor_get(config->device_kind) : NULL;
   me->vendor_ok = my_vendor != NULL;
   me->vendor_version = my_vendor ? my_vendor->version : 0;
   enum hc_fp8_layout fp8;
@@ -451,8 +452,10 @@ static hc_result_t phase_groups(struct hetcclComm *comm) {
   for (int i = 1; i < comm->nranks && comm->fp8_odd_rank < 0; i++)
     if (peers[i].fp8_layout != peers[0].fp8_layout) comm->fp8_odd_rank = i;
   if (comm->fp8_odd_rank >= 0)
-    HC_INFO(HC_API, "rank %d: ranks 0 and %d hold different fp8 encodings (%s, %s): fp8 calls on this comm are "
-            "refused", comm->rank, comm->fp8_odd_rank, hc_fp8_layout_name(peers[0].fp8_layout),
+    HC_INFO(HC_API,
+            "rank %d: ranks 0 and %d hold different fp8 encodings (%s, %s): fp8 calls on this comm are "
+            "refused",
+            comm->rank, comm->fp8_odd_rank, hc_fp8_layout_name(peers[0].fp8_layout),
             hc_fp8_layout_name(peers[comm->fp8_odd_rank].fp8_layout));
   return HC_OK;
 }
@@ -491,15 +494,19 @@ static hc_result_t phase_plans(struct hetcclComm *comm) {
   HC_TRY(hc_scratch_pool_create(gpu ? HC_POOL_PINNED : HC_POOL_HOST, gpu, config->device_id, &comm->plan.pool));
   if (gpu) HC_TRY(hc_scratch_pool_create(HC_POOL_DEVICE, gpu, config->device_id, &comm->plan.dev_pool));
   comm->plan_ctx = (struct hc_plan_ctx){
-      .rank = comm->rank, .nranks = comm->nranks,
+      .rank = comm->rank,
+      .nranks = comm->nranks,
       .chunk_bytes = any_gpu ? gpu_chunk_bytes() : (size_t)HC_MAX(hc_param_int(HC_P_CHUNK_BYTES), 64),
       .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
-      .onestep_bytes = (size_t)hc_param_int(HC_P_ONESTEP_BYTES), .any_gpu = any_gpu,
+      .onestep_bytes = (size_t)hc_param_int(HC_P_ONESTEP_BYTES),
+      .any_gpu = any_gpu,
       /* The direct algorithms trade the ring's steps for n-1 transfers at
        * once, which GPU ranks would each stage. */
       .direct_max_bytes = any_gpu ? 0 : (size_t)hc_param_int(HC_P_DIRECT_MAX_BYTES),
       .direct_chunk_bytes = (size_t)HC_MAX(hc_param_int(HC_P_DIRECT_CHUNK_BYTES), 64),
-      .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1), .ngroups = 1};
+      .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1),
+      .ngroups = 1,
+  };
   memcpy(comm->plan_ctx.algo, forced, sizeof(forced));
   if (comm->ngroups == 1) return HC_OK;
   const struct hc_peer_info *me = &comm->peers[comm->rank];
@@ -540,8 +547,8 @@ static hc_result_t phase_report(struct hetcclComm *comm) {
                              t ? ", %d over %s" : "%d peers over %s", n, hc_transports[t].links_name);
   }
   HC_INFO(HC_API, "comm %p%s%s rank %d of %d up: device %s:%d, group %s (%d groups), %s", (void *)comm,
-          HC_COMM_NAME_ARGS(comm), comm->rank, comm->nranks, mem_kind_name(comm->config.device_kind), comm->config.device_id,
-          comm->peers[comm->rank].group_name, comm->ngroups, links_said);
+          HC_COMM_NAME_ARGS(comm), comm->rank, comm->nranks, mem_kind_name(comm->config.device_kind),
+          comm->config.device_id, comm->peers[comm->rank].group_name, comm->ngroups, links_said);
   return HC_OK;
 }
 
@@ -551,18 +558,18 @@ static const struct init_phase {
   const char *name;
   hc_result_t (*run)(struct hetcclComm *comm);
 } init_phases[] = {
-    {"bootstrap", phase_bootstrap},             /* bootstrap: the ring of ranks, authenticated */
-    {"transports", phase_transports_open},      /* net: open what this rank uses */
-    {"peers", phase_peers_exchange},            /* bootstrap: all-gather of the peer records */
-    {"groups", phase_groups},                   /* api: groups and fp8, from the records */
-    {"links", phase_links},                     /* net: a transport per pair; exec: wait policy */
-    {"plans", phase_plans},                     /* plan: plan context and scratch pools */
-    {"vendor groups", vendor_groups_choose},    /* vendor: which groups run the vendor's library */
-    {"windows", windows_open},                  /* net + device: shm windows, registered with the GPU */
-    {"GPU paths", gdr_choose},                  /* plan: which peers' GPU bytes go straight to the NIC */
-    {"device", phase_device},                   /* device: this thread on the comm's GPU */
-    {"vendor comms", vendor_comms_init},        /* vendor: the group's vendor communicator */
-    {"engine", phase_engine},                   /* exec: the progress engine, for GPU comms */
+    {"bootstrap", phase_bootstrap},          /* bootstrap: the ring of ranks, authenticated */
+    {"transports", phase_transports_open},   /* net: open what this rank uses */
+    {"peers", phase_peers_exchange},         /* bootstrap: all-gather of the peer records */
+    {"groups", phase_groups},                /* api: groups and fp8, from the records */
+    {"links", phase_links},                  /* net: a transport per pair; exec: wait policy */
+    {"plans", phase_plans},                  /* plan: plan context and scratch pools */
+    {"vendor groups", vendor_groups_choose}, /* vendor: which groups run the vendor's library */
+    {"windows", windows_open},               /* net + device: shm windows, registered with the GPU */
+    {"GPU paths", gdr_choose},               /* plan: which peers' GPU bytes go straight to the NIC */
+    {"device", phase_device},                /* device: this thread on the comm's GPU */
+    {"vendor comms", vendor_comms_init},     /* vendor: the group's vendor communicator */
+    {"engine", phase_engine},                /* exec: the progress engine, for GPU comms */
     {"report", phase_report},
 };
 
@@ -609,13 +616,12 @@ static hc_result_t check_init_args(hetcclComm_t *comm, int nranks, int rank) {
   if (comm == NULL) return HC_FAIL(HC_ERR_ARG, "CommInitRank: comm pointer is NULL");
   *comm = NULL;
   if (nranks < 1) return HC_FAIL(HC_ERR_ARG, "CommInitRank: nranks %d must be at least 1", nranks);
-  if (rank < 0 || rank >= nranks)
-    return HC_FAIL(HC_ERR_ARG, "CommInitRank: rank %d is not in [0, %d)", rank, nranks);
+  if (rank < 0 || rank >= nranks) return HC_FAIL(HC_ERR_ARG, "CommInitRank: rank %d is not in [0, %d)", rank, nranks);
   return HC_OK;
 }
 
-static hc_result_t api_CommInitRankConfig(hetcclComm_t *comm, int nranks, hetcclUniqueId commId,
-                                               int rank, hetcclConfig_t *config) {
+static hc_result_t api_CommInitRankConfig(hetcclComm_t *comm, int nranks, hetcclUniqueId commId, int rank,
+                                          hetcclConfig_t *config) {
   struct hc_config cfg;
   HC_TRY(hc_params_load());
   HC_TRY(check_init_args(comm, nranks, rank));
@@ -637,8 +643,8 @@ static hc_result_t api_CommInitFromEnv(hetcclComm_t *comm, hetcclConfig_t *confi
   HC_TRY(config_resolve(config, &cfg));
   HC_TRY(hc_launch_env_read(&env));
   HC_TRY(check_init_args(comm, env.nranks, env.rank));
-  HC_INFO(HC_BOOT, "rank %d of %d from %s, root %s:%d", env.rank, env.nranks, env.launcher,
-          env.master_addr, env.master_port);
+  HC_INFO(HC_BOOT, "rank %d of %d from %s, root %s:%d", env.rank, env.nranks, env.launcher, env.master_addr,
+          env.master_port);
   HC_TRY(hc_bootstrap_id_from_addr(env.master_addr, env.master_port, env.secret, env.rank == 0, id));
   return comm_init(comm, env.nranks, id, env.rank, &cfg);
 }
@@ -657,8 +663,7 @@ struct split_record {
   uint8_t id[HC_UNIQUE_ID_BYTES]; /* the new comm's id, from its first member */
 };
 
-static hc_result_t api_CommSplit(hetcclComm_t comm, int color, int key, hetcclComm_t *newcomm,
-                                      hetcclConfig_t *config) {
+static hc_result_t api_CommSplit(hetcclComm_t comm, int color, int key, hetcclComm_t *newcomm, hetcclConfig_t *config) {
   hc_result_t r;
   HC_TRY(hc_comm_check(comm, "CommSplit"));
   if (comm->boot == NULL)
@@ -690,12 +695,10 @@ static hc_result_t api_CommSplit(hetcclComm_t comm, int color, int key, hetcclCo
       if (recs[j].color == color && (recs[j].key < recs[i].key || (recs[j].key == recs[i].key && j < i))) pos++;
     if (pos == 0) leader = i;
   }
-  if (color != HETCCL_SPLIT_NOCOLOR && newrank == 0)
-    HC_TRY_GOTO(hc_bootstrap_id_create(recs[comm->rank].id), r, out);
+  if (color != HETCCL_SPLIT_NOCOLOR && newrank == 0) HC_TRY_GOTO(hc_bootstrap_id_create(recs[comm->rank].id), r, out);
   HC_TRY_GOTO(hc_bootstrap_allgather(comm->boot, recs, sizeof(*recs)), r, out);
   r = HC_OK;
-  if (color != HETCCL_SPLIT_NOCOLOR)
-    r = comm_init(newcomm, nnew, recs[leader].id, newrank, &cfg);
+  if (color != HETCCL_SPLIT_NOCOLOR) r = comm_init(newcomm, nnew, recs[leader].id, newrank, &cfg);
   hc_log_set_comm(comm->rank, comm->config.comm_name);
 out:
   free(recs);
@@ -796,8 +799,8 @@ static hc_result_t api_GetVersion(int *version) {
 
 /* ---- exports: the public names over the functions above ---- */
 
-HC_EXPORT hetcclResult_t hetcclCommInitRankConfig(hetcclComm_t *comm, int nranks, hetcclUniqueId commId,
-                                               int rank, hetcclConfig_t *config) {
+HC_EXPORT hetcclResult_t hetcclCommInitRankConfig(hetcclComm_t *comm, int nranks, hetcclUniqueId commId, int rank,
+                                                  hetcclConfig_t *config) {
   return (hetcclResult_t)api_CommInitRankConfig(comm, nranks, commId, rank, config);
 }
 
@@ -814,21 +817,15 @@ HC_EXPORT hetcclResult_t hetcclGetUniqueId(hetcclUniqueId *uniqueId) {
 }
 
 HC_EXPORT hetcclResult_t hetcclCommSplit(hetcclComm_t comm, int color, int key, hetcclComm_t *newcomm,
-                                      hetcclConfig_t *config) {
+                                         hetcclConfig_t *config) {
   return (hetcclResult_t)api_CommSplit(comm, color, key, newcomm, config);
 }
 
-HC_EXPORT hetcclResult_t hetcclCommFinalize(hetcclComm_t comm) {
-  return (hetcclResult_t)api_CommFinalize(comm);
-}
+HC_EXPORT hetcclResult_t hetcclCommFinalize(hetcclComm_t comm) { return (hetcclResult_t)api_CommFinalize(comm); }
 
-HC_EXPORT hetcclResult_t hetcclCommDestroy(hetcclComm_t comm) {
-  return (hetcclResult_t)api_CommDestroy(comm);
-}
+HC_EXPORT hetcclResult_t hetcclCommDestroy(hetcclComm_t comm) { return (hetcclResult_t)api_CommDestroy(comm); }
 
-HC_EXPORT hetcclResult_t hetcclCommAbort(hetcclComm_t comm) {
-  return (hetcclResult_t)api_CommAbort(comm);
-}
+HC_EXPORT hetcclResult_t hetcclCommAbort(hetcclComm_t comm) { return (hetcclResult_t)api_CommAbort(comm); }
 
 HC_EXPORT hetcclResult_t hetcclCommCount(const hetcclComm_t comm, int *count) {
   return (hetcclResult_t)api_CommCount(comm, count);
@@ -842,6 +839,4 @@ HC_EXPORT hetcclResult_t hetcclCommGetAsyncError(hetcclComm_t comm, hetcclResult
   return (hetcclResult_t)api_CommGetAsyncError(comm, asyncError);
 }
 
-HC_EXPORT hetcclResult_t hetcclGetVersion(int *version) {
-  return (hetcclResult_t)api_GetVersion(version);
-}
+HC_EXPORT hetcclResult_t hetcclGetVersion(int *version) { return (hetcclResult_t)api_GetVersion(version); }

@@ -44,8 +44,11 @@ static hc_result_t api_CommInitAll(hetcclComm_t *comm, int ndev, const int *devl
   HC_TRY_GOTO(hc_calloc(&ranks, (size_t)ndev, sizeof(*ranks), "InitAll ranks"), r, out);
   HC_TRY_GOTO(hc_calloc(&threads, (size_t)ndev, sizeof(*threads), "InitAll threads"), r, out);
   for (; started < ndev; started++) {
-    ranks[started] = (struct init_all_rank){.comm = &comm[started], .nranks = ndev, .rank = started,
-                                            .device_kind = kind, .device = devlist ? devlist[started] : started,
+    ranks[started] = (struct init_all_rank){.comm = &comm[started],
+                                            .nranks = ndev,
+                                            .rank = started,
+                                            .device_kind = kind,
+                                            .device = devlist ? devlist[started] : started,
                                             .id = id};
     if (pthread_create(&threads[started], NULL, init_all_thread, &ranks[started]) != 0) {
       r = HC_FAIL(HC_ERR_SYSTEM, "CommInitAll: cannot start a thread: %s", strerror(errno));

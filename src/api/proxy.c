@@ -11,10 +11,10 @@ struct hc_proxy {
   const struct hc_dev_ops *dev;
   struct hc_gpu_lanes *lanes;
   struct hc_engine_comm *engine;
-  struct hc_plan plan;    /* the call being enqueued; its scratch pools are the comm's */
-  uint64_t *xfer_end;     /* 2 * nranks, hc_gpu_prepare's */
-  uint64_t *window_end;   /* 2 * nranks: window pieces handed out, for the engine's watch */
-  int32_t *peer_pid;      /* per peer: its pid where it shares this host */
+  struct hc_plan plan;  /* the call being enqueued; its scratch pools are the comm's */
+  uint64_t *xfer_end;   /* 2 * nranks, hc_gpu_prepare's */
+  uint64_t *window_end; /* 2 * nranks: window pieces handed out, for the engine's watch */
+  int32_t *peer_pid;    /* per peer: its pid where it shares this host */
   uint32_t next_seq;
 };
 
@@ -31,7 +31,8 @@ hc_result_t hc_proxy_create(struct hetcclComm *comm, struct hc_proxy **out) {
   *out = NULL;
   const enum hc_mem_kind kind = comm->config.device_kind;
   if (!hc_dev_caps(kind).stream_mem_ops)
-    return HC_FAIL(HC_ERR_DEVICE, "rank %d: %s: the driver offers no 64-bit stream memory operations, which GPU "
+    return HC_FAIL(HC_ERR_DEVICE,
+                   "rank %d: %s: the driver offers no 64-bit stream memory operations, which GPU "
                    "communicators need (CUDA 11.7 or later on a device that supports them)",
                    comm->rank, hc_dev_get(kind)->name);
   HC_TRY(hc_calloc(&px, 1, sizeof(*px), "proxy"));
@@ -46,8 +47,9 @@ hc_result_t hc_proxy_create(struct hetcclComm *comm, struct hc_proxy **out) {
     if (i != comm->rank && comm->peers[i].net.host == comm->peers[comm->rank].net.host)
       px->peer_pid[i] = comm->peers[i].pid;
   HC_TRY_GOTO(hc_dev_set_device(px->dev, comm->config.device_id), r, fail);
-  HC_TRY_GOTO(hc_gpu_lanes_create(px->dev, comm->config.device_id, comm->rank, comm->nranks,
-                                  comm->plan_ctx.chunk_bytes, &px->lanes), r, fail);
+  HC_TRY_GOTO(hc_gpu_lanes_create(px->dev, comm->config.device_id, comm->rank, comm->nranks, comm->plan_ctx.chunk_bytes,
+                                  &px->lanes),
+              r, fail);
   hc_gpu_lanes_use_vendor(px->lanes, comm->vendor, comm->group_vendor_comm);
   /* Compile and load the reduction kernels now, while nothing of ours is
    * in flight: loading a module can wait for every stream of the context. */
@@ -57,18 +59,23 @@ hc_result_t hc_proxy_create(struct hetcclComm *comm, struct hc_proxy **out) {
   if (r == HC_OK) r = hc_dev_host_alloc(px->dev, sizeof(*probe), (void **)&probe);
   if (r == HC_OK) {
     *probe = 0;
-    struct hc_reduce_args warm = {.dst = probe, .src0 = probe, .src1 = probe, .count = 1, .dtype = HC_FLOAT32,
-                                  .op = HC_SUM};
+    struct hc_reduce_args warm = {
+        .dst = probe, .src0 = probe, .src1 = probe, .count = 1, .dtype = HC_FLOAT32, .op = HC_SUM};
     r = hc_dev_reduce(px->dev, &warm, warm_stream);
     if (r == HC_OK) r = hc_dev_stream_sync(px->dev, warm_stream);
   }
   if (probe) hc_dev_host_free(px->dev, probe);
   if (warm_stream) hc_dev_stream_destroy(px->dev, warm_stream);
   if (r != HC_OK) goto fail;
-  const struct hc_engine_desc desc = {.links = &comm->links, .windows = comm->plan_ctx.windows,
-                                      .peer_pid = px->peer_pid, .lanes = px->lanes, .vendor = comm->vendor,
-                                      .vendor_comm = comm->group_vendor_comm, .active_calls = &comm->active_calls,
-                                      .fail = engine_failed, .arg = px};
+  const struct hc_engine_desc desc = {.links = &comm->links,
+                                      .windows = comm->plan_ctx.windows,
+                                      .peer_pid = px->peer_pid,
+                                      .lanes = px->lanes,
+                                      .vendor = comm->vendor,
+                                      .vendor_comm = comm->group_vendor_comm,
+                                      .active_calls = &comm->active_calls,
+                                      .fail = engine_failed,
+                                      .arg = px};
   HC_TRY_GOTO(hc_engine_register(&desc, &px->engine), r, fail);
   *out = px;
   return HC_OK;
@@ -122,19 +129,21 @@ static hc_result_t submit(struct hc_proxy *px, const struct hc_coll_args *calls,
   return r;
 }
 
-hc_result_t hc_proxy_submit(struct hc_proxy *px, const struct hc_coll_args *calls, int ncalls,
-                            hc_stream_t *streams, int nstreams) {
+hc_result_t hc_proxy_submit(struct hc_proxy *px, const struct hc_coll_args *calls, int ncalls, hc_stream_t *streams,
+                            int nstreams) {
   struct hetcclComm *comm = px->comm;
   for (int i = 0; i < nstreams; i++) {
     bool capturing = false;
     HC_TRY(hc_dev_stream_capturing(px->dev, streams[i], &capturing));
     if (capturing)
-      return HC_FAIL(HC_ERR_USAGE, "rank %d: hetccl collectives cannot be captured in a CUDA graph yet; "
-                     "run them outside the capture", comm->rank);
+      return HC_FAIL(HC_ERR_USAGE,
+                     "rank %d: hetccl collectives cannot be captured in a CUDA graph yet; "
+                     "run them outside the capture",
+                     comm->rank);
   }
   if (atomic_load(&comm->async_error) != HC_OK)
-    return HC_FAIL(HC_ERR_REMOTE, "rank %d: the communicator failed earlier (%s); abort or destroy it",
-                   comm->rank, comm->async_error_text);
+    return HC_FAIL(HC_ERR_REMOTE, "rank %d: the communicator failed earlier (%s); abort or destroy it", comm->rank,
+                   comm->async_error_text);
   hc_result_t r = submit(px, calls, ncalls, streams, nstreams);
   /* Window pieces and counter positions were handed out for steps that
    * may never be enqueued: the comm cannot go on. */

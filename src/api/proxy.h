@@ -22,8 +22,8 @@ hc_result_t hc_proxy_create(struct hetcclComm *comm, struct hc_proxy **out);
  * callers' streams (they wait for the work). Returns once everything is
  * enqueued. Fails with HC_ERR_USAGE when a stream is capturing a CUDA
  * graph, HC_ERR_REMOTE once the comm has failed. */
-hc_result_t hc_proxy_submit(struct hc_proxy *px, const struct hc_coll_args *calls, int ncalls,
-                            hc_stream_t *streams, int nstreams);
+hc_result_t hc_proxy_submit(struct hc_proxy *px, const struct hc_coll_args *calls, int ncalls, hc_stream_t *streams,
+                            int nstreams);
 /* Waits (bounded by HETCCL_TIMEOUT) until every submitted call has run. */
 hc_result_t hc_proxy_drain_blocking(struct hc_proxy *px);
 /* Leaves the engine once the submitted calls have run (at once after a

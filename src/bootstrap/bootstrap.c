@@ -40,10 +40,10 @@
 #include "bootstrap_wire.h"
 #include "greet.h"
 
-#define ID_MAGIC 0x48434944u    /* "HCID" */
+#define ID_MAGIC 0x48434944u /* "HCID" */
 #define ID_VERSION 1
-#define HELLO_MAGIC 0x48435248u /* "HCRH" */
-#define RING_MAGIC 0x48435247u  /* "HCRG" */
+#define HELLO_MAGIC 0x48435248u  /* "HCRH" */
+#define RING_MAGIC 0x48435247u   /* "HCRG" */
 #define GATHER_MAGIC 0x48434147u /* "HCAG" */
 
 #define ADDR_BYTES HC_BOOTSTRAP_ADDR_BYTES
@@ -64,8 +64,8 @@ struct hc_bootstrap {
   int rank, nranks;
   int next_fd, prev_fd; /* -1 when nranks == 1 */
   const atomic_bool *abort_flag;
-  uint32_t seq;         /* all-gathers done, checked against prev's */
-  bool broken;          /* a failed all-gather leaves the ring out of step */
+  uint32_t seq; /* all-gathers done, checked against prev's */
+  bool broken;  /* a failed all-gather leaves the ring out of step */
   char next_name[80], prev_name[80];
 };
 
@@ -123,8 +123,7 @@ static void id_encode(uint8_t id[HC_UNIQUE_ID_BYTES], const union hc_sockaddr *r
 
 hc_result_t hc_bootstrap_id_parse(const uint8_t *id, size_t n, struct hc_bootstrap_id *out) {
   memset(out, 0, sizeof(*out));
-  if (n != HC_UNIQUE_ID_BYTES)
-    return HC_FAIL(HC_ERR_ARG, "unique id: %zu bytes, expected %d", n, HC_UNIQUE_ID_BYTES);
+  if (n != HC_UNIQUE_ID_BYTES) return HC_FAIL(HC_ERR_ARG, "unique id: %zu bytes, expected %d", n, HC_UNIQUE_ID_BYTES);
   if (get32(id) != ID_MAGIC)
     return HC_FAIL(HC_ERR_ARG, "unique id: not a hetccl id (magic 0x%08x; was it made by hetcclGetUniqueId?)",
                    get32(id));
@@ -154,15 +153,14 @@ bool hc_bootstrap_hello_check(const struct hc_bootstrap_hello *h, int root_nrank
   uint32_t rank = h->rank, nranks = h->nranks;
   if (nranks < 1 || nranks > MAX_RANKS)
     snprintf(msg, msg_len, "rank %u at %s says nranks = %u (must be 1..%d)", rank, who, nranks, MAX_RANKS);
-  else if (rank >= nranks)
-    snprintf(msg, msg_len, "rank %u at %s is out of range for nranks = %u", rank, who, nranks);
+  else if (rank >= nranks) snprintf(msg, msg_len, "rank %u at %s is out of range for nranks = %u", rank, who, nranks);
   else if (root_nranks != 0 && (int)nranks != root_nranks)
-    snprintf(msg, msg_len, "ranks disagree on nranks (WORLD_SIZE, or the count passed to init): rank %u at %s says %u, "
-             "earlier ranks said %d", rank, who, nranks, root_nranks);
-  else if (nranks > 1 && !h->ring_ok)
-    snprintf(msg, msg_len, "rank %u at %s sent no valid ring address", rank, who);
-  else
-    return true;
+    snprintf(msg, msg_len,
+             "ranks disagree on nranks (WORLD_SIZE, or the count passed to init): rank %u at %s says %u, "
+             "earlier ranks said %d",
+             rank, who, nranks, root_nranks);
+  else if (nranks > 1 && !h->ring_ok) snprintf(msg, msg_len, "rank %u at %s sent no valid ring address", rank, who);
+  else return true;
   return false;
 }
 
@@ -220,11 +218,11 @@ struct root {
   int listen_fd;
   struct hc_greeter greeter;
   uint64_t start_ns, deadline_ns, next_report_ns;
-  char where[80];        /* listening address, for messages */
-  int nranks;            /* from the first rank; 0 until then */
-  int most_nranks;       /* the largest nranks any hello claimed (in range) */
+  char where[80];  /* listening address, for messages */
+  int nranks;      /* from the first rank; 0 until then */
+  int most_nranks; /* the largest nranks any hello claimed (in range) */
   int arrived;
-  int *fds;              /* per rank; -1 until it arrives */
+  int *fds; /* per rank; -1 until it arrives */
   uint8_t (*addrs)[ADDR_BYTES];
   /* Once a rank's hello is invalid the rendezvous cannot succeed: the root
    * answers every rank, connected or yet to come, with this error. */
@@ -237,8 +235,7 @@ struct root {
 /* One reply record. A seated rank's socket holds at most a few unread
  * progress records, far below any send buffer, so this never waits; a
  * rank that cannot take it has left. */
-static void root_send(struct root *rt, int fd, int rank, uint32_t status, const uint8_t *next_addr,
-                      const char *msg) {
+static void root_send(struct root *rt, int fd, int rank, uint32_t status, const uint8_t *next_addr, const char *msg) {
   uint8_t reply[REPLY_BYTES] = {0};
   put32(reply, status);
   if (next_addr) memcpy(reply + 4, next_addr, ADDR_BYTES);
@@ -298,8 +295,8 @@ static void root_report(struct root *rt) {
   rt->next_report_ns = now + REPORT_NS;
   long waited = (long)((now - rt->start_ns) / 1000000000ull), left = (long)((rt->deadline_ns - now) / 1000000000ull);
   if (rt->nranks == 0) {
-    HC_WARN(HC_BOOT, "bootstrap root %s: no rank has arrived in %ld s; waiting %ld s more (HETCCL_TIMEOUT)",
-            rt->where, waited, left);
+    HC_WARN(HC_BOOT, "bootstrap root %s: no rank has arrived in %ld s; waiting %ld s more (HETCCL_TIMEOUT)", rt->where,
+            waited, left);
     return;
   }
   char missing[MSG_BYTES - 96], msg[MSG_BYTES];
@@ -362,8 +359,7 @@ static void root_take(void *ctx, int fd, const uint8_t *hello, const char *who) 
   rt->fds[rank] = fd;
   memcpy(rt->addrs[rank], h.ring_bytes, ADDR_BYTES);
   rt->arrived++;
-  HC_TRACE(HC_BOOT, "bootstrap root %s: rank %u of %u from %s (%d arrived)", rt->where, rank, nranks, who,
-           rt->arrived);
+  HC_TRACE(HC_BOOT, "bootstrap root %s: rank %u of %u from %s (%d arrived)", rt->where, rank, nranks, who, rt->arrived);
   if (rt->arrived == rt->nranks) root_complete(rt);
 }
 
@@ -390,8 +386,8 @@ static void root_drop_leavers(struct root *rt, const struct pollfd *p, const int
 static void root_timeout(struct root *rt) {
   char missing[MSG_BYTES - 96], msg[MSG_BYTES];
   root_missing(rt, missing, sizeof(missing));
-  snprintf(msg, sizeof(msg), "rendezvous timed out (HETCCL_TIMEOUT, %lld s): %s",
-           (long long)hc_param_int(HC_P_TIMEOUT), missing);
+  snprintf(msg, sizeof(msg), "rendezvous timed out (HETCCL_TIMEOUT, %lld s): %s", (long long)hc_param_int(HC_P_TIMEOUT),
+           missing);
   root_fail_all(rt, HC_ERR_REMOTE, msg);
 }
 
@@ -543,8 +539,8 @@ hc_result_t hc_bootstrap_id_from_addr(const char *host, int port, const uint8_t 
     if (r != HC_OK) {
       char cause[512];
       snprintf(cause, sizeof(cause), "%s", hc_last_error());
-      return HC_FAIL(r, "bootstrap: cannot start the root for %s port %d (another job on that port?): %s", host,
-                     port, cause);
+      return HC_FAIL(r, "bootstrap: cannot start the root for %s port %d (another job on that port?): %s", host, port,
+                     cause);
     }
     HC_TRY(root_start(fd, &addr, secret));
   }
@@ -600,8 +596,8 @@ static hc_result_t join_root(struct hc_bootstrap *b, const union hc_sockaddr *ro
       goto out;
     }
     hc_bootstrap_reply_parse(reply, sizeof(reply), &rep); /* sizeof(reply) is its length: always parses */
-    if (rep.waiting) HC_WARN(HC_BOOT, "bootstrap rank %d of %d: the root %s is waiting: %s", b->rank, b->nranks,
-                             where, rep.msg);
+    if (rep.waiting)
+      HC_WARN(HC_BOOT, "bootstrap rank %d of %d: the root %s is waiting: %s", b->rank, b->nranks, where, rep.msg);
   } while (rep.waiting);
   if (rep.status != HC_OK) {
     r = HC_FAIL(rep.code, "bootstrap rank %d of %d: the root %s ended the rendezvous: %s", b->rank, b->nranks, where,
@@ -657,8 +653,7 @@ static void take_prev(void *ctx, int fd, const uint8_t *hello, const char *who) 
   close(fd);
 }
 
-static hc_result_t accept_prev(struct hc_bootstrap *b, int listen_fd, const uint8_t secret[16],
-                               uint64_t deadline_ns) {
+static hc_result_t accept_prev(struct hc_bootstrap *b, int listen_fd, const uint8_t secret[16], uint64_t deadline_ns) {
   struct prev_wait w = {b, (b->rank + b->nranks - 1) % b->nranks, -1};
   struct hc_greeter g;
   char where[64];
@@ -681,8 +676,10 @@ static hc_result_t accept_prev(struct hc_bootstrap *b, int listen_fd, const uint
     }
     if (now >= next_report) {
       next_report = now + REPORT_NS;
-      HC_WARN(HC_BOOT, "bootstrap rank %d: rank %d has not connected to the ring after %llu s; waiting %llu s more "
-              "(HETCCL_TIMEOUT)", b->rank, w.prev, (unsigned long long)((now - start) / 1000000000ull),
+      HC_WARN(HC_BOOT,
+              "bootstrap rank %d: rank %d has not connected to the ring after %llu s; waiting %llu s more "
+              "(HETCCL_TIMEOUT)",
+              b->rank, w.prev, (unsigned long long)((now - start) / 1000000000ull),
               (unsigned long long)((deadline_ns - now) / 1000000000ull));
     }
     int n = hc_greeter_pollfds(&g, p);
@@ -735,8 +732,8 @@ hc_result_t hc_bootstrap_create(const uint8_t id[HC_UNIQUE_ID_BYTES], int rank, 
     listen_fd = -1;
     HC_TRY_GOTO(hc_sock_tune(b->next_fd), r, fail);
     HC_TRY_GOTO(hc_sock_tune(b->prev_fd), r, fail);
-    HC_INFO(HC_BOOT, "bootstrap rank %d of %d: ring up via %s, next %s, prev %s", rank, nranks, ifname,
-            b->next_name, b->prev_name);
+    HC_INFO(HC_BOOT, "bootstrap rank %d of %d: ring up via %s, next %s, prev %s", rank, nranks, ifname, b->next_name,
+            b->prev_name);
   }
   *out = b;
   return HC_OK;
@@ -783,8 +780,8 @@ static hc_result_t ring_exchange(struct hc_bootstrap *b, const void *sendbuf, vo
         return HC_FAIL(HC_ERR_REMOTE, "bootstrap rank %d: rank %d (%s) closed the connection", b->rank, prev,
                        b->prev_name);
       else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-        return HC_FAIL(HC_ERR_REMOTE, "bootstrap rank %d: receive from rank %d (%s): %s", b->rank, prev,
-                       b->prev_name, strerror(errno));
+        return HC_FAIL(HC_ERR_REMOTE, "bootstrap rank %d: receive from rank %d (%s): %s", b->rank, prev, b->prev_name,
+                       strerror(errno));
     }
     if (sent == n && got == n) break;
     uint64_t now = hc_now_ns();
@@ -831,8 +828,7 @@ static hc_result_t allgather_steps(struct hc_bootstrap *b, uint8_t *buf, size_t 
 }
 
 hc_result_t hc_bootstrap_allgather(struct hc_bootstrap *b, void *buf, size_t size) {
-  if (b->broken)
-    return HC_FAIL(HC_ERR_REMOTE, "bootstrap rank %d: the ring failed in an earlier call", b->rank);
+  if (b->broken) return HC_FAIL(HC_ERR_REMOTE, "bootstrap rank %d: the ring failed in an earlier call", b->rank);
   if (b->nranks == 1) return HC_OK;
   if (size > SIZE_MAX / (size_t)b->nranks)
     return HC_FAIL(HC_ERR_ARG, "bootstrap: all-gather of %d slots of %zu bytes overflows", b->nranks, size);

@@ -27,8 +27,7 @@ struct hc_bootstrap;
 hc_result_t hc_bootstrap_id_create(uint8_t id[HC_UNIQUE_ID_BYTES]);
 /* Makes an id for a root at a known address (environment init): rank 0
  * passes start_root = true and serves the rendezvous on that address. */
-hc_result_t hc_bootstrap_id_from_addr(const char *host, int port,
-                                      const uint8_t secret[16], bool start_root,
+hc_result_t hc_bootstrap_id_from_addr(const char *host, int port, const uint8_t secret[16], bool start_root,
                                       uint8_t id[HC_UNIQUE_ID_BYTES]);
 /* The id's secret, for transports that authenticate with it. */
 hc_result_t hc_bootstrap_id_secret(const uint8_t id[HC_UNIQUE_ID_BYTES], uint8_t secret[16]);

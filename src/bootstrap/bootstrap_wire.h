@@ -41,8 +41,8 @@ hc_result_t hc_bootstrap_id_parse(const uint8_t *buf, size_t n, struct hc_bootst
 struct hc_bootstrap_hello {
   uint32_t magic, rank, nranks;
   uint8_t ring_bytes[HC_BOOTSTRAP_ADDR_BYTES]; /* verbatim: the root forwards them */
-  bool ring_ok;                               /* they hold a valid address ... */
-  union hc_sockaddr ring;                     /* ... this one */
+  bool ring_ok;                                /* they hold a valid address ... */
+  union hc_sockaddr ring;                      /* ... this one */
 };
 /* Whether buf is a rank hello (length and magic). */
 bool hc_bootstrap_hello_parse(const uint8_t *buf, size_t n, struct hc_bootstrap_hello *out);
@@ -61,12 +61,12 @@ bool hc_bootstrap_hello_check(const struct hc_bootstrap_hello *h, int root_nrank
 
 /* The root's answer to a rank, or a progress record. */
 struct hc_bootstrap_reply {
-  uint32_t status;                     /* as sent */
-  bool waiting;                        /* status is HC_BOOTSTRAP_WAITING */
-  hc_result_t code;                    /* status as a result; unknown values are HC_ERR_REMOTE */
-  bool next_ok;                        /* the address of next is valid ... */
-  union hc_sockaddr next;              /* ... this one */
-  char msg[HC_BOOTSTRAP_MSG_BYTES];    /* the root's text, always NUL-terminated */
+  uint32_t status;                  /* as sent */
+  bool waiting;                     /* status is HC_BOOTSTRAP_WAITING */
+  hc_result_t code;                 /* status as a result; unknown values are HC_ERR_REMOTE */
+  bool next_ok;                     /* the address of next is valid ... */
+  union hc_sockaddr next;           /* ... this one */
+  char msg[HC_BOOTSTRAP_MSG_BYTES]; /* the root's text, always NUL-terminated */
 };
 bool hc_bootstrap_reply_parse(const uint8_t *buf, size_t n, struct hc_bootstrap_reply *out);
 

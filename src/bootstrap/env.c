@@ -105,8 +105,7 @@ static hc_result_t read_openmpi(struct hc_launch_env *env) {
                    m.names);
   }
   env->launcher = "openmpi";
-  HC_TRY(set_placement(env, "OMPI_COMM_WORLD_RANK", rank, "OMPI_COMM_WORLD_SIZE", size,
-                       "OMPI_COMM_WORLD_LOCAL_RANK"));
+  HC_TRY(set_placement(env, "OMPI_COMM_WORLD_RANK", rank, "OMPI_COMM_WORLD_SIZE", size, "OMPI_COMM_WORLD_LOCAL_RANK"));
   HC_TRY(set_addr(env, "MASTER_ADDR", addr));
   return parse_int_var("MASTER_PORT", port, 1, 65535, &env->master_port);
 }
@@ -178,7 +177,8 @@ static hc_result_t read_secret(struct hc_launch_env *env) {
   for (size_t i = 0; i < sizeof(env->secret); i++) {
     int hi = hex_digit(s[2 * i]), lo = hex_digit(s[2 * i + 1]);
     if (hi < 0 || lo < 0)
-      return HC_FAIL(HC_ERR_USAGE, "HETCCL_SECRET must be 32 hex digits; character %zu is not one", 2 * i + (hi < 0 ? 1 : 2));
+      return HC_FAIL(HC_ERR_USAGE, "HETCCL_SECRET must be 32 hex digits; character %zu is not one",
+                     2 * i + (hi < 0 ? 1 : 2));
     env->secret[i] = (uint8_t)(hi << 4 | lo);
   }
   return HC_OK;

@@ -183,8 +183,7 @@ hc_result_t hc_greeter_progress(struct hc_greeter *g, const struct pollfd *p, hc
     if (g->pending[i].deadline_ns <= now)
       drop(g, i, "no complete handshake within " HC_GREET_WINDOW_TEXT " of its connect (a stranger, or a stuck peer)");
   }
-  if (p[0].revents & (POLLERR | POLLNVAL))
-    return HC_FAIL(HC_ERR_SYSTEM, "%s: the listening socket failed", g->where);
+  if (p[0].revents & (POLLERR | POLLNVAL)) return HC_FAIL(HC_ERR_SYSTEM, "%s: the listening socket failed", g->where);
   if (p[0].revents & POLLIN) {
     /* Takes the whole queue: a burst of strangers must not delay a rank
      * queued behind them by one poll round each. */

@@ -34,11 +34,11 @@
 struct hc_greeting;
 
 struct hc_greeter {
-  int listen_fd;                 /* not owned */
+  int listen_fd; /* not owned */
   uint8_t secret[HC_SECRET_BYTES];
   enum hc_auth_purpose purpose;
-  size_t hello_bytes;            /* of the record after the auth steps */
-  char where[96];                /* "bootstrap root 10.0.0.1:29500", for messages */
+  size_t hello_bytes; /* of the record after the auth steps */
+  char where[96];     /* "bootstrap root 10.0.0.1:29500", for messages */
   struct hc_greeting *pending;
   int npending, cap;
 };

@@ -26,12 +26,8 @@
 #include "gpu_priv.h"
 
 #define DECLARE_SYM(name, ret, params) ret(*name) params;
-static struct cu_syms {
-  HC_CUDA_SYMBOLS(DECLARE_SYM, DECLARE_SYM)
-} cu;
-static struct nvrtc_syms {
-  HC_NVRTC_SYMBOLS(DECLARE_SYM, DECLARE_SYM)
-} nv;
+static struct cu_syms { HC_CUDA_SYMBOLS(DECLARE_SYM, DECLARE_SYM) } cu;
+static struct nvrtc_syms { HC_NVRTC_SYMBOLS(DECLARE_SYM, DECLARE_SYM) } nv;
 #undef DECLARE_SYM
 
 #define SYM(name, ret, params) {#name, offsetof(struct cu_syms, name), false},
@@ -102,8 +98,10 @@ static hc_result_t cuda_open(int *ndev) {
     cu.cuDeviceGetAttribute(&mem_ops_64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, d0);
     cu.cuDeviceGetAttribute(&host_ptr_is_device_ptr, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, d0);
   }
-  HC_INFO(HC_DEV, "cuda: driver %d.%d, %d devices; 64-bit stream memory operations: entry points %s, "
-          "device 0 %s", driver_version / 1000, driver_version % 1000 / 10, n,
+  HC_INFO(HC_DEV,
+          "cuda: driver %d.%d, %d devices; 64-bit stream memory operations: entry points %s, "
+          "device 0 %s",
+          driver_version / 1000, driver_version % 1000 / 10, n,
           cu.cuStreamWaitValue64_v2 && cu.cuStreamWriteValue64_v2 ? "found" : "missing",
           mem_ops_64 == 1 ? "supports them" : "does not");
   *ndev = n;
@@ -238,8 +236,7 @@ static int cuda_ptr_attrs(const void *p, enum hc_gpu_ptr_type *type, int *device
   int e = cu.cuPointerGetAttributes(3, attrs, data, dptr(p));
   if (e != CUDA_SUCCESS) return e;
   unsigned mt = (unsigned)mtype;
-  if (mt == CU_MEMORYTYPE_DEVICE || mt == CU_MEMORYTYPE_UNIFIED || mt == CU_MEMORYTYPE_ARRAY ||
-      (managed & 0xff) != 0) {
+  if (mt == CU_MEMORYTYPE_DEVICE || mt == CU_MEMORYTYPE_UNIFIED || mt == CU_MEMORYTYPE_ARRAY || (managed & 0xff) != 0) {
     *type = HC_GPU_PTR_DEVICE;
     *device = (int)(uint32_t)ordinal;
   } else if (mt == CU_MEMORYTYPE_HOST) {
@@ -282,9 +279,7 @@ static int cuda_event_destroy(void *e) { return cu.cuEventDestroy_v2((CUevent)e)
 static int cuda_event_record(void *e, void *s) { return cu.cuEventRecord((CUevent)e, (CUstream)s); }
 static int cuda_event_query(void *e) { return cu.cuEventQuery((CUevent)e); }
 
-static int cuda_stream_wait_event(void *s, void *e) {
-  return cu.cuStreamWaitEvent((CUstream)s, (CUevent)e, 0);
-}
+static int cuda_stream_wait_event(void *s, void *e) { return cu.cuStreamWaitEvent((CUstream)s, (CUevent)e, 0); }
 
 /* The flag's device address: the mapping of the pinned host page. */
 static int flag_dptr(volatile uint64_t *flag, CUdeviceptr *d) {
@@ -304,8 +299,7 @@ static int cuda_wait_value64(void *s, volatile uint64_t *flag, uint64_t v) {
 static int cuda_write_value64(void *s, volatile uint64_t *flag, uint64_t v) {
   CUdeviceptr d = 0;
   int e = flag_dptr(flag, &d);
-  return e != CUDA_SUCCESS ? e
-                           : cu.cuStreamWriteValue64_v2((CUstream)s, d, v, CU_STREAM_WRITE_VALUE_DEFAULT);
+  return e != CUDA_SUCCESS ? e : cu.cuStreamWriteValue64_v2((CUstream)s, d, v, CU_STREAM_WRITE_VALUE_DEFAULT);
 }
 
 static int cuda_batch_values64(void *s, const struct hc_flag_op *ops, int n) {
@@ -383,24 +377,20 @@ static bool nvrtc_try(const char *path) {
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (h == NULL) {
     /* A bare soname is a guess; a path was named or found. */
-    if (strchr(path, '/'))
-      HC_INFO(HC_DEV, "cuda: NVRTC candidate %s: %s", path, dlerror());
-    else
-      HC_TRACE(HC_DEV, "cuda: NVRTC candidate %s: %s", path, dlerror());
+    if (strchr(path, '/')) HC_INFO(HC_DEV, "cuda: NVRTC candidate %s: %s", path, dlerror());
+    else HC_TRACE(HC_DEV, "cuda: NVRTC candidate %s: %s", path, dlerror());
     return false;
   }
   const char *missing = hc_gpu_resolve(h, nvrtc_syms, HC_ARRAY_LEN(nvrtc_syms), &nv);
   int major = 0, minor = 0;
   bool usable = false;
-  if (missing != NULL)
-    HC_INFO(HC_DEV, "cuda: skipping NVRTC at %s: it lacks %s", path, missing);
+  if (missing != NULL) HC_INFO(HC_DEV, "cuda: skipping NVRTC at %s: it lacks %s", path, missing);
   else if (nv.nvrtcVersion(&major, &minor) != NVRTC_SUCCESS)
     HC_INFO(HC_DEV, "cuda: skipping NVRTC at %s: nvrtcVersion() fails", path);
   else if (driver_version > 0 && major > driver_version / 1000)
-    HC_INFO(HC_DEV, "cuda: skipping NVRTC %d.%d at %s: newer than the driver (%d.%d)", major, minor,
-            path, driver_version / 1000, driver_version % 1000 / 10);
-  else
-    usable = true;
+    HC_INFO(HC_DEV, "cuda: skipping NVRTC %d.%d at %s: newer than the driver (%d.%d)", major, minor, path,
+            driver_version / 1000, driver_version % 1000 / 10);
+  else usable = true;
   if (!usable) {
     memset(&nv, 0, sizeof(nv));
     dlclose(h);
@@ -467,8 +457,7 @@ static bool nvrtc_from_toolkit(void) {
   const char *const roots[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
   for (size_t i = 0; i < HC_ARRAY_LEN(roots); i++) {
     if (roots[i] == NULL || !roots[i][0]) continue;
-    if (nvrtc_glob(roots[i], "/lib64/libnvrtc.so.*") || nvrtc_glob(roots[i], "/lib/libnvrtc.so.*"))
-      return true;
+    if (nvrtc_glob(roots[i], "/lib64/libnvrtc.so.*") || nvrtc_glob(roots[i], "/lib/libnvrtc.so.*")) return true;
   }
   return false;
 }
@@ -517,8 +506,7 @@ static bool nvrtc_find(void) {
   }
   if (explicit_path[0]) {
     if (nvrtc_try(explicit_path)) return true;
-    HC_WARN(HC_DEV, "cuda: HETCCL_NVRTC_LIBRARY=%s cannot be used (see INFO lines); looking elsewhere",
-            explicit_path);
+    HC_WARN(HC_DEV, "cuda: HETCCL_NVRTC_LIBRARY=%s cannot be used (see INFO lines); looking elsewhere", explicit_path);
   }
   /* The driver's own major first: its NVRTC makes what it loads best. */
   char preferred[32] = "";
@@ -527,8 +515,7 @@ static bool nvrtc_find(void) {
   for (size_t i = 0; i < HC_ARRAY_LEN(names); i++)
     if (names[i][0] && (i == 0 || strcmp(names[i], preferred) != 0) && nvrtc_try(names[i])) return true;
   if (nvrtc_from_toolkit() || nvrtc_from_wheels()) return true;
-  snprintf(rtc_absent_msg, sizeof(rtc_absent_msg),
-           "cuda: no usable libnvrtc (set HETCCL_NVRTC_LIBRARY to its path)");
+  snprintf(rtc_absent_msg, sizeof(rtc_absent_msg), "cuda: no usable libnvrtc (set HETCCL_NVRTC_LIBRARY to its path)");
   return false;
 }
 
@@ -566,8 +553,8 @@ static int cuda_rtc_target(int dev, int attempt, char *opt, size_t n, bool *bina
   case 2: {
     int count = 0, best = 0, archs[128];
     if (nv.nvrtcGetNumSupportedArchs == NULL || nv.nvrtcGetSupportedArchs == NULL ||
-        nv.nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS || count <= 0 ||
-        count > (int)HC_ARRAY_LEN(archs) || nv.nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS)
+        nv.nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS || count <= 0 || count > (int)HC_ARRAY_LEN(archs) ||
+        nv.nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS)
       return -1;
     for (int i = 0; i < count; i++)
       if (archs[i] < arch && archs[i] > best) best = archs[i];
@@ -591,9 +578,7 @@ static int cuda_rtc_compile(void *prog, int nopts, const char *const *opts) {
   return nv.nvrtcCompileProgram((nvrtcProgram)prog, nopts, opts);
 }
 
-static int cuda_rtc_log_size(void *prog, size_t *n) {
-  return nv.nvrtcGetProgramLogSize((nvrtcProgram)prog, n);
-}
+static int cuda_rtc_log_size(void *prog, size_t *n) { return nv.nvrtcGetProgramLogSize((nvrtcProgram)prog, n); }
 
 static int cuda_rtc_log(void *prog, char *log) { return nv.nvrtcGetProgramLog((nvrtcProgram)prog, log); }
 
@@ -619,8 +604,7 @@ static const char *cuda_rtc_err_str(int e) {
 
 /* IEEE arithmetic as on the host: no FMA contraction, denormals kept,
  * correctly rounded division. */
-static const char *const nvrtc_options[] = {"--fmad=false", "--ftz=false", "--prec-div=true",
-                                            "--prec-sqrt=true", NULL};
+static const char *const nvrtc_options[] = {"--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true", NULL};
 
 const struct hc_gpu_vendor hc_gpu_vendor_cuda = {
     .name = "cuda",

@@ -11,15 +11,15 @@
 
 #include <stddef.h>
 
-typedef int CUresult;                      /* enum cudaError_enum */
-typedef int CUdevice;                      /* CUdevice_v1 */
-typedef unsigned long long CUdeviceptr;    /* CUdeviceptr_v2 (64-bit hosts) */
+typedef int CUresult;                   /* enum cudaError_enum */
+typedef int CUdevice;                   /* CUdevice_v1 */
+typedef unsigned long long CUdeviceptr; /* CUdeviceptr_v2 (64-bit hosts) */
 typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
-typedef void (*CUhostFn)(void *userData);  /* CUDA_CB is empty on Linux */
+typedef void (*CUhostFn)(void *userData); /* CUDA_CB is empty on Linux */
 
 /* CUresult (cuda.h, enum cudaError_enum) */
 #define CUDA_SUCCESS 0
@@ -58,13 +58,14 @@ typedef union {
 } CUstreamBatchMemOpParams;
 _Static_assert(sizeof(CUstreamBatchMemOpParams) == 48, "CUstreamBatchMemOpParams is 48 bytes");
 _Static_assert(offsetof(CUstreamBatchMemOpParams, value.value64) == 16 &&
-               offsetof(CUstreamBatchMemOpParams, value.flags) == 24 &&
-               offsetof(CUstreamBatchMemOpParams, value.alias) == 32, "CUstreamMemOpWaitValueParams_st layout");
+                   offsetof(CUstreamBatchMemOpParams, value.flags) == 24 &&
+                   offsetof(CUstreamBatchMemOpParams, value.alias) == 32,
+               "CUstreamMemOpWaitValueParams_st layout");
 
 /* CUpointer_attribute (cuda.h) */
 #define CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 1 /* CUmemRangeHandleType, CUDA 11.7 */
-#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2 /* unsigned int, a CUmemorytype */
-#define CU_POINTER_ATTRIBUTE_IS_MANAGED 8  /* bool-sized flag (read as 0/non-0) */
+#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2    /* unsigned int, a CUmemorytype */
+#define CU_POINTER_ATTRIBUTE_IS_MANAGED 8     /* bool-sized flag (read as 0/non-0) */
 #define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9 /* int */
 
 /* CUmemorytype (cuda.h); 0 means "not known to CUDA" (pageable memory). */
@@ -80,7 +81,7 @@ _Static_assert(offsetof(CUstreamBatchMemOpParams, value.value64) == 16 &&
 #define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
 #define CU_STREAM_NON_BLOCKING 0x1
 #define CU_EVENT_DISABLE_TIMING 0x2
-#define CU_STREAM_WAIT_VALUE_GEQ 0x0 /* (int32_t)(*addr - value) >= 0 */
+#define CU_STREAM_WAIT_VALUE_GEQ 0x0      /* (int32_t)(*addr - value) >= 0 */
 #define CU_STREAM_WRITE_VALUE_DEFAULT 0x0 /* with a memory barrier before the write */
 #define CU_STREAM_CAPTURE_STATUS_NONE 0
 
@@ -95,70 +96,70 @@ typedef struct _nvrtcProgram *nvrtcProgram;
  * #defines select (cuMemAlloc -> cuMemAlloc_v2, ...). Optional entries may
  * be absent from an old driver; their feature is then off.
  */
-#define HC_CUDA_SYMBOLS(X, OPT)                                                       \
-  X(cuGetErrorString, CUresult, (CUresult e, const char **s))                          \
-  X(cuInit, CUresult, (unsigned flags))                                                \
-  X(cuDriverGetVersion, CUresult, (int *version))                                      \
-  X(cuDeviceGetCount, CUresult, (int *count))                                          \
-  X(cuDeviceGet, CUresult, (CUdevice * dev, int ordinal))                              \
-  X(cuDeviceGetAttribute, CUresult, (int *v, int attr, CUdevice dev))                  \
-  X(cuDevicePrimaryCtxRetain, CUresult, (CUcontext * ctx, CUdevice dev))               \
-  X(cuCtxSetCurrent, CUresult, (CUcontext ctx))                                        \
-  X(cuCtxGetCurrent, CUresult, (CUcontext * ctx))                                      \
-  X(cuCtxGetDevice, CUresult, (CUdevice * dev))                                        \
-  X(cuStreamGetCtx, CUresult, (CUstream s, CUcontext * ctx))                           \
-  X(cuMemAlloc_v2, CUresult, (CUdeviceptr * p, size_t n))                              \
-  X(cuMemFree_v2, CUresult, (CUdeviceptr p))                                           \
-  X(cuMemHostAlloc, CUresult, (void **p, size_t n, unsigned flags))                    \
-  X(cuMemFreeHost, CUresult, (void *p))                                                \
-  X(cuMemHostRegister_v2, CUresult, (void *p, size_t n, unsigned flags))               \
-  X(cuMemHostUnregister, CUresult, (void *p))                                          \
-  X(cuMemHostGetDevicePointer_v2, CUresult, (CUdeviceptr * d, void *p, unsigned flags)) \
-  X(cuPointerGetAttributes, CUresult, (unsigned n, int *attrs, void **data, CUdeviceptr p)) \
-  X(cuMemcpyAsync, CUresult, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)) \
-  X(cuStreamCreate, CUresult, (CUstream * s, unsigned flags))                          \
-  X(cuStreamDestroy_v2, CUresult, (CUstream s))                                        \
-  X(cuStreamSynchronize, CUresult, (CUstream s))                                       \
-  X(cuStreamIsCapturing, CUresult, (CUstream s, int *status))                          \
-  X(cuEventCreate, CUresult, (CUevent * e, unsigned flags))                            \
-  X(cuEventRecord, CUresult, (CUevent e, CUstream s))                                  \
-  X(cuEventQuery, CUresult, (CUevent e))                                               \
-  X(cuEventDestroy_v2, CUresult, (CUevent e))                                          \
-  X(cuStreamWaitEvent, CUresult, (CUstream s, CUevent e, unsigned flags))              \
-  X(cuLaunchHostFunc, CUresult, (CUstream s, CUhostFn fn, void *arg))                  \
-  X(cuModuleLoadData, CUresult, (CUmodule * m, const void *image))                     \
-  X(cuModuleUnload, CUresult, (CUmodule m))                                            \
-  X(cuModuleGetFunction, CUresult, (CUfunction * f, CUmodule m, const char *name))     \
-  X(cuLaunchKernel, CUresult,                                                          \
-    (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,    \
-     unsigned bz, unsigned shmem, CUstream s, void **params, void **extra))            \
-  OPT(cuStreamWaitValue64_v2, CUresult, (CUstream s, CUdeviceptr p, uint64_t v, unsigned flags)) \
-  OPT(cuStreamWriteValue64_v2, CUresult, (CUstream s, CUdeviceptr p, uint64_t v, unsigned flags)) \
-  OPT(cuStreamBatchMemOp_v2, CUresult, (CUstream s, unsigned n, CUstreamBatchMemOpParams *ops, unsigned flags)) \
-  OPT(cuDeviceGetPCIBusId, CUresult, (char *id, int len, CUdevice dev))                 \
-  OPT(cuMemGetAddressRange_v2, CUresult, (CUdeviceptr * base, size_t *size, CUdeviceptr p))       \
-  OPT(cuMemGetHandleForAddressRange, CUresult,                                           \
+#define HC_CUDA_SYMBOLS(X, OPT)                                                                                  \
+  X(cuGetErrorString, CUresult, (CUresult e, const char **s))                                                    \
+  X(cuInit, CUresult, (unsigned flags))                                                                          \
+  X(cuDriverGetVersion, CUresult, (int *version))                                                                \
+  X(cuDeviceGetCount, CUresult, (int *count))                                                                    \
+  X(cuDeviceGet, CUresult, (CUdevice * dev, int ordinal))                                                        \
+  X(cuDeviceGetAttribute, CUresult, (int *v, int attr, CUdevice dev))                                            \
+  X(cuDevicePrimaryCtxRetain, CUresult, (CUcontext * ctx, CUdevice dev))                                         \
+  X(cuCtxSetCurrent, CUresult, (CUcontext ctx))                                                                  \
+  X(cuCtxGetCurrent, CUresult, (CUcontext * ctx))                                                                \
+  X(cuCtxGetDevice, CUresult, (CUdevice * dev))                                                                  \
+  X(cuStreamGetCtx, CUresult, (CUstream s, CUcontext * ctx))                                                     \
+  X(cuMemAlloc_v2, CUresult, (CUdeviceptr * p, size_t n))                                                        \
+  X(cuMemFree_v2, CUresult, (CUdeviceptr p))                                                                     \
+  X(cuMemHostAlloc, CUresult, (void **p, size_t n, unsigned flags))                                              \
+  X(cuMemFreeHost, CUresult, (void *p))                                                                          \
+  X(cuMemHostRegister_v2, CUresult, (void *p, size_t n, unsigned flags))                                         \
+  X(cuMemHostUnregister, CUresult, (void *p))                                                                    \
+  X(cuMemHostGetDevicePointer_v2, CUresult, (CUdeviceptr * d, void *p, unsigned flags))                          \
+  X(cuPointerGetAttributes, CUresult, (unsigned n, int *attrs, void **data, CUdeviceptr p))                      \
+  X(cuMemcpyAsync, CUresult, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s))                           \
+  X(cuStreamCreate, CUresult, (CUstream * s, unsigned flags))                                                    \
+  X(cuStreamDestroy_v2, CUresult, (CUstream s))                                                                  \
+  X(cuStreamSynchronize, CUresult, (CUstream s))                                                                 \
+  X(cuStreamIsCapturing, CUresult, (CUstream s, int *status))                                                    \
+  X(cuEventCreate, CUresult, (CUevent * e, unsigned flags))                                                      \
+  X(cuEventRecord, CUresult, (CUevent e, CUstream s))                                                            \
+  X(cuEventQuery, CUresult, (CUevent e))                                                                         \
+  X(cuEventDestroy_v2, CUresult, (CUevent e))                                                                    \
+  X(cuStreamWaitEvent, CUresult, (CUstream s, CUevent e, unsigned flags))                                        \
+  X(cuLaunchHostFunc, CUresult, (CUstream s, CUhostFn fn, void *arg))                                            \
+  X(cuModuleLoadData, CUresult, (CUmodule * m, const void *image))                                               \
+  X(cuModuleUnload, CUresult, (CUmodule m))                                                                      \
+  X(cuModuleGetFunction, CUresult, (CUfunction * f, CUmodule m, const char *name))                               \
+  X(cuLaunchKernel, CUresult,                                                                                    \
+    (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem, \
+     CUstream s, void **params, void **extra))                                                                   \
+  OPT(cuStreamWaitValue64_v2, CUresult, (CUstream s, CUdeviceptr p, uint64_t v, unsigned flags))                 \
+  OPT(cuStreamWriteValue64_v2, CUresult, (CUstream s, CUdeviceptr p, uint64_t v, unsigned flags))                \
+  OPT(cuStreamBatchMemOp_v2, CUresult, (CUstream s, unsigned n, CUstreamBatchMemOpParams *ops, unsigned flags))  \
+  OPT(cuDeviceGetPCIBusId, CUresult, (char *id, int len, CUdevice dev))                                          \
+  OPT(cuMemGetAddressRange_v2, CUresult, (CUdeviceptr * base, size_t * size, CUdeviceptr p))                     \
+  OPT(cuMemGetHandleForAddressRange, CUresult,                                                                   \
       (void *handle, CUdeviceptr p, size_t size, int type, unsigned long long flags))
 
 /* NVRTC, the same way. nvrtcGetCUBIN appeared in CUDA 11.1; without it the
  * kernels are compiled to PTX and the driver finishes the job. The
  * supported-architecture list (CUDA 11.2) picks a PTX target for a device
  * newer than the compiler. */
-#define HC_NVRTC_SYMBOLS(X, OPT)                                                      \
-  X(nvrtcGetErrorString, const char *, (nvrtcResult r))                                \
-  X(nvrtcVersion, nvrtcResult, (int *major, int *minor))                               \
-  X(nvrtcCreateProgram, nvrtcResult,                                                   \
-    (nvrtcProgram * p, const char *src, const char *name, int nheaders,                \
-     const char *const *headers, const char *const *include_names))                    \
-  X(nvrtcDestroyProgram, nvrtcResult, (nvrtcProgram * p))                              \
-  X(nvrtcCompileProgram, nvrtcResult, (nvrtcProgram p, int nopts, const char *const *opts)) \
-  X(nvrtcGetProgramLogSize, nvrtcResult, (nvrtcProgram p, size_t *n))                  \
-  X(nvrtcGetProgramLog, nvrtcResult, (nvrtcProgram p, char *log))                      \
-  X(nvrtcGetPTXSize, nvrtcResult, (nvrtcProgram p, size_t *n))                         \
-  X(nvrtcGetPTX, nvrtcResult, (nvrtcProgram p, char *ptx))                             \
-  OPT(nvrtcGetCUBINSize, nvrtcResult, (nvrtcProgram p, size_t *n))                     \
-  OPT(nvrtcGetCUBIN, nvrtcResult, (nvrtcProgram p, char *cubin))                         \
-  OPT(nvrtcGetNumSupportedArchs, nvrtcResult, (int *n))                                \
+#define HC_NVRTC_SYMBOLS(X, OPT)                                                                    \
+  X(nvrtcGetErrorString, const char *, (nvrtcResult r))                                             \
+  X(nvrtcVersion, nvrtcResult, (int *major, int *minor))                                            \
+  X(nvrtcCreateProgram, nvrtcResult,                                                                \
+    (nvrtcProgram * p, const char *src, const char *name, int nheaders, const char *const *headers, \
+     const char *const *include_names))                                                             \
+  X(nvrtcDestroyProgram, nvrtcResult, (nvrtcProgram * p))                                           \
+  X(nvrtcCompileProgram, nvrtcResult, (nvrtcProgram p, int nopts, const char *const *opts))         \
+  X(nvrtcGetProgramLogSize, nvrtcResult, (nvrtcProgram p, size_t * n))                              \
+  X(nvrtcGetProgramLog, nvrtcResult, (nvrtcProgram p, char *log))                                   \
+  X(nvrtcGetPTXSize, nvrtcResult, (nvrtcProgram p, size_t * n))                                     \
+  X(nvrtcGetPTX, nvrtcResult, (nvrtcProgram p, char *ptx))                                          \
+  OPT(nvrtcGetCUBINSize, nvrtcResult, (nvrtcProgram p, size_t * n))                                 \
+  OPT(nvrtcGetCUBIN, nvrtcResult, (nvrtcProgram p, char *cubin))                                    \
+  OPT(nvrtcGetNumSupportedArchs, nvrtcResult, (int *n))                                             \
   OPT(nvrtcGetSupportedArchs, nvrtcResult, (int *archs))
 
 #endif

@@ -16,8 +16,8 @@ static void load_all(void) {
     const struct hc_dev_ops *d = candidates[i];
     if (d->abi != HC_DEV_ABI || d->size < offsetof(struct hc_dev_ops, scale) + sizeof(d->scale)) {
       HC_INFO(HC_DEV, "device backend %s: built for ABI %u, not %u; off", d->name, d->abi, HC_DEV_ABI);
-      snprintf(absent_reason[d->kind], sizeof(absent_reason[d->kind]), "built for device ABI %u, not %u",
-               d->abi, HC_DEV_ABI);
+      snprintf(absent_reason[d->kind], sizeof(absent_reason[d->kind]), "built for device ABI %u, not %u", d->abi,
+               HC_DEV_ABI);
       continue;
     }
     if (hc_dev_load(d, &caps[d->kind]) != HC_OK) {

@@ -32,8 +32,8 @@ struct hc_scale_args {
   size_t count;
   enum hc_dtype dtype;
   enum hc_scale_kind kind;
-  uint8_t factor[8];  /* HC_SCALE_MUL: one element of dtype */
-  uint64_t divisor;   /* HC_SCALE_DIV */
+  uint8_t factor[8]; /* HC_SCALE_MUL: one element of dtype */
+  uint64_t divisor;  /* HC_SCALE_DIV */
 };
 
 /* One stream flag operation of a batch (flag_batch). */
@@ -63,8 +63,8 @@ enum hc_fp8_layout { HC_FP8_OCP = 0, HC_FP8_FNUZ = 1 };
 /* Capabilities a backend found when it loaded. */
 struct hc_dev_caps {
   int device_count;
-  bool stream_mem_ops;   /* flag_wait/flag_write run on the GPU (else host functions) */
-  bool runtime_compile;  /* reductions compiled at run time (else host fallback) */
+  bool stream_mem_ops;  /* flag_wait/flag_write run on the GPU (else host functions) */
+  bool runtime_compile; /* reductions compiled at run time (else host fallback) */
 };
 
 #define HC_DEV_ABI 2 /* 2: every op takes ctx first */
@@ -138,9 +138,8 @@ struct hc_dev_ops {
 /* HC_ERR_DEVICE, with a message naming the backend and op: d lacks op (a
  * GPU op of the host backend, or an optional op its driver cannot do). */
 hc_result_t hc_dev_missing_op(const struct hc_dev_ops *d, const char *op);
-#define HC_DEV_CALL(d, op, ...)                                                \
-  (HC_HAS_OP((d), struct hc_dev_ops, op) ? (d)->op((d)->ctx, __VA_ARGS__)      \
-                                         : hc_dev_missing_op((d), #op))
+#define HC_DEV_CALL(d, op, ...) \
+  (HC_HAS_OP((d), struct hc_dev_ops, op) ? (d)->op((d)->ctx, __VA_ARGS__) : hc_dev_missing_op((d), #op))
 
 /* One wrapper per op, the only way to call one: each passes the backend's
  * ctx and fails with a message where the backend lacks the op. The
@@ -155,8 +154,7 @@ static inline hc_result_t hc_dev_mem_alloc(const struct hc_dev_ops *d, int devic
 static inline hc_result_t hc_dev_mem_free(const struct hc_dev_ops *d, int device, void *p) {
   return HC_DEV_CALL(d, mem_free, device, p);
 }
-static inline hc_result_t hc_dev_copy(const struct hc_dev_ops *d,
-                                      void *dst, const void *src, size_t n, hc_stream_t s) {
+static inline hc_result_t hc_dev_copy(const struct hc_dev_ops *d, void *dst, const void *src, size_t n, hc_stream_t s) {
   return HC_DEV_CALL(d, copy, dst, src, n, s);
 }
 static inline hc_result_t hc_dev_reduce(const struct hc_dev_ops *d, const struct hc_reduce_args *a, hc_stream_t s) {
@@ -174,9 +172,7 @@ static inline hc_result_t hc_dev_set_device(const struct hc_dev_ops *d, int devi
 static inline hc_result_t hc_dev_host_alloc(const struct hc_dev_ops *d, size_t n, void **p) {
   return HC_DEV_CALL(d, host_alloc, n, p);
 }
-static inline hc_result_t hc_dev_host_free(const struct hc_dev_ops *d, void *p) {
-  return HC_DEV_CALL(d, host_free, p);
-}
+static inline hc_result_t hc_dev_host_free(const struct hc_dev_ops *d, void *p) { return HC_DEV_CALL(d, host_free, p); }
 static inline hc_result_t hc_dev_host_register(const struct hc_dev_ops *d, void *p, size_t n) {
   return HC_DEV_CALL(d, host_register, p, n);
 }
@@ -204,12 +200,12 @@ static inline hc_result_t hc_dev_event_query(const struct hc_dev_ops *d, hc_even
 static inline hc_result_t hc_dev_stream_wait_event(const struct hc_dev_ops *d, hc_stream_t s, hc_event_t e) {
   return HC_DEV_CALL(d, stream_wait_event, s, e);
 }
-static inline hc_result_t hc_dev_flag_wait(const struct hc_dev_ops *d,
-                                           hc_stream_t s, volatile uint64_t *flag, uint64_t value) {
+static inline hc_result_t hc_dev_flag_wait(const struct hc_dev_ops *d, hc_stream_t s, volatile uint64_t *flag,
+                                           uint64_t value) {
   return HC_DEV_CALL(d, flag_wait, s, flag, value);
 }
-static inline hc_result_t hc_dev_flag_write(const struct hc_dev_ops *d,
-                                            hc_stream_t s, volatile uint64_t *flag, uint64_t value) {
+static inline hc_result_t hc_dev_flag_write(const struct hc_dev_ops *d, hc_stream_t s, volatile uint64_t *flag,
+                                            uint64_t value) {
   return HC_DEV_CALL(d, flag_write, s, flag, value);
 }
 static inline hc_result_t hc_dev_stream_sync(const struct hc_dev_ops *d, hc_stream_t s) {
@@ -221,8 +217,8 @@ static inline hc_result_t hc_dev_stream_capturing(const struct hc_dev_ops *d, hc
 static inline hc_result_t hc_dev_current_device(const struct hc_dev_ops *d, int *device) {
   return HC_DEV_CALL(d, current_device, device);
 }
-static inline hc_result_t hc_dev_flag_batch(const struct hc_dev_ops *d,
-                                            hc_stream_t s, const struct hc_flag_op *ops, int n) {
+static inline hc_result_t hc_dev_flag_batch(const struct hc_dev_ops *d, hc_stream_t s, const struct hc_flag_op *ops,
+                                            int n) {
   return HC_DEV_CALL(d, flag_batch, s, ops, n);
 }
 static inline hc_result_t hc_dev_fp8_layout(const struct hc_dev_ops *d, int device, enum hc_fp8_layout *out) {
@@ -231,8 +227,8 @@ static inline hc_result_t hc_dev_fp8_layout(const struct hc_dev_ops *d, int devi
 static inline hc_result_t hc_dev_thread_bound(const struct hc_dev_ops *d, bool *bound) {
   return HC_DEV_CALL(d, thread_bound, bound);
 }
-static inline hc_result_t hc_dev_dmabuf_export(const struct hc_dev_ops *d,
-                                               const void *p, size_t n, int *fd, uint64_t *offset) {
+static inline hc_result_t hc_dev_dmabuf_export(const struct hc_dev_ops *d, const void *p, size_t n, int *fd,
+                                               uint64_t *offset) {
   return HC_DEV_CALL(d, dmabuf_export, p, n, fd, offset);
 }
 static inline hc_result_t hc_dev_pci_bus_id(const struct hc_dev_ops *d, int device, char *out, size_t len) {

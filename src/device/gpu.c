@@ -49,10 +49,8 @@ hc_result_t hc_gpu_load(void *ctx, struct hc_dev_caps *caps) {
     int sms = 0, major = 0, minor = 0;
     if (v->device_attr(d, HC_GPU_ATTR_SM_COUNT, &sms) != 0 || sms <= 0) sms = 0;
     g->dev[d].sm_count = sms;
-    if (v->device_attr(d, HC_GPU_ATTR_CC_MAJOR, &major) == 0 &&
-        v->device_attr(d, HC_GPU_ATTR_CC_MINOR, &minor) == 0)
-      HC_INFO(HC_DEV, "%s: device %d: compute capability %d.%d, %d multiprocessors", v->name, d,
-              major, minor, sms);
+    if (v->device_attr(d, HC_GPU_ATTR_CC_MAJOR, &major) == 0 && v->device_attr(d, HC_GPU_ATTR_CC_MINOR, &minor) == 0)
+      HC_INFO(HC_DEV, "%s: device %d: compute capability %d.%d, %d multiprocessors", v->name, d, major, minor, sms);
   }
   atomic_store(&g->mem_ops, v->has_mem_ops());
   hc_gpu_rtc_init(g);
@@ -126,14 +124,14 @@ void hc_gpu_scope_exit(struct hc_gpu *g, struct hc_gpu_scope *sc) {
 }
 
 /* Runs one vendor call inside a scope; the scope's failure comes first. */
-#define IN_SCOPE(g, enter, call, what)                                                     \
-  do {                                                                                     \
-    struct hc_gpu_scope sc_;                                                               \
-    HC_TRY(enter);                                                                         \
-    int e_ = (call);                                                                       \
-    hc_gpu_scope_exit((g), &sc_);                                                          \
-    if (e_ != 0) return hc_gpu_fail((g), e_, (what));                                      \
-    return HC_OK;                                                                          \
+#define IN_SCOPE(g, enter, call, what)                \
+  do {                                                \
+    struct hc_gpu_scope sc_;                          \
+    HC_TRY(enter);                                    \
+    int e_ = (call);                                  \
+    hc_gpu_scope_exit((g), &sc_);                     \
+    if (e_ != 0) return hc_gpu_fail((g), e_, (what)); \
+    return HC_OK;                                     \
   } while (0)
 
 hc_result_t hc_gpu_set_device(void *ctx, int device) {
@@ -188,8 +186,8 @@ hc_result_t hc_gpu_mem_alloc(void *ctx, int device, size_t n, void **p) {
   hc_gpu_scope_exit(g, &sc);
   if (e != 0) {
     *p = NULL;
-    return HC_FAIL(HC_ERR_DEVICE, "%s: allocating %zu bytes on device %d: %s (%d)", g->v->name, n,
-                   device, g->v->err_str(e), e);
+    return HC_FAIL(HC_ERR_DEVICE, "%s: allocating %zu bytes on device %d: %s (%d)", g->v->name, n, device,
+                   g->v->err_str(e), e);
   }
   return HC_OK;
 }
@@ -209,8 +207,8 @@ hc_result_t hc_gpu_host_alloc(void *ctx, size_t n, void **p) {
   hc_gpu_scope_exit(g, &sc);
   if (e != 0) {
     *p = NULL;
-    return HC_FAIL(HC_ERR_DEVICE, "%s: allocating %zu bytes of pinned host memory: %s (%d)",
-                   g->v->name, n, g->v->err_str(e), e);
+    return HC_FAIL(HC_ERR_DEVICE, "%s: allocating %zu bytes of pinned host memory: %s (%d)", g->v->name, n,
+                   g->v->err_str(e), e);
   }
   return HC_OK;
 }
@@ -228,8 +226,8 @@ hc_result_t hc_gpu_host_register(void *ctx, void *p, size_t n) {
   int e = g->v->host_register(p, n);
   hc_gpu_scope_exit(g, &sc);
   if (e != 0)
-    return HC_FAIL(HC_ERR_DEVICE, "%s: registering %zu bytes of host memory at %p: %s (%d)",
-                   g->v->name, n, p, g->v->err_str(e), e);
+    return HC_FAIL(HC_ERR_DEVICE, "%s: registering %zu bytes of host memory at %p: %s (%d)", g->v->name, n, p,
+                   g->v->err_str(e), e);
   return HC_OK;
 }
 
@@ -245,8 +243,8 @@ hc_result_t hc_gpu_dmabuf_export(void *ctx, const void *p, size_t n, int *fd, ui
   hc_gpu_scope_exit(g, &sc);
   if (e != 0) {
     *fd = -1;
-    return HC_FAIL(HC_ERR_DEVICE, "%s: exporting %zu bytes of device memory at %p as a dma-buf: %s (%d)",
-                   g->v->name, n, p, g->v->err_str(e), e);
+    return HC_FAIL(HC_ERR_DEVICE, "%s: exporting %zu bytes of device memory at %p as a dma-buf: %s (%d)", g->v->name, n,
+                   p, g->v->err_str(e), e);
   }
   HC_INFO(HC_DEV, "%s: %zu bytes at %p exported as dma-buf fd %d (offset %llu)", g->v->name, n, p, *fd,
           (unsigned long long)*offset);
@@ -296,8 +294,8 @@ hc_result_t hc_gpu_copy(void *ctx, void *dst, const void *src, size_t n, hc_stre
   int e = g->v->copy_async(dst, src, n, s);
   hc_gpu_scope_exit(g, &sc);
   if (e != 0)
-    return HC_FAIL(HC_ERR_DEVICE, "%s: copy of %zu bytes %p -> %p: %s (%d)", g->v->name, n, src,
-                   dst, g->v->err_str(e), e);
+    return HC_FAIL(HC_ERR_DEVICE, "%s: copy of %zu bytes %p -> %p: %s (%d)", g->v->name, n, src, dst, g->v->err_str(e),
+                   e);
   return HC_OK;
 }
 
@@ -321,8 +319,7 @@ hc_result_t hc_gpu_stream_sync(void *ctx, hc_stream_t s) {
 hc_result_t hc_gpu_stream_capturing(void *ctx, hc_stream_t s, bool *capturing) {
   struct hc_gpu *g = ctx;
   *capturing = false;
-  IN_SCOPE(g, hc_gpu_scope_stream(g, s, &sc_), g->v->stream_capturing(s, capturing),
-           "query stream capture");
+  IN_SCOPE(g, hc_gpu_scope_stream(g, s, &sc_), g->v->stream_capturing(s, capturing), "query stream capture");
 }
 
 hc_result_t hc_gpu_event_create(void *ctx, hc_event_t *e) {
@@ -354,8 +351,7 @@ hc_result_t hc_gpu_event_query(void *ctx, hc_event_t ev, int *done) {
 
 hc_result_t hc_gpu_stream_wait_event(void *ctx, hc_stream_t s, hc_event_t e) {
   struct hc_gpu *g = ctx;
-  IN_SCOPE(g, hc_gpu_scope_stream(g, s, &sc_), g->v->stream_wait_event(s, e),
-           "make a stream wait for an event");
+  IN_SCOPE(g, hc_gpu_scope_stream(g, s, &sc_), g->v->stream_wait_event(s, e), "make a stream wait for an event");
 }
 
 /* ---- stream flags ---- */
@@ -388,9 +384,11 @@ static void flag_wait_fn(void *arg) {
     struct timespec ts = {0, 20000}; /* 20 us */
     nanosleep(&ts, NULL);
     if (hc_now_ns() - start > op->timeout_ns) {
-      HC_WARN(HC_DEV, "stream flag wait for %llu at %p timed out after %llu s (flag is %llu); "
-              "releasing the stream", (unsigned long long)op->value, (void *)op->flag,
-              (unsigned long long)(op->timeout_ns / 1000000000ull), (unsigned long long)*op->flag);
+      HC_WARN(HC_DEV,
+              "stream flag wait for %llu at %p timed out after %llu s (flag is %llu); "
+              "releasing the stream",
+              (unsigned long long)op->value, (void *)op->flag, (unsigned long long)(op->timeout_ns / 1000000000ull),
+              (unsigned long long)*op->flag);
       break;
     }
   }
@@ -403,8 +401,7 @@ static void flag_write_fn(void *arg) {
   free(op);
 }
 
-static hc_result_t flag_host_func(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *flag,
-                                  uint64_t v, bool wait) {
+static hc_result_t flag_host_func(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *flag, uint64_t v, bool wait) {
   struct flag_op *op = malloc(sizeof(*op));
   if (op == NULL) return HC_FAIL(HC_ERR_SYSTEM, "%s: out of host memory for a stream flag", g->v->name);
   op->flag = flag;
@@ -420,16 +417,15 @@ static hc_result_t flag_host_func(struct hc_gpu *g, hc_stream_t s, volatile uint
   hc_gpu_scope_exit(g, &sc);
   if (e != 0) {
     free(op); /* never queued: the driver does not own it */
-    return hc_gpu_fail(g, e, wait ? "enqueue a host function waiting on a flag"
-                                  : "enqueue a host function writing a flag");
+    return hc_gpu_fail(g, e,
+                       wait ? "enqueue a host function waiting on a flag" : "enqueue a host function writing a flag");
   }
   return HC_OK;
 }
 
 /* A stream memory operation, or the host function when the driver refuses
  * them (then for good, said once at INFO). */
-static hc_result_t flag_op(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *flag, uint64_t v,
-                           bool wait) {
+static hc_result_t flag_op(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *flag, uint64_t v, bool wait) {
   if (flag == NULL) return HC_FAIL(HC_ERR_ARG, "%s: stream flag is NULL", g->v->name);
   if (!atomic_load(&g->mem_ops) || atomic_load(&g->force_host_flags)) return flag_host_func(g, s, flag, v, wait);
   struct hc_gpu_scope sc;
@@ -438,8 +434,7 @@ static hc_result_t flag_op(struct hc_gpu *g, hc_stream_t s, volatile uint64_t *f
   hc_gpu_scope_exit(g, &sc);
   if (e == 0) return HC_OK;
   if (e == g->v->err_not_supported) {
-    HC_INFO(HC_DEV, "%s: stream memory operations refused (%s); using host functions", g->v->name,
-            g->v->err_str(e));
+    HC_INFO(HC_DEV, "%s: stream memory operations refused (%s); using host functions", g->v->name, g->v->err_str(e));
     atomic_store(&g->mem_ops, false);
     return flag_host_func(g, s, flag, v, wait);
   }

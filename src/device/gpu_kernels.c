@@ -275,16 +275,15 @@ const char hc_gpu_kernel_source[] =
     "HC_SCALE(hc_scale_e5m2_div, hc_u8, HC_DIV_E5M2)\n";
 
 static const char *const dtype_tags[HC_DTYPE_COUNT] = {
-    [HC_INT8] = "i8",      [HC_UINT8] = "u8",       [HC_INT32] = "i32",      [HC_UINT32] = "u32",
-    [HC_INT64] = "i64",    [HC_UINT64] = "u64",     [HC_FLOAT16] = "f16",    [HC_FLOAT32] = "f32",
-    [HC_FLOAT64] = "f64",  [HC_BFLOAT16] = "bf16",  [HC_FP8_E4M3] = "e4m3",  [HC_FP8_E5M2] = "e5m2",
+    [HC_INT8] = "i8",     [HC_UINT8] = "u8",      [HC_INT32] = "i32",     [HC_UINT32] = "u32",
+    [HC_INT64] = "i64",   [HC_UINT64] = "u64",    [HC_FLOAT16] = "f16",   [HC_FLOAT32] = "f32",
+    [HC_FLOAT64] = "f64", [HC_BFLOAT16] = "bf16", [HC_FP8_E4M3] = "e4m3", [HC_FP8_E5M2] = "e5m2",
 };
 
 void hc_gpu_kernel_name(char *buf, size_t n, bool scale, enum hc_dtype t, int op) {
   static const char *const reduce_ops[] = {"sum", "prod", "max", "min"};
   static const char *const scale_ops[] = {"mul", "div"};
   const char *tag = (unsigned)t < HC_DTYPE_COUNT ? dtype_tags[t] : "?";
-  const char *o = scale ? ((unsigned)op < 2 ? scale_ops[op] : "?")
-                        : ((unsigned)op < 4 ? reduce_ops[op] : "?");
+  const char *o = scale ? ((unsigned)op < 2 ? scale_ops[op] : "?") : ((unsigned)op < 4 ? reduce_ops[op] : "?");
   snprintf(buf, n, "hc_%s_%s_%s", scale ? "scale" : "reduce", tag, o);
 }

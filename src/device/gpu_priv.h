@@ -72,10 +72,10 @@ struct hc_gpu_vendor {
   enum hc_fp8_layout (*fp8_layout)(int cc_major, int cc_minor);
 
   /* ---- contexts ---- */
-  int (*device_token)(int dev, void **tok); /* retains the primary context */
-  int (*ctx_get)(void **tok);               /* NULL when none is current */
-  int (*ctx_set)(void *tok);                /* NULL unbinds (CUDA) */
-  int (*ctx_device)(int *dev);              /* device of the current context */
+  int (*device_token)(int dev, void **tok);      /* retains the primary context */
+  int (*ctx_get)(void **tok);                    /* NULL when none is current */
+  int (*ctx_set)(void *tok);                     /* NULL unbinds (CUDA) */
+  int (*ctx_device)(int *dev);                   /* device of the current context */
   int (*stream_token)(void *stream, void **tok); /* NULL stream: current */
 
   /* ---- memory ---- */
@@ -146,8 +146,8 @@ void hc_gpu_kernel_name(char *buf, size_t n, bool scale, enum hc_dtype t, int op
 /* Per-device reduction state: compiled once, lazily, under the gpu lock. */
 enum hc_gpu_rstate { HC_GPU_R_UNTRIED = 0, HC_GPU_R_KERNELS, HC_GPU_R_HOST };
 struct hc_gpu_dev {
-  atomic_int rstate;   /* enum hc_gpu_rstate; set once, read without the lock */
-  void *mod_tok;       /* context the module lives in */
+  atomic_int rstate; /* enum hc_gpu_rstate; set once, read without the lock */
+  void *mod_tok;     /* context the module lives in */
   void *module;
   void *fn_reduce[HC_DTYPE_COUNT][HC_AVG];
   void *fn_scale[HC_DTYPE_COUNT][2];
@@ -159,8 +159,8 @@ struct hc_gpu {
   const struct hc_gpu_vendor *v;
   pthread_mutex_t lock; /* module builds, staging buffers */
   int ndev;
-  atomic_bool mem_ops;  /* flag ops on the GPU; else host functions */
-  bool rtc;             /* the runtime compiler loaded */
+  atomic_bool mem_ops;    /* flag ops on the GPU; else host functions */
+  bool rtc;               /* the runtime compiler loaded */
   atomic_int default_dev; /* last set_device() */
   /* Tests: force the fallbacks so one GPU run covers both paths. */
   atomic_bool force_host_flags, force_host_reduce;
@@ -244,8 +244,8 @@ const char *hc_gpu_reduce_path(struct hc_gpu *g, int dev);
 /* Compiles the kernel source for one target without any device (NVRTC only
  * needs its library). On success *image (malloc'd, free() it) holds
  * *image_size bytes; *log gets the compiler log (free() it) either way. */
-hc_result_t hc_gpu_rtc_compile(const struct hc_gpu_vendor *v, const char *target_opt, bool binary,
-                               void **image, size_t *image_size, char **log);
+hc_result_t hc_gpu_rtc_compile(const struct hc_gpu_vendor *v, const char *target_opt, bool binary, void **image,
+                               size_t *image_size, char **log);
 extern const struct hc_gpu_vendor hc_gpu_vendor_cuda;
 extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
 
@@ -255,44 +255,22 @@ extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
  *   static struct hc_gpu cuda_gpu = HC_GPU_STATE_INIT(&hc_gpu_vendor_cuda);
  *   const struct hc_dev_ops hc_dev_cuda = HC_GPU_OPS(cuda_gpu, "cuda", HC_MEM_CUDA);
  */
-#define HC_GPU_STATE_INIT(vendor) {.v = (vendor), .lock = PTHREAD_MUTEX_INITIALIZER}
+#define HC_GPU_STATE_INIT(vendor) \
+  { .v = (vendor), .lock = PTHREAD_MUTEX_INITIALIZER }
 
-#define HC_GPU_OPS(state, backend_name, mem_kind)                               \
-  {                                                                             \
-      .size = sizeof(struct hc_dev_ops),                                        \
-      .abi = HC_DEV_ABI,                                                        \
-      .name = (backend_name),                                                   \
-      .kind = (mem_kind),                                                       \
-      .ctx = &(state),                                                          \
-      .load = hc_gpu_load,                                                      \
-      .mem_alloc = hc_gpu_mem_alloc,                                            \
-      .mem_free = hc_gpu_mem_free,                                              \
-      .copy = hc_gpu_copy,                                                      \
-      .reduce = hc_gpu_reduce,                                                  \
-      .scale = hc_gpu_scale,                                                    \
-      .ptr_query = hc_gpu_ptr_query,                                            \
-      .set_device = hc_gpu_set_device,                                          \
-      .host_alloc = hc_gpu_host_alloc,                                          \
-      .host_free = hc_gpu_host_free,                                            \
-      .host_register = hc_gpu_host_register,                                    \
-      .host_unregister = hc_gpu_host_unregister,                                \
-      .stream_create = hc_gpu_stream_create,                                    \
-      .stream_destroy = hc_gpu_stream_destroy,                                  \
-      .event_create = hc_gpu_event_create,                                      \
-      .event_destroy = hc_gpu_event_destroy,                                    \
-      .event_record = hc_gpu_event_record,                                      \
-      .event_query = hc_gpu_event_query,                                        \
-      .stream_wait_event = hc_gpu_stream_wait_event,                            \
-      .flag_wait = hc_gpu_flag_wait,                                            \
-      .flag_write = hc_gpu_flag_write,                                          \
-      .stream_sync = hc_gpu_stream_sync,                                        \
-      .stream_capturing = hc_gpu_stream_capturing,                              \
-      .current_device = hc_gpu_current_device,                                  \
-      .flag_batch = hc_gpu_flag_batch,                                          \
-      .fp8_layout = hc_gpu_fp8_layout,                                          \
-      .thread_bound = hc_gpu_thread_bound,                                      \
-      .dmabuf_export = hc_gpu_dmabuf_export,                                    \
-      .pci_bus_id = hc_gpu_pci_bus_id,                                          \
+#define HC_GPU_OPS(state, backend_name, mem_kind)                                                                      \
+  {                                                                                                                    \
+    .size = sizeof(struct hc_dev_ops), .abi = HC_DEV_ABI, .name = (backend_name), .kind = (mem_kind), .ctx = &(state), \
+    .load = hc_gpu_load, .mem_alloc = hc_gpu_mem_alloc, .mem_free = hc_gpu_mem_free, .copy = hc_gpu_copy,              \
+    .reduce = hc_gpu_reduce, .scale = hc_gpu_scale, .ptr_query = hc_gpu_ptr_query, .set_device = hc_gpu_set_device,    \
+    .host_alloc = hc_gpu_host_alloc, .host_free = hc_gpu_host_free, .host_register = hc_gpu_host_register,             \
+    .host_unregister = hc_gpu_host_unregister, .stream_create = hc_gpu_stream_create,                                  \
+    .stream_destroy = hc_gpu_stream_destroy, .event_create = hc_gpu_event_create,                                      \
+    .event_destroy = hc_gpu_event_destroy, .event_record = hc_gpu_event_record, .event_query = hc_gpu_event_query,     \
+    .stream_wait_event = hc_gpu_stream_wait_event, .flag_wait = hc_gpu_flag_wait, .flag_write = hc_gpu_flag_write,     \
+    .stream_sync = hc_gpu_stream_sync, .stream_capturing = hc_gpu_stream_capturing,                                    \
+    .current_device = hc_gpu_current_device, .flag_batch = hc_gpu_flag_batch, .fp8_layout = hc_gpu_fp8_layout,         \
+    .thread_bound = hc_gpu_thread_bound, .dmabuf_export = hc_gpu_dmabuf_export, .pci_bus_id = hc_gpu_pci_bus_id,       \
   }
 
 #endif

@@ -24,14 +24,14 @@
 void hc_gpu_rtc_init(struct hc_gpu *g) {
   g->rtc = g->v->rtc_open() == HC_OK;
   if (!g->rtc)
-    HC_INFO(HC_DEV, "%s: %s not available (%s): reductions on %s memory run on the host, slowly",
-            g->v->name, g->v->rtc_name, hc_last_error(), g->v->name);
+    HC_INFO(HC_DEV, "%s: %s not available (%s): reductions on %s memory run on the host, slowly", g->v->name,
+            g->v->rtc_name, hc_last_error(), g->v->name);
 }
 
 /* ---- building the kernels ---- */
 
-static hc_result_t rtc_build(const struct hc_gpu_vendor *v, const char *target_opt, bool binary,
-                             void **image, size_t *image_size, char **log) {
+static hc_result_t rtc_build(const struct hc_gpu_vendor *v, const char *target_opt, bool binary, void **image,
+                             size_t *image_size, char **log) {
   const char *opts[16];
   int nopts = 0;
   void *prog = NULL;
@@ -41,16 +41,13 @@ static hc_result_t rtc_build(const struct hc_gpu_vendor *v, const char *target_o
   *image_size = 0;
   *log = NULL;
   if (target_opt[0]) opts[nopts++] = target_opt;
-  for (const char *const *o = v->rtc_options; o && *o && nopts < (int)HC_ARRAY_LEN(opts); o++)
-    opts[nopts++] = *o;
+  for (const char *const *o = v->rtc_options; o && *o && nopts < (int)HC_ARRAY_LEN(opts); o++) opts[nopts++] = *o;
   int e = v->rtc_create(&prog, hc_gpu_kernel_source, "hetccl_reduce.cu");
-  if (e != 0)
-    return HC_FAIL(HC_ERR_DEVICE, "%s: %s: create program: %s", v->name, v->rtc_name, v->rtc_err_str(e));
+  if (e != 0) return HC_FAIL(HC_ERR_DEVICE, "%s: %s: create program: %s", v->name, v->rtc_name, v->rtc_err_str(e));
   int ce = v->rtc_compile(prog, nopts, opts);
   if (v->rtc_log_size(prog, &n) == 0 && n > 1) {
     *log = malloc(n + 1);
-    if (*log != NULL && v->rtc_log(prog, *log) == 0)
-      (*log)[n] = 0;
+    if (*log != NULL && v->rtc_log(prog, *log) == 0) (*log)[n] = 0;
     else {
       free(*log);
       *log = NULL;
@@ -59,16 +56,16 @@ static hc_result_t rtc_build(const struct hc_gpu_vendor *v, const char *target_o
   if (ce != 0) {
     /* Not a WARN yet: the next target may compile (build_kernels). */
     char msg[512];
-    snprintf(msg, sizeof(msg), "%s: %s: compiling the reduction kernels for %s: %s", v->name,
-             v->rtc_name, target_opt[0] ? target_opt : "the current device", v->rtc_err_str(ce));
+    snprintf(msg, sizeof(msg), "%s: %s: compiling the reduction kernels for %s: %s", v->name, v->rtc_name,
+             target_opt[0] ? target_opt : "the current device", v->rtc_err_str(ce));
     hc_set_last_error(msg);
     r = HC_ERR_DEVICE;
     goto out;
   }
   e = v->rtc_code_size(prog, binary, &n);
   if (e != 0 || n == 0) {
-    r = HC_FAIL(HC_ERR_DEVICE, "%s: %s: size of the compiled %s: %s", v->name, v->rtc_name,
-                binary ? "binary" : "PTX", e ? v->rtc_err_str(e) : "empty");
+    r = HC_FAIL(HC_ERR_DEVICE, "%s: %s: size of the compiled %s: %s", v->name, v->rtc_name, binary ? "binary" : "PTX",
+                e ? v->rtc_err_str(e) : "empty");
     goto out;
   }
   *image = malloc(n);
@@ -80,8 +77,7 @@ static hc_result_t rtc_build(const struct hc_gpu_vendor *v, const char *target_o
   if (e != 0) {
     free(*image);
     *image = NULL;
-    r = HC_FAIL(HC_ERR_DEVICE, "%s: %s: reading the compiled code: %s", v->name, v->rtc_name,
-                v->rtc_err_str(e));
+    r = HC_FAIL(HC_ERR_DEVICE, "%s: %s: reading the compiled code: %s", v->name, v->rtc_name, v->rtc_err_str(e));
     goto out;
   }
   *image_size = n;
@@ -90,8 +86,8 @@ out:
   return r;
 }
 
-hc_result_t hc_gpu_rtc_compile(const struct hc_gpu_vendor *v, const char *target_opt, bool binary,
-                               void **image, size_t *image_size, char **log) {
+hc_result_t hc_gpu_rtc_compile(const struct hc_gpu_vendor *v, const char *target_opt, bool binary, void **image,
+                               size_t *image_size, char **log) {
   *image = NULL;
   *image_size = 0;
   *log = NULL;
@@ -110,8 +106,8 @@ static hc_result_t module_functions(struct hc_gpu *g, struct hc_gpu_dev *d, void
       int e = g->v->module_function(mod, name, slot);
       if (e != 0) {
         g->v->module_unload(mod);
-        return HC_FAIL(HC_ERR_DEVICE, "%s: kernel %s missing from the module: %s (%d)", g->v->name,
-                       name, g->v->err_str(e), e);
+        return HC_FAIL(HC_ERR_DEVICE, "%s: kernel %s missing from the module: %s (%d)", g->v->name, name,
+                       g->v->err_str(e), e);
       }
     }
   }
@@ -129,10 +125,8 @@ static hc_result_t build_kernels(struct hc_gpu *g, int dev, struct hc_gpu_dev *d
   for (int attempt = 0; v->rtc_target(dev, attempt, opt, sizeof(opt), &binary) == 0; attempt++) {
     /* An empty option compiles for the current device (hipRTC): that image
      * is this device's, not to be reused by a device of another target. */
-    if (opt[0])
-      snprintf(key, sizeof(key), "%s %s", opt, binary ? "bin" : "ptx");
-    else
-      snprintf(key, sizeof(key), "device %d %s", dev, binary ? "bin" : "ptx");
+    if (opt[0]) snprintf(key, sizeof(key), "%s %s", opt, binary ? "bin" : "ptx");
+    else snprintf(key, sizeof(key), "device %d %s", dev, binary ? "bin" : "ptx");
     if (g->image == NULL || strcmp(g->image_target, key) != 0) {
       void *image = NULL;
       size_t size = 0;
@@ -145,8 +139,8 @@ static hc_result_t build_kernels(struct hc_gpu *g, int dev, struct hc_gpu_dev *d
         HC_INFO(HC_DEV, "%s: device %d: %s; next target", v->name, dev, hc_last_error());
         continue;
       }
-      HC_INFO(HC_DEV, "%s: device %d: %s compiled the reduction kernels (%s, %zu bytes) in %.0f ms",
-              v->name, dev, v->rtc_name, key, size, (double)(hc_now_ns() - t0) / 1e6);
+      HC_INFO(HC_DEV, "%s: device %d: %s compiled the reduction kernels (%s, %zu bytes) in %.0f ms", v->name, dev,
+              v->rtc_name, key, size, (double)(hc_now_ns() - t0) / 1e6);
       free(g->image);
       g->image = image;
       g->image_size = size;
@@ -156,11 +150,10 @@ static hc_result_t build_kernels(struct hc_gpu *g, int dev, struct hc_gpu_dev *d
     int e = v->module_load(g->image, &mod);
     if (e != 0) {
       r = HC_ERR_DEVICE;
-      HC_INFO(HC_DEV, "%s: device %d: loading the %s kernel image failed: %s (%d); next target",
-              v->name, dev, key, v->err_str(e), e);
+      HC_INFO(HC_DEV, "%s: device %d: loading the %s kernel image failed: %s (%d); next target", v->name, dev, key,
+              v->err_str(e), e);
       char msg[256];
-      snprintf(msg, sizeof(msg), "%s: loading the %s kernel image: %s (%d)", v->name, key,
-               v->err_str(e), e);
+      snprintf(msg, sizeof(msg), "%s: loading the %s kernel image: %s (%d)", v->name, key, v->err_str(e), e);
       hc_set_last_error(msg);
       continue;
     }
@@ -199,8 +192,8 @@ static enum hc_gpu_rstate device_kernels(struct hc_gpu *g, int dev, void *tok) {
         d->mod_tok = tok;
         st = HC_GPU_R_KERNELS;
       } else {
-        HC_WARN(HC_DEV, "%s: device %d: no reduction kernels (%s); reductions run on the host",
-                g->v->name, dev, hc_last_error());
+        HC_WARN(HC_DEV, "%s: device %d: no reduction kernels (%s); reductions run on the host", g->v->name, dev,
+                hc_last_error());
         warn_rtc_log(g);
       }
     }
@@ -221,16 +214,16 @@ const char *hc_gpu_reduce_path(struct hc_gpu *g, int dev) {
 
 /* ---- launching ---- */
 
-static hc_result_t launch(struct hc_gpu *g, struct hc_gpu_dev *d, void *fn, size_t count,
-                          size_t elem, hc_stream_t s, void **params, const char *what) {
+static hc_result_t launch(struct hc_gpu *g, struct hc_gpu_dev *d, void *fn, size_t count, size_t elem, hc_stream_t s,
+                          void **params, const char *what) {
   size_t packs = HC_DIV_UP(count, 16 / elem);
   size_t blocks = HC_DIV_UP(packs, BLOCK_THREADS);
   size_t max_blocks = d->sm_count > 0 ? (size_t)d->sm_count * 16 : 1024;
   blocks = HC_MAX(HC_MIN(blocks, max_blocks), 1);
   int e = g->v->launch(fn, (unsigned)blocks, BLOCK_THREADS, s, params);
   if (e != 0)
-    return HC_FAIL(HC_ERR_DEVICE, "%s: launching the %s kernel (%zu elements, %zu blocks): %s (%d)",
-                   g->v->name, what, count, blocks, g->v->err_str(e), e);
+    return HC_FAIL(HC_ERR_DEVICE, "%s: launching the %s kernel (%zu elements, %zu blocks): %s (%d)", g->v->name, what,
+                   count, blocks, g->v->err_str(e), e);
   return HC_OK;
 }
 
@@ -241,8 +234,7 @@ static hc_result_t stream_device(struct hc_gpu *g, int *dev, void **tok) {
   e = g->v->ctx_get(tok);
   if (e != 0) return hc_gpu_fail(g, e, "context of the stream");
   if (*dev < 0 || *dev >= g->ndev)
-    return HC_FAIL(HC_ERR_DEVICE, "%s: stream on device %d, beyond the %d devices found", g->v->name,
-                   *dev, g->ndev);
+    return HC_FAIL(HC_ERR_DEVICE, "%s: stream on device %d, beyond the %d devices found", g->v->name, *dev, g->ndev);
   return HC_OK;
 }
 
@@ -253,8 +245,10 @@ static bool use_kernels(struct hc_gpu *g, int dev, void *tok, struct hc_gpu_dev 
   if (device_kernels(g, dev, tok) != HC_GPU_R_KERNELS) return false;
   if ((*d)->mod_tok != tok) {
     /* A stream of a context other than the device's primary one. */
-    HC_WARN_ONCE(HC_DEV, "%s: device %d: stream outside the primary context; reductions on "
-                 "its streams run on the host", g->v->name, dev);
+    HC_WARN_ONCE(HC_DEV,
+                 "%s: device %d: stream outside the primary context; reductions on "
+                 "its streams run on the host",
+                 g->v->name, dev);
     return false;
   }
   return true;
@@ -267,26 +261,25 @@ static hc_result_t stage_get(struct hc_gpu *g) {
   int e = g->v->host_alloc(&g->stage, STAGE_BYTES);
   if (e != 0) {
     g->stage = NULL;
-    return HC_FAIL(HC_ERR_DEVICE, "%s: allocating %u bytes of pinned staging for host reductions: %s (%d)",
-                   g->v->name, STAGE_BYTES, g->v->err_str(e), e);
+    return HC_FAIL(HC_ERR_DEVICE, "%s: allocating %u bytes of pinned staging for host reductions: %s (%d)", g->v->name,
+                   STAGE_BYTES, g->v->err_str(e), e);
   }
   return HC_OK;
 }
 
 /* One staging copy on the stream; with sync, waits for the stream. */
-static hc_result_t stage_copy(struct hc_gpu *g, void *dst, const void *src, size_t n, hc_stream_t s,
-                              bool sync) {
+static hc_result_t stage_copy(struct hc_gpu *g, void *dst, const void *src, size_t n, hc_stream_t s, bool sync) {
   int e = g->v->copy_async(dst, src, n, s);
   if (e == 0 && sync) e = g->v->stream_sync(s);
   if (e != 0)
-    return HC_FAIL(HC_ERR_DEVICE, "%s: staging copy of %zu bytes for a host reduction: %s (%d)",
-                   g->v->name, n, g->v->err_str(e), e);
+    return HC_FAIL(HC_ERR_DEVICE, "%s: staging copy of %zu bytes for a host reduction: %s (%d)", g->v->name, n,
+                   g->v->err_str(e), e);
   return HC_OK;
 }
 
 /* a or sa is NULL: one of reduce / scale. Inside the stream's scope. */
-static hc_result_t host_fallback(struct hc_gpu *g, const struct hc_reduce_args *a,
-                                 const struct hc_scale_args *sa, hc_stream_t s) {
+static hc_result_t host_fallback(struct hc_gpu *g, const struct hc_reduce_args *a, const struct hc_scale_args *sa,
+                                 hc_stream_t s) {
   size_t elem = hc_dtype_size(a ? a->dtype : sa->dtype);
   size_t count = a ? a->count : sa->count;
   size_t chunk = STAGE_BYTES / 2 / elem;
@@ -345,10 +338,8 @@ static hc_result_t run_on_stream(struct hc_gpu *g, const struct hc_reduce_args *
   hc_result_t r;
   HC_TRY(hc_gpu_scope_stream(g, s, &sc));
   HC_TRY_GOTO(stream_device(g, &dev, &tok), r, out);
-  if (!use_kernels(g, dev, tok, &d))
-    r = host_fallback(g, ra, sa, s);
-  else
-    r = ra ? launch_reduce(g, d, ra, s) : launch_scale(g, d, sa, s);
+  if (!use_kernels(g, dev, tok, &d)) r = host_fallback(g, ra, sa, s);
+  else r = ra ? launch_reduce(g, d, ra, s) : launch_scale(g, d, sa, s);
 out:
   hc_gpu_scope_exit(g, &sc);
   return r;
@@ -371,8 +362,14 @@ static void scale_params(const struct hc_scale_args *a, uint64_t *u, double *fd,
   *ff = 0;
   if (a->kind == HC_SCALE_MUL) {
     switch (a->dtype) {
-    case HC_FLOAT16: memcpy(&h, a->factor, 2); *ff = hc_half_to_float(h); break;
-    case HC_BFLOAT16: memcpy(&h, a->factor, 2); *ff = hc_bf16_to_float(h); break;
+    case HC_FLOAT16:
+      memcpy(&h, a->factor, 2);
+      *ff = hc_half_to_float(h);
+      break;
+    case HC_BFLOAT16:
+      memcpy(&h, a->factor, 2);
+      *ff = hc_bf16_to_float(h);
+      break;
     case HC_FP8_E4M3: *ff = hc_fp8e4m3_to_float(a->factor[0]); break;
     case HC_FP8_E5M2: *ff = hc_fp8e5m2_to_float(a->factor[0]); break;
     case HC_FLOAT32: memcpy(ff, a->factor, 4); break;
@@ -387,10 +384,8 @@ static void scale_params(const struct hc_scale_args *a, uint64_t *u, double *fd,
   case HC_INT32: *u = di > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : di; break;
   case HC_FLOAT64: *fd = (double)d; break;
   default:
-    if (hc_dtype_is_float(a->dtype))
-      *ff = (float)d;
-    else
-      *u = di;
+    if (hc_dtype_is_float(a->dtype)) *ff = (float)d;
+    else *u = di;
     break;
   }
 }
@@ -410,8 +405,7 @@ static hc_result_t launch_scale(struct hc_gpu *g, struct hc_gpu_dev *d, const st
 hc_result_t hc_gpu_scale(void *ctx, const struct hc_scale_args *a, hc_stream_t s) {
   struct hc_gpu *g = ctx;
   if ((unsigned)a->dtype >= HC_DTYPE_COUNT || (a->kind != HC_SCALE_MUL && a->kind != HC_SCALE_DIV))
-    return HC_FAIL(HC_ERR_ARG, "%s: scale: unsupported dtype %d / kind %d", g->v->name,
-                   (int)a->dtype, (int)a->kind);
+    return HC_FAIL(HC_ERR_ARG, "%s: scale: unsupported dtype %d / kind %d", g->v->name, (int)a->dtype, (int)a->kind);
   if (a->count == 0) return HC_OK;
   return run_on_stream(g, NULL, a, s);
 }

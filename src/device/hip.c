@@ -33,21 +33,13 @@
 /* The constants, one enum constant each, as ROCm's headers name them. */
 #define HIP_CONSTANT(name, value) name = (value),
 #define HIP_MEMORY_TYPE(name, header_name, value) name = (value),
-enum {
-  HC_HIP_CONSTANTS(HIP_CONSTANT)
-  HC_HIP5_MEMORY_TYPES(HIP_MEMORY_TYPE)
-  HC_HIP6_MEMORY_TYPES(HIP_MEMORY_TYPE)
-};
+enum { HC_HIP_CONSTANTS(HIP_CONSTANT) HC_HIP5_MEMORY_TYPES(HIP_MEMORY_TYPE) HC_HIP6_MEMORY_TYPES(HIP_MEMORY_TYPE) };
 #undef HIP_CONSTANT
 #undef HIP_MEMORY_TYPE
 
 #define DECLARE_SYM(name, ret, params) ret(*name) params;
-static struct hip_syms {
-  HC_HIP_SYMBOLS(DECLARE_SYM, DECLARE_SYM)
-} hip;
-static struct hiprtc_syms {
-  HC_HIPRTC_SYMBOLS(DECLARE_SYM, DECLARE_SYM)
-} rtc;
+static struct hip_syms { HC_HIP_SYMBOLS(DECLARE_SYM, DECLARE_SYM) } hip;
+static struct hiprtc_syms { HC_HIPRTC_SYMBOLS(DECLARE_SYM, DECLARE_SYM) } rtc;
 #undef DECLARE_SYM
 
 #define SYM(name, ret, params) {#name, offsetof(struct hip_syms, name), false},
@@ -105,14 +97,13 @@ static void describe_library(char *buf, size_t n) {
       required++;
     } else if (f == NULL) {
       size_t used = strlen(absent_names);
-      snprintf(absent_names + used, sizeof(absent_names) - used, "%s%s", absent_optional ? ", " : "",
-               hip_syms[i].name);
+      snprintf(absent_names + used, sizeof(absent_names) - used, "%s%s", absent_optional ? ", " : "", hip_syms[i].name);
       absent_optional++;
     }
   }
-  snprintf(buf, n, "%s (HIP %d.%d.%d): all %zu required entry points resolved, %zu of %zu optional%s%s",
-           where, runtime_version / 10000000, runtime_version / 100000 % 100, runtime_version % 100000,
-           required, HC_ARRAY_LEN(hip_syms) - required - absent_optional, HC_ARRAY_LEN(hip_syms) - required,
+  snprintf(buf, n, "%s (HIP %d.%d.%d): all %zu required entry points resolved, %zu of %zu optional%s%s", where,
+           runtime_version / 10000000, runtime_version / 100000 % 100, runtime_version % 100000, required,
+           HC_ARRAY_LEN(hip_syms) - required - absent_optional, HC_ARRAY_LEN(hip_syms) - required,
            absent_optional ? "; absent: " : "", absent_names);
 }
 
@@ -138,8 +129,8 @@ static hc_result_t hip_open(int *ndev) {
   if (init != hipSuccess || count != hipSuccess || n <= 0) {
     bool none = init == hipErrorNoDevice || init == hipErrorInvalidDevice || count == hipErrorNoDevice ||
                 (count == hipSuccess && n <= 0);
-    return absent("hip: %s (hipInit: %s, hipGetDeviceCount: %s); %s",
-                  none ? "no AMD GPU" : "no usable AMD GPU", hip_err_str(init), hip_err_str(count), lib);
+    return absent("hip: %s (hipInit: %s, hipGetDeviceCount: %s); %s", none ? "no AMD GPU" : "no usable AMD GPU",
+                  hip_err_str(init), hip_err_str(count), lib);
   }
   HC_INFO(HC_DEV, "hip: %s; %d devices", lib, n);
   *ndev = n;
@@ -155,9 +146,7 @@ static int hip_device_attr(int dev, enum hc_gpu_attr a, int *value) {
   return hip.hipDeviceGetAttribute(value, attrs[a], dev);
 }
 
-static bool hip_has_mem_ops(void) {
-  return hip.hipStreamWaitValue64 != NULL && hip.hipStreamWriteValue64 != NULL;
-}
+static bool hip_has_mem_ops(void) { return hip.hipStreamWaitValue64 != NULL && hip.hipStreamWriteValue64 != NULL; }
 
 /* HIP reports an AMD GPU's gfx9.x.y as compute capability 9.x: gfx94x
  * (MI300) is 9.4, whose fp8 instructions and RCCL use the fnuz encodings;
@@ -184,9 +173,7 @@ static int hip_ctx_get(void **tok) {
   return e;
 }
 
-static int hip_ctx_set(void *tok) {
-  return tok == NULL ? hipSuccess : hip.hipSetDevice((int)(intptr_t)tok - 1);
-}
+static int hip_ctx_set(void *tok) { return tok == NULL ? hipSuccess : hip.hipSetDevice((int)(intptr_t)tok - 1); }
 
 static int hip_ctx_device(int *dev) { return hip.hipGetDevice(dev); }
 

@@ -18,38 +18,38 @@
 #include <stdint.h>
 
 /* name as in hip/hip_runtime_api.h or hip/driver_types.h, value */
-#define HC_HIP_CONSTANTS(X)                                                    \
-  /* hipError_t */                                                             \
-  X(hipSuccess, 0)                                                             \
-  X(hipErrorInvalidValue, 1)                                                   \
-  X(hipErrorNoDevice, 100)                                                     \
-  X(hipErrorInvalidDevice, 101)                                                \
-  X(hipErrorNotReady, 600)                                                     \
-  X(hipErrorNotSupported, 801)                                                 \
-  /* hipDeviceAttribute_t */                                                   \
-  X(hipDeviceAttributeComputeCapabilityMajor, 23)                              \
-  X(hipDeviceAttributeComputeCapabilityMinor, 61)                              \
-  X(hipDeviceAttributeMultiprocessorCount, 63)                                 \
-  /* flags */                                                                  \
-  X(hipHostMallocPortable, 0x1)                                                \
-  X(hipHostMallocMapped, 0x2)                                                  \
-  X(hipHostRegisterPortable, 0x1)                                              \
-  X(hipHostRegisterMapped, 0x2)                                                \
-  X(hipStreamNonBlocking, 0x01)                                                \
-  X(hipEventDisableTiming, 0x2)                                                \
-  X(hipStreamWaitValueGte, 0x0)                                                \
-  X(hipStreamCaptureStatusNone, 0)                                             \
-  /* hipMemcpyKind */                                                          \
-  X(hipMemcpyDefault, 4)                                                       \
-  /* hiprtcResult */                                                           \
+#define HC_HIP_CONSTANTS(X)                       \
+  /* hipError_t */                                \
+  X(hipSuccess, 0)                                \
+  X(hipErrorInvalidValue, 1)                      \
+  X(hipErrorNoDevice, 100)                        \
+  X(hipErrorInvalidDevice, 101)                   \
+  X(hipErrorNotReady, 600)                        \
+  X(hipErrorNotSupported, 801)                    \
+  /* hipDeviceAttribute_t */                      \
+  X(hipDeviceAttributeComputeCapabilityMajor, 23) \
+  X(hipDeviceAttributeComputeCapabilityMinor, 61) \
+  X(hipDeviceAttributeMultiprocessorCount, 63)    \
+  /* flags */                                     \
+  X(hipHostMallocPortable, 0x1)                   \
+  X(hipHostMallocMapped, 0x2)                     \
+  X(hipHostRegisterPortable, 0x1)                 \
+  X(hipHostRegisterMapped, 0x2)                   \
+  X(hipStreamNonBlocking, 0x01)                   \
+  X(hipEventDisableTiming, 0x2)                   \
+  X(hipStreamWaitValueGte, 0x0)                   \
+  X(hipStreamCaptureStatusNone, 0)                \
+  /* hipMemcpyKind */                             \
+  X(hipMemcpyDefault, 4)                          \
+  /* hiprtcResult */                              \
   X(HIPRTC_SUCCESS, 0)
 
 /* hipMemoryType, which ROCm 6.0 renumbered to CUDA's values (and gave an
  * "unregistered" type for pageable memory): hetccl's name, the header's
  * name, value. hip.c picks the list by hipRuntimeGetVersion. */
 #define HC_HIP5_MEMORY_TYPES(X) X(HIP5_MEMORY_TYPE_HOST, hipMemoryTypeHost, 0)
-#define HC_HIP6_MEMORY_TYPES(X)                                                \
-  X(HIP6_MEMORY_TYPE_UNREGISTERED, hipMemoryTypeUnregistered, 0)               \
+#define HC_HIP6_MEMORY_TYPES(X)                                  \
+  X(HIP6_MEMORY_TYPE_UNREGISTERED, hipMemoryTypeUnregistered, 0) \
   X(HIP6_MEMORY_TYPE_HOST, hipMemoryTypeHost, 1)
 
 /* HIP_VERSION = major * 1e7 + minor * 1e5 + patch (hip/hip_version.h). */
@@ -76,59 +76,59 @@ struct hip_ptr_attr {
 
 /* hip/hip_runtime_api.h: X = required, OPT = optional (absent from older
  * ROCm: hipStreamGetDevice 5.5, hipLaunchHostFunc exported 5.3). */
-#define HC_HIP_SYMBOLS(X, OPT)                                                               \
-  X(hipGetErrorString, const char *, (hipError_t e))                                          \
-  X(hipInit, hipError_t, (unsigned flags))                                                    \
-  X(hipRuntimeGetVersion, hipError_t, (int *v))                                               \
-  X(hipGetDeviceCount, hipError_t, (int *n))                                                  \
-  X(hipDeviceGetAttribute, hipError_t, (int *v, int attr, int dev))                           \
-  X(hipSetDevice, hipError_t, (int dev))                                                      \
-  X(hipGetDevice, hipError_t, (int *dev))                                                     \
-  X(hipMalloc, hipError_t, (void **p, size_t n))                                              \
-  X(hipFree, hipError_t, (void *p))                                                           \
-  X(hipHostMalloc, hipError_t, (void **p, size_t n, unsigned flags))                          \
-  X(hipHostFree, hipError_t, (void *p))                                                       \
-  X(hipHostRegister, hipError_t, (void *p, size_t n, unsigned flags))                         \
-  X(hipHostUnregister, hipError_t, (void *p))                                                 \
-  X(hipPointerGetAttributes, hipError_t, (struct hip_ptr_attr * a, const void *p))            \
-  X(hipMemcpyAsync, hipError_t, (void *dst, const void *src, size_t n, int kind, hipStream_t s)) \
-  X(hipStreamCreateWithFlags, hipError_t, (hipStream_t * s, unsigned flags))                  \
-  X(hipStreamDestroy, hipError_t, (hipStream_t s))                                            \
-  X(hipStreamSynchronize, hipError_t, (hipStream_t s))                                        \
-  X(hipStreamIsCapturing, hipError_t, (hipStream_t s, int *status))                           \
-  X(hipEventCreateWithFlags, hipError_t, (hipEvent_t * e, unsigned flags))                    \
-  X(hipEventRecord, hipError_t, (hipEvent_t e, hipStream_t s))                                \
-  X(hipEventQuery, hipError_t, (hipEvent_t e))                                                \
-  X(hipEventDestroy, hipError_t, (hipEvent_t e))                                              \
-  X(hipStreamWaitEvent, hipError_t, (hipStream_t s, hipEvent_t e, unsigned flags))            \
-  X(hipStreamAddCallback, hipError_t, (hipStream_t s, hipStreamCallback_t cb, void *arg, unsigned flags)) \
-  X(hipModuleLoadData, hipError_t, (hipModule_t * m, const void *image))                      \
-  X(hipModuleUnload, hipError_t, (hipModule_t m))                                             \
-  X(hipModuleGetFunction, hipError_t, (hipFunction_t * f, hipModule_t m, const char *name))   \
-  X(hipModuleLaunchKernel, hipError_t,                                                        \
-    (hipFunction_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,        \
-     unsigned bz, unsigned shmem, hipStream_t s, void **params, void **extra))                \
-  OPT(hipStreamGetDevice, hipError_t, (hipStream_t s, int *dev))                              \
-  OPT(hipLaunchHostFunc, hipError_t, (hipStream_t s, void (*fn)(void *), void *arg))          \
-  OPT(hipStreamWaitValue64, hipError_t, (hipStream_t s, void *p, uint64_t v, unsigned flags, uint64_t mask)) \
-  OPT(hipStreamWriteValue64, hipError_t, (hipStream_t s, void *p, uint64_t v, unsigned flags)) \
-  OPT(hipHostGetDevicePointer, hipError_t, (void **device_ptr, void *host_ptr, unsigned flags)) \
-  OPT(hipDeviceGetPCIBusId, hipError_t, (char *id, int len, int dev))                          \
-  OPT(hipMemGetAddressRange, hipError_t, (void **base, size_t *size, void *p))                \
-  OPT(hipMemGetHandleForAddressRange, hipError_t,                                             \
+#define HC_HIP_SYMBOLS(X, OPT)                                                                                      \
+  X(hipGetErrorString, const char *, (hipError_t e))                                                                \
+  X(hipInit, hipError_t, (unsigned flags))                                                                          \
+  X(hipRuntimeGetVersion, hipError_t, (int *v))                                                                     \
+  X(hipGetDeviceCount, hipError_t, (int *n))                                                                        \
+  X(hipDeviceGetAttribute, hipError_t, (int *v, int attr, int dev))                                                 \
+  X(hipSetDevice, hipError_t, (int dev))                                                                            \
+  X(hipGetDevice, hipError_t, (int *dev))                                                                           \
+  X(hipMalloc, hipError_t, (void **p, size_t n))                                                                    \
+  X(hipFree, hipError_t, (void *p))                                                                                 \
+  X(hipHostMalloc, hipError_t, (void **p, size_t n, unsigned flags))                                                \
+  X(hipHostFree, hipError_t, (void *p))                                                                             \
+  X(hipHostRegister, hipError_t, (void *p, size_t n, unsigned flags))                                               \
+  X(hipHostUnregister, hipError_t, (void *p))                                                                       \
+  X(hipPointerGetAttributes, hipError_t, (struct hip_ptr_attr * a, const void *p))                                  \
+  X(hipMemcpyAsync, hipError_t, (void *dst, const void *src, size_t n, int kind, hipStream_t s))                    \
+  X(hipStreamCreateWithFlags, hipError_t, (hipStream_t * s, unsigned flags))                                        \
+  X(hipStreamDestroy, hipError_t, (hipStream_t s))                                                                  \
+  X(hipStreamSynchronize, hipError_t, (hipStream_t s))                                                              \
+  X(hipStreamIsCapturing, hipError_t, (hipStream_t s, int *status))                                                 \
+  X(hipEventCreateWithFlags, hipError_t, (hipEvent_t * e, unsigned flags))                                          \
+  X(hipEventRecord, hipError_t, (hipEvent_t e, hipStream_t s))                                                      \
+  X(hipEventQuery, hipError_t, (hipEvent_t e))                                                                      \
+  X(hipEventDestroy, hipError_t, (hipEvent_t e))                                                                    \
+  X(hipStreamWaitEvent, hipError_t, (hipStream_t s, hipEvent_t e, unsigned flags))                                  \
+  X(hipStreamAddCallback, hipError_t, (hipStream_t s, hipStreamCallback_t cb, void *arg, unsigned flags))           \
+  X(hipModuleLoadData, hipError_t, (hipModule_t * m, const void *image))                                            \
+  X(hipModuleUnload, hipError_t, (hipModule_t m))                                                                   \
+  X(hipModuleGetFunction, hipError_t, (hipFunction_t * f, hipModule_t m, const char *name))                         \
+  X(hipModuleLaunchKernel, hipError_t,                                                                              \
+    (hipFunction_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem, \
+     hipStream_t s, void **params, void **extra))                                                                   \
+  OPT(hipStreamGetDevice, hipError_t, (hipStream_t s, int *dev))                                                    \
+  OPT(hipLaunchHostFunc, hipError_t, (hipStream_t s, void (*fn)(void *), void *arg))                                \
+  OPT(hipStreamWaitValue64, hipError_t, (hipStream_t s, void *p, uint64_t v, unsigned flags, uint64_t mask))        \
+  OPT(hipStreamWriteValue64, hipError_t, (hipStream_t s, void *p, uint64_t v, unsigned flags))                      \
+  OPT(hipHostGetDevicePointer, hipError_t, (void **device_ptr, void *host_ptr, unsigned flags))                     \
+  OPT(hipDeviceGetPCIBusId, hipError_t, (char *id, int len, int dev))                                               \
+  OPT(hipMemGetAddressRange, hipError_t, (void **base, size_t *size, void *p))                                      \
+  OPT(hipMemGetHandleForAddressRange, hipError_t,                                                                   \
       (void *handle, void *p, size_t size, int type, unsigned long long flags))
 
 /* hip/hiprtc.h */
-#define HC_HIPRTC_SYMBOLS(X, OPT)                                                            \
-  X(hiprtcGetErrorString, const char *, (hiprtcResult r))                                     \
-  X(hiprtcCreateProgram, hiprtcResult,                                                        \
-    (hiprtcProgram * p, const char *src, const char *name, int nheaders,                      \
-     const char *const *headers, const char *const *include_names))                           \
-  X(hiprtcDestroyProgram, hiprtcResult, (hiprtcProgram * p))                                  \
-  X(hiprtcCompileProgram, hiprtcResult, (hiprtcProgram p, int nopts, const char *const *opts)) \
-  X(hiprtcGetProgramLogSize, hiprtcResult, (hiprtcProgram p, size_t *n))                      \
-  X(hiprtcGetProgramLog, hiprtcResult, (hiprtcProgram p, char *log))                          \
-  X(hiprtcGetCodeSize, hiprtcResult, (hiprtcProgram p, size_t *n))                            \
+#define HC_HIPRTC_SYMBOLS(X, OPT)                                                                    \
+  X(hiprtcGetErrorString, const char *, (hiprtcResult r))                                            \
+  X(hiprtcCreateProgram, hiprtcResult,                                                               \
+    (hiprtcProgram * p, const char *src, const char *name, int nheaders, const char *const *headers, \
+     const char *const *include_names))                                                              \
+  X(hiprtcDestroyProgram, hiprtcResult, (hiprtcProgram * p))                                         \
+  X(hiprtcCompileProgram, hiprtcResult, (hiprtcProgram p, int nopts, const char *const *opts))       \
+  X(hiprtcGetProgramLogSize, hiprtcResult, (hiprtcProgram p, size_t * n))                            \
+  X(hiprtcGetProgramLog, hiprtcResult, (hiprtcProgram p, char *log))                                 \
+  X(hiprtcGetCodeSize, hiprtcResult, (hiprtcProgram p, size_t * n))                                  \
   X(hiprtcGetCode, hiprtcResult, (hiprtcProgram p, char *code))
 
 #endif

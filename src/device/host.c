@@ -57,4 +57,3 @@ const struct hc_dev_ops hc_dev_host = {
     .reduce = host_reduce,
     .scale = host_scale,
 };
-

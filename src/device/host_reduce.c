@@ -169,27 +169,27 @@ uint8_t hc_float_to_fp8e5m2(float f) { return float_to_fp8e5m2(f); }
 typedef void (*reduce_fn)(void *dst, const void *src0, const void *src1, size_t n);
 
 /* T: storage type; CT: compute type; LOAD: T -> CT; STORE: CT -> T. */
-#define DEF_REDUCE(name, T, CT, LOAD, OP, STORE)                               \
+#define DEF_REDUCE(name, T, CT, LOAD, OP, STORE)                                 \
   static void name(void *dst_, const void *src0_, const void *src1_, size_t n) { \
-    T *dst = dst_;                                                             \
-    const T *src0 = src0_, *src1 = src1_;                                      \
-    for (size_t i = 0; i < n; i++) {                                           \
-      CT x = LOAD(src0[i]), y = LOAD(src1[i]);                                 \
-      dst[i] = STORE(OP(x, y));                                                \
-    }                                                                          \
+    T *dst = dst_;                                                               \
+    const T *src0 = src0_, *src1 = src1_;                                        \
+    for (size_t i = 0; i < n; i++) {                                             \
+      CT x = LOAD(src0[i]), y = LOAD(src1[i]);                                   \
+      dst[i] = STORE(OP(x, y));                                                  \
+    }                                                                            \
   }
 
 /* Integers: SUM and PROD of signed types reuse the unsigned kernel. uint8
  * promotes to int, where 255 * 255 cannot overflow. */
-#define DEF_REDUCE_INT(tag, ST, UT)                                            \
-  DEF_REDUCE(reduce_##tag##_sum, UT, UT, CV_ID, OP_SUM, CV_ID)                 \
-  DEF_REDUCE(reduce_##tag##_prod, UT, UT, CV_ID, OP_PROD, CV_ID)               \
-  DEF_REDUCE(reduce_##tag##_max, ST, ST, CV_ID, OP_IMAX, CV_ID)                \
+#define DEF_REDUCE_INT(tag, ST, UT)                              \
+  DEF_REDUCE(reduce_##tag##_sum, UT, UT, CV_ID, OP_SUM, CV_ID)   \
+  DEF_REDUCE(reduce_##tag##_prod, UT, UT, CV_ID, OP_PROD, CV_ID) \
+  DEF_REDUCE(reduce_##tag##_max, ST, ST, CV_ID, OP_IMAX, CV_ID)  \
   DEF_REDUCE(reduce_##tag##_min, ST, ST, CV_ID, OP_IMIN, CV_ID)
-#define DEF_REDUCE_FLOAT(tag, T, CT, LOAD, STORE)                              \
-  DEF_REDUCE(reduce_##tag##_sum, T, CT, LOAD, OP_SUM, STORE)                   \
-  DEF_REDUCE(reduce_##tag##_prod, T, CT, LOAD, OP_PROD, STORE)                 \
-  DEF_REDUCE(reduce_##tag##_max, T, CT, LOAD, OP_FMAX, STORE)                  \
+#define DEF_REDUCE_FLOAT(tag, T, CT, LOAD, STORE)              \
+  DEF_REDUCE(reduce_##tag##_sum, T, CT, LOAD, OP_SUM, STORE)   \
+  DEF_REDUCE(reduce_##tag##_prod, T, CT, LOAD, OP_PROD, STORE) \
+  DEF_REDUCE(reduce_##tag##_max, T, CT, LOAD, OP_FMAX, STORE)  \
   DEF_REDUCE(reduce_##tag##_min, T, CT, LOAD, OP_FMIN, STORE)
 
 DEF_REDUCE_INT(i8, int8_t, uint8_t)
@@ -205,24 +205,21 @@ DEF_REDUCE_FLOAT(bf16, uint16_t, float, bf16_to_float, float_to_bf16)
 DEF_REDUCE_FLOAT(e4m3, uint8_t, float, fp8e4m3_to_float, float_to_fp8e4m3)
 DEF_REDUCE_FLOAT(e5m2, uint8_t, float, fp8e5m2_to_float, float_to_fp8e5m2)
 
-#define REDUCE_ROW(tag)                                                        \
+#define REDUCE_ROW(tag) \
   { reduce_##tag##_sum, reduce_##tag##_prod, reduce_##tag##_max, reduce_##tag##_min }
 
 /* Columns follow enum hc_redop up to MIN: SUM, PROD, MAX, MIN. */
 static const reduce_fn reduce_table[HC_DTYPE_COUNT][HC_AVG] = {
-    [HC_INT8] = REDUCE_ROW(i8),       [HC_UINT8] = REDUCE_ROW(u8),
-    [HC_INT32] = REDUCE_ROW(i32),     [HC_UINT32] = REDUCE_ROW(u32),
-    [HC_INT64] = REDUCE_ROW(i64),     [HC_UINT64] = REDUCE_ROW(u64),
-    [HC_FLOAT16] = REDUCE_ROW(f16),   [HC_FLOAT32] = REDUCE_ROW(f32),
-    [HC_FLOAT64] = REDUCE_ROW(f64),   [HC_BFLOAT16] = REDUCE_ROW(bf16),
-    [HC_FP8_E4M3] = REDUCE_ROW(e4m3), [HC_FP8_E5M2] = REDUCE_ROW(e5m2),
+    [HC_INT8] = REDUCE_ROW(i8),       [HC_UINT8] = REDUCE_ROW(u8),      [HC_INT32] = REDUCE_ROW(i32),
+    [HC_UINT32] = REDUCE_ROW(u32),    [HC_INT64] = REDUCE_ROW(i64),     [HC_UINT64] = REDUCE_ROW(u64),
+    [HC_FLOAT16] = REDUCE_ROW(f16),   [HC_FLOAT32] = REDUCE_ROW(f32),   [HC_FLOAT64] = REDUCE_ROW(f64),
+    [HC_BFLOAT16] = REDUCE_ROW(bf16), [HC_FP8_E4M3] = REDUCE_ROW(e4m3), [HC_FP8_E5M2] = REDUCE_ROW(e5m2),
 };
 
 void hc_host_reduce(const struct hc_reduce_args *a) {
   if ((unsigned)a->dtype >= HC_DTYPE_COUNT || (unsigned)a->op >= HC_AVG) {
     /* Callers validate; AVG and PREMULSUM arrive here as SUM plus a scale. */
-    HC_WARN_ONCE(HC_DEV, "host reduce: unsupported dtype %d / op %d ignored", (int)a->dtype,
-                 (int)a->op);
+    HC_WARN_ONCE(HC_DEV, "host reduce: unsupported dtype %d / op %d ignored", (int)a->dtype, (int)a->op);
     return;
   }
   if (a->count == 0) return;
@@ -231,18 +228,18 @@ void hc_host_reduce(const struct hc_reduce_args *a) {
 
 /* ---- scaling ---- */
 
-#define DEF_SCALE_MUL(name, T, CT, LOAD, STORE)                                \
-  static void name(void *dst_, const void *src_, size_t n, CT f) {             \
-    T *dst = dst_;                                                             \
-    const T *src = src_;                                                       \
-    for (size_t i = 0; i < n; i++) dst[i] = STORE(LOAD(src[i]) * f);           \
+#define DEF_SCALE_MUL(name, T, CT, LOAD, STORE)                      \
+  static void name(void *dst_, const void *src_, size_t n, CT f) {   \
+    T *dst = dst_;                                                   \
+    const T *src = src_;                                             \
+    for (size_t i = 0; i < n; i++) dst[i] = STORE(LOAD(src[i]) * f); \
   }
 /* DT: the type the quotient is computed in (wide enough for the divisor). */
-#define DEF_SCALE_DIV(name, T, DT, LOAD, STORE)                                \
-  static void name(void *dst_, const void *src_, size_t n, DT d) {             \
-    T *dst = dst_;                                                             \
-    const T *src = src_;                                                       \
-    for (size_t i = 0; i < n; i++) dst[i] = (T)STORE((DT)LOAD(src[i]) / d);    \
+#define DEF_SCALE_DIV(name, T, DT, LOAD, STORE)                             \
+  static void name(void *dst_, const void *src_, size_t n, DT d) {          \
+    T *dst = dst_;                                                          \
+    const T *src = src_;                                                    \
+    for (size_t i = 0; i < n; i++) dst[i] = (T)STORE((DT)LOAD(src[i]) / d); \
   }
 
 /* Signed multiply wraps through the unsigned kernel, as in reduce. */
@@ -287,17 +284,32 @@ static void scale_mul(const struct hc_scale_args *a) {
   double fd;
   switch (a->dtype) {
   case HC_INT8:
-  case HC_UINT8: memcpy(&f8, f, 1); mul_u8(a->dst, a->src, a->count, f8); break;
+  case HC_UINT8:
+    memcpy(&f8, f, 1);
+    mul_u8(a->dst, a->src, a->count, f8);
+    break;
   case HC_INT32:
-  case HC_UINT32: memcpy(&f32, f, 4); mul_u32(a->dst, a->src, a->count, f32); break;
+  case HC_UINT32:
+    memcpy(&f32, f, 4);
+    mul_u32(a->dst, a->src, a->count, f32);
+    break;
   case HC_INT64:
-  case HC_UINT64: memcpy(&f64, f, 8); mul_u64(a->dst, a->src, a->count, f64); break;
+  case HC_UINT64:
+    memcpy(&f64, f, 8);
+    mul_u64(a->dst, a->src, a->count, f64);
+    break;
   case HC_FLOAT16:
     memcpy(&f16, f, 2);
     mul_f16(a->dst, a->src, a->count, half_to_float(f16));
     break;
-  case HC_FLOAT32: memcpy(&ff, f, 4); mul_f32(a->dst, a->src, a->count, ff); break;
-  case HC_FLOAT64: memcpy(&fd, f, 8); mul_f64(a->dst, a->src, a->count, fd); break;
+  case HC_FLOAT32:
+    memcpy(&ff, f, 4);
+    mul_f32(a->dst, a->src, a->count, ff);
+    break;
+  case HC_FLOAT64:
+    memcpy(&fd, f, 8);
+    mul_f64(a->dst, a->src, a->count, fd);
+    break;
   case HC_BFLOAT16:
     memcpy(&f16, f, 2);
     mul_bf16(a->dst, a->src, a->count, bf16_to_float(f16));
@@ -320,10 +332,8 @@ static void scale_div(const struct hc_scale_args *a) {
   case HC_INT32: div_i32(a->dst, a->src, a->count, ds); break;
   case HC_UINT32: div_u32(a->dst, a->src, a->count, di); break;
   case HC_INT64:
-    if (di > (uint64_t)INT64_MAX)
-      div_i64_huge(a->dst, a->src, a->count, di);
-    else
-      div_i64(a->dst, a->src, a->count, ds);
+    if (di > (uint64_t)INT64_MAX) div_i64_huge(a->dst, a->src, a->count, di);
+    else div_i64(a->dst, a->src, a->count, ds);
     break;
   case HC_UINT64: div_u64(a->dst, a->src, a->count, di); break;
   case HC_FLOAT16: div_f16(a->dst, a->src, a->count, (float)d); break;
@@ -337,17 +347,13 @@ static void scale_div(const struct hc_scale_args *a) {
 }
 
 void hc_host_scale(const struct hc_scale_args *a) {
-  if ((unsigned)a->dtype >= HC_DTYPE_COUNT ||
-      (a->kind != HC_SCALE_MUL && a->kind != HC_SCALE_DIV)) {
-    HC_WARN_ONCE(HC_DEV, "host scale: unsupported dtype %d / kind %d ignored", (int)a->dtype,
-                 (int)a->kind);
+  if ((unsigned)a->dtype >= HC_DTYPE_COUNT || (a->kind != HC_SCALE_MUL && a->kind != HC_SCALE_DIV)) {
+    HC_WARN_ONCE(HC_DEV, "host scale: unsupported dtype %d / kind %d ignored", (int)a->dtype, (int)a->kind);
     return;
   }
   if (a->count == 0) return;
-  if (a->kind == HC_SCALE_MUL)
-    scale_mul(a);
-  else
-    scale_div(a);
+  if (a->kind == HC_SCALE_MUL) scale_mul(a);
+  else scale_div(a);
 }
 
 /* ---- single elements ---- */
@@ -425,17 +431,30 @@ void hc_dtype_store(enum hc_dtype t, void *p, double v) {
   case HC_UINT8:
   case HC_UINT32:
   case HC_UINT64:
-    if (!(v >= 0.0))
-      bits = (uint64_t)double_to_i64(v);
-    else
-      bits = v >= 0x1p64 ? UINT64_MAX : (uint64_t)v;
+    if (!(v >= 0.0)) bits = (uint64_t)double_to_i64(v);
+    else bits = v >= 0x1p64 ? UINT64_MAX : (uint64_t)v;
     break;
-  case HC_FLOAT16: u16 = float_to_half(double_to_float_odd(v)); memcpy(p, &u16, 2); return;
-  case HC_FLOAT32: f = (float)v; memcpy(p, &f, 4); return;
+  case HC_FLOAT16:
+    u16 = float_to_half(double_to_float_odd(v));
+    memcpy(p, &u16, 2);
+    return;
+  case HC_FLOAT32:
+    f = (float)v;
+    memcpy(p, &f, 4);
+    return;
   case HC_FLOAT64: memcpy(p, &v, 8); return;
-  case HC_BFLOAT16: u16 = float_to_bf16(double_to_float_odd(v)); memcpy(p, &u16, 2); return;
-  case HC_FP8_E4M3: u8 = float_to_fp8e4m3(double_to_float_odd(v)); memcpy(p, &u8, 1); return;
-  case HC_FP8_E5M2: u8 = float_to_fp8e5m2(double_to_float_odd(v)); memcpy(p, &u8, 1); return;
+  case HC_BFLOAT16:
+    u16 = float_to_bf16(double_to_float_odd(v));
+    memcpy(p, &u16, 2);
+    return;
+  case HC_FP8_E4M3:
+    u8 = float_to_fp8e4m3(double_to_float_odd(v));
+    memcpy(p, &u8, 1);
+    return;
+  case HC_FP8_E5M2:
+    u8 = float_to_fp8e5m2(double_to_float_odd(v));
+    memcpy(p, &u8, 1);
+    return;
   default: return;
   }
   /* Little-endian hosts only, as the rest of hetccl: the low bytes first. */

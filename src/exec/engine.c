@@ -41,8 +41,8 @@ struct sig_run {
 
 /* One peer of one comm, as the engine watches it. */
 struct peer_watch {
-  int pidfd;               /* same-host peer: hc_pidfd_open's answer */
-  atomic_ullong expect[2]; /* window pieces this rank's streams will have sent / received */
+  int pidfd;                  /* same-host peer: hc_pidfd_open's answer */
+  atomic_ullong expect[2];    /* window pieces this rank's streams will have sent / received */
   uint64_t seen[2], since[2]; /* the waited counter's last value, and since when it has it */
   uint64_t beat, beat_since;  /* the peer's heartbeat, and since when it has not moved */
   /* The signatures the received pieces must carry (hc_engine_expect_sigs
@@ -72,9 +72,9 @@ struct hc_engine_comm {
   struct hc_engine_job *job; /* in flight */
   struct hc_exec_run *run;
   uint64_t run_moved_ns, next_vendor_poll_ns, next_pid_check_ns, next_probe_look_ns;
-  uint32_t last_done;        /* seq of the latest job that completed */
+  uint32_t last_done; /* seq of the latest job that completed */
   int culprit;
-  uint64_t release_at_ns;    /* once failed: when the streams are released */
+  uint64_t release_at_ns; /* once failed: when the streams are released */
 };
 
 static struct {
@@ -301,8 +301,7 @@ static bool watch_window(struct hc_engine_comm *c, int p, const struct hc_net_wi
     const int culprit = notice - 1;
     if (culprit == p)
       HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d failed (it timed out, lost a peer or was aborted)", me, p);
-    else
-      HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d failed because of rank %d", me, p, culprit);
+    else HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d failed because of rank %d", me, p, culprit);
     comm_fail(c, HC_ERR_REMOTE, culprit);
     return true;
   }
@@ -599,10 +598,8 @@ static void comm_serve(struct hc_engine_comm *c, uint64_t now, struct engine_pas
   if (atomic_load(&c->failed)) {
     const bool aborted = c->d.links->abort_flag && atomic_load(c->d.links->abort_flag);
     /* Again on each tick: a live peer may still write what was released. */
-    if (aborted || now >= c->release_at_ns)
-      hc_engine_release(c);
-    else
-      pass->outstanding = true; /* tick soon */
+    if (aborted || now >= c->release_at_ns) hc_engine_release(c);
+    else pass->outstanding = true; /* tick soon */
     vendor_abort(c);
     return;
   }

@@ -53,7 +53,7 @@ struct hc_gpu_lanes {
   /* The plan being enqueued, per step. */
   int cap;
   int8_t *cls, *lane;
-  uint64_t *pos;      /* GPU: position on its lane; transfer: on its queue */
+  uint64_t *pos; /* GPU: position on its lane; transfer: on its queue */
   int32_t *queue, *partner, *event, *order, *pending;
   hc_ref_t *host_ref; /* transfer: its step in the host plan */
   bool *flag_after, *emitted;
@@ -139,8 +139,8 @@ void hc_gpu_lanes_destroy(struct hc_gpu_lanes *g) {
   free(g);
 }
 
-hc_result_t hc_gpu_lanes_create(const struct hc_dev_ops *dev, int device, int rank, int nranks,
-                                size_t one_lane_bytes, struct hc_gpu_lanes **out) {
+hc_result_t hc_gpu_lanes_create(const struct hc_dev_ops *dev, int device, int rank, int nranks, size_t one_lane_bytes,
+                                struct hc_gpu_lanes **out) {
   struct hc_gpu_lanes *g;
   hc_result_t r;
   *out = NULL;
@@ -289,8 +289,8 @@ static hc_result_t try_place(struct hc_gpu_lanes *g, const struct hc_plan *p, in
     /* A pair to itself runs where the receive stands. */
     const int rep = other >= 0 && p->steps[i].kind == HC_STEP_SEND ? other : i;
     const int mate = rep == i ? other : i;
-    const int lane = g->one_lane || other >= 0 || p->steps[rep].lane >= HC_LANE_COUNT ? HC_LANE_MAIN
-                                                                                      : p->steps[rep].lane;
+    const int lane =
+        g->one_lane || other >= 0 || p->steps[rep].lane >= HC_LANE_COUNT ? HC_LANE_MAIN : p->steps[rep].lane;
     g->lane[rep] = (int8_t)lane;
     g->pos[rep] = ++g->lane_pos[lane];
     HC_TRY(merge_deps(g, p, rep, mate, &g->need[rep]));
@@ -351,8 +351,8 @@ static hc_result_t classify(struct hc_gpu_lanes *g, const struct hc_plan *p) {
       }
       int j = theirs[(*htheirs)++];
       if (p->steps[j].count != s->count)
-        return HC_FAIL(HC_ERR_USAGE, "rank %d: mismatched counts: sends %zu bytes to itself, receives %zu",
-                       g->rank, (recv ? p->steps[j] : *s).count, (recv ? *s : p->steps[j]).count);
+        return HC_FAIL(HC_ERR_USAGE, "rank %d: mismatched counts: sends %zu bytes to itself, receives %zu", g->rank,
+                       (recv ? p->steps[j] : *s).count, (recv ? *s : p->steps[j]).count);
       g->partner[i] = j;
       g->partner[j] = i;
       break;
@@ -377,8 +377,8 @@ static hc_result_t build_host_plan(struct hc_gpu_lanes *g, const struct hc_plan 
   for (int q = 0; q < g->nqueues; q++) g->last_signal[q] = 0;
   for (int l = 0; l < HC_LANE_COUNT; l++)
     if (g->lane_written[l] > 0)
-      start[nstart++] = hc_plan_push(host, (struct hc_step){.kind = HC_STEP_WAIT, .src0 = lane_counter(g, l),
-                                                            .count = g->lane_written[l]});
+      start[nstart++] = hc_plan_push(
+          host, (struct hc_step){.kind = HC_STEP_WAIT, .src0 = lane_counter(g, l), .count = g->lane_written[l]});
   const hc_ref_t after_earlier_plans = hc_plan_join(host, start, nstart);
   for (int i = 0; i < p->nsteps; i++) {
     if (g->cls[i] != CLS_XFER) continue;
@@ -390,8 +390,8 @@ static hc_result_t build_host_plan(struct hc_gpu_lanes *g, const struct hc_plan 
       if (s < 0) continue;
       if (wait_ref[l] == 0 || wait_val[l] != g->pos[s]) {
         wait_val[l] = g->pos[s];
-        wait_ref[l] = hc_plan_push(host, (struct hc_step){.kind = HC_STEP_WAIT, .src0 = lane_counter(g, l),
-                                                          .count = g->pos[s]});
+        wait_ref[l] =
+            hc_plan_push(host, (struct hc_step){.kind = HC_STEP_WAIT, .src0 = lane_counter(g, l), .count = g->pos[s]});
       }
       g->refs[nrefs++] = wait_ref[l];
     }
@@ -404,7 +404,8 @@ static hc_result_t build_host_plan(struct hc_gpu_lanes *g, const struct hc_plan 
     t.lane = 0;
     g->host_ref[i] = hc_plan_push(host, t);
     int q = g->queue[i];
-    g->last_signal[q] = hc_plan_push(host, (struct hc_step){.kind = HC_STEP_SIGNAL, .src0 = queue_counter(g, q),
+    g->last_signal[q] = hc_plan_push(host, (struct hc_step){.kind = HC_STEP_SIGNAL,
+                                                            .src0 = queue_counter(g, q),
                                                             .count = g->pos[i],
                                                             .deps = {g->host_ref[i], g->last_signal[q]}});
   }
@@ -412,8 +413,7 @@ static hc_result_t build_host_plan(struct hc_gpu_lanes *g, const struct hc_plan 
   return HC_OK;
 }
 
-hc_result_t hc_gpu_prepare(struct hc_gpu_lanes *g, const struct hc_plan *p, struct hc_plan *host,
-                           uint64_t *xfer_end) {
+hc_result_t hc_gpu_prepare(struct hc_gpu_lanes *g, const struct hc_plan *p, struct hc_plan *host, uint64_t *xfer_end) {
   const int n = p->nsteps;
   HC_TRY(ensure_cap(g, n));
   memcpy(g->base_lane, g->lane_pos, sizeof(g->base_lane));
@@ -443,8 +443,7 @@ hc_result_t hc_gpu_prepare(struct hc_gpu_lanes *g, const struct hc_plan *p, stru
     }
   }
   if (npending > 0)
-    return HC_FAIL(HC_ERR_INTERNAL, "enqueue: %d steps wait for each other (step %d first)", npending,
-                   g->pending[0]);
+    return HC_FAIL(HC_ERR_INTERNAL, "enqueue: %d steps wait for each other (step %d first)", npending, g->pending[0]);
   if (g->has_xfer) HC_TRY(build_host_plan(g, p, host));
   /* The main lane's end is what a drain waits for; the other's the next
    * transfers (a plan without transfers leaves it alone: its steps touch
@@ -509,15 +508,19 @@ static hc_result_t start_lane(struct hc_gpu_lanes *g, int lane) {
  * on the lane's stream (dtype and op values are the vendor's own); coll
  * SEND is a group of the vendor's sends and receives, in bytes. */
 static hc_result_t run_vendor_step(struct hc_gpu_lanes *g, const struct hc_step *st, hc_stream_t s) {
-  if (g->vendor == NULL)
-    return HC_FAIL(HC_ERR_INTERNAL, "rank %d: a vendor step, but no vendor communicator", g->rank);
+  if (g->vendor == NULL) return HC_FAIL(HC_ERR_INTERNAL, "rank %d: a vendor step, but no vendor communicator", g->rank);
   if (st->coll == HC_COLL_SEND) return hc_vendor_run_p2p(g->vendor, g->vendor_comm, st->src0, st->count, s);
   /* Plans make only these; the others would need this rank's place in the
    * group's vendor comm, which the lanes do not know. */
   if (!hc_coll_reduces((enum hc_coll)st->coll) && st->coll != HC_COLL_BROADCAST && st->coll != HC_COLL_ALLGATHER)
     return HC_FAIL(HC_ERR_INTERNAL, "rank %d: vendor step of collective %d", g->rank, st->coll);
-  const struct hc_vendor_call c = {.coll = (enum hc_coll)st->coll, .sendbuf = st->src0, .recvbuf = st->dst,
-                                   .count = st->count, .dtype = st->dtype, .op = st->redop, .root = st->peer};
+  const struct hc_vendor_call c = {.coll = (enum hc_coll)st->coll,
+                                   .sendbuf = st->src0,
+                                   .recvbuf = st->dst,
+                                   .count = st->count,
+                                   .dtype = st->dtype,
+                                   .op = st->redop,
+                                   .root = st->peer};
   return hc_vendor_run(g->vendor, g->vendor_comm, -1, 0, &c, s);
 }
 

@@ -36,8 +36,8 @@ struct hc_gpu_lanes;
 /* The lanes, events and counters of one GPU comm of nranks ranks on
  * device. A plan that copies at most one_lane_bytes into host memory runs
  * on the main lane alone. Needs 64-bit stream memory operations. */
-hc_result_t hc_gpu_lanes_create(const struct hc_dev_ops *dev, int device, int rank, int nranks,
-                                size_t one_lane_bytes, struct hc_gpu_lanes **out);
+hc_result_t hc_gpu_lanes_create(const struct hc_dev_ops *dev, int device, int rank, int nranks, size_t one_lane_bytes,
+                                struct hc_gpu_lanes **out);
 /* The vendor library's communicator of this rank's group, which runs the
  * plans' VENDOR steps (plan.h); without one such a step fails. */
 struct hc_vendor;
@@ -58,8 +58,7 @@ hc_result_t hc_gpu_prepare(struct hc_gpu_lanes *g, const struct hc_plan *plan, s
  * already on the caller's streams, which then wait for the lanes. Call it
  * once host is on its way to the engine (a host reduction fallback may
  * wait for the stream here). */
-hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *plan, hc_stream_t *user,
-                           int nuser);
+hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *plan, hc_stream_t *user, int nuser);
 
 /* Whether every step enqueued so far has run (the calling thread's). */
 bool hc_gpu_lanes_idle(struct hc_gpu_lanes *g);

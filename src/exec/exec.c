@@ -19,12 +19,12 @@ static const struct hc_net_sig no_sig;
 struct job_state {
   struct hc_exec_job *job;
   const struct hc_dev_ops *dev;
-  int *waits, nwaits;      /* WAIT steps whose counter has not got there yet */
+  int *waits, nwaits; /* WAIT steps whose counter has not got there yet */
   int nsteps, ndone;
-  int *pending_deps;       /* per step: dependencies not done */
-  int *succ_start, *succ;  /* CSR: steps that depend on step i */
-  int *ready, nready;      /* local steps whose dependencies are done */
-  void **req;              /* per step: the transport request while in flight */
+  int *pending_deps;      /* per step: dependencies not done */
+  int *succ_start, *succ; /* CSR: steps that depend on step i */
+  int *ready, nready;     /* local steps whose dependencies are done */
+  void **req;             /* per step: the transport request while in flight */
   /* Queues, one per (peer, direction) that has transfers, in plan order.
    * Items [q_tail, q_head) are posted and in flight, [q_head, q_end) wait.
    * A transport completes a queue's requests in order, so only the oldest
@@ -32,16 +32,14 @@ struct job_state {
   int nqueues;
   int *q_peer, *q_dir, *q_tail, *q_head, *q_end; /* indices into q_items */
   int *q_items;
-  int peer_at; /* the peer of the transport call in progress: whom a failure concerns */
+  int peer_at;     /* the peer of the transport call in progress: whom a failure concerns */
   int window_look; /* window_peers_check's looks so far (where the next starts) */
   hc_result_t result;
   uint64_t *probe_seen; /* per peer: 1 + the generation of its stall probe seen last (stall_look) */
   bool probed;          /* this run published a stall probe */
 };
 
-static bool is_transfer(const struct hc_step *s) {
-  return s->kind == HC_STEP_SEND || s->kind == HC_STEP_RECV;
-}
+static bool is_transfer(const struct hc_step *s) { return s->kind == HC_STEP_SEND || s->kind == HC_STEP_RECV; }
 
 static void job_state_destroy(struct job_state *st) {
   free(st->probe_seen);
@@ -169,13 +167,12 @@ hc_result_t hc_exec_local_step(const struct hc_dev_ops *dev, const struct hc_ste
   switch (s->kind) {
   case HC_STEP_COPY: return hc_dev_copy(dev, s->dst, s->src0, s->count, stream);
   case HC_STEP_REDUCE: {
-    struct hc_reduce_args a = {.dst = s->dst, .src0 = s->src0, .src1 = s->src1, .count = s->count,
-                               .dtype = s->dtype, .op = s->redop};
+    struct hc_reduce_args a = {
+        .dst = s->dst, .src0 = s->src0, .src1 = s->src1, .count = s->count, .dtype = s->dtype, .op = s->redop};
     return hc_dev_reduce(dev, &a, stream);
   }
   case HC_STEP_SCALE: {
-    struct hc_scale_args a = {.dst = s->dst, .src = s->src0, .count = s->count,
-                              .dtype = s->dtype, .kind = s->redop};
+    struct hc_scale_args a = {.dst = s->dst, .src = s->src0, .count = s->count, .dtype = s->dtype, .kind = s->redop};
     if (a.kind == HC_SCALE_MUL) memcpy(a.factor, s->src1, hc_dtype_size(a.dtype));
     else memcpy(&a.divisor, s->src1, sizeof(a.divisor));
     return hc_dev_scale(dev, &a, stream);
@@ -190,8 +187,8 @@ hc_result_t hc_exec_local_step(const struct hc_dev_ops *dev, const struct hc_ste
 static hc_result_t window_sig_check(const struct job_state *st, const struct hc_step *s) {
   const struct hc_plan *p = st->job->plan;
   const atomic_ullong *words = s->src1;
-  const struct hc_net_sig got = {{atomic_load_explicit(&words[0], memory_order_relaxed),
-                                  atomic_load_explicit(&words[1], memory_order_relaxed)}};
+  const struct hc_net_sig got = {
+      {atomic_load_explicit(&words[0], memory_order_relaxed), atomic_load_explicit(&words[1], memory_order_relaxed)}};
   const struct hc_net_sig *want = s->call < p->nsigs ? &p->sigs[s->call] : &no_sig;
   if (hc_net_sig_equal(&got, want)) return HC_OK;
   /* The sender may be a GPU rank whose calls have returned: its progress
@@ -247,8 +244,8 @@ static hc_result_t match_self(struct job_state *st, bool *moved) {
     if (st->pending_deps[si] > 0 || st->pending_deps[ri] > 0) break;
     const struct hc_step *send = &p->steps[si], *recv = &p->steps[ri];
     if (send->count != recv->count)
-      return HC_FAIL(HC_ERR_USAGE, "rank %d: mismatched counts: sends %zu bytes to itself, receives %zu",
-                     me, send->count, recv->count);
+      return HC_FAIL(HC_ERR_USAGE, "rank %d: mismatched counts: sends %zu bytes to itself, receives %zu", me,
+                     send->count, recv->count);
     HC_TRY(hc_dev_copy(st->dev, recv->dst, send->src0, send->count, NULL));
     st->q_tail[qs] = ++st->q_head[qs];
     st->q_tail[qr] = ++st->q_head[qr];
@@ -282,10 +279,8 @@ static hc_result_t job_progress(struct job_state *st, bool *moved) {
       /* The signature travels with the bytes; the receiving transport
        * checks it before it delivers any (net.h). */
       const struct hc_net_sig *sig = s->call < p->nsigs ? &p->sigs[s->call] : &no_sig;
-      if (st->q_dir[q] == DIR_SEND)
-        HC_TRY(hc_link_isend(l, s->src0, s->count, sig, &st->req[i]));
-      else
-        HC_TRY(hc_link_irecv(l, s->dst, s->count, sig, &st->req[i]));
+      if (st->q_dir[q] == DIR_SEND) HC_TRY(hc_link_isend(l, s->src0, s->count, sig, &st->req[i]));
+      else HC_TRY(hc_link_irecv(l, s->dst, s->count, sig, &st->req[i]));
       st->q_head[q]++;
       *moved = true;
     }
@@ -690,8 +685,8 @@ hc_result_t hc_exec_poll(struct hc_exec_run *run, bool *done, bool *moved) {
 
 void hc_exec_describe(const struct hc_exec_run *run, struct hc_exec_state *out) {
   const struct job_state *st = &run->st;
-  *out = (struct hc_exec_state){.steps_done = st->ndone, .steps = st->nsteps, .failed_peer = st->peer_at,
-                                .awaited_peer = awaited_peer(st)};
+  *out = (struct hc_exec_state){
+      .steps_done = st->ndone, .steps = st->nsteps, .failed_peer = st->peer_at, .awaited_peer = awaited_peer(st)};
   for (int k = 0; k < st->nwaits && out->counter == NULL; k++) {
     const struct hc_step *s = &st->job->plan->steps[st->waits[k]];
     out->counter = (const atomic_ullong *)s->src0;

@@ -77,8 +77,8 @@ void hc_exec_end(struct hc_exec_run *run); /* takes NULL */
 /* Where a run stands, for messages and the state dump. */
 struct hc_exec_state {
   int steps_done, steps;
-  int failed_peer;  /* the peer of the last transport call (whom a failure concerns), or -1 */
-  int awaited_peer; /* a peer whose transfer is still in flight or queued, or -1 */
+  int failed_peer;              /* the peer of the last transport call (whom a failure concerns), or -1 */
+  int awaited_peer;             /* a peer whose transfer is still in flight or queued, or -1 */
   const atomic_ullong *counter; /* a counter a WAIT step waits on, or NULL */
   uint64_t counter_target;
 };

@@ -49,10 +49,10 @@ static void verbs_load_once(void) {
     snprintf(verbs_why, sizeof(verbs_why), "libibverbs.so.1 not loadable (%s)", dlerror());
     return;
   }
-#define HC_IB_RESOLVE(name, ret, args)                                                  \
-  if ((*(void **)&verbs.name = dlsym(h, #name)) == NULL) {                              \
-    snprintf(verbs_why, sizeof(verbs_why), "libibverbs.so.1 lacks %s", #name);          \
-    return;                                                                             \
+#define HC_IB_RESOLVE(name, ret, args)                                         \
+  if ((*(void **)&verbs.name = dlsym(h, #name)) == NULL) {                     \
+    snprintf(verbs_why, sizeof(verbs_why), "libibverbs.so.1 lacks %s", #name); \
+    return;                                                                    \
   }
   HC_IB_SYMBOLS(HC_IB_RESOLVE)
 #undef HC_IB_RESOLVE
@@ -118,8 +118,7 @@ static bool gid_is_zero(const union ibv_gid *g) {
  * GID mapping an IPv4 address, else the first RoCE v2 GID, else 0. Only the
  * first entries are read: tables hold up to 1024 and each read is a
  * syscall. */
-static hc_result_t pick_gid(const struct hc_ib_verbs *v, struct ibv_context *cx, struct hc_ib_dev *d,
-                            int tbl_len) {
+static hc_result_t pick_gid(const struct hc_ib_verbs *v, struct ibv_context *cx, struct hc_ib_dev *d, int tbl_len) {
   int64_t want = hc_param_int(HC_P_IB_GID_INDEX);
   if (want >= 0) {
     if (want >= tbl_len)
@@ -200,11 +199,12 @@ hc_result_t hc_ib_find_device(const struct hc_ib_verbs *v, const char *gpu_bus_i
       }
       if (pa.link_layer != HC_IBV_LINK_LAYER_INFINIBAND && pa.link_layer != HC_IBV_LINK_LAYER_ETHERNET &&
           pa.link_layer != HC_IBV_LINK_LAYER_UNSPECIFIED) {
-        snprintf(why, why_len, "%s:%d has link layer %d (neither InfiniBand nor Ethernet)", name, port,
-                 pa.link_layer);
+        snprintf(why, why_len, "%s:%d has link layer %d (neither InfiniBand nor Ethernet)", name, port, pa.link_layer);
         continue;
       }
-      struct hc_ib_dev d = {.port = port, .active_mtu = pa.active_mtu, .lid = pa.lid,
+      struct hc_ib_dev d = {.port = port,
+                            .active_mtu = pa.active_mtu,
+                            .lid = pa.lid,
                             .link_layer = pa.link_layer == HC_IBV_LINK_LAYER_ETHERNET ? HC_IBV_LINK_LAYER_ETHERNET
                                                                                       : HC_IBV_LINK_LAYER_INFINIBAND};
       snprintf(d.name, sizeof(d.name), "%s", name);
@@ -228,9 +228,7 @@ hc_result_t hc_ib_find_device(const struct hc_ib_verbs *v, const char *gpu_bus_i
   return r;
 }
 
-static const char *link_layer_name(int ll) {
-  return ll == HC_IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand";
-}
+static const char *link_layer_name(int ll) { return ll == HC_IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand"; }
 
 void hc_net_ib_probe(bool *usable, char *what, size_t len) {
   struct hc_ib_dev d;
@@ -247,8 +245,8 @@ void hc_net_ib_probe(bool *usable, char *what, size_t len) {
   }
   if (!*usable) snprintf(what, len, "%s", why);
   else if (d.link_layer == HC_IBV_LINK_LAYER_ETHERNET)
-    snprintf(what, len, "%s:%d %s, GID index %d, MTU %d", d.name, d.port, link_layer_name(d.link_layer),
-             d.gid_index, 128 << d.active_mtu);
+    snprintf(what, len, "%s:%d %s, GID index %d, MTU %d", d.name, d.port, link_layer_name(d.link_layer), d.gid_index,
+             128 << d.active_mtu);
   else
     snprintf(what, len, "%s:%d %s, LID %u, MTU %d", d.name, d.port, link_layer_name(d.link_layer), d.lid,
              128 << d.active_mtu);
@@ -385,8 +383,8 @@ static hc_result_t conn_create_qps(struct hc_ib_conn *c) {
   c->eager_out = c->block + eager;
   c->cts_in = c->block + 2 * eager;
   c->cts_out = c->cts_in + cts;
-  c->block_mr = v->ibv_reg_mr(ctx->pd, c->block, c->block_bytes,
-                              HC_IBV_ACCESS_LOCAL_WRITE | HC_IBV_ACCESS_REMOTE_WRITE);
+  c->block_mr =
+      v->ibv_reg_mr(ctx->pd, c->block, c->block_bytes, HC_IBV_ACCESS_LOCAL_WRITE | HC_IBV_ACCESS_REMOTE_WRITE);
   if (c->block_mr == NULL)
     return HC_FAIL(HC_ERR_SYSTEM, "ib: %s: cannot register %zu bytes of rings for rank %d: %s", ctx->dev.name,
                    c->block_bytes, c->peer, strerror(errno));
@@ -407,8 +405,8 @@ static hc_result_t conn_create_qps(struct hc_ib_conn *c) {
       c->qps[i] = v->ibv_create_qp(ctx->pd, &ia);
     }
     if (c->qps[i] == NULL)
-      return HC_FAIL(HC_ERR_SYSTEM, "ib: %s: cannot create queue pair %d for rank %d: %s", ctx->dev.name, i,
-                     c->peer, strerror(errno));
+      return HC_FAIL(HC_ERR_SYSTEM, "ib: %s: cannot create queue pair %d for rank %d: %s", ctx->dev.name, i, c->peer,
+                     strerror(errno));
     c->max_inline = ia.cap.max_inline_data;
     struct ibv_qp_attr a;
     memset(&a, 0, sizeof(a));
@@ -455,8 +453,8 @@ static hc_result_t setup_check(const struct hc_ib_conn *c, const struct hc_ib_se
     return HC_FAIL(HC_ERR_USAGE,
                    "ib: rank %d has HETCCL_IB_QPS_PER_CONN=%u HETCCL_IB_EAGER_SLOTS=%u HETCCL_IB_EAGER_BYTES=%u "
                    "HETCCL_IB_CHUNK=%llu, rank %d has %d, %u, %zu and %zu: set them alike on every rank",
-                   c->peer, s->nqps, s->eager_slots, s->eager_bytes, (unsigned long long)s->chunk, ctx->rank,
-                   c->nqps, ctx->eager_slots, ctx->eager_bytes, ctx->chunk);
+                   c->peer, s->nqps, s->eager_slots, s->eager_bytes, (unsigned long long)s->chunk, ctx->rank, c->nqps,
+                   ctx->eager_slots, ctx->eager_bytes, ctx->chunk);
   if (s->link_layer != (uint32_t)ctx->dev.link_layer)
     return HC_FAIL(HC_ERR_USAGE, "ib: rank %d's port is %s, rank %d's is %s: they cannot be connected", c->peer,
                    link_layer_name((int)s->link_layer), ctx->rank, link_layer_name(ctx->dev.link_layer));
@@ -534,8 +532,8 @@ static hc_result_t conn_setup_step(struct hc_ib_conn *c, const struct hc_net_han
     HC_TRY(control_test(&c->setup_recv, &got));
     if (!sent || !got) return HC_OK;
     if (!hc_ib_setup_parse(c->setup_in, sizeof(c->setup_in), &c->remote))
-      return HC_FAIL(HC_ERR_REMOTE, "ib: rank %d sent a malformed setup record (magic 0x%x, %u queue pairs)",
-                     c->peer, c->remote.magic, c->remote.nqps);
+      return HC_FAIL(HC_ERR_REMOTE, "ib: rank %d sent a malformed setup record (magic 0x%x, %u queue pairs)", c->peer,
+                     c->remote.magic, c->remote.nqps);
     HC_TRY(setup_check(c, &c->remote));
     HC_TRY(qps_connect(c));
     HC_TRY(hc_net_socket.irecv(c->control, c->bye_in, sizeof(c->bye_in), NULL, &c->bye_recv));

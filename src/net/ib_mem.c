@@ -51,8 +51,7 @@ hc_result_t hc_ib_gdr_parse(const char *s, int *mode) {
 static uint64_t page_frame(int fd, uintptr_t addr) {
   uint64_t entry = 0;
   if (fd < 0) return 0;
-  if (pread(fd, &entry, sizeof(entry), (off_t)(addr / HC_IB_PAGE * sizeof(entry))) != (ssize_t)sizeof(entry))
-    return 0;
+  if (pread(fd, &entry, sizeof(entry), (off_t)(addr / HC_IB_PAGE * sizeof(entry))) != (ssize_t)sizeof(entry)) return 0;
   if (!(entry >> 63)) return 0;             /* not present */
   return entry & ((UINT64_C(1) << 55) - 1); /* bits 0-54 */
 }
@@ -80,17 +79,18 @@ static hc_result_t gdr_resolve(struct hc_ib_ctx *ctx) {
     return HC_OK;
   }
   if (want == HC_IB_GDR_DMABUF && !dmabuf)
-    return HC_FAIL(HC_ERR_USAGE, "HETCCL_GDR=DMABUF: %s", ctx->v->ibv_reg_dmabuf_mr == NULL
-                                                              ? "libibverbs has no ibv_reg_dmabuf_mr (rdma-core < 34)"
-                                                              : "this GPU backend cannot export dma-bufs");
+    return HC_FAIL(HC_ERR_USAGE, "HETCCL_GDR=DMABUF: %s",
+                   ctx->v->ibv_reg_dmabuf_mr == NULL ? "libibverbs has no ibv_reg_dmabuf_mr (rdma-core < 34)"
+                                                     : "this GPU backend cannot export dma-bufs");
   if (want == HC_IB_GDR_PEERMEM && !peermem)
     return HC_FAIL(HC_ERR_USAGE, "HETCCL_GDR=PEERMEM: the nvidia_peermem module is not loaded");
   if (want == HC_IB_GDR_AUTO) want = dmabuf ? HC_IB_GDR_DMABUF : peermem ? HC_IB_GDR_PEERMEM : HC_IB_GDR_STAGE;
   ctx->gdr_mode = want;
   if (gpu)
     HC_INFO(HC_NET, "ib: %s memory through %s (dma-buf %s, peer memory %s)", gpu->name,
-            want == HC_IB_GDR_DMABUF ? "dma-buf registration" : want == HC_IB_GDR_PEERMEM ? "the peer-memory module"
-                                                                                          : "pinned host staging",
+            want == HC_IB_GDR_DMABUF    ? "dma-buf registration"
+            : want == HC_IB_GDR_PEERMEM ? "the peer-memory module"
+                                        : "pinned host staging",
             dmabuf ? "available" : "not available", peermem ? "loaded" : "not loaded");
   return HC_OK;
 }
@@ -128,7 +128,7 @@ hc_result_t hc_ib_mem_init(struct hc_ib_ctx *ctx) {
     } else {
       if (fd >= 0) close(fd);
       HC_INFO(HC_NET, "ib: page frames are not visible to this process (/proc/self/pagemap needs CAP_SYS_ADMIN): "
-              "no registration cache, large transfers are registered one by one");
+                      "no registration cache, large transfers are registered one by one");
       ctx->max_regs = 0;
     }
   }
@@ -219,8 +219,10 @@ static hc_result_t reg_device(struct hc_ib_ctx *ctx, const struct hc_ptr_info *i
   /* Reached when a refused dma-buf left nothing but staging: the open's
    * probe says so at INFO, and the plans stage from then on. */
   char text[200];
-  snprintf(text, sizeof(text), "ib: %s cannot register GPU memory here (HETCCL_GDR resolved to staging): it must "
-           "come through pinned host staging", ctx->dev.name);
+  snprintf(text, sizeof(text),
+           "ib: %s cannot register GPU memory here (HETCCL_GDR resolved to staging): it must "
+           "come through pinned host staging",
+           ctx->dev.name);
   hc_set_last_error(text);
   return HC_ERR_USAGE;
 }
@@ -234,8 +236,10 @@ bool hc_ib_gdr_probe_reg(struct hc_ib_ctx *ctx, int device_id, char *path, size_
     return false;
   }
   if (ctx->gdr_mode == HC_IB_GDR_STAGE) {
-    snprintf(path, len, "staged: %s", ctx->gdr_auto ? "this host has neither dma-buf registration nor a peer-memory "
-                                                      "module" : "HETCCL_GDR=STAGE");
+    snprintf(path, len, "staged: %s",
+             ctx->gdr_auto ? "this host has neither dma-buf registration nor a peer-memory "
+                             "module"
+                           : "HETCCL_GDR=STAGE");
     return false;
   }
   /* The probe's failure is no failure of the comm: the text before it is
@@ -259,8 +263,7 @@ bool hc_ib_gdr_probe_reg(struct hc_ib_ctx *ctx, int device_id, char *path, size_
     else if (ctx->gdr_mode == HC_IB_GDR_STAGE) /* AUTO, after a refused dma-buf */
       snprintf(path, len, "staged: %s refuses dma-buf registrations, and no peer-memory module is loaded",
                ctx->dev.name);
-    else
-      snprintf(path, len, "staged: %s", hc_last_error());
+    else snprintf(path, len, "staged: %s", hc_last_error());
     if (r.mr) ctx->v->ibv_dereg_mr(r.mr);
     if (r.dmabuf_fd >= 0) close(r.dmabuf_fd);
     hc_dev_mem_free(gpu, device_id, buf);
@@ -277,8 +280,8 @@ hc_result_t hc_ib_reg_get(struct hc_ib_ctx *ctx, void *buf, size_t n, bool need_
   for (struct hc_ib_reg *r = ctx->regs; r; r = r->next) {
     if (r->start > start || r->end < end || (need_write && !r->writable)) continue;
     if (!reg_still_mapped(ctx, r)) {
-      HC_TRACE(HC_NET, "ib: registration [%p, %p) is stale (memory freed and mapped again): dropped",
-               (void *)r->start, (void *)r->end);
+      HC_TRACE(HC_NET, "ib: registration [%p, %p) is stale (memory freed and mapped again): dropped", (void *)r->start,
+               (void *)r->end);
       reg_evict(ctx, r);
       break;
     }
@@ -301,15 +304,15 @@ hc_result_t hc_ib_reg_get(struct hc_ib_ctx *ctx, void *buf, size_t n, bool need_
     r->device = true;
     res = reg_device(ctx, &info, buf, r);
   } else {
-    r->mr = ctx->v->ibv_reg_mr(ctx->pd, (void *)start, end - start,
-                               HC_IBV_ACCESS_LOCAL_WRITE | HC_IBV_ACCESS_REMOTE_WRITE);
+    r->mr =
+        ctx->v->ibv_reg_mr(ctx->pd, (void *)start, end - start, HC_IBV_ACCESS_LOCAL_WRITE | HC_IBV_ACCESS_REMOTE_WRITE);
     if (r->mr == NULL && !need_write && (errno == EFAULT || errno == EACCES || errno == EPERM)) {
       r->mr = ctx->v->ibv_reg_mr(ctx->pd, (void *)start, end - start, 0); /* read-only pages */
       r->writable = false;
     }
     if (r->mr == NULL)
-      res = HC_FAIL(HC_ERR_SYSTEM, "ib: %s: cannot register %zu bytes at %p: %s", ctx->dev.name,
-                    (size_t)(end - start), (void *)start, strerror(errno));
+      res = HC_FAIL(HC_ERR_SYSTEM, "ib: %s: cannot register %zu bytes at %p: %s", ctx->dev.name, (size_t)(end - start),
+                    (void *)start, strerror(errno));
     /* Frames after ibv_reg_mr: it has faulted in and pinned every page. */
     r->pfn_first = page_frame(ctx->pagemap_fd, start);
     r->pfn_last = page_frame(ctx->pagemap_fd, end - 1);

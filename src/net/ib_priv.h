@@ -114,11 +114,11 @@ struct hc_ib_reg {
   uintptr_t start, end;
   struct ibv_mr *mr;
   int refs;
-  bool cached;        /* in the list; false: freed when refs drops to 0 */
-  bool writable;      /* local and remote write access (else read-only pages: sends only) */
+  bool cached;                  /* in the list; false: freed when refs drops to 0 */
+  bool writable;                /* local and remote write access (else read-only pages: sends only) */
   uint64_t pfn_first, pfn_last; /* page frames at registration, to notice reuse */
-  int dmabuf_fd;      /* GPU memory registered through dma-buf, else -1 */
-  bool device;        /* GPU memory (dma-buf or peer memory) */
+  int dmabuf_fd;                /* GPU memory registered through dma-buf, else -1 */
+  bool device;                  /* GPU memory (dma-buf or peer memory) */
 };
 
 struct hc_ib_req;
@@ -137,7 +137,7 @@ struct hc_ib_conn {
   struct hc_ib_ctx *ctx;
   int peer;
   enum hc_ib_conn_state state;
-  void *control;          /* socket conn */
+  void *control;                            /* socket conn */
   void *setup_send, *setup_recv, *bye_recv; /* socket requests */
   uint8_t setup_out[HC_IB_SETUP_BYTES], setup_in[HC_IB_SETUP_BYTES];
   uint8_t bye_in[HC_IB_BYE_BYTES], bye_out[HC_IB_BYE_BYTES];
@@ -165,7 +165,7 @@ struct hc_ib_conn {
 
   /* sending direction */
   struct hc_ib_queue sendq;
-  uint64_t send_posted;   /* seqs handed out */
+  uint64_t send_posted;       /* seqs handed out */
   struct hc_ib_req *send_cur; /* oldest send not fully posted */
   uint64_t eager_sent, eager_freed_remote;
   uint32_t cts_have[HC_IB_CTS_SLOTS]; /* seq30 + 1 of the cts in each slot, 0: none */
@@ -190,7 +190,7 @@ struct hc_ib_req {
   bool device;   /* buf is GPU memory (asked only where the ctx reaches it) */
   bool cts_seen; /* send: the cts was taken (a small message to a device receiver) */
   uint64_t seq;
-  struct hc_ib_reg *reg;  /* large messages: the buffer's registration */
+  struct hc_ib_reg *reg; /* large messages: the buffer's registration */
   /* send: chunks posted and completions awaited; recv: chunks arrived */
   size_t chunks, chunks_posted, chunks_done;
   uint64_t remote_addr;
@@ -214,21 +214,21 @@ struct hc_ib_ctx {
   struct ibv_context *context;
   struct ibv_pd *pd;
   struct ibv_comp_channel *channel; /* every conn's CQ reports to it; nonblocking fd */
-  void *sock_ctx;            /* the control connections' socket transport */
-  struct hc_ib_conn **conns; /* [nranks] */
+  void *sock_ctx;                   /* the control connections' socket transport */
+  struct hc_ib_conn **conns;        /* [nranks] */
   int nqps;
   size_t chunk, eager_bytes;
   uint32_t eager_slots;
   int ack_timeout;
   uint64_t fault_after;
   /* registration cache (ib_mem.c) */
-  struct hc_ib_reg *regs;    /* LRU list */
+  struct hc_ib_reg *regs; /* LRU list */
   int nregs, max_regs;
-  int pagemap_fd;            /* -1: page frames not visible: no cache */
-  int gdr_mode;              /* enum hc_ib_gdr, resolved */
-  bool gdr_auto;             /* HETCCL_GDR=AUTO: a refused dma-buf registration falls back */
-  int device_kind;           /* hc_net_args.device_kind: host comms never query pointers */
-  bool device_recv;          /* a GPU registration worked at open: HC_IB_SETUP_DEVICE_RECV */
+  int pagemap_fd;   /* -1: page frames not visible: no cache */
+  int gdr_mode;     /* enum hc_ib_gdr, resolved */
+  bool gdr_auto;    /* HETCCL_GDR=AUTO: a refused dma-buf registration falls back */
+  int device_kind;  /* hc_net_args.device_kind: host comms never query pointers */
+  bool device_recv; /* a GPU registration worked at open: HC_IB_SETUP_DEVICE_RECV */
 };
 
 /* ---- ib.c ---- */

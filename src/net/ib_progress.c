@@ -113,9 +113,11 @@ static hc_result_t mismatch(struct hc_ib_conn *c, uint64_t sent, uint64_t posted
   put_le64(b, HC_IB_BYE_MISMATCH);
   put_le64(b + 8, sent);
   put_le64(b + 16, posted);
-  return HC_FAIL(HC_ERR_USAGE, "ib: mismatched counts: a message of %llu bytes from rank %d met a receive of %llu "
-                 "bytes on rank %d", (unsigned long long)sent, we_send ? c->ctx->rank : c->peer,
-                 (unsigned long long)posted, we_send ? c->peer : c->ctx->rank);
+  return HC_FAIL(HC_ERR_USAGE,
+                 "ib: mismatched counts: a message of %llu bytes from rank %d met a receive of %llu "
+                 "bytes on rank %d",
+                 (unsigned long long)sent, we_send ? c->ctx->rank : c->peer, (unsigned long long)posted,
+                 we_send ? c->peer : c->ctx->rank);
 }
 
 /* A transfer of the call sig met one of the call got: the side that saw it
@@ -152,8 +154,7 @@ static struct hc_ib_req *recv_find(struct hc_ib_conn *c, uint32_t seq_bits, uint
 static hc_result_t on_recv_completion(struct hc_ib_conn *c, const struct ibv_wc *wc, int qp) {
   HC_TRY(hc_ib_post_recvs(c, qp, 1));
   if (!(wc->wc_flags & HC_IBV_WC_WITH_IMM))
-    return HC_FAIL(HC_ERR_REMOTE, "ib: rank %d sent a message without an immediate (opcode %d)", c->peer,
-                   wc->opcode);
+    return HC_FAIL(HC_ERR_REMOTE, "ib: rank %d sent a message without an immediate (opcode %d)", c->peer, wc->opcode);
   uint32_t imm = ntohl(wc->imm_data), v = imm & HC_IB_SEQ30;
   switch ((enum hc_ib_imm_type)(imm >> 30)) {
   case HC_IB_IMM_EAGER:
@@ -162,14 +163,12 @@ static hc_result_t on_recv_completion(struct hc_ib_conn *c, const struct ibv_wc 
     c->eager_meta[c->eager_arrived % c->ctx->eager_slots] = imm;
     c->eager_arrived++;
     return HC_OK;
-  case HC_IB_IMM_CTS:
-    c->cts_have[v % HC_IB_CTS_SLOTS] = v + 1;
-    return HC_OK;
+  case HC_IB_IMM_CTS: c->cts_have[v % HC_IB_CTS_SLOTS] = v + 1; return HC_OK;
   case HC_IB_IMM_DATA: {
     struct hc_ib_req *q = recv_find(c, v, HC_IB_SEQ30);
     if (q == NULL)
-      return HC_FAIL(HC_ERR_INTERNAL, "ib: rank %d wrote message %u to rank %d, which has no such receive", c->peer,
-                     v, c->ctx->rank);
+      return HC_FAIL(HC_ERR_INTERNAL, "ib: rank %d wrote message %u to rank %d, which has no such receive", c->peer, v,
+                     c->ctx->rank);
     if (++q->chunks_done == q->chunks) req_complete(c, q);
     return HC_OK;
   }
@@ -413,9 +412,11 @@ static hc_result_t control_check(struct hc_ib_conn *c) {
   if (r != HC_OK) {
     char why[256];
     snprintf(why, sizeof(why), "%s", hc_last_error()); /* HC_FAIL rewrites the buffer it points into */
-    c->bye_recv = NULL; /* the socket conn failed; its requests die with it */
-    return HC_FAIL(HC_ERR_REMOTE, "ib: rank %d closed its control connection to rank %d (it died, or failed "
-                   "and closed its connections): %s", c->peer, c->ctx->rank, why);
+    c->bye_recv = NULL;                                /* the socket conn failed; its requests die with it */
+    return HC_FAIL(HC_ERR_REMOTE,
+                   "ib: rank %d closed its control connection to rank %d (it died, or failed "
+                   "and closed its connections): %s",
+                   c->peer, c->ctx->rank, why);
   }
   if (!done) return HC_OK;
   c->bye_recv = NULL;
@@ -424,9 +425,11 @@ static hc_result_t control_check(struct hc_ib_conn *c) {
     return hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, &mine, c->peer, &theirs, false);
   }
   if (get_le64(c->bye_in) == HC_IB_BYE_MISMATCH)
-    return HC_FAIL(HC_ERR_USAGE, "ib: mismatched counts: rank %d found that a message of %llu bytes met a receive "
-                   "of %llu bytes between it and rank %d", c->peer, (unsigned long long)get_le64(c->bye_in + 8),
-                   (unsigned long long)get_le64(c->bye_in + 16), c->ctx->rank);
+    return HC_FAIL(HC_ERR_USAGE,
+                   "ib: mismatched counts: rank %d found that a message of %llu bytes met a receive "
+                   "of %llu bytes between it and rank %d",
+                   c->peer, (unsigned long long)get_le64(c->bye_in + 8), (unsigned long long)get_le64(c->bye_in + 16),
+                   c->ctx->rank);
   return HC_FAIL(HC_ERR_REMOTE, "ib: rank %d gave up on the connection with rank %d", c->peer, c->ctx->rank);
 }
 

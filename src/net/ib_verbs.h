@@ -44,17 +44,17 @@ struct ibv_recv_wr;
 
 /* Only the three data-path slots are called; the others keep the offsets. */
 struct ibv_context_ops {
-  void *compat_head[7];  /* _compat_query_device .. _compat_dereg_mr */
-  void *mw_ops[3];       /* alloc_mw, bind_mw, dealloc_mw */
+  void *compat_head[7]; /* _compat_query_device .. _compat_dereg_mr */
+  void *mw_ops[3];      /* alloc_mw, bind_mw, dealloc_mw */
   void *compat_create_cq;
   int (*poll_cq)(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
   int (*req_notify_cq)(struct ibv_cq *cq, int solicited_only);
-  void *compat_mid[7];   /* _compat_cq_event .. _compat_destroy_srq */
+  void *compat_mid[7]; /* _compat_cq_event .. _compat_destroy_srq */
   void *post_srq_recv;
-  void *compat_qp[4];    /* _compat_create_qp .. _compat_destroy_qp */
+  void *compat_qp[4]; /* _compat_create_qp .. _compat_destroy_qp */
   int (*post_send)(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
   int (*post_recv)(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
-  void *compat_tail[5];  /* _compat_create_ah .. _compat_async_event */
+  void *compat_tail[5]; /* _compat_create_ah .. _compat_async_event */
 };
 
 struct ibv_context {
@@ -73,8 +73,8 @@ struct ibv_port_attr {
   int state, max_mtu, active_mtu, gid_tbl_len;
   uint32_t port_cap_flags, max_msg_sz, bad_pkey_cntr, qkey_viol_cntr;
   uint16_t pkey_tbl_len, lid, sm_lid;
-  uint8_t lmc, max_vl_num, sm_sl, subnet_timeout, init_type_reply, active_width, active_speed, phys_state,
-      link_layer, flags;
+  uint8_t lmc, max_vl_num, sm_sl, subnet_timeout, init_type_reply, active_width, active_speed, phys_state, link_layer,
+      flags;
   uint16_t port_cap_flags2;
 };
 
@@ -135,15 +135,32 @@ struct ibv_ah_attr {
 };
 
 /* enum ibv_qp_state */
-enum { HC_IBV_QPS_RESET, HC_IBV_QPS_INIT, HC_IBV_QPS_RTR, HC_IBV_QPS_RTS, HC_IBV_QPS_SQD, HC_IBV_QPS_SQE,
-       HC_IBV_QPS_ERR };
+enum {
+  HC_IBV_QPS_RESET,
+  HC_IBV_QPS_INIT,
+  HC_IBV_QPS_RTR,
+  HC_IBV_QPS_RTS,
+  HC_IBV_QPS_SQD,
+  HC_IBV_QPS_SQE,
+  HC_IBV_QPS_ERR
+};
 /* enum ibv_qp_attr_mask */
 enum {
-  HC_IBV_QP_STATE = 1 << 0, HC_IBV_QP_ACCESS_FLAGS = 1 << 3, HC_IBV_QP_PKEY_INDEX = 1 << 4,
-  HC_IBV_QP_PORT = 1 << 5, HC_IBV_QP_AV = 1 << 7, HC_IBV_QP_PATH_MTU = 1 << 8, HC_IBV_QP_TIMEOUT = 1 << 9,
-  HC_IBV_QP_RETRY_CNT = 1 << 10, HC_IBV_QP_RNR_RETRY = 1 << 11, HC_IBV_QP_RQ_PSN = 1 << 12,
-  HC_IBV_QP_MAX_QP_RD_ATOMIC = 1 << 13, HC_IBV_QP_MIN_RNR_TIMER = 1 << 15, HC_IBV_QP_SQ_PSN = 1 << 16,
-  HC_IBV_QP_MAX_DEST_RD_ATOMIC = 1 << 17, HC_IBV_QP_DEST_QPN = 1 << 20
+  HC_IBV_QP_STATE = 1 << 0,
+  HC_IBV_QP_ACCESS_FLAGS = 1 << 3,
+  HC_IBV_QP_PKEY_INDEX = 1 << 4,
+  HC_IBV_QP_PORT = 1 << 5,
+  HC_IBV_QP_AV = 1 << 7,
+  HC_IBV_QP_PATH_MTU = 1 << 8,
+  HC_IBV_QP_TIMEOUT = 1 << 9,
+  HC_IBV_QP_RETRY_CNT = 1 << 10,
+  HC_IBV_QP_RNR_RETRY = 1 << 11,
+  HC_IBV_QP_RQ_PSN = 1 << 12,
+  HC_IBV_QP_MAX_QP_RD_ATOMIC = 1 << 13,
+  HC_IBV_QP_MIN_RNR_TIMER = 1 << 15,
+  HC_IBV_QP_SQ_PSN = 1 << 16,
+  HC_IBV_QP_MAX_DEST_RD_ATOMIC = 1 << 17,
+  HC_IBV_QP_DEST_QPN = 1 << 20
 };
 
 struct ibv_qp_attr {
@@ -212,34 +229,33 @@ struct ibv_wc {
 };
 
 /* The exported functions this transport calls, resolved in one loop. */
-#define HC_IB_SYMBOLS(X)                                                                                  \
-  X(ibv_get_device_list, struct ibv_device **, (int *num_devices))                                        \
-  X(ibv_free_device_list, void, (struct ibv_device **list))                                               \
-  X(ibv_get_device_name, const char *, (struct ibv_device *device))                                       \
-  X(ibv_open_device, struct ibv_context *, (struct ibv_device *device))                                   \
-  X(ibv_close_device, int, (struct ibv_context *context))                                                 \
-  X(ibv_query_port, int, (struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr))     \
-  X(ibv_query_gid, int, (struct ibv_context *context, uint8_t port_num, int index, union ibv_gid *gid))   \
-  X(ibv_alloc_pd, struct ibv_pd *, (struct ibv_context *context))                                         \
-  X(ibv_dealloc_pd, int, (struct ibv_pd *pd))                                                             \
-  X(ibv_reg_mr, struct ibv_mr *, (struct ibv_pd *pd, void *addr, size_t length, int access))              \
-  X(ibv_dereg_mr, int, (struct ibv_mr *mr))                                                               \
-  X(ibv_create_cq, struct ibv_cq *,                                                                       \
-    (struct ibv_context *context, int cqe, void *cq_context, struct ibv_comp_channel *channel,            \
-     int comp_vector))                                                                                    \
-  X(ibv_destroy_cq, int, (struct ibv_cq *cq))                                                             \
-  X(ibv_create_qp, struct ibv_qp *, (struct ibv_pd *pd, struct ibv_qp_init_attr *attr))                   \
-  X(ibv_modify_qp, int, (struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask))                     \
-  X(ibv_destroy_qp, int, (struct ibv_qp *qp))                                                             \
-  X(ibv_wc_status_str, const char *, (int status))                                                        \
-  X(ibv_create_comp_channel, struct ibv_comp_channel *, (struct ibv_context *context))                    \
-  X(ibv_destroy_comp_channel, int, (struct ibv_comp_channel *channel))                                    \
-  X(ibv_get_cq_event, int, (struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context))     \
-  X(ibv_ack_cq_events, void, (struct ibv_cq *cq, unsigned int nevents))
+#define HC_IB_SYMBOLS(X)                                                                                          \
+  X(ibv_get_device_list, struct ibv_device **, (int *num_devices))                                                \
+  X(ibv_free_device_list, void, (struct ibv_device * *list))                                                      \
+  X(ibv_get_device_name, const char *, (struct ibv_device * device))                                              \
+  X(ibv_open_device, struct ibv_context *, (struct ibv_device * device))                                          \
+  X(ibv_close_device, int, (struct ibv_context * context))                                                        \
+  X(ibv_query_port, int, (struct ibv_context * context, uint8_t port_num, struct ibv_port_attr * attr))           \
+  X(ibv_query_gid, int, (struct ibv_context * context, uint8_t port_num, int index, union ibv_gid *gid))          \
+  X(ibv_alloc_pd, struct ibv_pd *, (struct ibv_context * context))                                                \
+  X(ibv_dealloc_pd, int, (struct ibv_pd * pd))                                                                    \
+  X(ibv_reg_mr, struct ibv_mr *, (struct ibv_pd * pd, void *addr, size_t length, int access))                     \
+  X(ibv_dereg_mr, int, (struct ibv_mr * mr))                                                                      \
+  X(ibv_create_cq, struct ibv_cq *,                                                                               \
+    (struct ibv_context * context, int cqe, void *cq_context, struct ibv_comp_channel *channel, int comp_vector)) \
+  X(ibv_destroy_cq, int, (struct ibv_cq * cq))                                                                    \
+  X(ibv_create_qp, struct ibv_qp *, (struct ibv_pd * pd, struct ibv_qp_init_attr * attr))                         \
+  X(ibv_modify_qp, int, (struct ibv_qp * qp, struct ibv_qp_attr * attr, int attr_mask))                           \
+  X(ibv_destroy_qp, int, (struct ibv_qp * qp))                                                                    \
+  X(ibv_wc_status_str, const char *, (int status))                                                                \
+  X(ibv_create_comp_channel, struct ibv_comp_channel *, (struct ibv_context * context))                           \
+  X(ibv_destroy_comp_channel, int, (struct ibv_comp_channel * channel))                                           \
+  X(ibv_get_cq_event, int, (struct ibv_comp_channel * channel, struct ibv_cq * *cq, void **cq_context))           \
+  X(ibv_ack_cq_events, void, (struct ibv_cq * cq, unsigned int nevents))
 
 /* Optional: rdma-core 34 and later (IBVERBS_1.12); NULL before. */
-typedef struct ibv_mr *(*hc_ibv_reg_dmabuf_mr_fn)(struct ibv_pd *pd, uint64_t offset, size_t length,
-                                                   uint64_t iova, int fd, int access);
+typedef struct ibv_mr *(*hc_ibv_reg_dmabuf_mr_fn)(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova,
+                                                  int fd, int access);
 
 struct hc_ib_verbs {
 #define HC_IB_FIELD(name, ret, args) ret(*name) args;

@@ -77,4 +77,3 @@ bool hc_ib_setup_parse(const uint8_t *buf, size_t n, struct hc_ib_setup *s) {
          s->eager_slots <= 64 && s->eager_bytes <= HC_IB_MAX_EAGER && s->cts_slots == HC_IB_CTS_SLOTS &&
          s->chunk >= 4096 && s->mtu >= HC_IBV_MTU_256 && s->mtu <= HC_IBV_MTU_4096;
 }
-

@@ -117,6 +117,8 @@ static int socket_can_connect(const struct hc_net_record *self, const struct hc_
   return 0;
 }
 
+/* One row per entry, as the table reads best. */
+/* clang-format off */
 const struct hc_transport hc_transports[HC_NET_NTRANSPORTS] = {
     {.ops = &hc_net_shm, .links_name = "shm", .use = shm_use, .can_connect = shm_can_connect,
      .notice = hc_net_shm_notice, .maps_memory = true},
@@ -125,6 +127,7 @@ const struct hc_transport hc_transports[HC_NET_NTRANSPORTS] = {
     {.ops = &hc_net_socket, .links_name = "sockets", .use = socket_use, .can_connect = socket_can_connect,
      .notice = hc_net_socket_notice},
 };
+/* clang-format on */
 
 /* Opens transport t per its use; an optional one that fails leaves
  * ctx NULL, says why at INFO and restores the caller's last error (a host
@@ -198,8 +201,8 @@ hc_result_t hc_net_link_choose(const struct hc_net_set *set, int me, const struc
                    "%s host; see HETCCL_NET, HETCCL_SHM_DISABLE)",
                    me, peer, me, here, peer, there, mine->host == theirs->host ? "the same" : "another");
   }
-  *link = (struct hc_link){.net = hc_transports[best].ops, .ctx = set->ctx[best], .handle = theirs->handle[best],
-                           .caps = set->caps[best]};
+  *link = (struct hc_link){
+      .net = hc_transports[best].ops, .ctx = set->ctx[best], .handle = theirs->handle[best], .caps = set->caps[best]};
   *t = best;
   return HC_OK;
 }

@@ -55,8 +55,7 @@ struct hc_net_mismatch {
 void hc_net_mismatch_publish(struct hc_net_mismatch *m, const struct hc_net_sig *got, const struct hc_net_sig *want);
 /* The failure of the other end, once theirs->set: rank me sent got, rank
  * peer (the finder) expected want. Returns HC_ERR_USAGE. */
-hc_result_t hc_net_mismatch_fail(const struct hc_net_mismatch *theirs, hc_net_sig_explain_fn explain, int me,
-                                 int peer);
+hc_result_t hc_net_mismatch_fail(const struct hc_net_mismatch *theirs, hc_net_sig_explain_fn explain, int me, int peer);
 
 #define HC_NET_HANDLE_BYTES 64
 /* What peers need to reach this rank's transport; published at init. */
@@ -66,15 +65,15 @@ struct hc_net_handle {
 
 struct hc_net_args {
   int rank, nranks;
-  uint8_t secret[16];          /* from the unique id */
-  const atomic_bool *abort_flag; /* may be NULL */
-  size_t window_bytes;         /* shm: the window this rank wants per direction (0: none) */
-  int socket_nstreams;         /* socket: streams per peer; 0: HETCCL_SOCKET_NSTREAMS */
-  int device_kind;             /* enum hc_mem_kind of the comm's buffers here: ib looks at GPU
+  uint8_t secret[16];                /* from the unique id */
+  const atomic_bool *abort_flag;     /* may be NULL */
+  size_t window_bytes;               /* shm: the window this rank wants per direction (0: none) */
+  int socket_nstreams;               /* socket: streams per peer; 0: HETCCL_SOCKET_NSTREAMS */
+  int device_kind;                   /* enum hc_mem_kind of the comm's buffers here: ib looks at GPU
                                 * drivers (dma-buf) only for a GPU comm, never loading them for
                                 * a CPU one */
   hc_net_sig_explain_fn sig_explain; /* may be NULL */
-  int device_id;               /* a GPU comm's device: ib takes the port nearest it (net/topo.c) */
+  int device_id;                     /* a GPU comm's device: ib takes the port nearest it (net/topo.c) */
 };
 
 /*
@@ -87,10 +86,10 @@ struct hc_net_args {
  * driver, so that its copies move the bytes in and out directly: no host
  * copy between two GPU ranks of one host.
  */
-#define HC_NET_WINDOW_SIGS 8   /* signature slots per direction (at least a plan's window slots) */
+#define HC_NET_WINDOW_SIGS 8 /* signature slots per direction (at least a plan's window slots) */
 struct hc_net_window {
-  uint8_t *tx, *rx;            /* this rank writes tx and reads rx */
-  size_t bytes;                /* of each; 0: the pair has no window */
+  uint8_t *tx, *rx; /* this rank writes tx and reads rx */
+  size_t bytes;     /* of each; 0: the pair has no window */
   atomic_ullong *tx_filled, *tx_freed, *rx_filled, *rx_freed;
   /* Control words beside the counters: 2 x HC_NET_WINDOW_SIGS words per
    * direction, piece k's signature (hc_net_sig) at [2j, 2j + 1], j = k %
@@ -140,12 +139,10 @@ struct hc_net_ops {
   uint32_t size, abi;
   const char *name; /* "socket" */
   /* Per communicator: starts listening; *handle is published to peers. */
-  hc_result_t (*open)(const struct hc_net_args *a, struct hc_net_caps *caps,
-                      struct hc_net_handle *handle, void **ctx);
+  hc_result_t (*open)(const struct hc_net_args *a, struct hc_net_caps *caps, struct hc_net_handle *handle, void **ctx);
   /* Nonblocking: *conn stays NULL until the connection to peer is up and
    * authenticated. Both ranks of a pair call it; call again until non-NULL. */
-  hc_result_t (*connect)(void *ctx, int peer, const struct hc_net_handle *peer_handle,
-                         void **conn);
+  hc_result_t (*connect)(void *ctx, int peer, const struct hc_net_handle *peer_handle, void **conn);
   /* The buffer must stay valid until test reports done. sig: the
    * signature of the transfer's call (see the top of this file), copied;
    * NULL: none (all zeroes). */

@@ -206,9 +206,9 @@ hc_result_t hc_net_shm_check_alive(struct hc_shm_conn *c, bool force) {
   if (!force && now - c->last_alive_ns < HC_SHM_ALIVE_NS) return HC_OK;
   c->last_alive_ns = now;
   if (!hc_pid_exited(c->peer_handle.pid, c->pidfd)) return HC_OK;
-  return hc_net_shm_conn_fail(
-      c, HC_FAIL(HC_ERR_REMOTE, "shm: rank %d (pid %d) exited; rank %d lost its connection to it", c->peer,
-                 (int)c->peer_handle.pid, c->ctx->rank));
+  return hc_net_shm_conn_fail(c,
+                              HC_FAIL(HC_ERR_REMOTE, "shm: rank %d (pid %d) exited; rank %d lost its connection to it",
+                                      c->peer, (int)c->peer_handle.pid, c->ctx->rank));
 }
 
 static hc_result_t conn_get(struct hc_shm_ctx *ctx, int peer, struct hc_shm_conn **out) {
@@ -241,8 +241,8 @@ static void conn_destroy(struct hc_shm_conn *c) {
    * random ids make sure it is ours. */
   if (c->linked) unlink(c->name);
   if (c->state == HC_SHM_UP)
-    HC_TRACE(HC_NET, "shm: %d -> %d sent %llu inline, %llu slots, %llu cma, %llu registered", c->ctx->rank,
-             c->peer, (unsigned long long)c->nsent[HC_SHM_INLINE], (unsigned long long)c->nsent[HC_SHM_SLOTS],
+    HC_TRACE(HC_NET, "shm: %d -> %d sent %llu inline, %llu slots, %llu cma, %llu registered", c->ctx->rank, c->peer,
+             (unsigned long long)c->nsent[HC_SHM_INLINE], (unsigned long long)c->nsent[HC_SHM_SLOTS],
              (unsigned long long)c->nsent[HC_SHM_CMA], (unsigned long long)c->nsent[HC_SHM_REG]);
   free(c);
 }
@@ -283,8 +283,8 @@ static bool layout_valid(const struct hc_shm_seg_hdr *h, uint64_t file_bytes) {
     return false;
   struct hc_shm_seg_hdr want;
   layout(&want, h->inline_bytes, h->nslots, h->slot_bytes, h->win_bytes);
-  return want.desc_stride == h->desc_stride && want.total_bytes == h->total_bytes &&
-         h->total_bytes == file_bytes && !memcmp(want.desc_off, h->desc_off, sizeof(want.desc_off)) &&
+  return want.desc_stride == h->desc_stride && want.total_bytes == h->total_bytes && h->total_bytes == file_bytes &&
+         !memcmp(want.desc_off, h->desc_off, sizeof(want.desc_off)) &&
          !memcmp(want.slot_off, h->slot_off, sizeof(want.slot_off)) &&
          !memcmp(want.win_off, h->win_off, sizeof(want.win_off));
 }
@@ -487,12 +487,11 @@ static hc_result_t opener_poll_segment(struct hc_shm_conn *c) {
   c->hdr = h;
   c->seg_fd = fd;
   if (!layout_valid(h, (uint64_t)st.st_size))
-    return HC_FAIL(HC_ERR_REMOTE, "shm: segment %s of rank %d has a layout this build does not know", c->name,
-                   c->peer);
+    return HC_FAIL(HC_ERR_REMOTE, "shm: segment %s of rank %d has a layout this build does not know", c->name, c->peer);
   conn_bind(c);
   if (c->them->pid != c->peer_handle.pid || !proof_ok(c->ctx, c, 0, c->them->proof))
-    return HC_FAIL(HC_ERR_REMOTE, "shm: %s was not made by rank %d of this job (pid %d, wrong proof)", c->name,
-                   c->peer, (int)c->them->pid);
+    return HC_FAIL(HC_ERR_REMOTE, "shm: %s was not made by rank %d of this job (pid %d, wrong proof)", c->name, c->peer,
+                   (int)c->them->pid);
   unlink(c->name); /* both sides have it mapped */
   c->my_cma = probe_cma(c, c->them);
   c->my_fd = probe_fd(c, c->them);
@@ -546,8 +545,7 @@ static hc_result_t read_settings(struct hc_shm_ctx *ctx) {
   if (inl < 0 || inl > (int64_t)HC_SHM_MAX_INLINE)
     return HC_FAIL(HC_ERR_USAGE, "HETCCL_SHM_INLINE_BYTES=%lld: must be 0 to %u", (long long)inl, HC_SHM_MAX_INLINE);
   if (slot < HC_SHM_PAGE || slot > (1ll << 30) || slot % HC_SHM_PAGE != 0)
-    return HC_FAIL(HC_ERR_USAGE, "HETCCL_SHM_SLOT_BYTES=%lld: must be a multiple of 4K from 4K to 1G",
-                   (long long)slot);
+    return HC_FAIL(HC_ERR_USAGE, "HETCCL_SHM_SLOT_BYTES=%lld: must be a multiple of 4K from 4K to 1G", (long long)slot);
   if (nslots < 1 || nslots > 4096)
     return HC_FAIL(HC_ERR_USAGE, "HETCCL_SHM_SLOTS=%lld: must be 1 to 4096", (long long)nslots);
   ctx->inline_bytes = (uint32_t)inl;
@@ -563,7 +561,7 @@ static hc_result_t read_settings(struct hc_shm_ctx *ctx) {
 }
 
 static hc_result_t shm_net_open(const struct hc_net_args *a, struct hc_net_caps *caps, struct hc_net_handle *handle,
-                            void **out) {
+                                void **out) {
   hc_result_t r;
   struct hc_shm_ctx *ctx = NULL;
   *out = NULL;
@@ -651,7 +649,7 @@ static hc_result_t shm_net_connect(void *vctx, int peer, const struct hc_net_han
     if (c->pidfd == -2) {
       c->pidfd = -1;
       return hc_net_shm_conn_fail(c, HC_FAIL(HC_ERR_REMOTE, "shm: rank %d (pid %d) is gone; rank %d cannot connect",
-                                              peer, (int)c->peer_handle.pid, ctx->rank));
+                                             peer, (int)c->peer_handle.pid, ctx->rank));
     }
   }
   switch (c->state) {
@@ -662,17 +660,20 @@ static hc_result_t shm_net_connect(void *vctx, int peer, const struct hc_net_han
   }
   if (r != HC_OK) return hc_net_shm_conn_fail(c, r);
   if (c->state == HC_SHM_UP) {
-    HC_INFO(HC_NET, "shm: %d <-> %d up, %.1f MiB segment (windows %.1f MiB); pulls from rank %d: CMA %s, "
-            "registered buffers %s", ctx->rank, peer, (double)c->seg_bytes / (1 << 20),
-            (double)c->hdr->win_bytes / (1 << 20), peer, c->my_cma ? "yes" : "no", c->my_fd ? "yes" : "no");
+    HC_INFO(HC_NET,
+            "shm: %d <-> %d up, %.1f MiB segment (windows %.1f MiB); pulls from rank %d: CMA %s, "
+            "registered buffers %s",
+            ctx->rank, peer, (double)c->seg_bytes / (1 << 20), (double)c->hdr->win_bytes / (1 << 20), peer,
+            c->my_cma ? "yes" : "no", c->my_fd ? "yes" : "no");
     *out = c;
     return HC_OK;
   }
   HC_TRY(hc_net_shm_check_alive(c, false));
   if (hc_now_ns() >= c->deadline_ns)
     return hc_net_shm_conn_fail(
-        c, HC_FAIL(HC_ERR_REMOTE, "shm: rank %d: the connection %s rank %d did not come up within HETCCL_TIMEOUT=%lld s",
-                   ctx->rank, c->side == 0 ? "to" : "from", peer, (long long)hc_param_int(HC_P_TIMEOUT)));
+        c,
+        HC_FAIL(HC_ERR_REMOTE, "shm: rank %d: the connection %s rank %d did not come up within HETCCL_TIMEOUT=%lld s",
+                ctx->rank, c->side == 0 ? "to" : "from", peer, (long long)hc_param_int(HC_P_TIMEOUT)));
   return HC_OK;
 }
 
@@ -726,8 +727,8 @@ static hc_result_t shm_net_wait_blocking(void *vctx, int timeout_ms) {
         continue;
       }
       atomic_store(&c->me->waiting, 1);
-      wv[n] = (struct hc_futex_waitv){.val = atomic_load(&c->me->doorbell), .uaddr = (uintptr_t)&c->me->doorbell,
-                                      .flags = HC_FUTEX_32};
+      wv[n] = (struct hc_futex_waitv){
+          .val = atomic_load(&c->me->doorbell), .uaddr = (uintptr_t)&c->me->doorbell, .flags = HC_FUTEX_32};
       wc[n++] = c;
       if (connecting) {
         ready = peer_stepped(c);
@@ -784,14 +785,23 @@ static void shm_net_window(void *vconn, struct hc_net_window *w) {
   const struct hc_shm_seg_hdr *h = c->hdr;
   *w = (struct hc_net_window){0};
   if (h->win_bytes == 0) return;
-  *w = (struct hc_net_window){.tx = c->seg + h->win_off[c->side], .rx = c->seg + h->win_off[1 - c->side],
-                              .bytes = h->win_bytes, .tx_filled = &c->tx->win_filled, .tx_freed = &c->tx->win_freed,
-                              .rx_filled = &c->rx->win_filled, .rx_freed = &c->rx->win_freed,
-                              .tx_sig = c->tx->win_sig, .rx_sig = c->rx->win_sig,
-                              .heartbeat = &c->me->heartbeat, .peer_heartbeat = &c->them->heartbeat,
-                              .notice = &c->me->notice, .peer_notice = &c->them->notice,
-                              .mismatch = &c->me->mismatch, .peer_mismatch = &c->them->mismatch,
-                              .mapping = c->seg, .mapping_bytes = c->seg_bytes};
+  *w = (struct hc_net_window){.tx = c->seg + h->win_off[c->side],
+                              .rx = c->seg + h->win_off[1 - c->side],
+                              .bytes = h->win_bytes,
+                              .tx_filled = &c->tx->win_filled,
+                              .tx_freed = &c->tx->win_freed,
+                              .rx_filled = &c->rx->win_filled,
+                              .rx_freed = &c->rx->win_freed,
+                              .tx_sig = c->tx->win_sig,
+                              .rx_sig = c->rx->win_sig,
+                              .heartbeat = &c->me->heartbeat,
+                              .peer_heartbeat = &c->them->heartbeat,
+                              .notice = &c->me->notice,
+                              .peer_notice = &c->them->notice,
+                              .mismatch = &c->me->mismatch,
+                              .peer_mismatch = &c->them->mismatch,
+                              .mapping = c->seg,
+                              .mapping_bytes = c->seg_bytes};
 }
 
 static void shm_stall_publish(void *vconn, const struct hc_net_sig *mine) {

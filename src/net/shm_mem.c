@@ -49,8 +49,7 @@ hc_result_t hc_net_mem_alloc(void **ptr, size_t size) {
   int fd = memfd_create("hetccl-mem", MFD_CLOEXEC);
   if (fd < 0) return HC_FAIL(HC_ERR_SYSTEM, "MemAlloc of %zu bytes: memfd_create: %s", size, strerror(errno));
   void *p = MAP_FAILED;
-  if (ftruncate(fd, (off_t)map_bytes) == 0)
-    p = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (ftruncate(fd, (off_t)map_bytes) == 0) p = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     int e = errno;
     close(fd);
@@ -110,8 +109,8 @@ bool hc_net_shm_reg_lookup(const void *buf, size_t n, struct hc_shm_reg_ref *out
   for (int i = 0; i < nregions && !found; i++) {
     uintptr_t lo = (uintptr_t)regions[i].map + HC_SHM_PAGE;
     if (b >= lo && b - lo <= regions[i].user_bytes && n <= regions[i].user_bytes - (b - lo)) {
-      *out = (struct hc_shm_reg_ref){.fd = regions[i].fd, .id = regions[i].id, .seg_bytes = regions[i].map_bytes,
-                                     .off = HC_SHM_PAGE + (b - lo)};
+      *out = (struct hc_shm_reg_ref){
+          .fd = regions[i].fd, .id = regions[i].id, .seg_bytes = regions[i].map_bytes, .off = HC_SHM_PAGE + (b - lo)};
       found = true;
     }
   }

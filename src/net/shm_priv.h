@@ -33,16 +33,16 @@
 
 #include "net.h"
 
-#define HC_SHM_MAGIC 0x4d534348u  /* "HCSM": handles */
-#define HC_SHM_READY 0x59445248u  /* segment header: the creator finished it */
+#define HC_SHM_MAGIC 0x4d534348u /* "HCSM": handles */
+#define HC_SHM_READY 0x59445248u /* segment header: the creator finished it */
 #define HC_SHM_VERSION 4
-#define HC_SHM_LINE 128           /* two cache lines: the adjacent-line prefetcher pairs them */
-#define HC_SHM_NDESC 64           /* descriptors per channel */
-#define HC_SHM_DESC_HDR 64        /* descriptor bytes before its inline payload */
+#define HC_SHM_LINE 128    /* two cache lines: the adjacent-line prefetcher pairs them */
+#define HC_SHM_NDESC 64    /* descriptors per channel */
+#define HC_SHM_DESC_HDR 64 /* descriptor bytes before its inline payload */
 #define HC_SHM_PAGE 4096
-#define HC_SHM_PREFIX "hetccl-"   /* every segment name in /dev/shm starts so */
+#define HC_SHM_PREFIX "hetccl-" /* every segment name in /dev/shm starts so */
 #define HC_SHM_MAX_INLINE (64u << 10)
-#define HC_SHM_REG_CACHE 32       /* mappings of a peer's registered buffers kept per conn */
+#define HC_SHM_REG_CACHE 32 /* mappings of a peer's registered buffers kept per conn */
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_LLONG_LOCK_FREE == 2,
                "shm needs lock-free (address-free) 32- and 64-bit atomics");
@@ -52,9 +52,9 @@ _Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_LLONG_LOCK_FREE == 2,
 struct hc_shm_handle {
   uint32_t magic, version;
   int32_t pid;
-  uint32_t window_pages;    /* the window this rank wants per direction, in pages */
-  uint64_t id;              /* random, per ctx: names the pair's segment */
-  uint64_t pidns;           /* inode of /proc/self/ns/pid (0: unknown) */
+  uint32_t window_pages;     /* the window this rank wants per direction, in pages */
+  uint64_t id;               /* random, per ctx: names the pair's segment */
+  uint64_t pidns;            /* inode of /proc/self/ns/pid (0: unknown) */
   uint64_t shm_dev, shm_ino; /* identity of /dev/shm as this process sees it */
 };
 _Static_assert(sizeof(struct hc_shm_handle) <= HC_NET_HANDLE_BYTES, "shm handle too big");
@@ -78,7 +78,7 @@ struct hc_shm_side {
   uint32_t can_fd;     /* the owner can open the peer's fds (/proc/<pid>/fd) */
   uint64_t probe_addr; /* address, in the owner, of probe_value */
   uint64_t probe_value;
-  uint8_t proof[32];   /* HMAC(secret, role | segment name) */
+  uint8_t proof[32]; /* HMAC(secret, role | segment name) */
   /* A signature mismatch the owner found as a receiver (net.h), of the
    * transport or of the window: published before closed and notice, so
    * that the peer, once it sees either, names both calls. */
@@ -99,8 +99,8 @@ struct hc_shm_chan {
   _Alignas(HC_SHM_LINE) atomic_ullong slot_head; /* sender: parts written */
   _Alignas(HC_SHM_LINE) atomic_ullong slot_tail; /* receiver: parts consumed */
   /* The window (net.h, hc_net_window), owned by the plans that use it. */
-  _Alignas(HC_SHM_LINE) atomic_ullong win_filled; /* sender: pieces written */
-  _Alignas(HC_SHM_LINE) atomic_ullong win_freed;  /* receiver: pieces read */
+  _Alignas(HC_SHM_LINE) atomic_ullong win_filled;                      /* sender: pieces written */
+  _Alignas(HC_SHM_LINE) atomic_ullong win_freed;                       /* receiver: pieces read */
   _Alignas(HC_SHM_LINE) atomic_ullong win_sig[2 * HC_NET_WINDOW_SIGS]; /* sender: hc_net_window.tx_sig */
 };
 
@@ -125,11 +125,11 @@ enum hc_shm_kind { HC_SHM_INLINE = 0, HC_SHM_SLOTS = 1, HC_SHM_CMA = 2, HC_SHM_R
 struct hc_shm_desc {
   uint64_t len;
   uint32_t kind;
-  int32_t reg_fd;     /* REG: the sender's fd of the registered segment */
-  uint64_t addr;      /* CMA: the payload's address in the sender */
-  uint64_t reg_id;    /* REG: the segment's random id (its header says it too) */
-  uint64_t reg_bytes; /* REG: size of the whole segment */
-  uint64_t reg_off;   /* REG: offset of the payload in the segment */
+  int32_t reg_fd;        /* REG: the sender's fd of the registered segment */
+  uint64_t addr;         /* CMA: the payload's address in the sender */
+  uint64_t reg_id;       /* REG: the segment's random id (its header says it too) */
+  uint64_t reg_bytes;    /* REG: size of the whole segment */
+  uint64_t reg_off;      /* REG: offset of the payload in the segment */
   struct hc_net_sig sig; /* of the send's call (net.h): checked before the length */
   /* inline payload follows (inline_bytes) */
 };
@@ -142,9 +142,9 @@ struct hc_shm_reg_ref {
 };
 
 enum hc_shm_conn_state {
-  HC_SHM_IDLE,     /* nothing done yet */
-  HC_SHM_CREATED,  /* creator: segment made, waiting for the opener */
-  HC_SHM_OPENED,   /* opener: segment mapped, waiting for the creator's OK */
+  HC_SHM_IDLE,    /* nothing done yet */
+  HC_SHM_CREATED, /* creator: segment made, waiting for the opener */
+  HC_SHM_OPENED,  /* opener: segment mapped, waiting for the creator's OK */
   HC_SHM_UP
 };
 
@@ -155,12 +155,12 @@ struct hc_shm_req {
   size_t n;
   struct hc_net_sig sig;
   bool is_send;
-  bool posted;   /* send: its descriptor is in the ring */
-  bool matched;  /* receive: met its descriptor, lengths agree */
+  bool posted;  /* send: its descriptor is in the ring */
+  bool matched; /* receive: met its descriptor, lengths agree */
   bool complete;
-  uint8_t kind;  /* enum hc_shm_kind */
-  uint64_t seq;  /* send: index of its descriptor */
-  size_t off;    /* bytes moved so far (slot parts, pulls) */
+  uint8_t kind;              /* enum hc_shm_kind */
+  uint64_t seq;              /* send: index of its descriptor */
+  size_t off;                /* bytes moved so far (slot parts, pulls) */
   struct hc_shm_reg_ref reg; /* send, REG */
 };
 
@@ -170,7 +170,7 @@ struct hc_shm_queue {
 
 /* A mapping of one of the peer's registered segments. */
 struct hc_shm_reg_map {
-  int fd;          /* the peer's fd number; -1: entry unused */
+  int fd; /* the peer's fd number; -1: entry unused */
   uint64_t id, bytes, last_use;
   const uint8_t *base;
 };
@@ -178,14 +178,14 @@ struct hc_shm_reg_map {
 struct hc_shm_conn {
   struct hc_shm_ctx *ctx;
   int peer;
-  int side;        /* 0: this rank created the segment (lower rank), 1: opened it */
+  int side; /* 0: this rank created the segment (lower rank), 1: opened it */
   enum hc_shm_conn_state state;
   struct hc_shm_handle peer_handle;
-  int pidfd;       /* of the peer, -1 where pidfd_open is missing */
-  int culprit;     /* once failed: the rank the failure blames */
-  int seg_fd;      /* closed once the handshake is over */
-  char name[96];   /* "/hetccl-..." */
-  bool linked;     /* creator: the name may still exist in /dev/shm */
+  int pidfd;     /* of the peer, -1 where pidfd_open is missing */
+  int culprit;   /* once failed: the rank the failure blames */
+  int seg_fd;    /* closed once the handshake is over */
+  char name[96]; /* "/hetccl-..." */
+  bool linked;   /* creator: the name may still exist in /dev/shm */
   uint64_t deadline_ns, last_alive_ns;
   uint8_t *seg;
   size_t seg_bytes;
@@ -208,8 +208,8 @@ struct hc_shm_conn {
   hc_result_t failed;
   char err[320];
   struct hc_shm_queue sendq, recvq;
-  struct hc_shm_req *send_cur; /* first send not fully handed over */
-  struct hc_shm_req *recv_cur; /* first receive not complete */
+  struct hc_shm_req *send_cur;   /* first send not fully handed over */
+  struct hc_shm_req *recv_cur;   /* first receive not complete */
   struct hc_shm_req *spare_reqs; /* done requests' memory, for the next posts (linked by next) */
   int nspare;
   struct hc_shm_reg_map regs[HC_SHM_REG_CACHE];
@@ -230,7 +230,7 @@ struct hc_shm_ctx {
   size_t slot_bytes, cma_min, nt_min;
   size_t pass_bytes; /* payload bytes one pass copies per direction */
   bool cma;
-  uint64_t probe_value; /* peers read it through CMA to prove they can */
+  uint64_t probe_value;       /* peers read it through CMA to prove they can */
   struct hc_shm_conn **conns; /* [nranks], made on first use */
 };
 

@@ -151,9 +151,8 @@ static hc_result_t pull_fail_closed(const struct hc_shm_conn *c) {
 }
 
 /* Reads up to *budget bytes of q's message from the sender's buffer. */
-static hc_result_t pull_cma(struct hc_shm_conn *c, struct hc_shm_req *q, const struct hc_shm_desc *d,
-                            size_t *budget) {
-  while (q->off < q->n && *budget > 0) {
+static hc_result_t pull_cma(struct hc_shm_conn *c, struct hc_shm_req *q, const struct hc_shm_desc *d, size_t *budget) {
+  while (q->off<q->n && * budget> 0) {
     size_t want = HC_MIN(q->n - q->off, *budget);
     struct iovec l = {.iov_base = q->buf + q->off, .iov_len = want};
     struct iovec r = {.iov_base = (void *)(uintptr_t)(d->addr + q->off), .iov_len = want};
@@ -165,9 +164,8 @@ static hc_result_t pull_cma(struct hc_shm_conn *c, struct hc_shm_req *q, const s
       if (e == ESRCH)
         return HC_FAIL(HC_ERR_REMOTE, "shm: rank %d (pid %d) exited while rank %d was reading a message from it",
                        c->peer, (int)c->peer_handle.pid, c->ctx->rank);
-      return HC_FAIL(e == EFAULT ? HC_ERR_REMOTE : HC_ERR_SYSTEM,
-                     "shm: reading %zu bytes at 0x%llx of rank %d: %s%s", want,
-                     (unsigned long long)(d->addr + q->off), c->peer, strerror(e),
+      return HC_FAIL(e == EFAULT ? HC_ERR_REMOTE : HC_ERR_SYSTEM, "shm: reading %zu bytes at 0x%llx of rank %d: %s%s",
+                     want, (unsigned long long)(d->addr + q->off), c->peer, strerror(e),
                      e == EFAULT ? " (the send buffer was freed before its send completed?)" : "");
     }
     q->off += (size_t)k;
@@ -208,17 +206,16 @@ static hc_result_t reg_map(struct hc_shm_conn *c, const struct hc_shm_desc *d, c
   const struct hc_shm_reg_hdr *h = p;
   if (p == MAP_FAILED || h->magic != HC_SHM_REG_MAGIC || h->id != d->reg_id) {
     if (p != MAP_FAILED) munmap(p, d->reg_bytes);
-    return HC_FAIL(HC_ERR_REMOTE, "shm: fd %d of rank %d is not the registered buffer its message names", (int)d->reg_fd,
-                   c->peer);
+    return HC_FAIL(HC_ERR_REMOTE, "shm: fd %d of rank %d is not the registered buffer its message names",
+                   (int)d->reg_fd, c->peer);
   }
-  *slot = (struct hc_shm_reg_map){.fd = d->reg_fd, .id = d->reg_id, .bytes = d->reg_bytes,
-                                  .last_use = ++c->reg_clock, .base = p};
+  *slot = (struct hc_shm_reg_map){
+      .fd = d->reg_fd, .id = d->reg_id, .bytes = d->reg_bytes, .last_use = ++c->reg_clock, .base = p};
   *base = p;
   return HC_OK;
 }
 
-static hc_result_t pull_reg(struct hc_shm_conn *c, struct hc_shm_req *q, const struct hc_shm_desc *d,
-                            size_t *budget) {
+static hc_result_t pull_reg(struct hc_shm_conn *c, struct hc_shm_req *q, const struct hc_shm_desc *d, size_t *budget) {
   const uint8_t *base = NULL;
   if (d->reg_off < HC_SHM_PAGE || d->reg_off > d->reg_bytes || q->n > d->reg_bytes - d->reg_off)
     return HC_FAIL(HC_ERR_REMOTE, "shm: rank %d sent a registered-buffer message outside its buffer", c->peer);
@@ -246,10 +243,10 @@ static hc_result_t recv_progress(struct hc_shm_conn *c, bool *published) {
         return hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, &q->sig, c->peer, &d->sig, false);
       }
       if (d->len != (uint64_t)q->n)
-        return HC_FAIL(HC_ERR_USAGE, "shm: mismatched counts: expected %zu bytes from rank %d, got %llu", q->n,
-                       c->peer, (unsigned long long)d->len);
-      if (d->kind >= HC_SHM_NKINDS || (d->kind == HC_SHM_CMA && !c->my_cma) ||
-          (d->kind == HC_SHM_REG && !c->my_fd) || (d->kind == HC_SHM_INLINE && d->len > c->inline_bytes))
+        return HC_FAIL(HC_ERR_USAGE, "shm: mismatched counts: expected %zu bytes from rank %d, got %llu", q->n, c->peer,
+                       (unsigned long long)d->len);
+      if (d->kind >= HC_SHM_NKINDS || (d->kind == HC_SHM_CMA && !c->my_cma) || (d->kind == HC_SHM_REG && !c->my_fd) ||
+          (d->kind == HC_SHM_INLINE && d->len > c->inline_bytes))
         return HC_FAIL(HC_ERR_REMOTE, "shm: rank %d sent a descriptor of kind %u that rank %d cannot take", c->peer,
                        d->kind, c->ctx->rank);
       q->matched = true;
@@ -336,8 +333,8 @@ static hc_result_t post(struct hc_shm_conn *c, void *buf, size_t n, const struct
   if (c->state != HC_SHM_UP)
     return HC_FAIL(HC_ERR_ARG, "shm: %s to rank %d before the connection is up", what, c->peer);
   if (buf == NULL && n > 0)
-    return HC_FAIL(HC_ERR_ARG, "shm: %s of %zu bytes %s rank %d with a NULL buffer", what, n,
-                   is_send ? "to" : "from", c->peer);
+    return HC_FAIL(HC_ERR_ARG, "shm: %s of %zu bytes %s rank %d with a NULL buffer", what, n, is_send ? "to" : "from",
+                   c->peer);
   struct hc_shm_req *q = c->spare_reqs;
   if (q != NULL) {
     c->spare_reqs = q->next;

@@ -14,8 +14,8 @@ hc_result_t hc_net_sig_fail(hc_net_sig_explain_fn explain, int me, const struct 
     explain(text, sizeof(text), me, mine, peer, theirs, me_sends);
   } else {
     snprintf(text, sizeof(text), "rank %d called %016llx:%016llx, rank %d called %016llx:%016llx", me,
-             (unsigned long long)mine->w[0], (unsigned long long)mine->w[1], peer,
-             (unsigned long long)theirs->w[0], (unsigned long long)theirs->w[1]);
+             (unsigned long long)mine->w[0], (unsigned long long)mine->w[1], peer, (unsigned long long)theirs->w[0],
+             (unsigned long long)theirs->w[1]);
   }
   return HC_FAIL(HC_ERR_USAGE, "mismatched calls: %s", text);
 }

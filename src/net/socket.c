@@ -62,8 +62,7 @@ bool hc_net_socket_hello_parse(const uint8_t *buf, size_t n, struct hc_sock_hell
   h->stream = hc_sock_get_le32(buf + 8);
   h->nstreams = hc_sock_get_le32(buf + 12);
   h->chunk = hc_sock_get_le64(buf + 16);
-  return h->magic == HC_SOCK_MAGIC && h->nstreams != 0 && h->nstreams <= HC_SOCK_MAX_STREAMS &&
-         h->stream < h->nstreams;
+  return h->magic == HC_SOCK_MAGIC && h->nstreams != 0 && h->nstreams <= HC_SOCK_MAX_STREAMS && h->stream < h->nstreams;
 }
 
 static bool hello_config_matches(const struct hc_sock_ctx *ctx, const struct hc_sock_hello *h) {
@@ -94,7 +93,8 @@ static hc_result_t pfds_reserve(struct hc_sock_ctx *ctx, int n) {
 
 static hc_result_t hs_new(const struct hc_sock_ctx *ctx, struct hc_sock_hs **out) {
   *out = calloc(1, sizeof(**out));
-  if (*out == NULL) return HC_FAIL(HC_ERR_SYSTEM, "socket: rank %d: out of host memory for a connection setup", ctx->rank);
+  if (*out == NULL)
+    return HC_FAIL(HC_ERR_SYSTEM, "socket: rank %d: out of host memory for a connection setup", ctx->rank);
   return HC_OK;
 }
 
@@ -110,7 +110,8 @@ static void hs_free(struct hc_sock_hs **hs) {
 void hc_net_socket_notice(void *vctx, int culprit) {
   struct hc_sock_ctx *ctx = vctx;
   uint8_t hdr[HC_SOCK_HDR_BYTES];
-  hc_net_socket_hdr_put(hdr, &(struct hc_sock_hdr){.len = HC_SOCK_FAILURE_TAG << HC_SOCK_FAILURE_SHIFT | (uint32_t)culprit});
+  hc_net_socket_hdr_put(hdr,
+                        &(struct hc_sock_hdr){.len = HC_SOCK_FAILURE_TAG << HC_SOCK_FAILURE_SHIFT | (uint32_t)culprit});
   for (int p = 0; ctx && ctx->conns && p < ctx->nranks; p++) {
     struct hc_sock_conn *c = ctx->conns[p];
     /* Only between messages: inside one the peer would read it as data. */
@@ -278,8 +279,8 @@ static const char *hs_io_text(const struct hc_sock_hs *hs, int err, const char *
 }
 
 static hc_result_t hs_io_result(int err) {
-  return err == 0 || err == EPIPE || err == ECONNRESET || err == ENOTCONN || err == ETIMEDOUT ||
-                 err == EHOSTUNREACH || err == ENETUNREACH
+  return err == 0 || err == EPIPE || err == ECONNRESET || err == ENOTCONN || err == ETIMEDOUT || err == EHOSTUNREACH ||
+                 err == ENETUNREACH
              ? HC_ERR_REMOTE
              : HC_ERR_SYSTEM;
 }
@@ -345,8 +346,8 @@ static hc_result_t serve_step(struct hc_sock_ctx *ctx, int i, uint64_t now) {
     if (k < 0) {
       hs_io_text(hs, err, p->who, why, sizeof(why));
       if (p->state == HC_SOCK_PEND_ANSWER)
-        HC_WARN(HC_NET, "socket: rank %d dropped stream %u of rank %u: %s", ctx->rank,
-                hc_sock_get_le32(hs->in + 8), hc_sock_get_le32(hs->in + 4), why);
+        HC_WARN(HC_NET, "socket: rank %d dropped stream %u of rank %u: %s", ctx->rank, hc_sock_get_le32(hs->in + 8),
+                hc_sock_get_le32(hs->in + 4), why);
       else
         HC_WARN(HC_NET, "socket: rank %d dropped an incoming connection: %s%s%s%s", ctx->rank,
                 p->state == HC_SOCK_PEND_HELLO ? "" : "authentication failed: client ",
@@ -392,15 +393,13 @@ static hc_result_t serve_step(struct hc_sock_ctx *ctx, int i, uint64_t now) {
       /* Answer even a peer configured differently, so it fails with the
        * same message instead of a bare EOF; the peer's hello stays in
        * hs->in for pending_attach. */
-      struct hc_sock_hello mine = {HC_SOCK_MAGIC, (uint32_t)ctx->rank, h.stream, (uint32_t)ctx->nstreams,
-                                   ctx->chunk};
+      struct hc_sock_hello mine = {HC_SOCK_MAGIC, (uint32_t)ctx->rank, h.stream, (uint32_t)ctx->nstreams, ctx->chunk};
       hello_encode(&mine, buf);
       hs_put(hs, buf, sizeof(buf));
       p->state = HC_SOCK_PEND_ANSWER;
       break;
     }
-    case HC_SOCK_PEND_ANSWER:
-      return pending_attach(ctx, i);
+    case HC_SOCK_PEND_ANSWER: return pending_attach(ctx, i);
     }
   }
 refused:
@@ -510,8 +509,7 @@ static hc_result_t client_start(struct hc_sock_conn *c, struct hc_sock_stream *s
 static hc_result_t handshake_fail(struct hc_sock_conn *c, int s, hc_result_t r) {
   char why[256];
   snprintf(why, sizeof(why), "%s", hc_last_error());
-  return HC_FAIL(r, "socket: handshake of rank %d with rank %d (stream %d) failed: %s", c->ctx->rank, c->peer, s,
-                 why);
+  return HC_FAIL(r, "socket: handshake of rank %d with rank %d (stream %d) failed: %s", c->ctx->rank, c->peer, s, why);
 }
 
 /* Moves the setup of one connecting stream as far as the bytes at hand
@@ -530,7 +528,7 @@ static hc_result_t client_step(struct hc_sock_conn *c, struct hc_sock_stream *st
     if (getsockopt(st->fd, SOL_SOCKET, SO_ERROR, &e, &elen) != 0) e = errno;
     if (e != 0)
       return HC_FAIL(e == ECONNREFUSED || e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH ? HC_ERR_REMOTE
-                                                                                                 : HC_ERR_SYSTEM,
+                                                                                                  : HC_ERR_SYSTEM,
                      "socket: cannot connect to rank %d at %s: %s", c->peer, who, strerror(e));
     st->state = HC_SOCK_WAIT_GO;
     hs_expect(hs, 1);
@@ -550,8 +548,9 @@ static hc_result_t client_step(struct hc_sock_conn *c, struct hc_sock_stream *st
     case HC_SOCK_WAIT_GO: {
       uint8_t hello[HC_AUTH_HELLO_BYTES];
       if (hs->in[0] != HC_SOCK_GO)
-        return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d at %s is not a hetccl socket listener while rank %d was connecting",
-                       c->peer, who, ctx->rank);
+        return HC_FAIL(HC_ERR_REMOTE,
+                       "socket: rank %d at %s is not a hetccl socket listener while rank %d was connecting", c->peer,
+                       who, ctx->rank);
       HC_TRY(hc_auth_client_start(&hs->auth, ctx->secret, HC_AUTH_NET_SOCKET, hello));
       hs_put(hs, hello, sizeof(hello));
       hs_expect(hs, HC_AUTH_REPLY_BYTES);
@@ -560,8 +559,7 @@ static hc_result_t client_step(struct hc_sock_conn *c, struct hc_sock_stream *st
     }
     case HC_SOCK_AUTH: {
       uint8_t proof[HC_AUTH_PROOF_BYTES], buf[HC_SOCK_HELLO_BYTES];
-      if ((r = hc_auth_client_on_reply(&hs->auth, hs->in, proof, who)) != HC_OK)
-        return handshake_fail(c, st->index, r);
+      if ((r = hc_auth_client_on_reply(&hs->auth, hs->in, proof, who)) != HC_OK) return handshake_fail(c, st->index, r);
       struct hc_sock_hello h = {HC_SOCK_MAGIC, (uint32_t)ctx->rank, (uint32_t)st->index, (uint32_t)ctx->nstreams,
                                 ctx->chunk};
       hello_encode(&h, buf);
@@ -587,8 +585,7 @@ static hc_result_t client_step(struct hc_sock_conn *c, struct hc_sock_stream *st
       c->n_up++;
       return HC_OK;
     }
-    default:
-      return HC_OK;
+    default: return HC_OK;
     }
   }
 }
@@ -654,8 +651,7 @@ fail:
 
 static hc_result_t conn_ready(struct hc_sock_conn *c, void **out) {
   if (!c->announced)
-    HC_INFO(HC_NET, "socket: %d <-> %d up via %s, %d streams", c->ctx->rank, c->peer, c->ctx->ifname,
-            c->ctx->nstreams);
+    HC_INFO(HC_NET, "socket: %d <-> %d up via %s, %d streams", c->ctx->rank, c->peer, c->ctx->ifname, c->ctx->nstreams);
   c->announced = true;
   *out = c;
   return HC_OK;
@@ -678,12 +674,12 @@ static hc_result_t sock_connect(void *vctx, int peer, const struct hc_net_handle
    * on us while our caller loops over other peers. */
   HC_TRY(accept_progress(ctx));
   HC_TRY(hc_net_socket_conn_check(c));
-  if (peer > ctx->rank && (r = client_progress(c, peer_handle)) != HC_OK)
-    return hc_net_socket_conn_fail(c, r);
+  if (peer > ctx->rank && (r = client_progress(c, peer_handle)) != HC_OK) return hc_net_socket_conn_fail(c, r);
   if (c->n_up == ctx->nstreams) return conn_ready(c, out);
   if (hc_now_ns() >= c->deadline_ns)
     return hc_net_socket_conn_fail(
-        c, HC_FAIL(HC_ERR_REMOTE, "socket: rank %d: %s rank %d did not come up within HETCCL_TIMEOUT=%lld s (%d of %d streams)",
+        c, HC_FAIL(HC_ERR_REMOTE,
+                   "socket: rank %d: %s rank %d did not come up within HETCCL_TIMEOUT=%lld s (%d of %d streams)",
                    ctx->rank, peer > ctx->rank ? "connection to" : "connection from", peer,
                    (long long)hc_param_int(HC_P_TIMEOUT), c->n_up, ctx->nstreams));
   return HC_OK;

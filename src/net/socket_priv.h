@@ -103,11 +103,11 @@ struct hc_sock_conn {
   uint64_t deadline_ns; /* set by the first connect() for this peer */
   bool have_addr;       /* addr: the peer's listener, from its handle */
   union hc_sockaddr addr;
-  int n_complete;       /* requests complete but not yet freed by test() */
-  hc_result_t failed;   /* sticky: every later call returns it */
-  int culprit;          /* once failed: the rank the failure blames */
-  int noticed;          /* the peer's failure notice named this rank, or -1 */
-  char err[320];        /* the message of the failure */
+  int n_complete;     /* requests complete but not yet freed by test() */
+  hc_result_t failed; /* sticky: every later call returns it */
+  int culprit;        /* once failed: the rank the failure blames */
+  int noticed;        /* the peer's failure notice named this rank, or -1 */
+  char err[320];      /* the message of the failure */
   /* Stall probes (net.h, stall_publish): the last one this rank sent, and
    * the peer's latest, with a count of the probes read. */
   struct hc_net_sig probe_sent, peer_probe;
@@ -132,10 +132,10 @@ struct hc_sock_req {
 
 /* Where an accepted connection is in its setup. */
 enum hc_sock_pending_state {
-  HC_SOCK_PEND_AUTH,   /* "go" sent, reading the client's auth hello */
-  HC_SOCK_PEND_PROOF,  /* reply sent, reading the client's proof */
-  HC_SOCK_PEND_HELLO,  /* authenticated, reading the conn hello */
-  HC_SOCK_PEND_ANSWER  /* sending this side's hello (the peer's stays in hs->in);
+  HC_SOCK_PEND_AUTH,  /* "go" sent, reading the client's auth hello */
+  HC_SOCK_PEND_PROOF, /* reply sent, reading the client's proof */
+  HC_SOCK_PEND_HELLO, /* authenticated, reading the conn hello */
+  HC_SOCK_PEND_ANSWER /* sending this side's hello (the peer's stays in hs->in);
                         * then it becomes a stream */
 };
 

@@ -22,8 +22,7 @@ static size_t stripe_bytes(const struct hc_sock_ctx *ctx, size_t n) {
 
 /* Bytes of the cursor's current stripe still to move in an n-byte payload,
  * starting at *pos; 0 when this stream carries no more of it. */
-static size_t cursor_piece(const struct hc_sock_ctx *ctx, const struct hc_sock_cursor *cur, size_t n,
-                           size_t *pos) {
+static size_t cursor_piece(const struct hc_sock_ctx *ctx, const struct hc_sock_cursor *cur, size_t n, size_t *pos) {
   size_t sb = stripe_bytes(ctx, n);
   /* Compare before multiplying: stripe * sb may not fit when it is past n. */
   if (cur->stripe > n / sb || cur->stripe * sb >= n) return 0;
@@ -73,7 +72,8 @@ bool hc_net_socket_hdr_parse(const uint8_t *buf, size_t n, size_t posted, const 
  * expected (a notice on stream 0, if it is between messages there and the
  * socket takes it now: best effort, the connection fails right after),
  * then fail. */
-void hc_net_socket_mismatch_notice(struct hc_sock_conn *c, const struct hc_net_sig *got, const struct hc_net_sig *want) {
+void hc_net_socket_mismatch_notice(struct hc_sock_conn *c, const struct hc_net_sig *got,
+                                   const struct hc_net_sig *want) {
   const struct hc_sock_stream *st = &c->streams[0];
   const struct hc_sock_req *out = st->send.req;
   if (st->fd >= 0 && (out == NULL || (out->hdr_off == 0 && st->send.off == 0 && st->send.stripe == 0))) {
@@ -166,8 +166,8 @@ static hc_result_t stream_progress(struct hc_sock_conn *c, struct hc_sock_stream
           return hc_net_sig_fail(ctx->sig_explain, ctx->rank, &hdr.sig, c->peer, &hdr.want, true);
         if (hdr.len >> HC_SOCK_FAILURE_SHIFT == HC_SOCK_FAILURE_TAG) {
           c->noticed = (int)(uint32_t)hdr.len;
-          return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d failed and closed the connection (rank %d's receive)",
-                         c->peer, ctx->rank);
+          return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d failed and closed the connection (rank %d's receive)", c->peer,
+                         ctx->rank);
         }
         if (!hc_net_sig_equal(&hdr.sig, &q->sig)) return sig_mismatch(c, q, &hdr);
         return HC_FAIL(HC_ERR_USAGE, "socket: mismatched counts: expected %zu bytes from rank %d, got %llu", q->n,
@@ -219,8 +219,7 @@ static hc_result_t post(struct hc_sock_conn *c, void *buf, size_t n, const struc
   return HC_OK;
 }
 
-hc_result_t hc_net_socket_isend(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig,
-                                    void **req) {
+hc_result_t hc_net_socket_isend(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req) {
   /* The cast drops const only to share post(); a send never writes buf. */
   return post(conn, (void *)buf, n, sig, true, req);
 }

@@ -113,7 +113,7 @@ int hc_topo_nearest(const struct hc_topo_node *gpu, const struct hc_topo_node *n
 }
 
 const char *hc_topo_closeness_name(int closeness) {
-  return closeness >= HC_TOPO_SWITCH ? "same PCIe switch"
+  return closeness >= HC_TOPO_SWITCH        ? "same PCIe switch"
          : closeness == HC_TOPO_HOST_BRIDGE ? "same root complex"
          : closeness == HC_TOPO_NUMA        ? "same NUMA node"
                                             : "across sockets";

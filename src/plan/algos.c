@@ -93,6 +93,8 @@ static bool direct_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *
 #define DIRECT_CHOSEN "more than 2 ranks and the whole vector has at most DIRECT_MAX_BYTES bytes"
 #define DIRECT_WHAT "direct transfers between each pair (a vendor group's mates: the vendor's sends and receives)"
 
+/* One row per entry, as the table reads best. */
+/* clang-format off */
 static const struct hc_algo_desc table[] = {
     {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_HIER, .applies = grouped, .chosen = hier_allreduce_pays,
      .build = hc_hier_allreduce,
@@ -164,6 +166,7 @@ static const struct hc_algo_desc table[] = {
     {.coll = HC_COLL_SEND, .algo = HC_ALGO_DIRECT, .build = hc_p2p_send, .what = DIRECT_WHAT},
     {.coll = HC_COLL_RECV, .algo = HC_ALGO_DIRECT, .build = hc_p2p_recv, .what = DIRECT_WHAT},
 };
+/* clang-format on */
 
 const struct hc_algo_desc *hc_algo_table(size_t *n) {
   *n = HC_ARRAY_LEN(table);
@@ -264,8 +267,10 @@ hc_result_t hc_algo_parse(const char *s, enum hc_algo forced[HC_COLL_COUNT]) {
                      hc_algo_name(algo), algos_of(c, names, sizeof(names)));
     if (colon && named[c]) return HC_FAIL(HC_ERR_USAGE, "HETCCL_ALGO=%s: %s is named twice", s, hc_coll_name(c));
     if (!colon && bare != HC_ALGO_AUTO)
-      return HC_FAIL(HC_ERR_USAGE, "HETCCL_ALGO=%s: two algorithms for every collective (%s and %s); name the "
-                     "collective of one (broadcast:tree)", s, hc_algo_name(bare), hc_algo_name(algo));
+      return HC_FAIL(HC_ERR_USAGE,
+                     "HETCCL_ALGO=%s: two algorithms for every collective (%s and %s); name the "
+                     "collective of one (broadcast:tree)",
+                     s, hc_algo_name(bare), hc_algo_name(algo));
     if (colon) {
       named[c] = true;
       forced[c] = algo;

@@ -58,8 +58,8 @@ struct groups {
   const int *group_of; /* per rank */
   int *members;        /* per group, its ranks in rank order: members[first[g] .. first[g + 1]) */
   int *first;
-  int *pos;            /* per rank: its index among its group's members */
-  int *leaders;        /* per group (broadcast and reduce; see leaders_ctx) */
+  int *pos;     /* per rank: its index among its group's members */
+  int *leaders; /* per group (broadcast and reduce; see leaders_ctx) */
 };
 
 static void groups_free(struct groups *gr) {
@@ -149,9 +149,15 @@ static void group_block(const struct hc_plan_ctx *x, int g, int n, size_t count,
 
 static hc_ref_t push_vendor(struct hc_plan *p, enum hc_coll coll, const void *src, void *dst, size_t count,
                             enum hc_dtype t, enum hc_redop op, int root, hc_ref_t dep) {
-  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_VENDOR, .coll = (uint8_t)coll, .redop = (uint8_t)op,
-                                          .dtype = (uint8_t)t, .src0 = src, .dst = dst, .count = count,
-                                          .peer = root, HC_DEPS(dep)});
+  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_VENDOR,
+                                          .coll = (uint8_t)coll,
+                                          .redop = (uint8_t)op,
+                                          .dtype = (uint8_t)t,
+                                          .src0 = src,
+                                          .dst = dst,
+                                          .count = count,
+                                          .peer = root,
+                                          HC_DEPS(dep)});
 }
 
 /* The block of group g that holds element e. */
@@ -193,8 +199,8 @@ static hc_ref_t across(struct hc_plan *p, void *arg, size_t off, size_t len, hc_
     seg.count = hi - lo;
     void *at = HC_PTR(h->io.out, lo, es);
     hc_ref_t seg_done = 0;
-    if (hc_ring_allreduce_split(p, &xs, &seg, (struct hc_alg_io){.in = at, .out = at, .in_dep = ready}, NULL,
-                                NULL, &seg_done) != HC_OK)
+    if (hc_ring_allreduce_split(p, &xs, &seg, (struct hc_alg_io){.in = at, .out = at, .in_dep = ready}, NULL, NULL,
+                                &seg_done) != HC_OK)
       p->cap = -1; /* out of memory: hc_plan_add reports the plan as failed */
     h->done[ndone++] = seg_done;
     lo = hi;
@@ -213,21 +219,22 @@ static hc_result_t vendor_allreduce(struct hc_plan *p, const struct hc_plan_ctx 
   const size_t es = hc_dtype_size(a->dtype), q = a->count / (size_t)n, rest = a->count - q * (size_t)n;
   const enum hc_redop op = hc_step_op(a->op);
   hc_ref_t ready = io.in_dep;
-  if (q) ready = push_vendor(p, HC_COLL_REDUCESCATTER, io.in, HC_PTR(io.out, (size_t)j * q, es), q, a->dtype, op, 0,
-                             ready);
+  if (q)
+    ready = push_vendor(p, HC_COLL_REDUCESCATTER, io.in, HC_PTR(io.out, (size_t)j * q, es), q, a->dtype, op, 0, ready);
   if (rest)
-    ready = push_vendor(p, HC_COLL_ALLREDUCE, HC_PTR(io.in, (size_t)n * q, es), HC_PTR(io.out, (size_t)n * q, es),
-                        rest, a->dtype, op, 0, ready);
+    ready = push_vendor(p, HC_COLL_ALLREDUCE, HC_PTR(io.in, (size_t)n * q, es), HC_PTR(io.out, (size_t)n * q, es), rest,
+                        a->dtype, op, 0, ready);
   hc_ref_t after = across(p, h, (size_t)j * q, j == n - 1 ? q + rest : q, ready);
-  if (q) after = push_vendor(p, HC_COLL_ALLGATHER, HC_PTR(io.out, (size_t)j * q, es), io.out, q, a->dtype, op, 0, after);
+  if (q)
+    after = push_vendor(p, HC_COLL_ALLGATHER, HC_PTR(io.out, (size_t)j * q, es), io.out, q, a->dtype, op, 0, after);
   if (rest)
     push_vendor(p, HC_COLL_BROADCAST, HC_PTR(io.out, (size_t)n * q, es), HC_PTR(io.out, (size_t)n * q, es), rest,
                 a->dtype, op, n - 1, after);
   return HC_OK;
 }
 
-hc_result_t hc_hier_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
-                              const struct hc_coll_args *a, struct hc_alg_io io) {
+hc_result_t hc_hier_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                              struct hc_alg_io io) {
   if (x->ngroups < 2 || x->group_of == NULL) return hc_ring_allreduce(p, x, a, io);
   struct groups gr;
   HC_TRY(groups_build(x, &gr));
@@ -242,7 +249,7 @@ hc_result_t hc_hier_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
     struct hc_coll_args in_group = *a;
     in_group.op = hc_step_op(a->op); /* AVG divides once, after the groups' sums meet */
     r = hc_runs_vendor(x, x->group_of[x->rank]) ? vendor_allreduce(p, &xg, &in_group, io, &h)
-                                                  : hc_ring_allreduce_split(p, &xg, &in_group, io, across, &h, NULL);
+                                                : hc_ring_allreduce_split(p, &xg, &in_group, io, across, &h, NULL);
   }
   free(h.owners);
   free(h.done);
@@ -314,15 +321,15 @@ static hc_result_t two_level_broadcast(struct hc_plan *p, const struct hc_plan_c
     struct hc_coll_args al = *a;
     al.root = x->group_of[a->root];
     hc_ref_t have = 0;
-    HC_TRY(hc_tree_broadcast(p, &xl, &al, (struct hc_alg_io){.in = io.in, .out = io.out, .in_dep = io.in_dep,
-                                                             .out_ready = &have}));
+    HC_TRY(hc_tree_broadcast(p, &xl, &al,
+                             (struct hc_alg_io){.in = io.in, .out = io.out, .in_dep = io.in_dep, .out_ready = &have}));
     in_group = (struct hc_alg_io){.in = io.out, .out = io.out, .in_dep = have};
   }
   if (group_size(gr, mine) == 1) return HC_OK;
   if (hc_runs_vendor(x, mine)) {
     /* Off the leader the vendor reads no source: the output stands in. */
-    push_vendor(p, HC_COLL_BROADCAST, gr->leaders[mine] == me ? in_group.in : io.out, io.out, a->count, a->dtype,
-                a->op, gr->pos[gr->leaders[mine]], in_group.in_dep);
+    push_vendor(p, HC_COLL_BROADCAST, gr->leaders[mine] == me ? in_group.in : io.out, io.out, a->count, a->dtype, a->op,
+                gr->pos[gr->leaders[mine]], in_group.in_dep);
     return HC_OK;
   }
   struct hc_plan_ctx xg = group_ctx(x, gr, mine, me);
@@ -354,8 +361,8 @@ static hc_result_t two_level_reduce(struct hc_plan *p, const struct hc_plan_ctx 
     if (hc_runs_vendor(x, mine))
       have = push_vendor(p, HC_COLL_REDUCE, io.in, group_sum, a->count, a->dtype, sum.op, ag.root, io.in_dep);
     else
-      HC_TRY(hc_tree_reduce(p, &xg, &ag, (struct hc_alg_io){.in = io.in, .out = group_sum, .in_dep = io.in_dep,
-                                                            .out_ready = &have}));
+      HC_TRY(hc_tree_reduce(
+          p, &xg, &ag, (struct hc_alg_io){.in = io.in, .out = group_sum, .in_dep = io.in_dep, .out_ready = &have}));
     across = (struct hc_alg_io){.in = group_sum, .out = io.out, .in_dep = have};
   }
   if (!is_leader) return HC_OK;
@@ -368,22 +375,22 @@ static hc_result_t two_level_reduce(struct hc_plan *p, const struct hc_plan_ctx 
   return HC_OK;
 }
 
-hc_result_t hc_hier_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x,
-                              const struct hc_coll_args *a, struct hc_alg_io io) {
+hc_result_t hc_hier_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                              struct hc_alg_io io) {
   struct groups gr;
   HC_TRY(groups_build(x, &gr));
-  hc_result_t r = chained(x, a) ? chain_by_group(p, x, &gr, a, io, hc_chain_broadcast)
-                                : two_level_broadcast(p, x, &gr, a, io);
+  hc_result_t r =
+      chained(x, a) ? chain_by_group(p, x, &gr, a, io, hc_chain_broadcast) : two_level_broadcast(p, x, &gr, a, io);
   groups_free(&gr);
   return r;
 }
 
-hc_result_t hc_hier_reduce(struct hc_plan *p, const struct hc_plan_ctx *x,
-                           const struct hc_coll_args *a, struct hc_alg_io io) {
+hc_result_t hc_hier_reduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                           struct hc_alg_io io) {
   struct groups gr;
   HC_TRY(groups_build(x, &gr));
-  hc_result_t r = chained(x, a) ? chain_by_group(p, x, &gr, a, io, hc_chain_reduce)
-                                : two_level_reduce(p, x, &gr, a, io);
+  hc_result_t r =
+      chained(x, a) ? chain_by_group(p, x, &gr, a, io, hc_chain_reduce) : two_level_reduce(p, x, &gr, a, io);
   groups_free(&gr);
   return r;
 }
@@ -401,7 +408,7 @@ static int kth_held(const struct groups *gr, const int *first, int nranks, int g
   return -1;
 }
 
-#define BLOCK(b, off) HC_PTR(io.out, (size_t)(b) * count + (off), es)
+#define BLOCK(b, off) HC_PTR(io.out, (size_t)(b)*count + (off), es)
 
 /* All-gather inside a vendor group: rounds of the vendor's grouped sends
  * and receives. In round k each member passes the k-th block it holds
@@ -449,8 +456,8 @@ static hc_result_t vendor_allgather_inside(struct hc_plan *p, const struct hc_pl
   return HC_OK;
 }
 
-hc_result_t hc_hier_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
-                              const struct hc_coll_args *a, struct hc_alg_io io) {
+hc_result_t hc_hier_allgather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                              struct hc_alg_io io) {
   struct groups gr;
   HC_TRY(groups_build(x, &gr));
   const int n = x->nranks, me = x->rank, mine = x->group_of[me];
@@ -581,8 +588,8 @@ static hc_result_t vendor_reducescatter(struct hc_plan *p, const struct hc_plan_
         if (round[i] < 0) continue;
         const void *in_block = HC_PTR(io.in, (size_t)round[i] * count, es);
         /* Off the root the vendor writes nothing: the input stands in. */
-        hc_ref_t r = push_vendor(p, HC_COLL_REDUCE, in_block, i == pos ? acc : (void *)in_block, count, a->dtype,
-                                 op, i, io.in_dep);
+        hc_ref_t r = push_vendor(p, HC_COLL_REDUCE, in_block, i == pos ? acc : (void *)in_block, count, a->dtype, op, i,
+                                 io.in_dep);
         if (i == pos) summed = r;
       }
     }
@@ -613,16 +620,15 @@ static hc_result_t vendor_reducescatter(struct hc_plan *p, const struct hc_plan_
   return HC_OK;
 }
 
-hc_result_t hc_hier_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x,
-                                  const struct hc_coll_args *a, struct hc_alg_io io) {
+hc_result_t hc_hier_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                  struct hc_alg_io io) {
   struct groups gr;
   HC_TRY(groups_build(x, &gr));
   const int n = x->nranks, me = x->rank, mine = x->group_of[me], G = x->ngroups;
   const size_t es = hc_dtype_size(a->dtype), count = a->count;
   const enum hc_redop op = hc_step_op(a->op);
   const size_t nch = hc_nchunks(count, es, x->chunk_bytes);
-  struct rs_slots s = {.count = x->scratch_slots > 0 ? x->scratch_slots : 1,
-                       .bytes = HC_DIV_UP(count, nch) * es};
+  struct rs_slots s = {.count = x->scratch_slots > 0 ? x->scratch_slots : 1, .bytes = HC_DIV_UP(count, nch) * es};
   s.base = hc_plan_scratch(p, (size_t)s.count * s.bytes);
   s.last_reader = calloc((size_t)s.count, sizeof(hc_ref_t));
   int *summer = designees_in(&gr, n, mine); /* per block: the member of this group that sums it */

@@ -21,8 +21,8 @@ struct vendor_ops {
 
 static hc_result_t vendor_ops_init(struct vendor_ops *v, const struct hc_plan_ctx *x) {
   v->n = 0;
-  v->ops = x->group_of && hc_runs_vendor(x, x->group_of[x->rank]) ? malloc((size_t)x->nranks * 2 * sizeof(*v->ops))
-                                                                   : NULL;
+  v->ops =
+      x->group_of && hc_runs_vendor(x, x->group_of[x->rank]) ? malloc((size_t)x->nranks * 2 * sizeof(*v->ops)) : NULL;
   if (v->ops == NULL && x->group_of && hc_runs_vendor(x, x->group_of[x->rank]))
     return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d vendor sends and receives", 2 * x->nranks);
   return HC_OK;
@@ -33,12 +33,12 @@ static hc_result_t vendor_ops_init(struct vendor_ops *v, const struct hc_plan_ct
  * pushes those). The vendor's step comes first in the plan, so that it
  * runs on the stream while the transfers with other groups move, not
  * after the copies out of their staging slots. */
-static void move(struct hc_plan *p, const struct hc_plan_ctx *x, struct vendor_ops *v, int pass, int peer,
-                 bool send, void *buf, size_t bytes, hc_ref_t ready) {
+static void move(struct hc_plan *p, const struct hc_plan_ctx *x, struct vendor_ops *v, int pass, int peer, bool send,
+                 void *buf, size_t bytes, hc_ref_t ready) {
   if (hc_vendor_peer(x, peer)) {
     if (pass == 0)
-      v->ops[v->n++] = (struct hc_vendor_p2p){.buf = buf, .bytes = bytes, .peer = hc_group_index(x, peer),
-                                              .send = send};
+      v->ops[v->n++] =
+          (struct hc_vendor_p2p){.buf = buf, .bytes = bytes, .peer = hc_group_index(x, peer), .send = send};
   } else if (pass == 1) {
     if (send) hc_push_send(p, peer, buf, bytes, ready, 0);
     else hc_push_recv(p, peer, buf, bytes, 0, 0);
@@ -57,8 +57,8 @@ static bool overlaps(const void *a, size_t an, const void *b, size_t bn) {
   return an && bn && pa < pb + bn && pb < pa + an;
 }
 
-hc_result_t hc_p2p_alltoallv(struct hc_plan *p, const struct hc_plan_ctx *x,
-                             const struct hc_coll_args *a, struct hc_alg_io io) {
+hc_result_t hc_p2p_alltoallv(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                             struct hc_alg_io io) {
   const int n = x->nranks, r = x->rank;
   const size_t es = hc_dtype_size(a->dtype);
   const bool equal = a->coll == HC_COLL_ALLTOALL;
@@ -99,8 +99,8 @@ hc_result_t hc_p2p_alltoallv(struct hc_plan *p, const struct hc_plan_ctx *x,
   return HC_OK;
 }
 
-hc_result_t hc_p2p_gather(struct hc_plan *p, const struct hc_plan_ctx *x,
-                          const struct hc_coll_args *a, struct hc_alg_io io) {
+hc_result_t hc_p2p_gather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                          struct hc_alg_io io) {
   const int n = x->nranks, r = x->rank, root = a->root;
   const size_t bytes = a->count * hc_dtype_size(a->dtype);
   struct vendor_ops v;
@@ -117,8 +117,8 @@ hc_result_t hc_p2p_gather(struct hc_plan *p, const struct hc_plan_ctx *x,
   return HC_OK;
 }
 
-hc_result_t hc_p2p_scatter(struct hc_plan *p, const struct hc_plan_ctx *x,
-                           const struct hc_coll_args *a, struct hc_alg_io io) {
+hc_result_t hc_p2p_scatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                           struct hc_alg_io io) {
   const int n = x->nranks, r = x->rank, root = a->root;
   const size_t bytes = a->count * hc_dtype_size(a->dtype);
   struct vendor_ops v;
@@ -157,7 +157,6 @@ static void vendor_sendrecv(struct hc_plan *p, const struct hc_plan_ctx *x, int 
   p->open_vendor_p2p = hc_push_vendor_p2p(p, ops, nold + 1, open, ready);
   free(ops);
 }
-
 
 hc_result_t hc_p2p_send(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
                         struct hc_alg_io io) {

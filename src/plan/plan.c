@@ -105,7 +105,10 @@ static void pool_put(struct hc_scratch_pool *pool, void *buf, size_t bytes) {
   pthread_mutex_lock(&pool->lock);
   int victim = 0;
   for (int i = 0; i < pool->cap; i++) {
-    if (pool->free_bufs[i] == NULL) { victim = i; break; }
+    if (pool->free_bufs[i] == NULL) {
+      victim = i;
+      break;
+    }
     if (pool->free_bytes[i] < pool->free_bytes[victim]) victim = i;
   }
   if (pool->free_bufs[victim] != NULL && pool->kind != HC_POOL_HOST) {
@@ -245,8 +248,9 @@ hc_ref_t hc_push_vendor_p2p(struct hc_plan *p, const struct hc_vendor_p2p *ops, 
   struct hc_vendor_p2p *kept = hc_plan_host_scratch(p, (size_t)n * sizeof(*ops));
   if (kept == NULL) return 0; /* the plan reports it */
   memcpy(kept, ops, (size_t)n * sizeof(*ops));
-  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_VENDOR, .coll = HC_COLL_SEND, .src0 = kept,
-                                          .count = (size_t)n, HC_DEPS(d0, d1)});
+  return hc_plan_push(
+      p, (struct hc_step){
+             .kind = HC_STEP_VENDOR, .coll = HC_COLL_SEND, .src0 = kept, .count = (size_t)n, HC_DEPS(d0, d1)});
 }
 
 /* ---- signatures ----
@@ -274,9 +278,9 @@ struct hc_net_sig hc_plan_sig(const struct hc_coll_args *a, int rank) {
   uint64_t root = 0, op = hc_coll_reduces(a->coll) ? (uint64_t)a->op : 0;
   if (coll_rooted(a->coll) || a->coll == HC_COLL_RECV) root = (uint64_t)a->root;
   if (a->coll == HC_COLL_SEND) root = (uint64_t)rank;
-  struct hc_net_sig sig = {{a->coll == HC_COLL_ALLTOALLV ? 0 : (uint64_t)a->count,
-                            ((uint64_t)kind + 1) | (uint64_t)a->dtype << 4 | op << 8 | (root & 0xfffff) << 12 |
-                                (uint64_t)a->seq << 32}};
+  struct hc_net_sig sig = {
+      {a->coll == HC_COLL_ALLTOALLV ? 0 : (uint64_t)a->count,
+       ((uint64_t)kind + 1) | (uint64_t)a->dtype << 4 | op << 8 | (root & 0xfffff) << 12 | (uint64_t)a->seq << 32}};
   return sig;
 }
 
@@ -317,30 +321,39 @@ void hc_plan_sig_explain(char *buf, size_t len, int me, const struct hc_net_sig 
 
 /* ---- scaling steps ---- */
 
-hc_ref_t hc_push_avg(struct hc_plan *p, const struct hc_coll_args *a, void *out, size_t count,
-                     int nranks, hc_ref_t dep) {
+hc_ref_t hc_push_avg(struct hc_plan *p, const struct hc_coll_args *a, void *out, size_t count, int nranks,
+                     hc_ref_t dep) {
   if (a->op != HC_AVG || count == 0) return dep;
   enum hc_dtype t = a->dtype;
   uint64_t *divisor = hc_plan_host_scratch(p, sizeof(uint64_t));
   if (divisor == NULL) return 0;
   *divisor = (uint64_t)nranks;
-  struct hc_step s = {.kind = HC_STEP_SCALE, .redop = HC_SCALE_DIV, .dtype = (uint8_t)t,
-                      .dst = out, .src0 = out, .src1 = divisor, .count = count,
+  struct hc_step s = {.kind = HC_STEP_SCALE,
+                      .redop = HC_SCALE_DIV,
+                      .dtype = (uint8_t)t,
+                      .dst = out,
+                      .src0 = out,
+                      .src1 = divisor,
+                      .count = count,
                       HC_DEPS(dep)};
   return hc_plan_push(p, s);
 }
 
 /* PREMULSUM: every rank contributes factor * its input; the scaled copy is
  * what the algorithm then sums. */
-static hc_ref_t push_premul(struct hc_plan *p, const struct hc_coll_args *a, size_t count,
-                            const void **in) {
+static hc_ref_t push_premul(struct hc_plan *p, const struct hc_coll_args *a, size_t count, const void **in) {
   size_t esize = hc_dtype_size(a->dtype);
   void *scaled = hc_plan_scratch(p, count * esize);
   void *factor = hc_plan_host_scratch(p, sizeof(a->premul_factor));
   if (scaled == NULL || factor == NULL) return 0;
   memcpy(factor, a->premul_factor, sizeof(a->premul_factor));
-  struct hc_step s = {.kind = HC_STEP_SCALE, .redop = HC_SCALE_MUL, .dtype = (uint8_t)a->dtype,
-                      .dst = scaled, .src0 = *in, .src1 = factor, .count = count};
+  struct hc_step s = {.kind = HC_STEP_SCALE,
+                      .redop = HC_SCALE_MUL,
+                      .dtype = (uint8_t)a->dtype,
+                      .dst = scaled,
+                      .src0 = *in,
+                      .src1 = factor,
+                      .count = count};
   *in = scaled;
   return hc_plan_push(p, s);
 }
@@ -352,12 +365,10 @@ static size_t input_count(const struct hc_coll_args *a, int nranks) {
   return a->coll == HC_COLL_REDUCESCATTER ? a->count * (size_t)nranks : a->count;
 }
 
-hc_result_t hc_plan_add(struct hc_plan *p, const struct hc_plan_ctx *x,
-                        const struct hc_coll_args *a) {
+hc_result_t hc_plan_add(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
   struct hc_alg_io io = {.in = a->sendbuf, .out = a->recvbuf};
   bool reducing = hc_coll_reduces(a->coll);
-  if (a->coll != HC_COLL_ALLTOALLV && a->coll != HC_COLL_SEND && a->coll != HC_COLL_RECV &&
-      a->count == 0)
+  if (a->coll != HC_COLL_ALLTOALLV && a->coll != HC_COLL_SEND && a->coll != HC_COLL_RECV && a->count == 0)
     return HC_OK; /* as NCCL: a count of 0 is a no-op */
   if (reducing && a->op == HC_PREMULSUM) io.in_dep = push_premul(p, a, input_count(a, x->nranks), &io.in);
   const struct hc_algo_desc *algo = hc_algo_choose(x, a);
@@ -371,7 +382,7 @@ hc_result_t hc_plan_add(struct hc_plan *p, const struct hc_plan_ctx *x,
   if (plan_failed(p)) return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory building %s", hc_coll_name(a->coll));
   for (int i = first_step; i < p->nsteps; i++)
     if (p->steps[i].kind == HC_STEP_SEND || p->steps[i].kind == HC_STEP_RECV) p->steps[i].call = call;
-  HC_TRACE(HC_PLAN, "%s count %zu %s %s: %s, %d steps so far", hc_coll_name(a->coll), a->count,
-           hc_dtype_name(a->dtype), hc_redop_name(a->op), hc_algo_name(algo->algo), p->nsteps);
+  HC_TRACE(HC_PLAN, "%s count %zu %s %s: %s, %d steps so far", hc_coll_name(a->coll), a->count, hc_dtype_name(a->dtype),
+           hc_redop_name(a->op), hc_algo_name(algo->algo), p->nsteps);
   return HC_OK;
 }

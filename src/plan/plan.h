@@ -25,8 +25,16 @@
 #include "../vendor/vendor.h"
 
 /* The algorithms of the table in algos.c; AUTO: the table's choice. */
-enum hc_algo { HC_ALGO_AUTO, HC_ALGO_RING, HC_ALGO_RD, HC_ALGO_TREE, HC_ALGO_HIER, HC_ALGO_ONESTEP, HC_ALGO_DIRECT,
-               HC_ALGO_COUNT };
+enum hc_algo {
+  HC_ALGO_AUTO,
+  HC_ALGO_RING,
+  HC_ALGO_RD,
+  HC_ALGO_TREE,
+  HC_ALGO_HIER,
+  HC_ALGO_ONESTEP,
+  HC_ALGO_DIRECT,
+  HC_ALGO_COUNT
+};
 const char *hc_algo_name(enum hc_algo a);
 /* Parses HETCCL_ALGO into one forced algorithm per collective (AUTO where
  * none is forced): a comma-separated list of NAME (every collective that
@@ -42,13 +50,13 @@ struct hc_coll_args {
   enum hc_coll coll;
   const void *sendbuf;
   void *recvbuf;
-  size_t count;  /* per-rank count for allgather/reducescatter/alltoall/gather/scatter */
+  size_t count; /* per-rank count for allgather/reducescatter/alltoall/gather/scatter */
   enum hc_dtype dtype;
-  enum hc_redop op; /* SUM, PROD, MAX, MIN, AVG or PREMULSUM */
+  enum hc_redop op;         /* SUM, PROD, MAX, MIN, AVG or PREMULSUM */
   uint8_t premul_factor[8]; /* PREMULSUM: one element of dtype */
-  int root;         /* broadcast, reduce, gather, scatter; the peer of send/recv */
+  int root;                 /* broadcast, reduce, gather, scatter; the peer of send/recv */
   const size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* alltoallv */
-  bool stage_send; /* SEND: copy the data aside first (a receive of the same
+  bool stage_send;                                           /* SEND: copy the data aside first (a receive of the same
                       group overwrites the buffer: in-place send/recv) */
   /* Collectives made on the comm before this call (api/): a collective's
    * own number; send and receive carry the count they follow. Every rank
@@ -80,8 +88,17 @@ void hc_plan_sig_explain(char *buf, size_t len, int me, const struct hc_net_sig 
  * among the group's members); or coll SEND: one group of the vendor's
  * sends and receives (ncclGroupStart .. ncclGroupEnd), src0 pointing to
  * count struct hc_vendor_p2p in the plan's host scratch. */
-enum hc_step_kind { HC_STEP_SEND, HC_STEP_RECV, HC_STEP_REDUCE, HC_STEP_COPY, HC_STEP_SCALE, HC_STEP_NOP,
-                    HC_STEP_WAIT, HC_STEP_SIGNAL, HC_STEP_VENDOR };
+enum hc_step_kind {
+  HC_STEP_SEND,
+  HC_STEP_RECV,
+  HC_STEP_REDUCE,
+  HC_STEP_COPY,
+  HC_STEP_SCALE,
+  HC_STEP_NOP,
+  HC_STEP_WAIT,
+  HC_STEP_SIGNAL,
+  HC_STEP_VENDOR
+};
 
 /* GPU plans: the internal stream a local step runs on. Copies into host
  * memory have their own, so that they overlap copies and kernels going
@@ -92,18 +109,18 @@ enum hc_lane { HC_LANE_MAIN, HC_LANE_TO_HOST, HC_LANE_COUNT };
 /* A step reference: 1 + step index, 0 = none (see hc_step.deps). */
 typedef int32_t hc_ref_t;
 struct hc_step {
-  uint8_t kind;           /* enum hc_step_kind */
-  uint8_t redop;          /* REDUCE: SUM, PROD, MAX, MIN; SCALE: enum hc_scale_kind */
+  uint8_t kind;  /* enum hc_step_kind */
+  uint8_t redop; /* REDUCE: SUM, PROD, MAX, MIN; SCALE: enum hc_scale_kind */
   uint8_t dtype;
-  uint8_t lane;           /* enum hc_lane */
-  uint8_t coll;           /* VENDOR: enum hc_coll */
-  int32_t peer;           /* SEND, RECV; VENDOR: the root */
-  uint32_t call;          /* SEND, RECV: its call's signature, hc_plan.sigs[call] */
-  void *dst;              /* RECV, REDUCE, COPY, SCALE */
+  uint8_t lane;  /* enum hc_lane */
+  uint8_t coll;  /* VENDOR: enum hc_coll */
+  int32_t peer;  /* SEND, RECV; VENDOR: the root */
+  uint32_t call; /* SEND, RECV: its call's signature, hc_plan.sigs[call] */
+  void *dst;     /* RECV, REDUCE, COPY, SCALE */
   /* SEND, COPY and SCALE read src0, REDUCE both. SCALE's src1 points to
    * its factor (MUL: one element of dtype) or divisor (DIV: a uint64_t). */
   const void *src0, *src1;
-  size_t count;           /* elements (bytes for SEND, RECV, COPY) */
+  size_t count; /* elements (bytes for SEND, RECV, COPY) */
   /* Earlier steps that must be done first, as 1 + their index, so that a
    * zero-initialised entry means "none". */
   int32_t deps[HC_STEP_MAX_DEPS];
@@ -127,13 +144,13 @@ struct hc_plan {
   int nscratch;
   struct hc_net_sig *sigs; /* of the calls whose transfers the plan holds */
   uint32_t nsigs, sigs_cap;
-  enum hc_algo algo;       /* what ran, for logs and benchmarks */
+  enum hc_algo algo; /* what ran, for logs and benchmarks */
   /* The VENDOR step of coll SEND that later send/recv calls of this plan
    * join (one group of the vendor's sends and receives, as the caller's
    * group is one for NCCL: two ranks that each send first would otherwise
    * wait for each other); 0 for none. */
   hc_ref_t open_vendor_p2p;
-  enum hc_mem_kind mem;    /* where the buffers live */
+  enum hc_mem_kind mem; /* where the buffers live */
 };
 
 /* Scratch buffers of a comm, kept between calls so the hot path does not
@@ -151,18 +168,18 @@ void hc_scratch_pool_destroy(struct hc_scratch_pool *pool); /* takes NULL */
 struct hc_plan_ctx {
   int rank, nranks;
   enum hc_algo algo[HC_COLL_COUNT]; /* HETCCL_ALGO per collective (hc_algo_parse); AUTO: the table's choice */
-  size_t chunk_bytes;     /* HETCCL_CHUNK_BYTES */
-  size_t ring_threshold;  /* HETCCL_RING_THRESHOLD */
-  size_t onestep_bytes;   /* HETCCL_ONESTEP_BYTES */
-  bool any_gpu;           /* some rank's buffers are GPU memory: one step is never chosen by size */
+  size_t chunk_bytes;               /* HETCCL_CHUNK_BYTES */
+  size_t ring_threshold;            /* HETCCL_RING_THRESHOLD */
+  size_t onestep_bytes;             /* HETCCL_ONESTEP_BYTES */
+  bool any_gpu;                     /* some rank's buffers are GPU memory: one step is never chosen by size */
   /* All-reduce, all-gather and reduce-scatter of flat comms whose whole
    * vector (all-reduce's buffer, all-gather's output, reduce-scatter's
    * input) has up to this many bytes exchange directly (direct.c); 0: never. */
   size_t direct_max_bytes;
   size_t direct_chunk_bytes; /* a direct algorithm's piece; 0: chunk_bytes */
-  int scratch_slots;      /* HETCCL_SCRATCH_SLOTS */
-  int ngroups;            /* HETCCL_GROUP groups (plan/hier.c); 1 when there is one */
-  const int *group_of;    /* per rank: its group, 0 .. ngroups - 1; NULL with one group */
+  int scratch_slots;         /* HETCCL_SCRATCH_SLOTS */
+  int ngroups;               /* HETCCL_GROUP groups (plan/hier.c); 1 when there is one */
+  const int *group_of;       /* per rank: its group, 0 .. ngroups - 1; NULL with one group */
   /* Per group, or NULL for none: the group runs the vendor's library
    * inside (its ranks each own a distinct GPU of one vendor; api/comm.c
    * decides, the same on every rank). Its members' blocks are then the
@@ -216,8 +233,7 @@ void hc_coll_args_keep_counts(struct hc_coll_args *a, int nranks, size_t *store)
 
 /* Appends the steps of one call to plan (a group appends several calls to
  * one plan). Allocates scratch as needed; hc_plan_reset frees everything. */
-hc_result_t hc_plan_add(struct hc_plan *plan, const struct hc_plan_ctx *ctx,
-                        const struct hc_coll_args *a);
+hc_result_t hc_plan_add(struct hc_plan *plan, const struct hc_plan_ctx *ctx, const struct hc_coll_args *a);
 void hc_plan_reset(struct hc_plan *plan);
 
 /* The algorithm table (algos.c): one row per collective and algorithm.

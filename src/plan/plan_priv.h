@@ -5,37 +5,43 @@
 #include "plan.h"
 
 #define HC_DEPS(...) .deps = {__VA_ARGS__}
-static inline hc_ref_t hc_push_send(struct hc_plan *p, int peer, const void *src, size_t bytes,
-                                    hc_ref_t d0, hc_ref_t d1) {
-  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SEND, .peer = peer, .src0 = src,
-                                          .count = bytes, HC_DEPS(d0, d1)});
+static inline hc_ref_t hc_push_send(struct hc_plan *p, int peer, const void *src, size_t bytes, hc_ref_t d0,
+                                    hc_ref_t d1) {
+  return hc_plan_push(
+      p, (struct hc_step){.kind = HC_STEP_SEND, .peer = peer, .src0 = src, .count = bytes, HC_DEPS(d0, d1)});
 }
-static inline hc_ref_t hc_push_recv(struct hc_plan *p, int peer, void *dst, size_t bytes,
-                                    hc_ref_t d0, hc_ref_t d1) {
-  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_RECV, .peer = peer, .dst = dst,
-                                          .count = bytes, HC_DEPS(d0, d1)});
+static inline hc_ref_t hc_push_recv(struct hc_plan *p, int peer, void *dst, size_t bytes, hc_ref_t d0, hc_ref_t d1) {
+  return hc_plan_push(
+      p, (struct hc_step){.kind = HC_STEP_RECV, .peer = peer, .dst = dst, .count = bytes, HC_DEPS(d0, d1)});
 }
-static inline hc_ref_t hc_push_copy(struct hc_plan *p, void *dst, const void *src, size_t bytes,
-                                    hc_ref_t d0, hc_ref_t d1) {
+static inline hc_ref_t hc_push_copy(struct hc_plan *p, void *dst, const void *src, size_t bytes, hc_ref_t d0,
+                                    hc_ref_t d1) {
   if (dst == src) return d0; /* nothing to do: the data is already in place */
-  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_COPY, .dst = dst, .src0 = src,
-                                          .count = bytes, HC_DEPS(d0, d1)});
+  return hc_plan_push(p,
+                      (struct hc_step){.kind = HC_STEP_COPY, .dst = dst, .src0 = src, .count = bytes, HC_DEPS(d0, d1)});
 }
 /* dst = lo op hi, where lo is the contribution of the lower ranks: every
  * rank that computes the same element orders the operands the same way. */
-static inline hc_ref_t hc_push_reduce(struct hc_plan *p, void *dst, const void *lo,
-                                      const void *hi, size_t count, enum hc_dtype t,
-                                      enum hc_redop op, hc_ref_t d0, hc_ref_t d1, hc_ref_t d2) {
-  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_REDUCE, .redop = (uint8_t)op,
-                                          .dtype = (uint8_t)t, .dst = dst, .src0 = lo,
-                                          .src1 = hi, .count = count, HC_DEPS(d0, d1, d2)});
+static inline hc_ref_t hc_push_reduce(struct hc_plan *p, void *dst, const void *lo, const void *hi, size_t count,
+                                      enum hc_dtype t, enum hc_redop op, hc_ref_t d0, hc_ref_t d1, hc_ref_t d2) {
+  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_REDUCE,
+                                          .redop = (uint8_t)op,
+                                          .dtype = (uint8_t)t,
+                                          .dst = dst,
+                                          .src0 = lo,
+                                          .src1 = hi,
+                                          .count = count,
+                                          HC_DEPS(d0, d1, d2)});
 }
-static inline hc_ref_t hc_push_scale(struct hc_plan *p, void *dst, const void *src, size_t count,
-                                     enum hc_dtype t, enum hc_scale_kind kind, hc_ref_t d0,
-                                     hc_ref_t d1) {
-  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SCALE, .redop = (uint8_t)kind,
-                                          .dtype = (uint8_t)t, .dst = dst, .src0 = src,
-                                          .count = count, HC_DEPS(d0, d1)});
+static inline hc_ref_t hc_push_scale(struct hc_plan *p, void *dst, const void *src, size_t count, enum hc_dtype t,
+                                     enum hc_scale_kind kind, hc_ref_t d0, hc_ref_t d1) {
+  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SCALE,
+                                          .redop = (uint8_t)kind,
+                                          .dtype = (uint8_t)t,
+                                          .dst = dst,
+                                          .src0 = src,
+                                          .count = count,
+                                          HC_DEPS(d0, d1)});
 }
 
 /* Scratch of at least bytes, owned by the plan: for data (device memory
@@ -89,9 +95,7 @@ static inline size_t hc_nchunks(size_t maxlen, size_t esize, size_t chunk_bytes)
 
 /* The reduction every algorithm applies step by step: SUM for AVG and
  * PREMULSUM (their scaling is a separate step). */
-static inline enum hc_redop hc_step_op(enum hc_redop op) {
-  return op == HC_AVG || op == HC_PREMULSUM ? HC_SUM : op;
-}
+static inline enum hc_redop hc_step_op(enum hc_redop op) { return op == HC_AVG || op == HC_PREMULSUM ? HC_SUM : op; }
 
 /* Algorithms. `in` is the data to contribute (the send buffer, or the
  * pre-scaled copy for PREMULSUM, ready once in_dep is done). Each algorithm
@@ -105,58 +109,57 @@ struct hc_alg_io {
    * result. */
   hc_ref_t *out_ready;
 };
-hc_result_t hc_ring_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
-                              const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_ring_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                              struct hc_alg_io io);
 /* The ring all-reduce over x's members with a hook between its halves:
  * once `ready` is done, elements [off, off + len) of io.out hold the
  * members' sum of this rank's block; mid may work on them further and
  * returns what the all-gather half must wait for. *done (when not NULL):
  * a step done once all of io.out is final and no step reads it any more. */
 typedef hc_ref_t (*hc_ring_mid_fn)(struct hc_plan *p, void *arg, size_t off, size_t len, hc_ref_t ready);
-hc_result_t hc_ring_allreduce_split(struct hc_plan *p, const struct hc_plan_ctx *x,
-                                    const struct hc_coll_args *a, struct hc_alg_io io, hc_ring_mid_fn mid,
-                                    void *arg, hc_ref_t *done);
+hc_result_t hc_ring_allreduce_split(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                    struct hc_alg_io io, hc_ring_mid_fn mid, void *arg, hc_ref_t *done);
 /* The collectives of a comm of several groups (hier.c). */
-hc_result_t hc_hier_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
-                              const struct hc_coll_args *a, struct hc_alg_io io);
-hc_result_t hc_hier_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x,
-                              const struct hc_coll_args *a, struct hc_alg_io io);
-hc_result_t hc_hier_reduce(struct hc_plan *p, const struct hc_plan_ctx *x,
-                           const struct hc_coll_args *a, struct hc_alg_io io);
-hc_result_t hc_hier_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
-                              const struct hc_coll_args *a, struct hc_alg_io io);
-hc_result_t hc_hier_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x,
-                                  const struct hc_coll_args *a, struct hc_alg_io io);
-hc_result_t hc_rd_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
-                            const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_hier_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                              struct hc_alg_io io);
+hc_result_t hc_hier_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                              struct hc_alg_io io);
+hc_result_t hc_hier_reduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                           struct hc_alg_io io);
+hc_result_t hc_hier_allgather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                              struct hc_alg_io io);
+hc_result_t hc_hier_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                  struct hc_alg_io io);
+hc_result_t hc_rd_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                            struct hc_alg_io io);
 /* onestep.c */
-hc_result_t hc_onestep_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
-                                 const struct hc_coll_args *a, struct hc_alg_io io);
-hc_result_t hc_onestep_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
-                                 const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_onestep_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                 struct hc_alg_io io);
+hc_result_t hc_onestep_allgather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                 struct hc_alg_io io);
 /* direct.c */
-hc_result_t hc_direct_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
-                                const struct hc_coll_args *a, struct hc_alg_io io);
-hc_result_t hc_direct_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x,
-                                    const struct hc_coll_args *a, struct hc_alg_io io);
-hc_result_t hc_ring_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x,
-                                  const struct hc_coll_args *a, struct hc_alg_io io);
-hc_result_t hc_ring_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
-                              const struct hc_coll_args *a, struct hc_alg_io io);
-hc_result_t hc_tree_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x,
-                              const struct hc_coll_args *a, struct hc_alg_io io);
-hc_result_t hc_chain_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x,
-                               const struct hc_coll_args *a, struct hc_alg_io io);
-hc_result_t hc_tree_reduce(struct hc_plan *p, const struct hc_plan_ctx *x,
-                           const struct hc_coll_args *a, struct hc_alg_io io);
-hc_result_t hc_chain_reduce(struct hc_plan *p, const struct hc_plan_ctx *x,
-                            const struct hc_coll_args *a, struct hc_alg_io io);
-hc_result_t hc_p2p_alltoallv(struct hc_plan *p, const struct hc_plan_ctx *x,
-                             const struct hc_coll_args *a, struct hc_alg_io io);
-hc_result_t hc_p2p_gather(struct hc_plan *p, const struct hc_plan_ctx *x,
-                          const struct hc_coll_args *a, struct hc_alg_io io);
-hc_result_t hc_p2p_scatter(struct hc_plan *p, const struct hc_plan_ctx *x,
-                           const struct hc_coll_args *a, struct hc_alg_io io);
+hc_result_t hc_direct_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                struct hc_alg_io io);
+hc_result_t hc_direct_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                    struct hc_alg_io io);
+hc_result_t hc_ring_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                  struct hc_alg_io io);
+hc_result_t hc_ring_allgather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                              struct hc_alg_io io);
+hc_result_t hc_tree_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                              struct hc_alg_io io);
+hc_result_t hc_chain_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                               struct hc_alg_io io);
+hc_result_t hc_tree_reduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                           struct hc_alg_io io);
+hc_result_t hc_chain_reduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                            struct hc_alg_io io);
+hc_result_t hc_p2p_alltoallv(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                             struct hc_alg_io io);
+hc_result_t hc_p2p_gather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                          struct hc_alg_io io);
+hc_result_t hc_p2p_scatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                           struct hc_alg_io io);
 /* The peer of send and receive is a->root; a->stage_send copies the data
  * aside first. */
 hc_result_t hc_p2p_send(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
@@ -166,7 +169,7 @@ hc_result_t hc_p2p_recv(struct hc_plan *p, const struct hc_plan_ctx *x, const st
 
 /* For AVG, the division of out[0..count) by nranks after dep; otherwise
  * nothing. Returns the reference after which out is final. */
-hc_ref_t hc_push_avg(struct hc_plan *p, const struct hc_coll_args *a, void *out, size_t count,
-                     int nranks, hc_ref_t dep);
+hc_ref_t hc_push_avg(struct hc_plan *p, const struct hc_coll_args *a, void *out, size_t count, int nranks,
+                     hc_ref_t dep);
 
 #endif

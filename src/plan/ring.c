@@ -49,8 +49,7 @@ struct slots {
   hc_ref_t *last_user;
 };
 
-static hc_result_t slots_create(struct hc_plan *p, const struct hc_plan_ctx *x, size_t slot_bytes,
-                                struct slots *s) {
+static hc_result_t slots_create(struct hc_plan *p, const struct hc_plan_ctx *x, size_t slot_bytes, struct slots *s) {
   s->count = x->scratch_slots > 0 ? x->scratch_slots : 1;
   s->slot_bytes = slot_bytes;
   s->next = 0;
@@ -72,8 +71,8 @@ static int slot_take(struct slots *s, void **ptr, hc_ref_t *wait) {
   return i;
 }
 
-hc_result_t hc_ring_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
-                              const struct hc_coll_args *a, struct hc_alg_io io) {
+hc_result_t hc_ring_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                              struct hc_alg_io io) {
   return hc_ring_allreduce_split(p, x, a, io, NULL, NULL, NULL);
 }
 
@@ -201,8 +200,8 @@ hc_result_t hc_ring_allreduce_split(struct hc_plan *p, const struct hc_plan_ctx 
  * the partial received at step s is forwarded at step s+1, and its buffer
  * is next written at step s+2, after that send (a smaller ring of slots
  * would be overwritten before the send that forwards it is even posted). */
-hc_result_t hc_ring_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x,
-                                  const struct hc_coll_args *a, struct hc_alg_io io) {
+hc_result_t hc_ring_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                  struct hc_alg_io io) {
   const int n = x->nranks, r = x->rank;
   const size_t es = hc_dtype_size(a->dtype), count = a->count;
   const enum hc_redop op = hc_step_op(a->op);
@@ -271,8 +270,8 @@ out:
   return res;
 }
 
-hc_result_t hc_ring_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
-                              const struct hc_coll_args *a, struct hc_alg_io io) {
+hc_result_t hc_ring_allgather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                              struct hc_alg_io io) {
   const int n = x->nranks, r = x->rank;
   const size_t es = hc_dtype_size(a->dtype), count = a->count;
   hc_push_copy(p, HC_PTR(io.out, (size_t)r * count, es), io.in, count * es, io.in_dep, 0);

@@ -103,14 +103,17 @@ static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w
     hc_ref_t copied = hc_plan_push(p, copy);
     if (send) /* the signature words, then filled: one lane, in order */
       for (int word = 0; word < 2; word++)
-        copied = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SIGNAL, .lane = lane,
+        copied = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SIGNAL,
+                                                  .lane = lane,
                                                   .src0 = w->w.tx_sig + 2 * (piece % HC_NET_WINDOW_SIGS) + word,
                                                   .count = s->call < p->nsigs ? p->sigs[s->call].w[word] : 0,
                                                   HC_DEPS(copied)});
     hc_ref_t *last = &w->last_signal[!send];
-    *last = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SIGNAL, .lane = lane,
+    *last = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SIGNAL,
+                                             .lane = lane,
                                              .src0 = send ? w->w.tx_filled : w->w.rx_freed,
-                                             .count = piece + 1, HC_DEPS(copied, *last)});
+                                             .count = piece + 1,
+                                             HC_DEPS(copied, *last)});
     /* The transfer's dependents need its buffer free (send) or its data in
      * (receive): both are the copy, which a GPU step can follow on the
      * GPU. The signal is done by the end of the plan. */
@@ -150,8 +153,9 @@ static bool some_piece(const struct hc_plan_ctx *x, int peer, size_t count, size
 static atomic_ullong gate_counter;
 
 static hc_ref_t push_gate(struct hc_plan *p, hc_ref_t after) {
-  return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_WAIT, .lane = HC_LANE_MAIN, .src0 = &gate_counter,
-                                          .count = 0, HC_DEPS(after)});
+  return hc_plan_push(
+      p,
+      (struct hc_step){.kind = HC_STEP_WAIT, .lane = HC_LANE_MAIN, .src0 = &gate_counter, .count = 0, HC_DEPS(after)});
 }
 
 /* Adds ref to s's dependencies (joining them when all are taken). */
@@ -173,7 +177,7 @@ struct stage {
   const struct hc_plan_ctx *x;
   bool device_memory; /* the plan's buffers outside its host scratch are device memory */
   size_t piece_max;
-  hc_ref_t *pieces;         /* one transfer's pieces */
+  hc_ref_t *pieces; /* one transfer's pieces */
   /* [memory][direction]: memory 0 pinned host slots, 1 device scratch
    * slots (slot_memory); direction 0 sends, 1 receives. */
   struct slot_ring ring[2][2];
@@ -189,9 +193,9 @@ struct stage {
 
 /* What a plan's transfers ask of staging. */
 struct stage_needs {
-  bool any;    /* some transfer is cut into pieces */
+  bool any;      /* some transfer is cut into pieces */
   bool rings[2]; /* some piece of device memory goes through that memory's slots */
-  bool direct; /* some piece of device memory goes straight to the transport */
+  bool direct;   /* some piece of device memory goes straight to the transport */
   size_t max_pieces;
 };
 
@@ -213,7 +217,8 @@ static struct stage_needs survey(const struct stage *st, const struct hc_step *s
       continue;
     }
     const bool dev = moves_device_memory(st, s) && s->count > 0;
-    if (dev && some_piece(st->x, s->peer, s->count, st->piece_max, true)) need.rings[slot_memory(st->x, s->peer)] = true;
+    if (dev && some_piece(st->x, s->peer, s->count, st->piece_max, true))
+      need.rings[slot_memory(st->x, s->peer)] = true;
     need.direct |= dev && some_piece(st->x, s->peer, s->count, st->piece_max, false);
     if (dev || s->count > st->piece_max) {
       need.any = true;
@@ -258,10 +263,8 @@ static void note_direct(struct stage *st, hc_ref_t piece) {
 static hc_ref_t push_piece_in_place(struct stage *st, const struct hc_step *s, size_t off, size_t len, bool dev) {
   struct hc_step piece = *s;
   piece.count = len;
-  if (s->kind == HC_STEP_SEND)
-    piece.src0 = (const char *)s->src0 + off;
-  else
-    piece.dst = (char *)s->dst + off;
+  if (s->kind == HC_STEP_SEND) piece.src0 = (const char *)s->src0 + off;
+  else piece.dst = (char *)s->dst + off;
   if (dev) add_dep(st->p, &piece, st->entry_gate);
   hc_ref_t ref = hc_plan_push(st->p, piece);
   if (dev) note_direct(st, ref);

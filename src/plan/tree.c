@@ -20,8 +20,8 @@ static int real_rank(const struct hc_plan_ctx *x, int v, int root) { return hc_m
  * first 2*rem ranks, each even one hands its data to the odd one above it
  * and gets the result back at the end. Partners order their operands by
  * rank, so both compute the same bits. */
-hc_result_t hc_rd_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
-                            const struct hc_coll_args *a, struct hc_alg_io io) {
+hc_result_t hc_rd_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                            struct hc_alg_io io) {
   const int n = x->nranks, r = x->rank;
   const size_t es = hc_dtype_size(a->dtype), bytes = a->count * es;
   const enum hc_redop op = hc_step_op(a->op);
@@ -65,8 +65,8 @@ hc_result_t hc_rd_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
   return HC_OK;
 }
 
-hc_result_t hc_tree_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x,
-                              const struct hc_coll_args *a, struct hc_alg_io io) {
+hc_result_t hc_tree_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                              struct hc_alg_io io) {
   const int n = x->nranks, root = a->root, v = (x->rank - root + n) % n;
   const size_t bytes = a->count * hc_dtype_size(a->dtype);
   const void *src = io.in;
@@ -87,8 +87,8 @@ hc_result_t hc_tree_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x,
   return HC_OK;
 }
 
-hc_result_t hc_chain_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x,
-                               const struct hc_coll_args *a, struct hc_alg_io io) {
+hc_result_t hc_chain_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                               struct hc_alg_io io) {
   const int n = x->nranks, root = a->root, v = (x->rank - root + n) % n;
   const size_t es = hc_dtype_size(a->dtype);
   const size_t nch = hc_nchunks(a->count, es, x->chunk_bytes);
@@ -112,8 +112,8 @@ hc_result_t hc_chain_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x,
  * buffer per child, so all of them can arrive at once) and sends the sum to
  * its parent. Only the root's result is visible, so the order of operands
  * needs no agreement between ranks. */
-hc_result_t hc_tree_reduce(struct hc_plan *p, const struct hc_plan_ctx *x,
-                           const struct hc_coll_args *a, struct hc_alg_io io) {
+hc_result_t hc_tree_reduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                           struct hc_alg_io io) {
   const int n = x->nranks, root = a->root, v = (x->rank - root + n) % n;
   const size_t es = hc_dtype_size(a->dtype), bytes = a->count * es;
   const enum hc_redop op = hc_step_op(a->op);
@@ -143,8 +143,8 @@ hc_result_t hc_tree_reduce(struct hc_plan *p, const struct hc_plan_ctx *x,
   return HC_OK;
 }
 
-hc_result_t hc_chain_reduce(struct hc_plan *p, const struct hc_plan_ctx *x,
-                            const struct hc_coll_args *a, struct hc_alg_io io) {
+hc_result_t hc_chain_reduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                            struct hc_alg_io io) {
   const int n = x->nranks, root = a->root, v = (x->rank - root + n) % n;
   const size_t es = hc_dtype_size(a->dtype);
   const enum hc_redop op = hc_step_op(a->op);

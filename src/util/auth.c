@@ -109,8 +109,8 @@ void hc_sha256(const void *data, size_t n, uint8_t out[32]) {
 }
 
 /* HMAC over the concatenation of up to 4 parts, so callers need no buffer. */
-static void hmac_parts(const uint8_t *key, size_t key_len, const void *const parts[], const size_t lens[],
-                       int nparts, uint8_t out[32]) {
+static void hmac_parts(const uint8_t *key, size_t key_len, const void *const parts[], const size_t lens[], int nparts,
+                       uint8_t out[32]) {
   uint8_t k[64] = {0}, pad[64], inner[32];
   if (key_len > 64) hc_sha256(key, key_len, k);
   else memcpy(k, key, key_len);
@@ -223,8 +223,8 @@ hc_result_t hc_auth_server_on_hello(struct hc_auth_state *st, const uint8_t secr
   if (!hc_auth_hello_parse(in_hello, HELLO_BYTES, &h))
     return HC_FAIL(HC_ERR_REMOTE, "authentication failed: client %s sent 0x%08x, not a hetccl hello", who, h.magic);
   if (h.purpose != (uint32_t)purpose) {
-    return HC_FAIL(HC_ERR_REMOTE, "authentication failed: client %s asked for connection purpose %u, expected %u",
-                   who, h.purpose, (unsigned)purpose);
+    return HC_FAIL(HC_ERR_REMOTE, "authentication failed: client %s asked for connection purpose %u, expected %u", who,
+                   h.purpose, (unsigned)purpose);
   }
   memcpy(st->cn, h.nonce, NONCE_BYTES);
   HC_TRY(hc_random_bytes(st->sn, NONCE_BYTES));

@@ -55,16 +55,13 @@ hc_result_t hc_auth_server_on_proof(const struct hc_auth_state *st, const uint8_
 /* The same steps over a blocking fd, bounded by deadline_ns (the
  * bootstrap's use). Errors as above; the caller drops the connection and,
  * on the accepting side, goes on. */
-hc_result_t hc_auth_client_blocking(int fd, const uint8_t secret[HC_SECRET_BYTES],
-                                    enum hc_auth_purpose purpose, uint64_t deadline_ns,
-                                    const atomic_bool *abort_flag);
-hc_result_t hc_auth_server_blocking(int fd, const uint8_t secret[HC_SECRET_BYTES],
-                                    enum hc_auth_purpose purpose, uint64_t deadline_ns,
-                                    const atomic_bool *abort_flag);
+hc_result_t hc_auth_client_blocking(int fd, const uint8_t secret[HC_SECRET_BYTES], enum hc_auth_purpose purpose,
+                                    uint64_t deadline_ns, const atomic_bool *abort_flag);
+hc_result_t hc_auth_server_blocking(int fd, const uint8_t secret[HC_SECRET_BYTES], enum hc_auth_purpose purpose,
+                                    uint64_t deadline_ns, const atomic_bool *abort_flag);
 
 /* SHA-256 and HMAC-SHA256 (FIPS 180-4, RFC 2104); exposed for tests. */
 void hc_sha256(const void *data, size_t n, uint8_t out[32]);
-void hc_hmac_sha256(const uint8_t *key, size_t key_len, const void *data, size_t n,
-                    uint8_t out[32]);
+void hc_hmac_sha256(const uint8_t *key, size_t key_len, const void *data, size_t n, uint8_t out[32]);
 
 #endif

@@ -19,15 +19,13 @@ static char host_name[64];
 static _Thread_local int log_rank = -1;
 static _Thread_local char log_comm_name[64];
 
-static const char *const sys_names[] = {"UTIL", "BOOT", "DEV", "NET", "VENDOR",
-                                        "PLAN", "EXEC", "API", "ENV"};
+static const char *const sys_names[] = {"UTIL", "BOOT", "DEV", "NET", "VENDOR", "PLAN", "EXEC", "API", "ENV"};
 
 static int parse_mask(const char *s) {
   int mask = 0;
   char buf[256];
   snprintf(buf, sizeof(buf), "%s", s);
-  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-       tok = strtok_r(NULL, ",", &save)) {
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     if (strcasecmp(tok, "ALL") == 0) mask |= HC_ALL;
     for (size_t i = 0; i < HC_ARRAY_LEN(sys_names); i++)
       if (strcasecmp(tok, sys_names[i]) == 0) mask |= 1 << i;
@@ -112,9 +110,8 @@ void hc_log_emit(int level, int sys, const char *file, int line, const char *fmt
    * where a call spends it. */
   char when[32] = "";
   if (level == HC_LOG_TRACE) snprintf(when, sizeof(when), "%.1f ", (double)hc_now_ns() / 1e3);
-  fprintf(out, "%s:%d:%ld %shetccl %s %s %s:%d %s%s\n", host_name, (int)getpid(),
-          (long)syscall(SYS_gettid), rank, level_names[level], sys_name(sys),
-          base ? base + 1 : file, line, when, msg);
+  fprintf(out, "%s:%d:%ld %shetccl %s %s %s:%d %s%s\n", host_name, (int)getpid(), (long)syscall(SYS_gettid), rank,
+          level_names[level], sys_name(sys), base ? base + 1 : file, line, when, msg);
   fflush(out);
   errno = saved_errno;
 }

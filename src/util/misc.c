@@ -19,21 +19,17 @@ uint64_t hc_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t hc_deadline_ns(void) {
-  return hc_now_ns() + (uint64_t)hc_param_int(HC_P_TIMEOUT) * 1000000000ull;
-}
+uint64_t hc_deadline_ns(void) { return hc_now_ns() + (uint64_t)hc_param_int(HC_P_TIMEOUT) * 1000000000ull; }
 
 static const struct {
   size_t size;
   const char *name;
   bool is_float;
 } dtypes[HC_DTYPE_COUNT] = {
-    [HC_INT8] = {1, "int8", false},      [HC_UINT8] = {1, "uint8", false},
-    [HC_INT32] = {4, "int32", false},    [HC_UINT32] = {4, "uint32", false},
-    [HC_INT64] = {8, "int64", false},    [HC_UINT64] = {8, "uint64", false},
-    [HC_FLOAT16] = {2, "half", true},    [HC_FLOAT32] = {4, "float", true},
-    [HC_FLOAT64] = {8, "double", true},  [HC_BFLOAT16] = {2, "bfloat16", true},
-    [HC_FP8_E4M3] = {1, "f8e4m3", true}, [HC_FP8_E5M2] = {1, "f8e5m2", true},
+    [HC_INT8] = {1, "int8", false},        [HC_UINT8] = {1, "uint8", false},    [HC_INT32] = {4, "int32", false},
+    [HC_UINT32] = {4, "uint32", false},    [HC_INT64] = {8, "int64", false},    [HC_UINT64] = {8, "uint64", false},
+    [HC_FLOAT16] = {2, "half", true},      [HC_FLOAT32] = {4, "float", true},   [HC_FLOAT64] = {8, "double", true},
+    [HC_BFLOAT16] = {2, "bfloat16", true}, [HC_FP8_E4M3] = {1, "f8e4m3", true}, [HC_FP8_E5M2] = {1, "f8e5m2", true},
 };
 
 size_t hc_dtype_size(enum hc_dtype t) { return (unsigned)t < HC_DTYPE_COUNT ? dtypes[t].size : 0; }
@@ -46,9 +42,9 @@ const char *hc_redop_name(enum hc_redop op) {
 }
 
 const char *hc_coll_name(enum hc_coll c) {
-  static const char *const names[HC_COLL_COUNT] = {
-      "AllReduce", "Broadcast", "Reduce",  "AllGather", "ReduceScatter", "AlltoAll",
-      "AlltoAllv", "Gather",    "Scatter", "Send",      "Recv"};
+  static const char *const names[HC_COLL_COUNT] = {"AllReduce",     "Broadcast", "Reduce",    "AllGather",
+                                                   "ReduceScatter", "AlltoAll",  "AlltoAllv", "Gather",
+                                                   "Scatter",       "Send",      "Recv"};
   return (unsigned)c < HC_COLL_COUNT ? names[c] : "?";
 }
 

@@ -56,10 +56,22 @@ hc_result_t hc_parse_size(const char *s, int64_t *out) {
   double mult = 1;
   switch (toupper((unsigned char)*end)) {
   case 0: break;
-  case 'K': mult = 1024.0; end++; break;
-  case 'M': mult = 1024.0 * 1024; end++; break;
-  case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
-  case 'T': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
+  case 'K':
+    mult = 1024.0;
+    end++;
+    break;
+  case 'M':
+    mult = 1024.0 * 1024;
+    end++;
+    break;
+  case 'G':
+    mult = 1024.0 * 1024 * 1024;
+    end++;
+    break;
+  case 'T':
+    mult = 1024.0 * 1024 * 1024 * 1024;
+    end++;
+    break;
   default: return HC_ERR_USAGE;
   }
   if (*end == 'B' || *end == 'b') end++;
@@ -178,8 +190,8 @@ static void warn_unknown_names(void) {
       HC_WARN(HC_ENV, "unknown variable HETCCL_%.*s ignored; did you mean HETCCL_%s? (see docs/params.md)", (int)len,
               name, hc_param_table[best].name);
     else
-      HC_WARN(HC_ENV, "unknown variable HETCCL_%.*s ignored; no known variable is close (see docs/params.md)",
-              (int)len, name);
+      HC_WARN(HC_ENV, "unknown variable HETCCL_%.*s ignored; no known variable is close (see docs/params.md)", (int)len,
+              name);
   }
 }
 
@@ -216,8 +228,7 @@ static void log_load(const bool *nccl_rejected) {
       HC_WARN(HC_ENV, "%s=\"%s\" ignored: HETCCL_%s (which it stands in for) accepts %s; the default %s stays", var,
               text, hc_param_table[p].name, hc_param_accepts((enum hc_param)p, accepts, sizeof(accepts)),
               hc_param_table[p].def[0] ? hc_param_table[p].def : "(empty)");
-    else if (is_nccl(var))
-      HC_INFO(HC_ENV, "HETCCL_%s unset: taken from %s=%s", hc_param_table[p].name, var, text);
+    else if (is_nccl(var)) HC_INFO(HC_ENV, "HETCCL_%s unset: taken from %s=%s", hc_param_table[p].name, var, text);
     else if (p == HC_P_SECRET) HC_INFO(HC_ENV, "%s set (not logged: it admits to the job)", var);
     else HC_INFO(HC_ENV, "%s set to %s", var, text);
   }

@@ -44,6 +44,4 @@ void hc_blame(int rank) { blamed = rank; }
 
 int hc_blamed(void) { return blamed; }
 
-void hc_set_last_error(const char *text) {
-  snprintf(last_error, sizeof(last_error), "%s", text);
-}
+void hc_set_last_error(const char *text) { snprintf(last_error, sizeof(last_error), "%s", text); }

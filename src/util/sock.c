@@ -158,8 +158,7 @@ static bool usable_addr(const struct ifaddrs *ifa, int family) {
   int f = ifa->ifa_addr->sa_family;
   if (f != AF_INET && f != AF_INET6) return false;
   if (family != AF_UNSPEC && f != family) return false;
-  if (f == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr))
-    return false;
+  if (f == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr)) return false;
   return true;
 }
 
@@ -242,7 +241,9 @@ hc_result_t hc_sock_listen(const union hc_sockaddr *addr, int *fd, union hc_sock
   /* Non-blocking, so a connection reset between poll() and accept() cannot
    * leave accept() sleeping past a deadline. */
   int s = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (s < 0) return HC_FAIL(HC_ERR_SYSTEM, "socket for listening on %s: %s", hc_sock_str(addr, buf, sizeof(buf)), strerror(errno));
+  if (s < 0)
+    return HC_FAIL(HC_ERR_SYSTEM, "socket for listening on %s: %s", hc_sock_str(addr, buf, sizeof(buf)),
+                   strerror(errno));
   int one = 1, zero = 0;
   if (setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) goto sys_fail;
   /* "::" should also take IPv4 peers: a root bound to the wildcard does not
@@ -313,8 +314,8 @@ static enum wait_status nap(int ms, uint64_t deadline_ns, const atomic_bool *abo
 
 /* Errors after which the peer may simply not be listening yet. */
 static bool connect_retryable(int e) {
-  return e == ECONNREFUSED || e == ETIMEDOUT || e == ENETUNREACH || e == EHOSTUNREACH ||
-         e == ECONNRESET || e == ECONNABORTED || e == EAGAIN || e == EADDRNOTAVAIL;
+  return e == ECONNREFUSED || e == ETIMEDOUT || e == ENETUNREACH || e == EHOSTUNREACH || e == ECONNRESET ||
+         e == ECONNABORTED || e == EAGAIN || e == EADDRNOTAVAIL;
 }
 
 /* What connect and accept hand back: a blocking fd without Nagle. Every
@@ -371,22 +372,23 @@ hc_result_t hc_sock_connect_blocking(const union hc_sockaddr *addr, const char *
     uint64_t now = hc_now_ns();
     if (now >= next_report) {
       next_report = now + CONNECT_REPORT_NS;
-      HC_WARN(HC_UTIL, "%s has not answered for %llu s (%s; not started yet?); retrying for %llu s more "
-              "(HETCCL_TIMEOUT)", who, (unsigned long long)((now - start) / 1000000000ull), strerror(e),
+      HC_WARN(HC_UTIL,
+              "%s has not answered for %llu s (%s; not started yet?); retrying for %llu s more "
+              "(HETCCL_TIMEOUT)",
+              who, (unsigned long long)((now - start) / 1000000000ull), strerror(e),
               (unsigned long long)((deadline_ns - now) / 1000000000ull));
     }
     if ((st = nap(backoff_ms, deadline_ns, abort_flag)) != WAIT_OK) break;
     backoff_ms = HC_MIN(backoff_ms * 2, SLICE_MS);
   }
   if (st == WAIT_TIMEOUT && last_err) {
-    return HC_FAIL(HC_ERR_REMOTE, "connect to %s: timed out (HETCCL_TIMEOUT) after %d attempts, last: %s", who,
-                   tries, strerror(last_err));
+    return HC_FAIL(HC_ERR_REMOTE, "connect to %s: timed out (HETCCL_TIMEOUT) after %d attempts, last: %s", who, tries,
+                   strerror(last_err));
   }
   return wait_fail(st, "connect to", who);
 }
 
-hc_result_t hc_sock_accept_blocking(int listen_fd, uint64_t deadline_ns, const atomic_bool *abort_flag,
-                                    int *fd) {
+hc_result_t hc_sock_accept_blocking(int listen_fd, uint64_t deadline_ns, const atomic_bool *abort_flag, int *fd) {
   char who[80];
   local_str(listen_fd, who, sizeof(who));
   *fd = -1;
@@ -440,8 +442,7 @@ hc_result_t hc_sock_send_blocking(int fd, const void *buf, size_t n, uint64_t de
   return HC_OK;
 }
 
-hc_result_t hc_sock_recv_blocking(int fd, void *buf, size_t n, uint64_t deadline_ns,
-                                  const atomic_bool *abort_flag) {
+hc_result_t hc_sock_recv_blocking(int fd, void *buf, size_t n, uint64_t deadline_ns, const atomic_bool *abort_flag) {
   char *p = buf;
   char who[80];
   if (n > 0) peer_str(fd, who, sizeof(who));

@@ -42,13 +42,11 @@ const char *hc_sock_str(const union hc_sockaddr *a, char *buf, size_t len);
  * bootstrap root"; NULL: "a peer"), its address and the time left. */
 hc_result_t hc_sock_connect_blocking(const union hc_sockaddr *addr, const char *what, uint64_t deadline_ns,
                                      const atomic_bool *abort_flag, int *fd);
-hc_result_t hc_sock_accept_blocking(int listen_fd, uint64_t deadline_ns,
-                                    const atomic_bool *abort_flag, int *fd);
+hc_result_t hc_sock_accept_blocking(int listen_fd, uint64_t deadline_ns, const atomic_bool *abort_flag, int *fd);
 /* All n bytes or an error; a closed peer is HC_ERR_REMOTE. */
 hc_result_t hc_sock_send_blocking(int fd, const void *buf, size_t n, uint64_t deadline_ns,
                                   const atomic_bool *abort_flag);
-hc_result_t hc_sock_recv_blocking(int fd, void *buf, size_t n, uint64_t deadline_ns,
-                                  const atomic_bool *abort_flag);
+hc_result_t hc_sock_recv_blocking(int fd, void *buf, size_t n, uint64_t deadline_ns, const atomic_bool *abort_flag);
 /* O_NONBLOCK, TCP_NODELAY, and keepalive probes that notice a dead peer
  * within seconds. */
 hc_result_t hc_sock_tune(int fd);

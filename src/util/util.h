@@ -47,28 +47,28 @@ const char *hc_result_str(hc_result_t r);
 /* Callers of a failing call only leave a TRACE line: the first place that saw
  * the failure wrote the message. */
 #define HC_UNWIND(r) HC_TRACE(HC_UTIL, "-> %s", hc_result_str(r))
-#define HC_TRY(call)                                                           \
-  do {                                                                         \
-    hc_result_t r_ = (call);                                                   \
-    if (r_ != HC_OK) {                                                         \
-      HC_UNWIND(r_);                                                           \
-      return r_;                                                               \
-    }                                                                          \
+#define HC_TRY(call)         \
+  do {                       \
+    hc_result_t r_ = (call); \
+    if (r_ != HC_OK) {       \
+      HC_UNWIND(r_);         \
+      return r_;             \
+    }                        \
   } while (0)
-#define HC_TRY_GOTO(call, res, out)                                            \
-  do {                                                                         \
-    (res) = (call);                                                            \
-    if ((res) != HC_OK) {                                                      \
-      HC_UNWIND(res);                                                          \
-      goto out;                                                                \
-    }                                                                          \
+#define HC_TRY_GOTO(call, res, out) \
+  do {                              \
+    (res) = (call);                 \
+    if ((res) != HC_OK) {           \
+      HC_UNWIND(res);               \
+      goto out;                     \
+    }                               \
   } while (0)
 /* Retries EINTR, never EAGAIN. */
-#define HC_SYS(call, what)                                                     \
-  do {                                                                         \
-    int s_;                                                                    \
-    do s_ = (call);                                                            \
-    while (s_ == -1 && errno == EINTR);                                        \
+#define HC_SYS(call, what)                                                        \
+  do {                                                                            \
+    int s_;                                                                       \
+    do s_ = (call);                                                               \
+    while (s_ == -1 && errno == EINTR);                                           \
     if (s_ == -1) return HC_FAIL(HC_ERR_SYSTEM, "%s: %s", what, strerror(errno)); \
   } while (0)
 
@@ -76,8 +76,16 @@ const char *hc_result_str(hc_result_t r);
 enum hc_log_level { HC_LOG_NONE = 0, HC_LOG_WARN = 1, HC_LOG_INFO = 2, HC_LOG_TRACE = 3 };
 /* Subsystems, one per layer. */
 enum hc_sys {
-  HC_UTIL = 1, HC_BOOT = 2, HC_DEV = 4, HC_NET = 8, HC_VENDOR = 16,
-  HC_PLAN = 32, HC_EXEC = 64, HC_API = 128, HC_ENV = 256, HC_ALL = 511
+  HC_UTIL = 1,
+  HC_BOOT = 2,
+  HC_DEV = 4,
+  HC_NET = 8,
+  HC_VENDOR = 16,
+  HC_PLAN = 32,
+  HC_EXEC = 64,
+  HC_API = 128,
+  HC_ENV = 256,
+  HC_ALL = 511
 };
 extern atomic_int hc_log_level;
 extern atomic_int hc_log_mask;
@@ -92,19 +100,19 @@ void hc_log_set_rank(int rank);
 void hc_log_set_comm(int rank, const char *name);
 void hc_log_emit(int level, int sys, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-#define HC_LOG(lvl, sys, ...)                                                  \
-  do {                                                                         \
-    if ((lvl) <= atomic_load_explicit(&hc_log_level, memory_order_relaxed) &&  \
-        ((sys) & atomic_load_explicit(&hc_log_mask, memory_order_relaxed)))    \
-      hc_log_emit((lvl), (sys), __FILE__, __LINE__, __VA_ARGS__);              \
+#define HC_LOG(lvl, sys, ...)                                                 \
+  do {                                                                        \
+    if ((lvl) <= atomic_load_explicit(&hc_log_level, memory_order_relaxed) && \
+        ((sys)&atomic_load_explicit(&hc_log_mask, memory_order_relaxed)))     \
+      hc_log_emit((lvl), (sys), __FILE__, __LINE__, __VA_ARGS__);             \
   } while (0)
 #define HC_WARN(sys, ...) HC_LOG(HC_LOG_WARN, sys, __VA_ARGS__)
 #define HC_INFO(sys, ...) HC_LOG(HC_LOG_INFO, sys, __VA_ARGS__)
 #define HC_TRACE(sys, ...) HC_LOG(HC_LOG_TRACE, sys, __VA_ARGS__)
-#define HC_WARN_ONCE(sys, ...)                                                 \
-  do {                                                                         \
-    static atomic_flag once_ = ATOMIC_FLAG_INIT;                               \
-    if (!atomic_flag_test_and_set(&once_)) HC_WARN(sys, __VA_ARGS__);          \
+#define HC_WARN_ONCE(sys, ...)                                        \
+  do {                                                                \
+    static atomic_flag once_ = ATOMIC_FLAG_INIT;                      \
+    if (!atomic_flag_test_and_set(&once_)) HC_WARN(sys, __VA_ARGS__); \
   } while (0)
 
 /* ---- parameters: src/util/params.def is the one table ---- */
@@ -159,8 +167,18 @@ uint64_t hc_deadline_ns(void);
 
 /* ---- datatypes and reduction ops (values of ncclDataType_t / ncclRedOp_t) ---- */
 enum hc_dtype {
-  HC_INT8 = 0, HC_UINT8, HC_INT32, HC_UINT32, HC_INT64, HC_UINT64,
-  HC_FLOAT16, HC_FLOAT32, HC_FLOAT64, HC_BFLOAT16, HC_FP8_E4M3, HC_FP8_E5M2,
+  HC_INT8 = 0,
+  HC_UINT8,
+  HC_INT32,
+  HC_UINT32,
+  HC_INT64,
+  HC_UINT64,
+  HC_FLOAT16,
+  HC_FLOAT32,
+  HC_FLOAT64,
+  HC_BFLOAT16,
+  HC_FP8_E4M3,
+  HC_FP8_E5M2,
   HC_DTYPE_COUNT
 };
 enum hc_redop { HC_SUM = 0, HC_PROD, HC_MAX, HC_MIN, HC_AVG, HC_PREMULSUM, HC_REDOP_COUNT };
@@ -171,9 +189,18 @@ bool hc_dtype_is_float(enum hc_dtype t);
 
 /* ---- collectives (the API's, in its order) ---- */
 enum hc_coll {
-  HC_COLL_ALLREDUCE, HC_COLL_BROADCAST, HC_COLL_REDUCE, HC_COLL_ALLGATHER,
-  HC_COLL_REDUCESCATTER, HC_COLL_ALLTOALL, HC_COLL_ALLTOALLV, HC_COLL_GATHER,
-  HC_COLL_SCATTER, HC_COLL_SEND, HC_COLL_RECV, HC_COLL_COUNT
+  HC_COLL_ALLREDUCE,
+  HC_COLL_BROADCAST,
+  HC_COLL_REDUCE,
+  HC_COLL_ALLGATHER,
+  HC_COLL_REDUCESCATTER,
+  HC_COLL_ALLTOALL,
+  HC_COLL_ALLTOALLV,
+  HC_COLL_GATHER,
+  HC_COLL_SCATTER,
+  HC_COLL_SEND,
+  HC_COLL_RECV,
+  HC_COLL_COUNT
 };
 const char *hc_coll_name(enum hc_coll c);
 /* All-reduce, reduce and reduce-scatter: the collectives that combine. */
@@ -182,7 +209,7 @@ bool hc_coll_reduces(enum hc_coll c);
 /* ---- small helpers ---- */
 #define HC_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define HC_MAX(a, b) ((a) > (b) ? (a) : (b))
-#define HC_DIV_UP(a, b) (((a) + (b) - 1) / (b))
+#define HC_DIV_UP(a, b) (((a) + (b)-1) / (b))
 #define HC_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 /* An ops table (device backends, transports: `size` first) reaches op and
  * fills it: optional ops, and tables built before op was appended. */

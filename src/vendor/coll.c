@@ -44,9 +44,7 @@ static int run_as_p2p(const struct hc_vendor *v, void *comm, int me, int n, cons
     size_t sc = c->count, sd = c->count * (size_t)p, rc = c->count, rd = c->count * (size_t)p;
     bool send = true, recv = true;
     switch (c->coll) {
-    case HC_COLL_ALLTOALLV:
-      sc = c->sendcounts[p], sd = c->sdispls[p], rc = c->recvcounts[p], rd = c->rdispls[p];
-      break;
+    case HC_COLL_ALLTOALLV: sc = c->sendcounts[p], sd = c->sdispls[p], rc = c->recvcounts[p], rd = c->rdispls[p]; break;
     case HC_COLL_GATHER: /* everyone sends to the root (once), the root receives from all */
       send = p == c->root, sd = 0, recv = me == c->root;
       break;

@@ -15,28 +15,28 @@
  * none), and whether a library without it is still used. For each
  * spelling, the strong pnccl<X> first (what the library itself calls),
  * then nccl<X>. */
-#define HC_VENDOR_SYMBOLS(X)                                                   \
-  X(get_version, "GetVersion", "", true)                                       \
-  X(get_unique_id, "GetUniqueId", "", true)                                    \
-  X(comm_init_rank, "CommInitRank", "", true)                                  \
-  X(comm_destroy, "CommDestroy", "", true)                                     \
-  X(comm_abort, "CommAbort", "", true)                                         \
-  X(comm_get_async_error, "CommGetAsyncError", "", true)                       \
-  X(get_error_string, "GetErrorString", "", true)                              \
-  X(get_last_error, "GetLastError", "", true)                                  \
-  X(all_reduce, "AllReduce", "", true)                                         \
-  X(broadcast, "Broadcast", "", true)                                          \
-  X(reduce, "Reduce", "", true)                                                \
-  X(all_gather, "AllGather", "", true)                                         \
-  X(reduce_scatter, "ReduceScatter", "", true)                                 \
-  X(send, "Send", "", true)                                                    \
-  X(recv, "Recv", "", true)                                                    \
-  X(group_start, "GroupStart", "", true)                                       \
-  X(group_end, "GroupEnd", "", true)                                           \
-  X(red_op_create_pre_mul_sum, "RedOpCreatePreMulSum", "", true)               \
-  X(red_op_destroy, "RedOpDestroy", "", true)                                  \
-  X(all_to_all, "AlltoAll", "AllToAll", false)                                 \
-  X(all_to_allv, "AlltoAllv", "AllToAllv", false)                              \
+#define HC_VENDOR_SYMBOLS(X)                                     \
+  X(get_version, "GetVersion", "", true)                         \
+  X(get_unique_id, "GetUniqueId", "", true)                      \
+  X(comm_init_rank, "CommInitRank", "", true)                    \
+  X(comm_destroy, "CommDestroy", "", true)                       \
+  X(comm_abort, "CommAbort", "", true)                           \
+  X(comm_get_async_error, "CommGetAsyncError", "", true)         \
+  X(get_error_string, "GetErrorString", "", true)                \
+  X(get_last_error, "GetLastError", "", true)                    \
+  X(all_reduce, "AllReduce", "", true)                           \
+  X(broadcast, "Broadcast", "", true)                            \
+  X(reduce, "Reduce", "", true)                                  \
+  X(all_gather, "AllGather", "", true)                           \
+  X(reduce_scatter, "ReduceScatter", "", true)                   \
+  X(send, "Send", "", true)                                      \
+  X(recv, "Recv", "", true)                                      \
+  X(group_start, "GroupStart", "", true)                         \
+  X(group_end, "GroupEnd", "", true)                             \
+  X(red_op_create_pre_mul_sum, "RedOpCreatePreMulSum", "", true) \
+  X(red_op_destroy, "RedOpDestroy", "", true)                    \
+  X(all_to_all, "AlltoAll", "AllToAll", false)                   \
+  X(all_to_allv, "AlltoAllv", "AllToAllv", false)                \
   X(comm_init_rank_config, "CommInitRankConfig", "", false)
 
 /* Facts that differ between the two libraries, by version (the NCCL API
@@ -53,8 +53,13 @@ struct vendor_traits {
 };
 static const struct vendor_traits traits[2] = {
     /* NCCL 2.24.3 added ncclFloat8e4m3 / e5m2. */
-    {"nccl", "libnccl.so.2", HC_P_NCCL_LIBRARY, "HETCCL_NCCL_LIBRARY", "libtorch_cuda.so",
-     {"../../nvidia/nccl/lib", "../../nvidia/cu13/lib"}, 22400},
+    {"nccl",
+     "libnccl.so.2",
+     HC_P_NCCL_LIBRARY,
+     "HETCCL_NCCL_LIBRARY",
+     "libtorch_cuda.so",
+     {"../../nvidia/nccl/lib", "../../nvidia/cu13/lib"},
+     22400},
     /* RCCL had them (as RCCL_FLOAT8, the same values 10 and 11) before
      * NCCL; from its 2.20 line on, as far as hetccl knows (not run here:
      * no AMD GPU). On gfx94x (MI300) they hold the fnuz encodings. */
@@ -158,8 +163,8 @@ static void load(int which) {
       try_open(v, path, &h);
     }
   }
-  const char *system_dirs[] = {"/usr/lib/x86_64-linux-gnu", "/usr/local/cuda/lib64", "/usr/lib64",
-                               "/opt/rocm/lib", "/usr/lib"};
+  const char *system_dirs[] = {"/usr/lib/x86_64-linux-gnu", "/usr/local/cuda/lib64", "/usr/lib64", "/opt/rocm/lib",
+                               "/usr/lib"};
   for (size_t i = 0; h == NULL && i < HC_ARRAY_LEN(system_dirs); i++) {
     snprintf(path, sizeof(path), "%s/%s", system_dirs[i], soname);
     try_open(v, path, &h);
@@ -170,11 +175,11 @@ static void load(int which) {
     return;
   }
   bool complete = true;
-#define RESOLVE(field, spelling, other_spelling, required)                     \
-  *(void **)&v->field = resolve(h, spelling, other_spelling);                  \
-  if (v->field == NULL && (required)) {                                        \
-    HC_INFO(HC_VENDOR, "%s: %s lacks nccl%s", v->name, v->path, spelling);     \
-    complete = false;                                                          \
+#define RESOLVE(field, spelling, other_spelling, required)                 \
+  *(void **)&v->field = resolve(h, spelling, other_spelling);              \
+  if (v->field == NULL && (required)) {                                    \
+    HC_INFO(HC_VENDOR, "%s: %s lacks nccl%s", v->name, v->path, spelling); \
+    complete = false;                                                      \
   }
   HC_VENDOR_SYMBOLS(RESOLVE)
 #undef RESOLVE

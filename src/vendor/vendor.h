@@ -44,7 +44,7 @@ struct hc_vendor_config {
 struct hc_vendor {
   const char *name; /* "nccl", "rccl" */
   char path[512];
-  void *handle;     /* from dlopen */
+  void *handle; /* from dlopen */
   /* Its own calls to its nccl* names reach hetccl's exports: the program
    * had loaded it globally before hetccl did, or no RTLD_DEEPBIND. */
   bool binds_globally;

@@ -19,9 +19,9 @@
 #include "testutil.h"
 
 #define MIB ((size_t)1 << 20)
-#define LARGE (8 * MIB + 3)  /* "several MiB", odd */
-#define STALL (64 * MIB)     /* more than loopback socket buffers absorb */
-#define SPIN_NS 50000ull     /* spin this long without progress before sleeping, as exec does */
+#define LARGE (8 * MIB + 3) /* "several MiB", odd */
+#define STALL (64 * MIB)    /* more than loopback socket buffers absorb */
+#define SPIN_NS 50000ull    /* spin this long without progress before sleeping, as exec does */
 
 /* ---- requests ---- */
 
@@ -151,8 +151,8 @@ static int cmp_size(const void *a, const void *b) {
 }
 
 static void body_sizes(struct nc_end *e) {
-  static const size_t fixed[] = {0, 1, 2, 7, 8, 63, 64, 65, 1000, 4095, 4096, 4097, 65535, 65536, 65537,
-                                 MIB - 1, MIB, MIB + 1, 3 * MIB + 5, LARGE};
+  static const size_t fixed[] = {0,    1,    2,     7,     8,     63,      64,  65,      1000,        4095,
+                                 4096, 4097, 65535, 65536, 65537, MIB - 1, MIB, MIB + 1, 3 * MIB + 5, LARGE};
   size_t sizes[HC_ARRAY_LEN(fixed) + 3 * 16];
   int n = 0;
   for (size_t i = 0; i < HC_ARRAY_LEN(fixed); i++) sizes[n++] = fixed[i];
@@ -176,8 +176,7 @@ static void body_many(struct nc_end *e) {
   enum { N = 64 };
   static const size_t mixed[] = {0, 1, 63, 64, 100, 4096, 8192, 8193, 65536, 524288, 524289, 1048576, 3 << 20};
   size_t sizes[N];
-  for (int k = 0; k < N; k++)
-    sizes[k] = mixed[k % (int)HC_ARRAY_LEN(mixed)] + (size_t)(k / (int)HC_ARRAY_LEN(mixed));
+  for (int k = 0; k < N; k++) sizes[k] = mixed[k % (int)HC_ARRAY_LEN(mixed)] + (size_t)(k / (int)HC_ARRAY_LEN(mixed));
   exchange(e, sizes, N, 2, 4, false);
 }
 
@@ -306,8 +305,8 @@ static void body_peer_close(struct nc_end *e) {
           "a receive from a peer that closed: %s \"%s\", want HC_ERR_REMOTE naming rank 1", hc_result_str(r),
           hc_last_error());
     r = nc_complete(e, &reqs[1], 1);
-    CHECK(r == HC_ERR_REMOTE, "a 64 MiB send to a peer that closed: %s \"%s\", want HC_ERR_REMOTE",
-          hc_result_str(r), hc_last_error());
+    CHECK(r == HC_ERR_REMOTE, "a 64 MiB send to a peer that closed: %s \"%s\", want HC_ERR_REMOTE", hc_result_str(r),
+          hc_last_error());
   }
   free(big);
 }
@@ -421,8 +420,7 @@ static bool thread_sync(void *arg, int me) {
   struct timespec dl;
   clock_gettime(CLOCK_MONOTONIC, &dl);
   dl.tv_sec += (time_t)(l->step_ns / 1000000000ull);
-  while (l->gen == gen && l->left == 0 && pthread_cond_timedwait(&l->cv, &l->mu, &dl) == 0) {
-  }
+  while (l->gen == gen && l->left == 0 && pthread_cond_timedwait(&l->cv, &l->mu, &dl) == 0) {}
   bool ok = l->gen != gen;
   if (!ok) l->arrived--;
   pthread_mutex_unlock(&l->mu);
@@ -572,8 +570,7 @@ bool nc_run_pair(const struct nc_transport *t, const struct nc_case *c, enum nc_
   if (mode == NC_THREADS)
     ok = CHECK(!c->peer_dies, "%s: the peer dies, which needs a process of its own", c->name) &&
          run_threads(t, c, step_ns);
-  else
-    ok = run_processes(t, c, step_ns);
+  else ok = run_processes(t, c, step_ns);
   tu_set_case("%s", "");
   printf("%s %s %s, %s (%.0f ms)\n", ok ? "ok  " : "FAIL", t->name, c->name,
          mode == NC_THREADS ? "threads" : "processes", (double)(hc_now_ns() - t0) / 1e6);

@@ -44,7 +44,7 @@ extern char **environ;
 
 /* ---- checks ---- */
 
-static char repro_env[1024];  /* HETCCL_* variables set at start */
+static char repro_env[1024]; /* HETCCL_* variables set at start */
 static char repro_argv0[512];
 static atomic_long n_checks, n_failures;
 static pthread_mutex_t print_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -122,8 +122,7 @@ long tu_thread_failures(void) { return tl_failures; }
 
 int tu_finish(const char *name) {
   long f = tu_failures();
-  printf("%s: %ld checks, %ld failures, %.1f s: %s\n", name, tu_checks(), f, tu_seconds(),
-         f ? "FAILED" : "passed");
+  printf("%s: %ld checks, %ld failures, %.1f s: %s\n", name, tu_checks(), f, tu_seconds(), f ? "FAILED" : "passed");
   fflush(stdout);
   return f ? 1 : 0;
 }
@@ -188,8 +187,8 @@ static void *rank_main(void *p) {
 int tu_run_ranks(int nranks, tu_rank_fn fn, void *arg) {
   struct tu_run R = {.nranks = nranks, .fn = fn, .arg = arg};
   hetcclResult_t r = hetcclGetUniqueId(&R.id);
-  if (!tu_check_at(r == hetcclSuccess, __FILE__, __LINE__, NULL, "hetcclGetUniqueId returned %d: %s",
-                   (int)r, hetcclGetLastError(NULL)))
+  if (!tu_check_at(r == hetcclSuccess, __FILE__, __LINE__, NULL, "hetcclGetUniqueId returned %d: %s", (int)r,
+                   hetcclGetLastError(NULL)))
     return nranks;
   pthread_mutex_init(&R.mu, NULL);
   pthread_condattr_t ca;
@@ -286,7 +285,9 @@ int tu_run_rank_processes(int nranks, tu_rank_fn fn, void *arg) {
     if (R->result[i] != 0) {
       failed++;
       fprintf(stderr, "rank %d of %d (a process): FAILED (%s)\n", i, nranks,
-              R->result[i] == -1 ? "checks failed" : R->result[i] == -3 ? "died" : "returned an error");
+              R->result[i] == -1   ? "checks failed"
+              : R->result[i] == -3 ? "died"
+                                   : "returned an error");
     }
   }
   atomic_fetch_add(&n_checks, atomic_load(&R->checks));
@@ -381,7 +382,7 @@ int tu_pairwise(const struct tu_dims *D, int **out) {
   char *used = NULL;
   long nvalid = 0, uncovered = 0;
   if (!base || !tuples || !need || !v || !cases) goto oom;
-#define PAIR(t, d1, d2) (base[(d1) * nd + (d2)] + (t)[d1] * D->sizes[d2] + (t)[d2])
+#define PAIR(t, d1, d2) (base[(d1)*nd + (d2)] + (t)[d1] * D->sizes[d2] + (t)[d2])
   for (long k = 0; k < ntuples; k++) {
     long x = k;
     for (int d = nd - 1; d >= 0; d--) {
@@ -546,9 +547,7 @@ static double float_limit(enum hc_dtype t) {
   default: return 9007199254740992.0;
   }
 }
-static double float_unit(enum hc_dtype t) {
-  return t == HC_FP8_E5M2 ? 1.0 : t == HC_FP8_E4M3 ? 0.5 : 0.25;
-}
+static double float_unit(enum hc_dtype t) { return t == HC_FP8_E5M2 ? 1.0 : t == HC_FP8_E4M3 ? 0.5 : 0.25; }
 
 static bool is_nan_bits(enum hc_dtype t, const void *elem) {
   double v = hc_dtype_load(t, elem);
@@ -583,7 +582,7 @@ void tu_red_input(const struct tu_red *s, int rank, size_t i, void *elem) {
     unsigned b = bits_of(t);
     uint64_t v = h;
     if (s->op == HC_PROD) {
-      uint64_t k = 1ull << (b / 4); /* |v| <= 2^(bits/4): products wrap soon */
+      uint64_t k = 1ull << (b / 4);                             /* |v| <= 2^(bits/4): products wrap soon */
       v = is_signed_int(t) ? h % (2 * k + 1) - k : h % (k + 1); /* wraps to two's complement */
     } else if (s->op == HC_AVG) {
       uint64_t tmax = is_signed_int(t) ? (~0ull >> (65 - b)) : (~0ull >> (64 - b));
@@ -696,10 +695,8 @@ const char *tu_elem_str(enum hc_dtype t, const void *elem, char *buf, size_t len
   if (hc_dtype_is_float(t))
     snprintf(buf, len, "0x%0*llx (%.9g)", (int)es * 2, (unsigned long long)bits, hc_dtype_load(t, elem));
   else if (is_signed_int(t))
-    snprintf(buf, len, "0x%0*llx (%lld)", (int)es * 2, (unsigned long long)bits,
-             (long long)load_int(t, elem));
-  else
-    snprintf(buf, len, "0x%0*llx (%llu)", (int)es * 2, (unsigned long long)bits, (unsigned long long)bits);
+    snprintf(buf, len, "0x%0*llx (%lld)", (int)es * 2, (unsigned long long)bits, (long long)load_int(t, elem));
+  else snprintf(buf, len, "0x%0*llx (%llu)", (int)es * 2, (unsigned long long)bits, (unsigned long long)bits);
   return buf;
 }
 
@@ -713,7 +710,7 @@ bool tu_compare(enum hc_dtype t, const void *got, const void *expected, size_t c
       ndiff++;
     }
   char e[80], g[80];
-  return CHECK(false, "%s: %zu of %zu elements differ; first at index %zu: expected %s, got %s", what, ndiff,
-               count, first, tu_elem_str(t, (const char *)expected + first * es, e, sizeof(e)),
+  return CHECK(false, "%s: %zu of %zu elements differ; first at index %zu: expected %s, got %s", what, ndiff, count,
+               first, tu_elem_str(t, (const char *)expected + first * es, e, sizeof(e)),
                tu_elem_str(t, (const char *)got + first * es, g, sizeof(g)));
 }

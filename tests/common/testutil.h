@@ -51,8 +51,7 @@ bool tu_check_at(bool ok, const char *file, int line, const char *cond, const ch
     __attribute__((format(printf, 5, 6)));
 #define CHECK(cond, ...) tu_check_at(!!(cond), __FILE__, __LINE__, #cond, __VA_ARGS__)
 /* A hetccl call that must succeed; the failure shows the last-error text. */
-#define CHECK_OK(call)                                                         \
-  tu_check_ok_at((call), __FILE__, __LINE__, #call)
+#define CHECK_OK(call) tu_check_ok_at((call), __FILE__, __LINE__, #call)
 bool tu_check_ok_at(hetcclResult_t r, const char *file, int line, const char *call);
 
 long tu_checks(void);
@@ -143,8 +142,7 @@ void tu_red_expect(const struct tu_red *s, size_t i, void *elem);
 /* Compares count elements bitwise; on a mismatch records one failure that
  * names what, the first differing index, expected and got (hex and value)
  * and how many differ. Returns true when equal. */
-bool tu_compare(enum hc_dtype t, const void *got, const void *expected, size_t count,
-                const char *what);
+bool tu_compare(enum hc_dtype t, const void *got, const void *expected, size_t count, const char *what);
 /* "0x...(value)" of one element, into buf (at least 64 bytes). */
 const char *tu_elem_str(enum hc_dtype t, const void *elem, char *buf, size_t len);
 

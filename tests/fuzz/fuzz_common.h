@@ -17,12 +17,12 @@
 
 #include "util/util.h"
 
-#define FUZZ_CHECK(cond)                                                                       \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      fprintf(stderr, "fuzz check failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__);           \
-      abort();                                                                                 \
-    }                                                                                          \
+#define FUZZ_CHECK(cond)                                                             \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      fprintf(stderr, "fuzz check failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
+      abort();                                                                       \
+    }                                                                                \
   } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

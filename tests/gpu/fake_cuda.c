@@ -94,12 +94,10 @@ static struct range *find_locked(uintptr_t p) {
 static int add_range(void *p, size_t n, int type, int dev, bool registered) {
   int e = CUDA_SUCCESS;
   pthread_mutex_lock(&mem_lock);
-  if (nranges == (int)(sizeof(ranges) / sizeof(ranges[0])))
-    e = CUDA_ERROR_OUT_OF_MEMORY;
+  if (nranges == (int)(sizeof(ranges) / sizeof(ranges[0]))) e = CUDA_ERROR_OUT_OF_MEMORY;
   else if (find_locked((uintptr_t)p) || find_locked((uintptr_t)p + n - 1))
     e = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-  else
-    ranges[nranges++] = (struct range){(uintptr_t)p, n, type, dev, registered};
+  else ranges[nranges++] = (struct range){(uintptr_t)p, n, type, dev, registered};
   pthread_mutex_unlock(&mem_lock);
   return e;
 }
@@ -197,8 +195,8 @@ static void run_op(struct op *o) {
         memcpy(&u1, o->params[3], 8);
         memcpy(&d, o->params[4], 8);
         memcpy(&f, o->params[5], 4);
-        ((void (*)(void *, void *, unsigned long long, unsigned long long, double, float))o->f->fn)(
-            p0, p1, u0, u1, d, f);
+        ((void (*)(void *, void *, unsigned long long, unsigned long long, double, float))o->f->fn)(p0, p1, u0, u1, d,
+                                                                                                    f);
       } else {
         memcpy(&p2, o->params[2], 8);
         memcpy(&u0, o->params[3], 8);
@@ -506,8 +504,8 @@ EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p, size_
    * and either allocation may hold the range. */
   bool inside = false;
   for (int k = 0; k < 2 && !inside; k++)
-    inside = cuMemGetAddressRange_v2(&base, &n, p + (k ? 4096 - 256 : 0)) == CUDA_SUCCESS &&
-             p >= base / 4096 * 4096 && p + size <= (base + n + 4095) / 4096 * 4096;
+    inside = cuMemGetAddressRange_v2(&base, &n, p + (k ? 4096 - 256 : 0)) == CUDA_SUCCESS && p >= base / 4096 * 4096 &&
+             p + size <= (base + n + 4095) / 4096 * 4096;
   if (!inside) return CUDA_ERROR_INVALID_VALUE;
   int fd = memfd_create("fake-cuda-dmabuf", MFD_CLOEXEC);
   if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -687,7 +685,10 @@ struct CUmod_st {
 EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image) {
   if (cur == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   const char *img = image;
-  bool cubin = img && !memcmp(img, "\x7f" "ELF", 4);
+  bool cubin = img && !memcmp(img,
+                              "\x7f"
+                              "ELF",
+                              4);
   bool ptx = img && strstr(img, ".version") && strstr(img, ".target");
   if ((!cubin && !ptx) || (cubin && reject_cubin)) return CUDA_ERROR_INVALID_IMAGE;
   *m = calloc(1, sizeof(**m));
@@ -718,9 +719,8 @@ EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
   return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                               unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params,
-                               void **extra) {
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                               unsigned bz, unsigned shmem, CUstream s, void **params, void **extra) {
   if (f == NULL || params == NULL || extra != NULL) return CUDA_ERROR_INVALID_VALUE;
   if (gx == 0 || bx == 0 || bx > 1024 || gy != 1 || gz != 1 || by != 1 || bz != 1 || shmem != 0)
     return CUDA_ERROR_INVALID_VALUE;

@@ -96,10 +96,10 @@ static hipError_t bind(int dev) {
 }
 
 /* Every call runs on the thread's current device. */
-#define ON_DEVICE()                                                            \
-  do {                                                                         \
-    hipError_t e_ = bind(current < 0 ? 0 : current);                           \
-    if (e_ != hipSuccess) return e_;                                           \
+#define ON_DEVICE()                                  \
+  do {                                               \
+    hipError_t e_ = bind(current < 0 ? 0 : current); \
+    if (e_ != hipSuccess) return e_;                 \
   } while (0)
 
 EXPORT const char *hipGetErrorString(hipError_t e) {
@@ -134,7 +134,8 @@ EXPORT hipError_t hipDeviceGetAttribute(int *v, int attr, int dev) {
   int e = cuDeviceGet(&d, dev);
   if (e != CUDA_SUCCESS) return e;
   switch (attr) {
-  case hipDeviceAttributeMultiprocessorCount: return cuDeviceGetAttribute(v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
+  case hipDeviceAttributeMultiprocessorCount:
+    return cuDeviceGetAttribute(v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
   case hipDeviceAttributeComputeCapabilityMajor: *v = 9; return hipSuccess;
   case hipDeviceAttributeComputeCapabilityMinor: *v = env_int("FAKE_HIP_CC_MINOR", 0); return hipSuccess;
   default: return hipErrorInvalidValue;
@@ -238,10 +239,10 @@ static hipError_t on_stream(hipStream_t s) {
   return e != CUDA_SUCCESS ? e : cuCtxSetCurrent(c);
 }
 
-#define ON_STREAM(s)                                                           \
-  do {                                                                         \
-    hipError_t e_ = on_stream(s);                                              \
-    if (e_ != hipSuccess) return e_;                                           \
+#define ON_STREAM(s)                 \
+  do {                               \
+    hipError_t e_ = on_stream(s);    \
+    if (e_ != hipSuccess) return e_; \
   } while (0)
 
 EXPORT hipError_t hipStreamGetDevice(hipStream_t s, int *dev) {

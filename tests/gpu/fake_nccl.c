@@ -61,8 +61,8 @@ enum {
 };
 enum { MAX_RANKS = 64, ID_BYTES = 128, MEET_TIMEOUT_S = 120 };
 enum coll { ALLREDUCE, BROADCAST, REDUCE, ALLGATHER, REDUCESCATTER, SENDRECV, NCOLL };
-static const char *const coll_name[NCOLL] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
-                                             "SendRecv"};
+static const char *const coll_name[NCOLL] = {"AllReduce", "Broadcast",     "Reduce",
+                                             "AllGather", "ReduceScatter", "SendRecv"};
 
 /* A message a send left for its receiver. */
 struct msg {
@@ -152,8 +152,11 @@ static void reduce_all(struct shared *sh, void *dst, size_t skip, size_t count, 
   const size_t es = hc_dtype_size((enum hc_dtype)dtype);
   memcpy(dst, (const char *)sh->in[0] + skip * es, count * es);
   for (int k = 1; k < sh->nranks; k++)
-    hc_host_reduce(&(struct hc_reduce_args){.dst = dst, .src0 = dst, .src1 = (const char *)sh->in[k] + skip * es,
-                                            .count = count, .dtype = (enum hc_dtype)dtype,
+    hc_host_reduce(&(struct hc_reduce_args){.dst = dst,
+                                            .src0 = dst,
+                                            .src1 = (const char *)sh->in[k] + skip * es,
+                                            .count = count,
+                                            .dtype = (enum hc_dtype)dtype,
                                             .op = (enum hc_redop)redop});
 }
 
@@ -427,10 +430,8 @@ EXPORT int ncclCommGetAsyncError(struct fcomm *c, int *err) {
   *err = c && c->sh->failed ? NCCL_SYSTEM_ERROR : NCCL_SUCCESS;
   if (*err == NCCL_SUCCESS && c && atomic_load(&c->nonblocking)) {
     pthread_mutex_lock(&registry_lock);
-    if (c->sh->joined < c->sh->nranks)
-      *err = NCCL_IN_PROGRESS;
-    else
-      atomic_store(&c->nonblocking, false); /* up: stays up */
+    if (c->sh->joined < c->sh->nranks) *err = NCCL_IN_PROGRESS;
+    else atomic_store(&c->nonblocking, false); /* up: stays up */
     pthread_mutex_unlock(&registry_lock);
   }
   return NCCL_SUCCESS;
@@ -442,26 +443,30 @@ EXPORT const char *ncclGetLastError(struct fcomm *c) {
 }
 
 EXPORT int ncclAllReduce(const void *s, void *r, size_t count, int dtype, int op, struct fcomm *c, void *stream) {
-  return enqueue((struct op){.comm = c, .coll = ALLREDUCE, .send = s, .recv = r, .count = count, .dtype = dtype,
-                             .redop = op}, stream);
+  return enqueue(
+      (struct op){.comm = c, .coll = ALLREDUCE, .send = s, .recv = r, .count = count, .dtype = dtype, .redop = op},
+      stream);
 }
 EXPORT int ncclBroadcast(const void *s, void *r, size_t count, int dtype, int root, struct fcomm *c, void *stream) {
-  return enqueue((struct op){.comm = c, .coll = BROADCAST, .send = s, .recv = r, .count = count, .dtype = dtype,
-                             .root = root}, stream);
+  return enqueue(
+      (struct op){.comm = c, .coll = BROADCAST, .send = s, .recv = r, .count = count, .dtype = dtype, .root = root},
+      stream);
 }
 EXPORT int ncclReduce(const void *s, void *r, size_t count, int dtype, int op, int root, struct fcomm *c,
                       void *stream) {
-  return enqueue((struct op){.comm = c, .coll = REDUCE, .send = s, .recv = r, .count = count, .dtype = dtype,
-                             .redop = op, .root = root}, stream);
+  return enqueue(
+      (struct op){
+          .comm = c, .coll = REDUCE, .send = s, .recv = r, .count = count, .dtype = dtype, .redop = op, .root = root},
+      stream);
 }
 EXPORT int ncclAllGather(const void *s, void *r, size_t count, int dtype, struct fcomm *c, void *stream) {
   return enqueue((struct op){.comm = c, .coll = ALLGATHER, .send = s, .recv = r, .count = count, .dtype = dtype},
                  stream);
 }
-EXPORT int ncclReduceScatter(const void *s, void *r, size_t count, int dtype, int op, struct fcomm *c,
-                             void *stream) {
-  return enqueue((struct op){.comm = c, .coll = REDUCESCATTER, .send = s, .recv = r, .count = count,
-                             .dtype = dtype, .redop = op}, stream);
+EXPORT int ncclReduceScatter(const void *s, void *r, size_t count, int dtype, int op, struct fcomm *c, void *stream) {
+  return enqueue(
+      (struct op){.comm = c, .coll = REDUCESCATTER, .send = s, .recv = r, .count = count, .dtype = dtype, .redop = op},
+      stream);
 }
 
 EXPORT int ncclSend(const void *s, size_t count, int dtype, int peer, struct fcomm *c, void *stream) {

@@ -24,7 +24,8 @@ struct rank_mem {
 static inline bool rank_mem_open(struct rank_mem *m, const struct hc_dev_ops *gpu, int device, size_t bytes) {
   *m = (struct rank_mem){.gpu = gpu, .device = device, .bytes = bytes};
   return hc_dev_set_device(gpu, device) == HC_OK && hc_dev_stream_create(gpu, device, &m->stream) == HC_OK &&
-         hc_dev_mem_alloc(gpu, device, bytes, &m->send) == HC_OK && hc_dev_mem_alloc(gpu, device, bytes, &m->recv) == HC_OK;
+         hc_dev_mem_alloc(gpu, device, bytes, &m->send) == HC_OK &&
+         hc_dev_mem_alloc(gpu, device, bytes, &m->recv) == HC_OK;
 }
 
 static inline void rank_mem_close(struct rank_mem *m) {

@@ -32,23 +32,18 @@ static inline uint64_t gt_mix(uint64_t x) { /* splitmix64 */
 
 /* Element i of operand `which` for dtype t, as raw bits. */
 static inline void gt_elem(enum hc_dtype t, uint64_t seed, int which, size_t i, void *out) {
-  static const uint16_t f16_special[] = {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0xfe01, 0x7c01,
-                                         0x0001, 0x8001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x3c00,
-                                         0x3c01, 0x3bff};
-  static const uint16_t bf16_special[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc1, 0x7f81,
-                                          0x0001, 0x8001, 0x007f, 0x0080, 0x7f7f, 0xff7f, 0x3f80,
-                                          0x3f81, 0x3f7f};
-  static const uint32_t f32_special[] = {0x00000000, 0x80000000, 0x7f800000, 0xff800000,
-                                         0x7fc00000, 0xffc00001, 0x7f800001, 0x00000001,
-                                         0x80000001, 0x007fffff, 0x00800000, 0x7f7fffff,
-                                         0xff7fffff, 0x3f800000, 0x3f800001, 0x477fe000,
-                                         0x43e00000, 0x47600000, 0x33800000, 0x3b000000};
-  static const uint64_t f64_special[] = {0x0000000000000000ull, 0x8000000000000000ull,
-                                         0x7ff0000000000000ull, 0xfff0000000000000ull,
-                                         0x7ff8000000000000ull, 0xfff8000000000001ull,
-                                         0x0000000000000001ull, 0x000fffffffffffffull,
-                                         0x7fefffffffffffffull, 0x3ff0000000000000ull,
-                                         0x3ff0000000000001ull};
+  static const uint16_t f16_special[] = {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0xfe01, 0x7c01, 0x0001,
+                                         0x8001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x3c00, 0x3c01, 0x3bff};
+  static const uint16_t bf16_special[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc1, 0x7f81, 0x0001,
+                                          0x8001, 0x007f, 0x0080, 0x7f7f, 0xff7f, 0x3f80, 0x3f81, 0x3f7f};
+  static const uint32_t f32_special[] = {0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000,
+                                         0xffc00001, 0x7f800001, 0x00000001, 0x80000001, 0x007fffff,
+                                         0x00800000, 0x7f7fffff, 0xff7fffff, 0x3f800000, 0x3f800001,
+                                         0x477fe000, 0x43e00000, 0x47600000, 0x33800000, 0x3b000000};
+  static const uint64_t f64_special[] = {0x0000000000000000ull, 0x8000000000000000ull, 0x7ff0000000000000ull,
+                                         0xfff0000000000000ull, 0x7ff8000000000000ull, 0xfff8000000000001ull,
+                                         0x0000000000000001ull, 0x000fffffffffffffull, 0x7fefffffffffffffull,
+                                         0x3ff0000000000000ull, 0x3ff0000000000001ull};
   uint64_t r = gt_mix(seed * 0x100000001b3ull ^ ((uint64_t)which << 56) ^ ((uint64_t)t << 48) ^ i);
   uint64_t pick = r >> 58; /* 0..63 */
   size_t sz = hc_dtype_size(t);
@@ -112,8 +107,7 @@ static inline bool gt_is_nan(enum hc_dtype t, const void *p) {
   case HC_FLOAT16: return (v & 0x7c00) == 0x7c00 && (v & 0x3ff);
   case HC_BFLOAT16: return (v & 0x7f80) == 0x7f80 && (v & 0x7f);
   case HC_FLOAT32: return (v & 0x7f800000u) == 0x7f800000u && (v & 0x7fffffu);
-  case HC_FLOAT64:
-    return (v & 0x7ff0000000000000ull) == 0x7ff0000000000000ull && (v & 0xfffffffffffffull);
+  case HC_FLOAT64: return (v & 0x7ff0000000000000ull) == 0x7ff0000000000000ull && (v & 0xfffffffffffffull);
   case HC_FP8_E4M3: return (v & 0x7f) == 0x7f;
   case HC_FP8_E5M2: return (v & 0x7c) == 0x7c && (v & 3);
   default: return false;
@@ -122,8 +116,7 @@ static inline bool gt_is_nan(enum hc_dtype t, const void *p) {
 
 /* Index of the first element of got that does not pass against want, or
  * count when all do. arith: SUM, PROD or a scale (any NaN for a NaN). */
-static inline size_t gt_first_mismatch(enum hc_dtype t, bool arith, const void *got,
-                                       const void *want, size_t count) {
+static inline size_t gt_first_mismatch(enum hc_dtype t, bool arith, const void *got, const void *want, size_t count) {
   size_t sz = hc_dtype_size(t);
   for (size_t i = 0; i < count; i++) {
     const char *g = (const char *)got + i * sz, *w = (const char *)want + i * sz;
@@ -145,13 +138,42 @@ static inline void gt_factor(enum hc_dtype t, int k, uint8_t out[8]) {
   uint64_t v;
   memset(out, 0, 8);
   switch (t) {
-  case HC_FLOAT16: { static const uint16_t f[] = {0x3c00, 0x3555, 0xc200, 0x0001, 0x7bff, 0x7e00}; v = f[k % 6]; break; }
-  case HC_BFLOAT16: { static const uint16_t f[] = {0x3f80, 0x3eab, 0xc040, 0x0001, 0x7f7f, 0x7fc0}; v = f[k % 6]; break; }
-  case HC_FLOAT32: { static const uint32_t f[] = {0x3f800000, 0x3eaaaaab, 0xc0400000, 0x00000001, 0x7f7fffff, 0x7fc00000}; v = f[k % 6]; break; }
-  case HC_FLOAT64: { static const uint64_t f[] = {0x3ff0000000000000ull, 0x3fd5555555555555ull, 0xc008000000000000ull, 1ull, 0x7fefffffffffffffull, 0x7ff8000000000000ull}; v = f[k % 6]; break; }
-  case HC_FP8_E4M3: { static const uint8_t f[] = {0x38, 0x2b, 0xc4, 0x01, 0x7e, 0x7f}; v = f[k % 6]; break; }
-  case HC_FP8_E5M2: { static const uint8_t f[] = {0x3c, 0x35, 0xc2, 0x01, 0x7b, 0x7f}; v = f[k % 6]; break; }
-  default: { static const uint64_t f[] = {1, 3, ~0ull, 0, 0x80, 0x12345678deadbeefull}; v = f[k % 6]; break; }
+  case HC_FLOAT16: {
+    static const uint16_t f[] = {0x3c00, 0x3555, 0xc200, 0x0001, 0x7bff, 0x7e00};
+    v = f[k % 6];
+    break;
+  }
+  case HC_BFLOAT16: {
+    static const uint16_t f[] = {0x3f80, 0x3eab, 0xc040, 0x0001, 0x7f7f, 0x7fc0};
+    v = f[k % 6];
+    break;
+  }
+  case HC_FLOAT32: {
+    static const uint32_t f[] = {0x3f800000, 0x3eaaaaab, 0xc0400000, 0x00000001, 0x7f7fffff, 0x7fc00000};
+    v = f[k % 6];
+    break;
+  }
+  case HC_FLOAT64: {
+    static const uint64_t f[] = {0x3ff0000000000000ull, 0x3fd5555555555555ull, 0xc008000000000000ull, 1ull,
+                                 0x7fefffffffffffffull, 0x7ff8000000000000ull};
+    v = f[k % 6];
+    break;
+  }
+  case HC_FP8_E4M3: {
+    static const uint8_t f[] = {0x38, 0x2b, 0xc4, 0x01, 0x7e, 0x7f};
+    v = f[k % 6];
+    break;
+  }
+  case HC_FP8_E5M2: {
+    static const uint8_t f[] = {0x3c, 0x35, 0xc2, 0x01, 0x7b, 0x7f};
+    v = f[k % 6];
+    break;
+  }
+  default: {
+    static const uint64_t f[] = {1, 3, ~0ull, 0, 0x80, 0x12345678deadbeefull};
+    v = f[k % 6];
+    break;
+  }
   }
   memcpy(out, &v, hc_dtype_size(t));
 }

@@ -58,11 +58,11 @@ static long long (*cuda_copied)(const char *src, const char *dst);
 
 /* How the bytes of one call went, all ranks together. */
 struct paths {
-  long long direct;     /* RDMA writes GPU memory -> GPU memory */
-  long long via_pinned; /* RDMA writes pinned -> pinned (staged) */
-  long long other;      /* RDMA writes between GPU and host memory (must not happen) */
+  long long direct;                 /* RDMA writes GPU memory -> GPU memory */
+  long long via_pinned;             /* RDMA writes pinned -> pinned (staged) */
+  long long other;                  /* RDMA writes between GPU and host memory (must not happen) */
   long long to_pinned, from_pinned; /* GPU copies GPU memory <-> pinned host memory */
-  long long dev_regs;   /* registrations of GPU memory (dma-buf or not) */
+  long long dev_regs;               /* registrations of GPU memory (dma-buf or not) */
   long long dev_copied; /* GPU copies GPU memory -> GPU memory (slots of device scratch, and the vendor's) */
 };
 static struct paths now(void) {
@@ -111,14 +111,14 @@ static void expect_paths(struct paths before, long long cross, bool small, const
             "%s: %lld bytes GPU to GPU over the NIC, %lld + %lld copied", what, direct, out, in);
     } else if (expect_direct) {
       CHECK(direct == cross, "%s: %lld bytes GPU to GPU over the NIC, expected all %lld", what, direct, cross);
-      CHECK(pinned == 0 && out == 0 && in == 0, "%s: %lld bytes through pinned slots, %lld + %lld copied", what,
-            pinned, out, in);
+      CHECK(pinned == 0 && out == 0 && in == 0, "%s: %lld bytes through pinned slots, %lld + %lld copied", what, pinned,
+            out, in);
       CHECK(a.dev_regs > 0, "%s: no GPU memory registered", what);
     } else {
       CHECK(pinned == cross, "%s: %lld bytes through pinned slots, expected all %lld", what, pinned, cross);
       CHECK(direct == 0, "%s: %lld bytes GPU to GPU over the NIC, expected none", what, direct);
-      CHECK(out == cross && in == cross, "%s: GPU copies %lld bytes out and %lld in, expected %lld each", what, out,
-            in, cross);
+      CHECK(out == cross && in == cross, "%s: GPU copies %lld bytes out and %lld in, expected %lld each", what, out, in,
+            cross);
       if (!expect_direct) CHECK(a.dev_regs == 0, "%s: %lld GPU registrations while staging", what, a.dev_regs);
     }
   }
@@ -267,7 +267,8 @@ static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
   hetcclComm_t comm;
   if (!rank_comm_open(&m, gpu, device_of[rank], 4u << 20, rank < GROUP ? "a" : "b", n, id, rank, &comm)) return 1;
   if (rank == 0) { /* hetccl has loaded both fakes now */
-    void *verbs = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD), *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    void *verbs = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD),
+         *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     if (verbs) {
       *(void **)&verbs_bytes = dlsym(verbs, "fake_verbs_bytes");
       *(void **)&verbs_regs = dlsym(verbs, "fake_verbs_regs");
@@ -325,10 +326,8 @@ static void check_log(const char *path, long long direct_total) {
       writes++;
       if (!strcmp(src_mem, "device") && !strcmp(dst_mem, "device")) direct += (long long)len;
       if (strcmp(src_mem, "device") != 0 || strcmp(dst_mem, "device") != 0) {
-        if (len == 48 || len == 0)
-          host_records++;
-        else
-          host_other++;
+        if (len == 48 || len == 0) host_records++;
+        else host_other++;
       }
     }
   }

@@ -44,7 +44,7 @@
 #include "testutil.h"
 
 static const struct hc_dev_ops *gpu; /* set by main (threads) or in each rank's process */
-static bool as_threads;                /* TU_RANKS=threads, see main */
+static bool as_threads;              /* TU_RANKS=threads, see main */
 
 /* GPU_TEST_KINDS, see the header. */
 static enum hc_mem_kind gpu_kind(int rank) {
@@ -62,10 +62,20 @@ static void rank_gpu(int rank) {
   if (!as_threads) gpu = hc_dev_get(gpu_kind(rank));
 }
 
-enum { K_ALLREDUCE, K_BROADCAST, K_REDUCE, K_ALLGATHER, K_REDUCESCATTER, K_ALLTOALL, K_GATHER, K_SCATTER,
-       K_SENDRECV, K_NCOLL };
-static const char *const kname[K_NCOLL] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
-                                           "AlltoAll", "Gather", "Scatter", "SendRecv"};
+enum {
+  K_ALLREDUCE,
+  K_BROADCAST,
+  K_REDUCE,
+  K_ALLGATHER,
+  K_REDUCESCATTER,
+  K_ALLTOALL,
+  K_GATHER,
+  K_SCATTER,
+  K_SENDRECV,
+  K_NCOLL
+};
+static const char *const kname[K_NCOLL] = {"AllReduce", "Broadcast", "Reduce",  "AllGather", "ReduceScatter",
+                                           "AlltoAll",  "Gather",    "Scatter", "SendRecv"};
 static const enum hc_redop ops[] = {HC_SUM, HC_PROD, HC_MAX, HC_MIN, HC_AVG, HC_PREMULSUM};
 static const size_t counts[] = {0, 1, 7, 1023, (1u << 20) + 3};
 
@@ -82,7 +92,10 @@ static const struct scenario scenarios[] = {
     {"C: 2 GPU + 2 CPU", 4, {true, false, true, false}, NULL, {0}},
     /* groups of two: the hierarchical plans */
     {"D: 2 GPU + 2 CPU, a GPU group and a CPU group", 4, {true, false, true, false}, "gcgc", {0}},
-    {"E: 2 GPU (devices 0, 1) + 2 CPU, a GPU group and a CPU group", 4, {true, false, true, false}, "gcgc",
+    {"E: 2 GPU (devices 0, 1) + 2 CPU, a GPU group and a CPU group",
+     4,
+     {true, false, true, false},
+     "gcgc",
      {0, 0, 1, 0}},
     {"F: 4 GPU ranks, two groups each on devices 0 and 1", 4, {true, true, true, true}, "abab", {0, 0, 1, 1}},
     /* only with GPU_TEST_KINDS mixing vendors */
@@ -472,16 +485,15 @@ static int rank_stream_order(int rank, int n, hetcclUniqueId id, void *arg) {
   uint64_t *flag = NULL;
   bool have = spares_alloc(&m, count * 4);
   void *d = have ? buf_new(&m, count * 4) : NULL, *staged = have ? buf_new(&m, count * 4) : NULL;
-  if (!CHECK(comm && host && zeros && d && staged && hc_dev_host_alloc(gpu, 64, (void **)&flag) == HC_OK,
-             "setup"))
+  if (!CHECK(comm && host && zeros && d && staged && hc_dev_host_alloc(gpu, 64, (void **)&flag) == HC_OK, "setup"))
     return 1;
   *flag = 0;
   for (size_t i = 0; i < count; i++) host[i] = (float)(rank + 1) * (float)(i % 100);
   to_buf(&m, staged, host, count * 4);
   to_buf(&m, d, zeros, count * 4);
   tu_barrier();
-  hc_dev_flag_wait(gpu, m.stream, flag, 1);                 /* the "long kernel": held until we say */
-  hc_dev_copy(gpu, d, staged, count * 4, m.stream);         /* then writes the input */
+  hc_dev_flag_wait(gpu, m.stream, flag, 1);         /* the "long kernel": held until we say */
+  hc_dev_copy(gpu, d, staged, count * 4, m.stream); /* then writes the input */
   double t0 = tu_seconds();
   CHECK_OK(hetcclAllReduce(d, d, count, hetcclFloat, hetcclSum, comm, m.stream));
   double call_s = tu_seconds() - t0;
@@ -535,7 +547,8 @@ int main(int argc, char **argv) {
   tu_init(argc, argv);
   as_threads = getenv("TU_RANKS") && strcmp(getenv("TU_RANKS"), "threads") == 0;
   if (!have_gpu()) {
-    printf("skip: no %s device here (HETCCL_DEBUG=INFO says why)\n", getenv("GPU_TEST_KINDS") ? getenv("GPU_TEST_KINDS") : "CUDA");
+    printf("skip: no %s device here (HETCCL_DEBUG=INFO says why)\n",
+           getenv("GPU_TEST_KINDS") ? getenv("GPU_TEST_KINDS") : "CUDA");
     return 77;
   }
   ncases = build_cases(cases, (int)HC_ARRAY_LEN(cases));
@@ -549,8 +562,8 @@ int main(int argc, char **argv) {
     run_ranks(cur->nranks, rank_scenario);
     /* With the fake NCCL, E and F must have run steps on it. */
     const char *vendor = getenv("HETCCL_VENDOR");
-    if (as_threads && getenv("HETCCL_NCCL_LIBRARY") && !(vendor && !strcmp(vendor, "0")) &&
-        devices_needed(cur) > 1 && devices_needed(cur) <= hc_dev_caps(HC_MEM_CUDA).device_count) {
+    if (as_threads && getenv("HETCCL_NCCL_LIBRARY") && !(vendor && !strcmp(vendor, "0")) && devices_needed(cur) > 1 &&
+        devices_needed(cur) <= hc_dev_caps(HC_MEM_CUDA).device_count) {
       long ran = fake_nccl_calls() - before;
       printf("%s: %ld collectives ran on the fake NCCL\n", cur->name, ran);
       CHECK(ran > 0, "%s: no collective ran on the vendor library", cur->name);

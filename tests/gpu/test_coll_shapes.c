@@ -52,9 +52,8 @@ static void expect_counts(int rank, struct counts before, long sendrecv, long re
   tu_barrier();
   if (rank != 0) return;
   struct counts after = now();
-  printf("%s: %ld groups of vendor sends/receives, %ld vendor reduce-scatters, %ld bytes between group mates\n",
-         what, after.sendrecv - before.sendrecv, after.reducescatter - before.reducescatter,
-         after.bytes - before.bytes);
+  printf("%s: %ld groups of vendor sends/receives, %ld vendor reduce-scatters, %ld bytes between group mates\n", what,
+         after.sendrecv - before.sendrecv, after.reducescatter - before.reducescatter, after.bytes - before.bytes);
   CHECK(after.sendrecv - before.sendrecv == sendrecv, "%s: %ld groups of vendor sends/receives, expected %ld", what,
         after.sendrecv - before.sendrecv, sendrecv);
   CHECK(after.reducescatter - before.reducescatter == reducescatter, "%s: %ld vendor reduce-scatters, expected %ld",

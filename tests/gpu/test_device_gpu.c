@@ -44,15 +44,15 @@ static bool quick;
 static struct hc_gpu *G;
 static int groups, failed_groups, group_failures;
 
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      if (group_failures++ < 8) {                                              \
-        printf("    FAIL %s:%d: ", __FILE__, __LINE__);                        \
-        printf(__VA_ARGS__);                                                   \
-        printf("\n");                                                          \
-      }                                                                        \
-    }                                                                          \
+#define CHECK(cond, ...)                                \
+  do {                                                  \
+    if (!(cond)) {                                      \
+      if (group_failures++ < 8) {                       \
+        printf("    FAIL %s:%d: ", __FILE__, __LINE__); \
+        printf(__VA_ARGS__);                            \
+        printf("\n");                                   \
+      }                                                 \
+    }                                                   \
   } while (0)
 /* An op that must succeed; shows the backend's last-error text. */
 #define OK(call) CHECK((call) == HC_OK, "%s: %s", #call, hc_last_error())
@@ -109,11 +109,32 @@ static void test_caps(void) {
   CHECK(c.device_count > 0, "device_count %d", c.device_count);
   CHECK(D->abi == HC_DEV_ABI && D->size == sizeof(struct hc_dev_ops), "abi %u size %u", D->abi, D->size);
 #define HAS(op) CHECK(HC_HAS_OP(D, struct hc_dev_ops, op), "op " #op " missing")
-  HAS(mem_alloc); HAS(mem_free); HAS(copy); HAS(reduce); HAS(scale); HAS(ptr_query);
-  HAS(set_device); HAS(host_alloc); HAS(host_free); HAS(host_register); HAS(host_unregister);
-  HAS(stream_create); HAS(stream_destroy); HAS(event_create); HAS(event_destroy);
-  HAS(event_record); HAS(event_query); HAS(stream_wait_event); HAS(flag_wait); HAS(flag_write);
-  HAS(stream_sync); HAS(stream_capturing); HAS(current_device); HAS(flag_batch); HAS(fp8_layout); HAS(thread_bound);
+  HAS(mem_alloc);
+  HAS(mem_free);
+  HAS(copy);
+  HAS(reduce);
+  HAS(scale);
+  HAS(ptr_query);
+  HAS(set_device);
+  HAS(host_alloc);
+  HAS(host_free);
+  HAS(host_register);
+  HAS(host_unregister);
+  HAS(stream_create);
+  HAS(stream_destroy);
+  HAS(event_create);
+  HAS(event_destroy);
+  HAS(event_record);
+  HAS(event_query);
+  HAS(stream_wait_event);
+  HAS(flag_wait);
+  HAS(flag_write);
+  HAS(stream_sync);
+  HAS(stream_capturing);
+  HAS(current_device);
+  HAS(flag_batch);
+  HAS(fp8_layout);
+  HAS(thread_bound);
   HAS(pci_bus_id);
 #undef HAS
   /* The bus id names the device as sysfs does (net/topo.c reads it there):
@@ -160,7 +181,7 @@ static void test_context_hygiene(void) {
   OK(hc_dev_current_device(D, &cur));
   CHECK(cur == 0, "current_device after set_device(0): %d", cur);
   group_end("context hygiene", "scoped ops restore the caller's context; set_device and "
-            "current_device agree");
+                               "current_device agree");
 }
 
 static void test_copies(hc_stream_t s) {
@@ -186,7 +207,7 @@ static void test_copies(hc_stream_t s) {
       OK(hc_dev_copy(D, back, d0, n, NULL)); /* D2H into pageable */
       OK(hc_dev_stream_sync(D, NULL));
       CHECK(memcmp(back, src, n) == 0, "copies on the legacy stream changed the data, %zu bytes", n);
-      OK(hc_dev_copy(D, d0, d0, n, s)); /* same pointer: a no-op */
+      OK(hc_dev_copy(D, d0, d0, n, s));  /* same pointer: a no-op */
       OK(hc_dev_copy(D, d0, src, 0, s)); /* zero bytes */
     }
     OK(hc_dev_mem_free(D, 0, d0));
@@ -204,11 +225,11 @@ static void expect_ptr(const void *p, enum hc_mem_kind kind, int dev, bool pinne
   CHECK(r == HC_OK, "ptr_query(%s): %s", what, hc_last_error());
   if (r != HC_OK) return;
   CHECK(info.kind == kind && (kind == HC_MEM_HOST || info.device == dev) && info.host_pinned == pinned,
-        "%s: kind %d device %d pinned %d, want kind %d device %d pinned %d", what, info.kind,
-        info.device, info.host_pinned, kind, dev, pinned);
+        "%s: kind %d device %d pinned %d, want kind %d device %d pinned %d", what, info.kind, info.device,
+        info.host_pinned, kind, dev, pinned);
   r = hc_dev_ptr_query(p, &info);
-  CHECK(r == HC_OK && info.kind == kind && info.host_pinned == pinned,
-        "hc_dev_ptr_query(%s): kind %d pinned %d", what, info.kind, info.host_pinned);
+  CHECK(r == HC_OK && info.kind == kind && info.host_pinned == pinned, "hc_dev_ptr_query(%s): kind %d pinned %d", what,
+        info.kind, info.host_pinned);
 }
 
 static void test_ptr_query(void) {
@@ -253,7 +274,7 @@ static void test_ptr_query(void) {
 static const size_t red_counts[] = {0, 1, 7, 1023, (1u << 20) + 3};
 
 struct red_bufs {
-  size_t cap; /* elements */
+  size_t cap;      /* elements */
   void *a, *b, *d; /* device */
   uint8_t *ha, *hb, *hd, *want;
 };
@@ -281,15 +302,15 @@ static void bufs_free(struct red_bufs *B) {
   free(B->want);
 }
 
-static void report_mismatch(const char *what, enum hc_dtype t, size_t n, size_t i, const void *x,
-                            const void *y, const void *got, const void *want, size_t nbad) {
+static void report_mismatch(const char *what, enum hc_dtype t, size_t n, size_t i, const void *x, const void *y,
+                            const void *got, const void *want, size_t nbad) {
   char xs[24] = "-", ys[24] = "-", gs[24], ws[24];
   gt_hex(t, x, xs, sizeof(xs));
   if (y) gt_hex(t, y, ys, sizeof(ys));
   gt_hex(t, got, gs, sizeof(gs));
   gt_hex(t, want, ws, sizeof(ws));
-  CHECK(0, "%s %s count %zu: %zu of %zu elements differ; first [%zu]: in %s %s -> got %s, host %s",
-        what, hc_dtype_name(t), n, nbad, n, i, xs, ys, gs, ws);
+  CHECK(0, "%s %s count %zu: %zu of %zu elements differ; first [%zu]: in %s %s -> got %s, host %s", what,
+        hc_dtype_name(t), n, nbad, n, i, xs, ys, gs, ws);
 }
 
 static size_t count_bad(enum hc_dtype t, bool arith, const uint8_t *got, const uint8_t *want, size_t n) {
@@ -300,8 +321,8 @@ static size_t count_bad(enum hc_dtype t, bool arith, const uint8_t *got, const u
 }
 
 /* One reduce on the GPU: operands at element offsets (od, oa, ob). */
-static void one_reduce(struct red_bufs *B, hc_stream_t s, enum hc_dtype t, enum hc_redop op,
-                       size_t n, size_t od, size_t oa, size_t ob, bool in_place, const char *what) {
+static void one_reduce(struct red_bufs *B, hc_stream_t s, enum hc_dtype t, enum hc_redop op, size_t n, size_t od,
+                       size_t oa, size_t ob, bool in_place, const char *what) {
   size_t sz = hc_dtype_size(t);
   uint8_t *a = (uint8_t *)B->a + oa * sz, *b = (uint8_t *)B->b + ob * sz;
   uint8_t *d = in_place ? a : (uint8_t *)B->d + od * sz;
@@ -312,8 +333,7 @@ static void one_reduce(struct red_bufs *B, hc_stream_t s, enum hc_dtype t, enum 
   if (!in_place) OK(hc_dev_copy(D, d, B->hd, n * sz, s)); /* poison */
   struct hc_reduce_args ga = {.dst = d, .src0 = a, .src1 = b, .count = n, .dtype = t, .op = op};
   hc_result_t r = hc_dev_reduce(D, &ga, s);
-  CHECK(r == HC_OK, "%s reduce %s %s count %zu: %s", what, hc_dtype_name(t), hc_redop_name(op), n,
-        hc_last_error());
+  CHECK(r == HC_OK, "%s reduce %s %s count %zu: %s", what, hc_dtype_name(t), hc_redop_name(op), n, hc_last_error());
   uint8_t *got = xmalloc(n * sz + 1);
   OK(hc_dev_copy(D, got, d, n * sz, s));
   OK(drain(s, 60));
@@ -328,12 +348,12 @@ static void one_reduce(struct red_bufs *B, hc_stream_t s, enum hc_dtype t, enum 
   free(got);
 }
 
-static void one_scale(struct red_bufs *B, hc_stream_t s, enum hc_dtype t, enum hc_scale_kind kind,
-                      int k, size_t n, size_t off, const char *what) {
+static void one_scale(struct red_bufs *B, hc_stream_t s, enum hc_dtype t, enum hc_scale_kind kind, int k, size_t n,
+                      size_t off, const char *what) {
   size_t sz = hc_dtype_size(t);
   uint8_t *a = (uint8_t *)B->a + off * sz, *d = (uint8_t *)B->d + off * sz;
-  struct hc_scale_args sa = {.dst = B->want, .src = B->ha, .count = n, .dtype = t, .kind = kind,
-                             .divisor = gt_divisor(k)};
+  struct hc_scale_args sa = {
+      .dst = B->want, .src = B->ha, .count = n, .dtype = t, .kind = kind, .divisor = gt_divisor(k)};
   gt_factor(t, k, sa.factor);
   hc_host_scale(&sa);
   OK(hc_dev_copy(D, a, B->ha, n * sz, s));
@@ -352,8 +372,7 @@ static void one_scale(struct red_bufs *B, hc_stream_t s, enum hc_dtype t, enum h
     snprintf(label, sizeof(label), "%s %s by %s", what, kind == HC_SCALE_MUL ? "mul" : "div",
              kind == HC_SCALE_MUL ? fs : "");
     if (kind == HC_SCALE_DIV)
-      snprintf(label + strlen(label), sizeof(label) - strlen(label), "%llu",
-               (unsigned long long)sa.divisor);
+      snprintf(label + strlen(label), sizeof(label) - strlen(label), "%llu", (unsigned long long)sa.divisor);
     report_mismatch(label, t, n, i, B->ha + i * sz, NULL, got + i * sz, B->want + i * sz,
                     count_bad(t, true, got, B->want, n));
   }
@@ -528,9 +547,13 @@ static void test_flags(hc_stream_t s1, hc_stream_t s2, bool host_funcs) {
     OK(drain(s2, 30));
   }
   free(src);
-  group_end(name, "host releases a waiting stream (drained %.2f ms after the write, 64 MiB copy "
-            "included); write after its copy%s", release_ms,
-            gpu_ops ? "; stream to stream" : host_funcs ? "" : "; (memory operations refused: host functions)");
+  group_end(name,
+            "host releases a waiting stream (drained %.2f ms after the write, 64 MiB copy "
+            "included); write after its copy%s",
+            release_ms,
+            gpu_ops      ? "; stream to stream"
+            : host_funcs ? ""
+                         : "; (memory operations refused: host functions)");
 out:
   atomic_store(&G->force_host_flags, false);
   hc_dev_event_destroy(D, e);
@@ -582,8 +605,7 @@ static void test_second_device(int ndev) {
   hc_dev_mem_free(D, 1, b);
   hc_dev_stream_destroy(D, s);
   OK(hc_dev_set_device(D, 0));
-  group_end("second device", "ptr_query ordinal, stream and reduce on device 1 (path %s)",
-            hc_gpu_reduce_path(G, 1));
+  group_end("second device", "ptr_query ordinal, stream and reduce on device 1 (path %s)", hc_gpu_reduce_path(G, 1));
 }
 
 static void bench(hc_stream_t s) {
@@ -634,10 +656,8 @@ static int hip_expect_absent(void) {
   printf("%s device.c recorded the same reason for hetccl-info\n", same ? "PASS" : "FAIL");
   bad += !same;
   /* hipRTC is inside libamdhip64 up to ROCm 5.2, libhiprtc.so after. */
-  if (hc_gpu_vendor_hip.rtc_open() == HC_OK)
-    printf("PASS hipRTC resolved (every entry point)\n");
-  else
-    printf("NOTE hipRTC not found: %s\n", hc_last_error());
+  if (hc_gpu_vendor_hip.rtc_open() == HC_OK) printf("PASS hipRTC resolved (every entry point)\n");
+  else printf("NOTE hipRTC not found: %s\n", hc_last_error());
   /* A comm on a HIP device: a result code and a message, no crash. */
   hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
   cfg.deviceKind = hetcclDeviceHip;
@@ -700,8 +720,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   struct hc_dev_caps caps = hc_dev_caps(KIND);
-  printf("%s backend: %d devices, stream_mem_ops %d, runtime_compile %d\n", vendor->name,
-         caps.device_count, caps.stream_mem_ops, caps.runtime_compile);
+  printf("%s backend: %d devices, stream_mem_ops %d, runtime_compile %d\n", vendor->name, caps.device_count,
+         caps.stream_mem_ops, caps.runtime_compile);
 
   test_caps();
   test_context_hygiene();
@@ -719,22 +739,20 @@ int main(int argc, char **argv) {
   test_reductions(s1, false);
   if (caps.runtime_compile && strcmp(hc_gpu_reduce_path(G, 0), "kernels") != 0)
     printf("FAIL kernels: %s is there but the kernels were not built (path %s): see the WARN lines "
-           "and the log below <<<<<<<<\n", G->v->rtc_name, hc_gpu_reduce_path(G, 0)),
+           "and the log below <<<<<<<<\n",
+           G->v->rtc_name, hc_gpu_reduce_path(G, 0)),
         failed_groups++, groups++;
   if (G->rtc_log && G->rtc_log[0]) printf("---- %s log ----\n%s\n----\n", G->v->rtc_name, G->rtc_log);
   test_reductions(s1, true);
   test_events(s1, s2);
   test_capture(s1);
-  if (caps.stream_mem_ops)
-    test_flags(s1, s2, false);
-  else
-    printf("SKIP flags stream-memops: the driver has none (host functions only)\n");
+  if (caps.stream_mem_ops) test_flags(s1, s2, false);
+  else printf("SKIP flags stream-memops: the driver has none (host functions only)\n");
   test_flags(s1, s2, true);
   test_second_device(caps.device_count);
   if (!quick) bench(s1);
   OK(hc_dev_stream_destroy(D, s1));
   OK(hc_dev_stream_destroy(D, s2));
-  printf("SUMMARY: %d of %d groups failed; reductions ran on: %s\n", failed_groups, groups,
-         hc_gpu_reduce_path(G, 0));
+  printf("SUMMARY: %d of %d groups failed; reductions ran on: %s\n", failed_groups, groups, hc_gpu_reduce_path(G, 0));
   return failed_groups ? 1 : 0;
 }

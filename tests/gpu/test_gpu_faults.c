@@ -48,15 +48,15 @@
 #include "device/device.h"
 #include "testutil.h"
 
-#define HANG_S 60 /* far above what detection takes; only a hang reaches it */
+#define HANG_S 60        /* far above what detection takes; only a hang reaches it */
 #define COUNT (1u << 20) /* floats: 4 MiB, one window slot */
 
 struct shared {
   atomic_int id_state; /* 0 not yet, 1 ready, -1 failed */
   hetcclUniqueId id;
-  atomic_int calls[2];  /* calls each rank has made */
+  atomic_int calls[2]; /* calls each rank has made */
   atomic_int survivor_done;
-  atomic_int ready; /* ranks whose comm is up */
+  atomic_int ready;        /* ranks whose comm is up */
   atomic_int timed_out[2]; /* init_hang: whose init error named HETCCL_TIMEOUT */
 };
 
@@ -68,8 +68,13 @@ static double now_s(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-#define FAIL(...) do { fprintf(stderr, "rank %d: ", rank); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); \
-                       return 1; } while (0)
+#define FAIL(...)                       \
+  do {                                  \
+    fprintf(stderr, "rank %d: ", rank); \
+    fprintf(stderr, __VA_ARGS__);       \
+    fputc('\n', stderr);                \
+    return 1;                           \
+  } while (0)
 
 /* Which ranks are CPU ranks, and whether the two share a group on two
  * devices (the vendor's comm), by mode. */
@@ -228,8 +233,7 @@ static int rank_recv_kill(int rank, struct shared *S) {
     raise(SIGKILL);
   }
   for (int i = 0; i < 2; i++) {
-    if (hetcclRecv(d, COUNT, hetcclFloat, 1, comm, stream) != hetcclSuccess)
-      FAIL("recv: %s", hetcclGetLastError(comm));
+    if (hetcclRecv(d, COUNT, hetcclFloat, 1, comm, stream) != hetcclSuccess) FAIL("recv: %s", hetcclGetLastError(comm));
     if (wait_or_error(comm, stream, ev) != (i == 0)) FAIL("receive %d: %s", i, i ? "completed" : "failed");
   }
   if (hc_dev_stream_sync(gpu, stream) != HC_OK) FAIL("the stream did not drain: %s", hc_last_error());
@@ -360,8 +364,8 @@ int main(int argc, char **argv) {
   cpu_rank0 = !strcmp(mode, "cpu_kill");
   one_group = !strncmp(mode, "init_", 5);
   const bool rank1_ends_well = !strcmp(mode, "abort") || !strcmp(mode, "dump") || !strcmp(mode, "init_hang");
-  const bool killed = !strcmp(mode, "kill") || !strcmp(mode, "cpu_kill") || !strcmp(mode, "init_kill") ||
-                      !strcmp(mode, "recv_kill");
+  const bool killed =
+      !strcmp(mode, "kill") || !strcmp(mode, "cpu_kill") || !strcmp(mode, "init_kill") || !strcmp(mode, "recv_kill");
   if (!have_gpu()) {
     printf("skip: no CUDA device here\n");
     return 77;
@@ -391,7 +395,8 @@ int main(int argc, char **argv) {
   /* The fault: after a few calls of both ranks. */
   double fault_at = now_s();
   if (!strcmp(mode, "stop")) {
-    for (double end = now_s() + HANG_S; now_s() < end && (atomic_load(&S->calls[0]) < 3 || atomic_load(&S->calls[1]) < 3);)
+    for (double end = now_s() + HANG_S;
+         now_s() < end && (atomic_load(&S->calls[0]) < 3 || atomic_load(&S->calls[1]) < 3);)
       usleep(1000);
     kill(pid[1], SIGSTOP);
     fault_at = now_s();
@@ -410,8 +415,8 @@ int main(int argc, char **argv) {
     usleep(2000);
   }
   CHECK(status[0] != -1, "%s: rank 0 still running %d s after the fault: a hang", mode, HANG_S);
-  CHECK(status[0] != -1 && WIFEXITED(status[0]) && WEXITSTATUS(status[0]) == 0, "%s: rank 0 failed (status 0x%x)",
-        mode, status[0]);
+  CHECK(status[0] != -1 && WIFEXITED(status[0]) && WEXITSTATUS(status[0]) == 0, "%s: rank 0 failed (status 0x%x)", mode,
+        status[0]);
   if (killed)
     CHECK(status[1] != -1 && WIFSIGNALED(status[1]) && WTERMSIG(status[1]) == SIGKILL,
           "%s: rank 1 did not die by SIGKILL (status 0x%x)", mode, status[1]);

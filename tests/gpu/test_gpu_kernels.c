@@ -25,18 +25,17 @@
 
 static int failures;
 
-#define FAIL(...)                                                              \
-  do {                                                                         \
-    if (failures++ < 30) {                                                     \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                     \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fputc('\n', stderr);                                                     \
-    }                                                                          \
+#define FAIL(...)                                          \
+  do {                                                     \
+    if (failures++ < 30) {                                 \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                        \
+      fputc('\n', stderr);                                 \
+    }                                                      \
   } while (0)
 
 typedef void (*reduce_kernel)(void *, const void *, const void *, unsigned long long);
-typedef void (*scale_kernel)(void *, const void *, unsigned long long, unsigned long long, double,
-                             float);
+typedef void (*scale_kernel)(void *, const void *, unsigned long long, unsigned long long, double, float);
 
 static unsigned long long *emu_tid, *emu_nthreads;
 
@@ -90,16 +89,14 @@ static void *kernel(void *h, bool scale, enum hc_dtype t, int op) {
 
 /* Buffers with room to shift each operand by 0..15 bytes. */
 #define MAXN 4099
-static _Alignas(64) uint8_t in0[MAXN * 8 + 64], in1[MAXN * 8 + 64], out[MAXN * 8 + 64],
-    want[MAXN * 8 + 64];
+static _Alignas(64) uint8_t in0[MAXN * 8 + 64], in1[MAXN * 8 + 64], out[MAXN * 8 + 64], want[MAXN * 8 + 64];
 
 static const size_t counts[] = {0, 1, 7, 17, 1023, MAXN};
 static const unsigned threads[] = {1, 5, 64, 256};
 /* Byte offsets of (dst, src0, src1): aligned, shared misalignment, mixed. */
 static const size_t offsets[][3] = {{0, 0, 0}, {8, 8, 8}, {2, 2, 2}, {1, 1, 1}, {0, 4, 8}, {3, 0, 1}};
 
-static void run_reduce(reduce_kernel k, unsigned nt, void *d, const void *a, const void *b,
-                       size_t n) {
+static void run_reduce(reduce_kernel k, unsigned nt, void *d, const void *a, const void *b, size_t n) {
   *emu_nthreads = nt;
   for (unsigned t = 0; t < nt; t++) {
     *emu_tid = t;
@@ -107,8 +104,7 @@ static void run_reduce(reduce_kernel k, unsigned nt, void *d, const void *a, con
   }
 }
 
-static void run_scale(scale_kernel k, unsigned nt, void *d, const void *a, size_t n, uint64_t u,
-                      double fd, float ff) {
+static void run_scale(scale_kernel k, unsigned nt, void *d, const void *a, size_t n, uint64_t u, double fd, float ff) {
   *emu_nthreads = nt;
   for (unsigned t = 0; t < nt; t++) {
     *emu_tid = t;
@@ -137,8 +133,8 @@ static long emulate(void *h) {
             uint64_t seed = ci * 131 + oi * 7 + ti;
             gt_fill((enum hc_dtype)t, seed, 0, a, n);
             gt_fill((enum hc_dtype)t, seed, 1, b, n);
-            struct hc_reduce_args ra = {.dst = want, .src0 = a, .src1 = b, .count = n,
-                                        .dtype = (enum hc_dtype)t, .op = (enum hc_redop)op};
+            struct hc_reduce_args ra = {
+                .dst = want, .src0 = a, .src1 = b, .count = n, .dtype = (enum hc_dtype)t, .op = (enum hc_redop)op};
             hc_host_reduce(&ra);
             memset(d, 0xa5, n * sz + 16);
             run_reduce(k, threads[ti], d, a, b, n);
@@ -151,8 +147,9 @@ static long emulate(void *h) {
               gt_hex((enum hc_dtype)t, d + i * sz, g, sizeof(g));
               gt_hex((enum hc_dtype)t, (uint8_t *)want + i * sz, w, sizeof(w));
               FAIL("emulated %s %s: count %zu offsets %zu/%zu/%zu threads %u: element %zu: %s op "
-                   "%s = %s, host %s", hc_dtype_name((enum hc_dtype)t), hc_redop_name((enum hc_redop)op),
-                   n, offsets[oi][0], offsets[oi][1], offsets[oi][2], threads[ti], i, x, y, g, w);
+                   "%s = %s, host %s",
+                   hc_dtype_name((enum hc_dtype)t), hc_redop_name((enum hc_redop)op), n, offsets[oi][0], offsets[oi][1],
+                   offsets[oi][2], threads[ti], i, x, y, g, w);
               bad = 1;
             } else if (d[n * sz] != 0xa5) {
               FAIL("emulated %s %s: count %zu wrote past the end", hc_dtype_name((enum hc_dtype)t),
@@ -166,14 +163,13 @@ static long emulate(void *h) {
       size_t n = 1023;
       gt_fill((enum hc_dtype)t, 99, 0, in0, n);
       gt_fill((enum hc_dtype)t, 99, 1, in1, n);
-      struct hc_reduce_args ra = {.dst = want, .src0 = in0, .src1 = in1, .count = n,
-                                  .dtype = (enum hc_dtype)t, .op = (enum hc_redop)op};
+      struct hc_reduce_args ra = {
+          .dst = want, .src0 = in0, .src1 = in1, .count = n, .dtype = (enum hc_dtype)t, .op = (enum hc_redop)op};
       hc_host_reduce(&ra);
       run_reduce(k, 64, in0, in0, in1, n);
       cases++;
       if (gt_first_mismatch((enum hc_dtype)t, op <= HC_PROD, in0, want, n) < n)
-        FAIL("emulated %s %s in place differs", hc_dtype_name((enum hc_dtype)t),
-             hc_redop_name((enum hc_redop)op));
+        FAIL("emulated %s %s in place differs", hc_dtype_name((enum hc_dtype)t), hc_redop_name((enum hc_redop)op));
     }
     for (int kind = 0; kind < 2; kind++) {
       scale_kernel k = (scale_kernel)(uintptr_t)kernel(h, true, (enum hc_dtype)t, kind);
@@ -185,7 +181,10 @@ static long emulate(void *h) {
           for (size_t oi = 0; oi < HC_ARRAY_LEN(offsets) && !bad; oi++) {
             if (offsets[oi][0] % sz || offsets[oi][1] % sz) continue;
             uint8_t *d = out + offsets[oi][0], *a = in0 + offsets[oi][1];
-            struct hc_scale_args sa = {.dst = want, .src = a, .count = n, .dtype = (enum hc_dtype)t,
+            struct hc_scale_args sa = {.dst = want,
+                                       .src = a,
+                                       .count = n,
+                                       .dtype = (enum hc_dtype)t,
                                        .kind = (enum hc_scale_kind)kind,
                                        .divisor = gt_divisor(f)};
             gt_factor((enum hc_dtype)t, f, sa.factor);
@@ -205,8 +204,9 @@ static long emulate(void *h) {
               gt_hex((enum hc_dtype)t, d + i * sz, g, sizeof(g));
               gt_hex((enum hc_dtype)t, (uint8_t *)want + i * sz, w, sizeof(w));
               FAIL("emulated scale %s %s (factor #%d, divisor %llu): count %zu element %zu: %s -> "
-                   "%s, host %s", hc_dtype_name((enum hc_dtype)t), kind ? "div" : "mul", f,
-                   (unsigned long long)sa.divisor, n, i, x, g, w);
+                   "%s, host %s",
+                   hc_dtype_name((enum hc_dtype)t), kind ? "div" : "mul", f, (unsigned long long)sa.divisor, n, i, x, g,
+                   w);
               bad = 1;
             }
           }
@@ -225,8 +225,14 @@ static void scale_args(const struct hc_scale_args *a, uint64_t *u, double *fd, f
   *ff = 0;
   if (a->kind == HC_SCALE_MUL) {
     switch (a->dtype) {
-    case HC_FLOAT16: memcpy(&h, a->factor, 2); *ff = hc_half_to_float(h); break;
-    case HC_BFLOAT16: memcpy(&h, a->factor, 2); *ff = hc_bf16_to_float(h); break;
+    case HC_FLOAT16:
+      memcpy(&h, a->factor, 2);
+      *ff = hc_half_to_float(h);
+      break;
+    case HC_BFLOAT16:
+      memcpy(&h, a->factor, 2);
+      *ff = hc_bf16_to_float(h);
+      break;
     case HC_FP8_E4M3: *ff = hc_fp8e4m3_to_float(a->factor[0]); break;
     case HC_FP8_E5M2: *ff = hc_fp8e5m2_to_float(a->factor[0]); break;
     case HC_FLOAT32: memcpy(ff, a->factor, 4); break;
@@ -259,11 +265,13 @@ static bool hip_rtc_crashes_on_bad_target(void) {
 
 /* hipRTC's output is an AMDGPU code object: an ELF for EM_AMDGPU (224)
  * whose symbol table names every kernel the backend resolves. */
-static void check_amdgpu_image(const struct hc_gpu_vendor *v, const char *opt, const void *image,
-                               size_t size) {
+static void check_amdgpu_image(const struct hc_gpu_vendor *v, const char *opt, const void *image, size_t size) {
   const unsigned char *p = image;
   uint16_t machine = 0;
-  if (size < 64 || memcmp(p, "\x7f" "ELF", 4) != 0) {
+  if (size < 64 || memcmp(p,
+                          "\x7f"
+                          "ELF",
+                          4) != 0) {
     FAIL("%s %s: the image is not an ELF code object", v->rtc_name, opt);
     return;
   }
@@ -277,12 +285,11 @@ static void check_amdgpu_image(const struct hc_gpu_vendor *v, const char *opt, c
       hc_gpu_kernel_name(name, sizeof(name), scale, (enum hc_dtype)t, scale ? op - HC_AVG : op);
       if (memmem(image, size, name, strlen(name) + 1) == NULL)
         FAIL("%s %s: no kernel %s in the code object", v->rtc_name, opt, name);
-      else
-        found++;
+      else found++;
     }
   }
-  printf("%s %s: an EM_AMDGPU code object naming %d of %d kernels\n", machine == 224 ? "PASS" : "FAIL",
-         v->rtc_name, found, HC_DTYPE_COUNT * (HC_AVG + 2));
+  printf("%s %s: an EM_AMDGPU code object naming %d of %d kernels\n", machine == 224 ? "PASS" : "FAIL", v->rtc_name,
+         found, HC_DTYPE_COUNT * (HC_AVG + 2));
 }
 
 static void rtc_checks(const struct hc_gpu_vendor *v, const struct target *targets, size_t ntargets) {
@@ -295,19 +302,18 @@ static void rtc_checks(const struct hc_gpu_vendor *v, const struct target *targe
      * amd_comgr_destroy_action_info) when the target is unknown: its bug,
      * not ours, and hetccl never names a target for hipRTC. */
     printf("NOTE %s: the bogus-target check is not run (hipRTC of ROCm <= 5.2 aborts on an unknown "
-           "target)\n", v->rtc_name);
+           "target)\n",
+           v->rtc_name);
   } else {
     /* A target the compiler rejects: a clean failure, no image. */
     void *image = NULL;
     size_t size = 0;
     char *log = NULL;
-    hc_result_t r = hc_gpu_rtc_compile(v, strstr(targets[0].opt, "offload") ? "--offload-arch=gfx1"
-                                                                              : "--gpu-architecture=sm_1",
-                                       true, &image, &size, &log);
-    if (r == HC_OK || image != NULL || size != 0)
-      FAIL("%s accepted a bogus target", v->rtc_name);
-    else
-      printf("PASS %s rejects a bogus target cleanly: %s\n", v->rtc_name, hc_last_error());
+    hc_result_t r =
+        hc_gpu_rtc_compile(v, strstr(targets[0].opt, "offload") ? "--offload-arch=gfx1" : "--gpu-architecture=sm_1",
+                           true, &image, &size, &log);
+    if (r == HC_OK || image != NULL || size != 0) FAIL("%s accepted a bogus target", v->rtc_name);
+    else printf("PASS %s rejects a bogus target cleanly: %s\n", v->rtc_name, hc_last_error());
     free(image);
     free(log);
   }
@@ -333,8 +339,8 @@ static void rtc_checks(const struct hc_gpu_vendor *v, const struct target *targe
         const char *p = image;
         if (strstr(p, "fma.rn.f32") || strstr(p, "fma.rn.f64"))
           FAIL("%s %s: the PTX fuses multiply-adds", v->rtc_name, opt);
-        if (strstr(p, "max.f32") || strstr(p, "min.f32") || strstr(p, "max.f64") ||
-            strstr(p, "min.f64") || strstr(p, "max.NaN"))
+        if (strstr(p, "max.f32") || strstr(p, "min.f32") || strstr(p, "max.f64") || strstr(p, "min.f64") ||
+            strstr(p, "max.NaN"))
           FAIL("%s %s: the PTX turned the NaN-aware select into max/min", v->rtc_name, opt);
         size_t kernels = 0;
         for (const char *q = p; (q = strstr(q, ".entry ")) != NULL; q++) kernels++;
@@ -349,8 +355,7 @@ static void rtc_checks(const struct hc_gpu_vendor *v, const struct target *targe
           }
         }
         if (kernels != HC_DTYPE_COUNT * (HC_AVG + 2))
-          FAIL("%s %s: %zu kernels in the PTX, expected %d", v->rtc_name, opt, kernels,
-               HC_DTYPE_COUNT * (HC_AVG + 2));
+          FAIL("%s %s: %zu kernels in the PTX, expected %d", v->rtc_name, opt, kernels, HC_DTYPE_COUNT * (HC_AVG + 2));
       }
     }
     free(image);

@@ -19,14 +19,14 @@
 #include "net/ib_priv.h"
 
 static int failures;
-#define EXPECT(cond, ...)                                                             \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                     \
-      printf(__VA_ARGS__);                                                            \
-      printf(" (%s)\n", hc_last_error());                                             \
-      failures++;                                                                     \
-    }                                                                                 \
+#define EXPECT(cond, ...)                         \
+  do {                                            \
+    if (!(cond)) {                                \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+      printf(__VA_ARGS__);                        \
+      printf(" (%s)\n", hc_last_error());         \
+      failures++;                                 \
+    }                                             \
   } while (0)
 
 static void export_at(const struct hc_dev_ops *cuda, uint8_t *base, size_t off, size_t n) {
@@ -36,10 +36,10 @@ static void export_at(const struct hc_dev_ops *cuda, uint8_t *base, size_t off, 
   EXPECT(r == HC_OK && fd >= 0, "dma-buf export of %zu bytes at +%zu", n, off);
   if (fd < 0) return;
   off_t size = lseek(fd, 0, SEEK_END);
-  EXPECT(size >= (off_t)(offset + (off % 4096) + n), "dma-buf of %lld bytes for %zu bytes at +%zu",
-         (long long)size, n, off);
-  printf("PASS dma-buf export at +%zu (%zu bytes): fd %d, %lld bytes, offset %llu\n", off, n, fd,
-         (long long)size, (unsigned long long)offset);
+  EXPECT(size >= (off_t)(offset + (off % 4096) + n), "dma-buf of %lld bytes for %zu bytes at +%zu", (long long)size, n,
+         off);
+  printf("PASS dma-buf export at +%zu (%zu bytes): fd %d, %lld bytes, offset %llu\n", off, n, fd, (long long)size,
+         (unsigned long long)offset);
   close(fd);
 }
 

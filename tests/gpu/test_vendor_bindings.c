@@ -100,8 +100,7 @@ static int check_bindings(void *lib, bool lands_here, const char *mode) {
       if (lands_here)
         CHECK(to_program, "%s: %s of %s bound to %s, want this program (hetccl's export)", mode, name, lm->l_name,
               object_of(bound));
-      else
-        CHECK(to_lib, "%s: %s of %s bound to %s, want the library itself", mode, name, lm->l_name, object_of(bound));
+      else CHECK(to_lib, "%s: %s of %s bound to %s, want the library itself", mode, name, lm->l_name, object_of(bound));
       if (to_program && !strstr(here, name) && strlen(here) + strlen(name) + 2 < sizeof(here))
         strcat(strcat(here, " "), name);
     }

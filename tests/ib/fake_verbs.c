@@ -116,7 +116,7 @@ struct fake_qp {
   uint32_t dest_qpn;
   uint32_t max_inline;
   uint32_t max_send_sge; /* a work request gathering more pieces is refused, as an adapter refuses it */
-  uint64_t *recvs; /* posted receives' wr_ids, a FIFO */
+  uint64_t *recvs;       /* posted receives' wr_ids, a FIFO */
   size_t recv_cap, recv_head, nrecv;
   struct arrival *waiting;
   size_t wait_cap, wait_head, nwait;
@@ -303,10 +303,8 @@ EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int 
   struct ibv_mr *mr = NULL;
   if (strcmp(mem, "device") == 0 && !env_flag("FAKE_VERBS_PEERMEM", false))
     errno = EFAULT; /* the pages are not the kernel's to pin without a peer-memory module */
-  else if (len == 0 || addr == NULL)
-    errno = EINVAL;
-  else
-    mr = mr_add(pd, addr, len, access, mem, false);
+  else if (len == 0 || addr == NULL) errno = EINVAL;
+  else mr = mr_add(pd, addr, len, access, mem, false);
   pthread_mutex_unlock(&big);
   return mr;
 }
@@ -502,8 +500,10 @@ static struct fake_qp *qp_find(uint32_t num) {
 /* Under big: every posted receive completes flushed. */
 static void flush_recvs(struct fake_qp *q) {
   while (q->nrecv > 0) {
-    struct ibv_wc wc = {.wr_id = q->recvs[q->recv_head], .status = HC_IBV_WC_WR_FLUSH_ERR,
-                        .opcode = HC_IBV_WC_RECV_RDMA_WITH_IMM, .qp_num = q->qp.qp_num};
+    struct ibv_wc wc = {.wr_id = q->recvs[q->recv_head],
+                        .status = HC_IBV_WC_WR_FLUSH_ERR,
+                        .opcode = HC_IBV_WC_RECV_RDMA_WITH_IMM,
+                        .qp_num = q->qp.qp_num};
     q->recv_head = (q->recv_head + 1) % q->recv_cap;
     q->nrecv--;
     cq_push((struct fake_cq *)q->qp.recv_cq, &wc);
@@ -551,9 +551,14 @@ EXPORT int ibv_destroy_qp(struct ibv_qp *qp) {
 
 /* Under big: an arrival on q completes its oldest posted receive. */
 static void deliver(struct fake_qp *q, const struct arrival *a) {
-  struct ibv_wc wc = {.wr_id = q->recvs[q->recv_head], .status = HC_IBV_WC_SUCCESS,
-                      .opcode = HC_IBV_WC_RECV_RDMA_WITH_IMM, .byte_len = a->len, .imm_data = a->imm,
-                      .qp_num = q->qp.qp_num, .src_qp = a->src_qp, .wc_flags = HC_IBV_WC_WITH_IMM};
+  struct ibv_wc wc = {.wr_id = q->recvs[q->recv_head],
+                      .status = HC_IBV_WC_SUCCESS,
+                      .opcode = HC_IBV_WC_RECV_RDMA_WITH_IMM,
+                      .byte_len = a->len,
+                      .imm_data = a->imm,
+                      .qp_num = q->qp.qp_num,
+                      .src_qp = a->src_qp,
+                      .wc_flags = HC_IBV_WC_WITH_IMM};
   q->recv_head = (q->recv_head + 1) % q->recv_cap;
   q->nrecv--;
   cq_push((struct fake_cq *)q->qp.recv_cq, &wc);
@@ -652,8 +657,7 @@ static void run_held(struct fake_qp *q) {
     int status = execute_write(q, to, w);
     if (status != HC_IBV_WC_SUCCESS) q->qp.state = HC_IBV_QPS_ERR;
     if (status != HC_IBV_WC_SUCCESS || (w->flags & HC_IBV_SEND_SIGNALED)) {
-      struct ibv_wc wc = {.wr_id = w->wr_id, .status = status, .opcode = HC_IBV_WC_RDMA_WRITE,
-                          .qp_num = q->qp.qp_num};
+      struct ibv_wc wc = {.wr_id = w->wr_id, .status = status, .opcode = HC_IBV_WC_RDMA_WRITE, .qp_num = q->qp.qp_num};
       cq_push((struct fake_cq *)q->qp.send_cq, &wc);
     }
     free(w->inline_copy);
@@ -676,15 +680,20 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
     struct write *w = calloc(1, sizeof(*w));
     size_t len = 0;
     for (int i = 0; i < wr->num_sge; i++) len += wr->sg_list[i].length;
-    if (w == NULL || ((wr->send_flags & HC_IBV_SEND_INLINE) && (len > q->max_inline ||
-                                                                 (w->inline_copy = malloc(len + 1)) == NULL))) {
+    if (w == NULL || ((wr->send_flags & HC_IBV_SEND_INLINE) &&
+                      (len > q->max_inline || (w->inline_copy = malloc(len + 1)) == NULL))) {
       free(w);
       rc = w == NULL ? ENOMEM : EINVAL;
       *bad = wr;
       break;
     }
-    *w = (struct write){.wr_id = wr->wr_id, .remote_addr = wr->wr.rdma.remote_addr, .opcode = wr->opcode,
-                        .nsge = wr->num_sge, .flags = wr->send_flags, .imm = wr->imm_data, .rkey = wr->wr.rdma.rkey,
+    *w = (struct write){.wr_id = wr->wr_id,
+                        .remote_addr = wr->wr.rdma.remote_addr,
+                        .opcode = wr->opcode,
+                        .nsge = wr->num_sge,
+                        .flags = wr->send_flags,
+                        .imm = wr->imm_data,
+                        .rkey = wr->wr.rdma.rkey,
                         .inline_copy = w->inline_copy};
     size_t off = 0;
     for (int i = 0; i < wr->num_sge; i++) {

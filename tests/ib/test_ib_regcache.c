@@ -17,14 +17,14 @@
 #include "net/ib_priv.h"
 
 static int failures;
-#define EXPECT(cond, ...)                                                             \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                     \
-      printf(__VA_ARGS__);                                                            \
-      printf(" (%s)\n", hc_last_error());                                             \
-      failures++;                                                                     \
-    }                                                                                 \
+#define EXPECT(cond, ...)                         \
+  do {                                            \
+    if (!(cond)) {                                \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+      printf(__VA_ARGS__);                        \
+      printf(" (%s)\n", hc_last_error());         \
+      failures++;                                 \
+    }                                             \
   } while (0)
 
 int main(void) {

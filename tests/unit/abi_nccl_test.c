@@ -28,14 +28,14 @@ _Static_assert(ncclFloat8e5m2 == 11 && ncclBfloat16 == 9 && ncclNumTypes == 12, 
 _Static_assert(ncclAvg == 4 && ncclNumOps == 5, "ops");
 
 static int failures;
-#define EXPECT(cond, ...)                                                      \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      failures++;                                                              \
-      printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                   \
-      printf(__VA_ARGS__);                                                     \
-      printf("\n");                                                            \
-    }                                                                          \
+#define EXPECT(cond, ...)                                    \
+  do {                                                       \
+    if (!(cond)) {                                           \
+      failures++;                                            \
+      printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      printf(__VA_ARGS__);                                   \
+      printf("\n");                                          \
+    }                                                        \
   } while (0)
 
 #define NRANKS 3
@@ -98,7 +98,8 @@ static void *rank_main(void *arg) {
 
   double scalar = 0.5, d[2] = {rank * 2.0, 4.0}, dout[2];
   ncclRedOp_t premul;
-  EXPECT(ncclRedOpCreatePreMulSum(&premul, &scalar, ncclFloat64, ncclScalarHostImmediate, comm) == ncclSuccess, "premul");
+  EXPECT(ncclRedOpCreatePreMulSum(&premul, &scalar, ncclFloat64, ncclScalarHostImmediate, comm) == ncclSuccess,
+         "premul");
   EXPECT(ncclAllReduce(d, dout, 2, ncclFloat64, premul, comm, NULL) == ncclSuccess, "premul allreduce");
   EXPECT(dout[0] == 3.0 && dout[1] == 6.0, "premul gave %g %g", dout[0], dout[1]);
   EXPECT(ncclRedOpDestroy(premul, comm) == ncclSuccess, "destroy op");

@@ -50,9 +50,15 @@ static hetcclResult_t wait_init(hetcclComm_t comm) {
 
 static rccl_config_v21700 *rccl_config(int blocking, unsigned magic) {
   rccl_config_v21700 *c = malloc(sizeof(*c)); /* exactly 48 bytes: nothing after it */
-  *c = (rccl_config_v21700){.size = sizeof(*c), .magic = magic, .version = 22105, .blocking = blocking,
-                            .cgaClusterSize = INT_MIN, .minCTAs = INT_MIN, .maxCTAs = INT_MIN,
-                            .netName = NULL, .splitShare = INT_MIN};
+  *c = (rccl_config_v21700){.size = sizeof(*c),
+                            .magic = magic,
+                            .version = 22105,
+                            .blocking = blocking,
+                            .cgaClusterSize = INT_MIN,
+                            .minCTAs = INT_MIN,
+                            .maxCTAs = INT_MIN,
+                            .netName = NULL,
+                            .splitShare = INT_MIN};
   return c;
 }
 
@@ -77,8 +83,8 @@ int main(int argc, char **argv) {
   c = rccl_config(1, 0xdeadbeef);
   comm = NULL;
   r = pncclCommInitRankConfig(&comm, 1, id, 0, c);
-  CHECK(r == hetcclInvalidArgument && comm == NULL && strstr(hetcclGetLastError(NULL), "magic"),
-        "wrong magic: %s (%s)", hetcclGetErrorString(r), hetcclGetLastError(NULL));
+  CHECK(r == hetcclInvalidArgument && comm == NULL && strstr(hetcclGetLastError(NULL), "magic"), "wrong magic: %s (%s)",
+        hetcclGetErrorString(r), hetcclGetLastError(NULL));
   free(c);
   return tu_finish("test_abi_rccl_config");
 }

@@ -40,19 +40,19 @@
 static void expect_at(const char *file, int line, const char *call, hetcclResult_t got, hetcclResult_t want,
                       const char *word1, const char *word2) {
   const char *msg = hetcclGetLastError(NULL);
-  tu_check_at(got == want, file, line, NULL, "%s returned %d (%s), expected %d (%s); last error \"%s\"", call,
-              (int)got, hetcclGetErrorString(got), (int)want, hetcclGetErrorString(want), msg ? msg : "(NULL)");
+  tu_check_at(got == want, file, line, NULL, "%s returned %d (%s), expected %d (%s); last error \"%s\"", call, (int)got,
+              hetcclGetErrorString(got), (int)want, hetcclGetErrorString(want), msg ? msg : "(NULL)");
   if (want == hetcclSuccess || got == hetcclSuccess) return;
-  tu_check_at(msg != NULL && msg[0] != 0 && (strcasestr(msg, word1) || (word2 && strcasestr(msg, word2))), file,
-              line, NULL, "%s: last error \"%s\" names neither \"%s\" nor \"%s\"", call, msg ? msg : "(NULL)", word1,
+  tu_check_at(msg != NULL && msg[0] != 0 && (strcasestr(msg, word1) || (word2 && strcasestr(msg, word2))), file, line,
+              NULL, "%s: last error \"%s\" names neither \"%s\" nor \"%s\"", call, msg ? msg : "(NULL)", word1,
               word2 ? word2 : "");
 }
 /* Clears the last error, makes the call, checks it. */
-#define EXPECT(want, word1, word2, call)                                       \
-  do {                                                                         \
-    hc_set_last_error("");                                                     \
-    hetcclResult_t got_ = (call);                                              \
-    expect_at(__FILE__, __LINE__, #call, got_, (want), (word1), (word2));      \
+#define EXPECT(want, word1, word2, call)                                  \
+  do {                                                                    \
+    hc_set_last_error("");                                                \
+    hetcclResult_t got_ = (call);                                         \
+    expect_at(__FILE__, __LINE__, #call, got_, (want), (word1), (word2)); \
   } while (0)
 
 /* ---- 1. without a comm ---- */
@@ -124,9 +124,18 @@ static void part_no_comm(void) {
   EXPECT(hetcclInvalidArgument, "CommInitRankConfig", "comm", hetcclCommInitRankConfig(NULL, 1, zero_id, 0, NULL));
 
   tu_set_case("CommInitFromEnv without a launcher's environment");
-  static const char *const launch_vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-                                            "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_NODELIST",
-                                            "SLURM_JOB_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+  static const char *const launch_vars[] = {"RANK",
+                                            "WORLD_SIZE",
+                                            "LOCAL_RANK",
+                                            "MASTER_ADDR",
+                                            "MASTER_PORT",
+                                            "SLURM_PROCID",
+                                            "SLURM_NTASKS",
+                                            "SLURM_LOCALID",
+                                            "SLURM_STEP_NODELIST",
+                                            "SLURM_JOB_ID",
+                                            "OMPI_COMM_WORLD_RANK",
+                                            "OMPI_COMM_WORLD_SIZE",
                                             "OMPI_COMM_WORLD_LOCAL_RANK"};
   for (size_t i = 0; i < HC_ARRAY_LEN(launch_vars); i++) unsetenv(launch_vars[i]);
   EXPECT(hetcclInvalidArgument, "CommInitFromEnv", "comm", hetcclCommInitFromEnv(NULL, NULL));
@@ -194,152 +203,150 @@ struct env {
 
 /* X(expected result, word 1, word 2, call); e is the struct env. Calls on a
  * bad comm: the same list runs for NULL and for both garbage comms (C). */
-#define BAD_COMM_CASES(X, C)                                                                     \
-  X(INV, "AllReduce", "comm", hetcclAllReduce(e->buf, e->buf, SZ, F, hetcclSum, C, NULL))         \
-  X(INV, "Broadcast", "comm", hetcclBroadcast(e->buf, e->buf, SZ, F, 0, C, NULL))                 \
-  X(INV, "Reduce", "comm", hetcclReduce(e->buf, e->buf, SZ, F, hetcclSum, 0, C, NULL))            \
-  X(INV, "AllGather", "comm", hetcclAllGather(e->buf, e->buf2, SZ, F, C, NULL))                   \
-  X(INV, "ReduceScatter", "comm", hetcclReduceScatter(e->buf2, e->buf, SZ, F, hetcclSum, C, NULL)) \
-  X(INV, "AlltoAll", "comm", hetcclAlltoAll(e->buf2, e->buf2, SZ, F, C, NULL))                    \
-  X(INV, "AlltoAllv", "comm",                                                                    \
-    hetcclAlltoAllv(e->buf2, e->counts, e->displs, e->buf2 + 32, e->counts, e->displs, F, C, NULL)) \
-  X(INV, "Gather", "comm", hetcclGather(e->buf, e->buf2, SZ, F, 0, C, NULL))                      \
-  X(INV, "Scatter", "comm", hetcclScatter(e->buf2, e->buf, SZ, F, 0, C, NULL))                    \
-  X(INV, "Send", "comm", hetcclSend(e->buf, SZ, F, 0, C, NULL))                                   \
-  X(INV, "Recv", "comm", hetcclRecv(e->buf, SZ, F, 0, C, NULL))                                   \
-  X(INV, "Barrier", "comm", hetcclBarrier(C, NULL))                                               \
-  X(INV, "CommSplit", "comm", hetcclCommSplit(C, 0, 0, &tmp, NULL)) \
-  X(INV, "CommFinalize", "comm", hetcclCommFinalize(C))                                           \
-  X(INV, "CommCount", "comm", hetcclCommCount(C, &ival))                                          \
-  X(INV, "CommUserRank", "comm", hetcclCommUserRank(C, &ival))                                    \
-  X(INV, "CommGetAsyncError", "comm", hetcclCommGetAsyncError(C, &res))                           \
-  X(INV, "CommDevice", "comm", hetcclCommDevice(C, &ival, &ival))                                 \
-  X(INV, "CommGetVendorComm", "comm", hetcclCommGetVendorComm(C, &handle))                        \
-  X(INV, "CommRegister", "comm", hetcclCommRegister(C, e->buf, SZ, &handle))                      \
-  X(INV, "CommDeregister", "comm", hetcclCommDeregister(C, handle))                               \
-  X(INV, "RedOpCreatePreMulSum", "comm",                                                          \
-    hetcclRedOpCreatePreMulSum(&op, &e->scalar, F, hetcclScalarHostImmediate, C))                 \
+#define BAD_COMM_CASES(X, C)                                                                                           \
+  X(INV, "AllReduce", "comm", hetcclAllReduce(e->buf, e->buf, SZ, F, hetcclSum, C, NULL))                              \
+  X(INV, "Broadcast", "comm", hetcclBroadcast(e->buf, e->buf, SZ, F, 0, C, NULL))                                      \
+  X(INV, "Reduce", "comm", hetcclReduce(e->buf, e->buf, SZ, F, hetcclSum, 0, C, NULL))                                 \
+  X(INV, "AllGather", "comm", hetcclAllGather(e->buf, e->buf2, SZ, F, C, NULL))                                        \
+  X(INV, "ReduceScatter", "comm", hetcclReduceScatter(e->buf2, e->buf, SZ, F, hetcclSum, C, NULL))                     \
+  X(INV, "AlltoAll", "comm", hetcclAlltoAll(e->buf2, e->buf2, SZ, F, C, NULL))                                         \
+  X(INV, "AlltoAllv", "comm",                                                                                          \
+    hetcclAlltoAllv(e->buf2, e->counts, e->displs, e->buf2 + 32, e->counts, e->displs, F, C, NULL))                    \
+  X(INV, "Gather", "comm", hetcclGather(e->buf, e->buf2, SZ, F, 0, C, NULL))                                           \
+  X(INV, "Scatter", "comm", hetcclScatter(e->buf2, e->buf, SZ, F, 0, C, NULL))                                         \
+  X(INV, "Send", "comm", hetcclSend(e->buf, SZ, F, 0, C, NULL))                                                        \
+  X(INV, "Recv", "comm", hetcclRecv(e->buf, SZ, F, 0, C, NULL))                                                        \
+  X(INV, "Barrier", "comm", hetcclBarrier(C, NULL))                                                                    \
+  X(INV, "CommSplit", "comm", hetcclCommSplit(C, 0, 0, &tmp, NULL))                                                    \
+  X(INV, "CommFinalize", "comm", hetcclCommFinalize(C))                                                                \
+  X(INV, "CommCount", "comm", hetcclCommCount(C, &ival))                                                               \
+  X(INV, "CommUserRank", "comm", hetcclCommUserRank(C, &ival))                                                         \
+  X(INV, "CommGetAsyncError", "comm", hetcclCommGetAsyncError(C, &res))                                                \
+  X(INV, "CommDevice", "comm", hetcclCommDevice(C, &ival, &ival))                                                      \
+  X(INV, "CommGetVendorComm", "comm", hetcclCommGetVendorComm(C, &handle))                                             \
+  X(INV, "CommRegister", "comm", hetcclCommRegister(C, e->buf, SZ, &handle))                                           \
+  X(INV, "CommDeregister", "comm", hetcclCommDeregister(C, handle))                                                    \
+  X(INV, "RedOpCreatePreMulSum", "comm", hetcclRedOpCreatePreMulSum(&op, &e->scalar, F, hetcclScalarHostImmediate, C)) \
   X(INV, "RedOpDestroy", "comm", hetcclRedOpDestroy(e->fop, C))
 
 /* Calls on the valid comm with one bad argument each. */
-#define BAD_ARG_CASES(X)                                                                         \
-  /* NULL buffers with a non-zero count (root / peer = this rank, where it matters) */           \
-  X(INV, "AllReduce", "sendbuff", hetcclAllReduce(NULL, e->buf, SZ, F, hetcclSum, e->comm, NULL)) \
-  X(INV, "AllReduce", "recvbuff", hetcclAllReduce(e->buf, NULL, SZ, F, hetcclSum, e->comm, NULL)) \
-  X(INV, "Broadcast", "sendbuff", hetcclBroadcast(NULL, e->buf, SZ, F, e->rank, e->comm, NULL))   \
-  X(INV, "Broadcast", "recvbuff", hetcclBroadcast(e->buf, NULL, SZ, F, e->rank, e->comm, NULL))   \
-  X(INV, "Reduce", "sendbuff", hetcclReduce(NULL, e->buf, SZ, F, hetcclSum, e->rank, e->comm, NULL)) \
-  X(INV, "Reduce", "recvbuff", hetcclReduce(e->buf, NULL, SZ, F, hetcclSum, e->rank, e->comm, NULL)) \
-  X(INV, "AllGather", "sendbuff", hetcclAllGather(NULL, e->buf2, SZ, F, e->comm, NULL))           \
-  X(INV, "AllGather", "recvbuff", hetcclAllGather(e->buf, NULL, SZ, F, e->comm, NULL))            \
-  X(INV, "ReduceScatter", "sendbuff", hetcclReduceScatter(NULL, e->buf, SZ, F, hetcclSum, e->comm, NULL)) \
-  X(INV, "ReduceScatter", "recvbuff", hetcclReduceScatter(e->buf2, NULL, SZ, F, hetcclSum, e->comm, NULL)) \
-  X(INV, "AlltoAll", "sendbuff", hetcclAlltoAll(NULL, e->buf2, SZ, F, e->comm, NULL))             \
-  X(INV, "AlltoAll", "recvbuff", hetcclAlltoAll(e->buf2, NULL, SZ, F, e->comm, NULL))             \
-  X(INV, "AlltoAllv", "sendbuff",                                                                \
-    hetcclAlltoAllv(NULL, e->counts, e->displs, e->buf2, e->counts, e->displs, F, e->comm, NULL)) \
-  X(INV, "AlltoAllv", "recvbuff",                                                                \
-    hetcclAlltoAllv(e->buf2, e->counts, e->displs, NULL, e->counts, e->displs, F, e->comm, NULL)) \
-  X(INV, "AlltoAllv", "sendcounts",                                                              \
-    hetcclAlltoAllv(e->buf2, NULL, e->displs, e->buf2 + 32, e->counts, e->displs, F, e->comm, NULL)) \
-  X(INV, "AlltoAllv", "displ",                                                                   \
-    hetcclAlltoAllv(e->buf2, e->counts, NULL, e->buf2 + 32, e->counts, e->displs, F, e->comm, NULL)) \
-  X(INV, "AlltoAllv", "recvcounts",                                                              \
-    hetcclAlltoAllv(e->buf2, e->counts, e->displs, e->buf2 + 32, NULL, e->displs, F, e->comm, NULL)) \
-  X(INV, "AlltoAllv", "displ",                                                                   \
-    hetcclAlltoAllv(e->buf2, e->counts, e->displs, e->buf2 + 32, e->counts, NULL, F, e->comm, NULL)) \
-  X(INV, "AlltoAllv", "itself", /* sends 4 to itself, expects 5 */                               \
-    hetcclAlltoAllv(e->buf2, e->counts, e->displs, e->buf2 + 32, e->bad_counts, e->displs, F, e->comm, NULL)) \
-  X(INV, "Gather", "sendbuff", hetcclGather(NULL, e->buf2, SZ, F, e->rank, e->comm, NULL))        \
-  X(INV, "Gather", "recvbuff", hetcclGather(e->buf, NULL, SZ, F, e->rank, e->comm, NULL))         \
-  X(INV, "Scatter", "sendbuff", hetcclScatter(NULL, e->buf, SZ, F, e->rank, e->comm, NULL))       \
-  X(INV, "Scatter", "recvbuff", hetcclScatter(e->buf2, NULL, SZ, F, e->rank, e->comm, NULL))      \
-  X(INV, "Send", "sendbuff", hetcclSend(NULL, SZ, F, e->rank, e->comm, NULL))                     \
-  X(INV, "Recv", "recvbuff", hetcclRecv(NULL, SZ, F, e->rank, e->comm, NULL))                     \
-  /* count * size overflows */                                                                   \
-  X(INV, "AllReduce", "count", hetcclAllReduce(e->buf, e->buf, SIZE_MAX / 2, F, hetcclSum, e->comm, NULL)) \
-  X(INV, "AllGather", "count", hetcclAllGather(e->buf, e->buf2, SIZE_MAX / 2 + 1, hetcclInt8, e->comm, NULL)) \
-  /* bad datatypes */                                                                            \
-  X(INV, "AllReduce", "datatype", hetcclAllReduce(e->buf, e->buf, SZ, DT_12, hetcclSum, e->comm, NULL)) \
-  X(INV, "AllReduce", "datatype", hetcclAllReduce(e->buf, e->buf, SZ, DT_M1, hetcclSum, e->comm, NULL)) \
-  X(INV, "Broadcast", "datatype", hetcclBroadcast(e->buf, e->buf, SZ, DT_12, 0, e->comm, NULL))   \
-  X(INV, "Broadcast", "datatype", hetcclBroadcast(e->buf, e->buf, SZ, DT_M1, 0, e->comm, NULL))   \
-  X(INV, "Reduce", "datatype", hetcclReduce(e->buf, e->buf, SZ, DT_12, hetcclSum, 0, e->comm, NULL)) \
-  X(INV, "Reduce", "datatype", hetcclReduce(e->buf, e->buf, SZ, DT_M1, hetcclMax, 0, e->comm, NULL)) \
-  X(INV, "AllGather", "datatype", hetcclAllGather(e->buf, e->buf2, SZ, DT_12, e->comm, NULL))     \
-  X(INV, "AllGather", "datatype", hetcclAllGather(e->buf, e->buf2, SZ, DT_M1, e->comm, NULL))     \
+#define BAD_ARG_CASES(X)                                                                                         \
+  /* NULL buffers with a non-zero count (root / peer = this rank, where it matters) */                           \
+  X(INV, "AllReduce", "sendbuff", hetcclAllReduce(NULL, e->buf, SZ, F, hetcclSum, e->comm, NULL))                \
+  X(INV, "AllReduce", "recvbuff", hetcclAllReduce(e->buf, NULL, SZ, F, hetcclSum, e->comm, NULL))                \
+  X(INV, "Broadcast", "sendbuff", hetcclBroadcast(NULL, e->buf, SZ, F, e->rank, e->comm, NULL))                  \
+  X(INV, "Broadcast", "recvbuff", hetcclBroadcast(e->buf, NULL, SZ, F, e->rank, e->comm, NULL))                  \
+  X(INV, "Reduce", "sendbuff", hetcclReduce(NULL, e->buf, SZ, F, hetcclSum, e->rank, e->comm, NULL))             \
+  X(INV, "Reduce", "recvbuff", hetcclReduce(e->buf, NULL, SZ, F, hetcclSum, e->rank, e->comm, NULL))             \
+  X(INV, "AllGather", "sendbuff", hetcclAllGather(NULL, e->buf2, SZ, F, e->comm, NULL))                          \
+  X(INV, "AllGather", "recvbuff", hetcclAllGather(e->buf, NULL, SZ, F, e->comm, NULL))                           \
+  X(INV, "ReduceScatter", "sendbuff", hetcclReduceScatter(NULL, e->buf, SZ, F, hetcclSum, e->comm, NULL))        \
+  X(INV, "ReduceScatter", "recvbuff", hetcclReduceScatter(e->buf2, NULL, SZ, F, hetcclSum, e->comm, NULL))       \
+  X(INV, "AlltoAll", "sendbuff", hetcclAlltoAll(NULL, e->buf2, SZ, F, e->comm, NULL))                            \
+  X(INV, "AlltoAll", "recvbuff", hetcclAlltoAll(e->buf2, NULL, SZ, F, e->comm, NULL))                            \
+  X(INV, "AlltoAllv", "sendbuff",                                                                                \
+    hetcclAlltoAllv(NULL, e->counts, e->displs, e->buf2, e->counts, e->displs, F, e->comm, NULL))                \
+  X(INV, "AlltoAllv", "recvbuff",                                                                                \
+    hetcclAlltoAllv(e->buf2, e->counts, e->displs, NULL, e->counts, e->displs, F, e->comm, NULL))                \
+  X(INV, "AlltoAllv", "sendcounts",                                                                              \
+    hetcclAlltoAllv(e->buf2, NULL, e->displs, e->buf2 + 32, e->counts, e->displs, F, e->comm, NULL))             \
+  X(INV, "AlltoAllv", "displ",                                                                                   \
+    hetcclAlltoAllv(e->buf2, e->counts, NULL, e->buf2 + 32, e->counts, e->displs, F, e->comm, NULL))             \
+  X(INV, "AlltoAllv", "recvcounts",                                                                              \
+    hetcclAlltoAllv(e->buf2, e->counts, e->displs, e->buf2 + 32, NULL, e->displs, F, e->comm, NULL))             \
+  X(INV, "AlltoAllv", "displ",                                                                                   \
+    hetcclAlltoAllv(e->buf2, e->counts, e->displs, e->buf2 + 32, e->counts, NULL, F, e->comm, NULL))             \
+  X(INV, "AlltoAllv", "itself", /* sends 4 to itself, expects 5 */                                               \
+    hetcclAlltoAllv(e->buf2, e->counts, e->displs, e->buf2 + 32, e->bad_counts, e->displs, F, e->comm, NULL))    \
+  X(INV, "Gather", "sendbuff", hetcclGather(NULL, e->buf2, SZ, F, e->rank, e->comm, NULL))                       \
+  X(INV, "Gather", "recvbuff", hetcclGather(e->buf, NULL, SZ, F, e->rank, e->comm, NULL))                        \
+  X(INV, "Scatter", "sendbuff", hetcclScatter(NULL, e->buf, SZ, F, e->rank, e->comm, NULL))                      \
+  X(INV, "Scatter", "recvbuff", hetcclScatter(e->buf2, NULL, SZ, F, e->rank, e->comm, NULL))                     \
+  X(INV, "Send", "sendbuff", hetcclSend(NULL, SZ, F, e->rank, e->comm, NULL))                                    \
+  X(INV, "Recv", "recvbuff", hetcclRecv(NULL, SZ, F, e->rank, e->comm, NULL))                                    \
+  /* count * size overflows */                                                                                   \
+  X(INV, "AllReduce", "count", hetcclAllReduce(e->buf, e->buf, SIZE_MAX / 2, F, hetcclSum, e->comm, NULL))       \
+  X(INV, "AllGather", "count", hetcclAllGather(e->buf, e->buf2, SIZE_MAX / 2 + 1, hetcclInt8, e->comm, NULL))    \
+  /* bad datatypes */                                                                                            \
+  X(INV, "AllReduce", "datatype", hetcclAllReduce(e->buf, e->buf, SZ, DT_12, hetcclSum, e->comm, NULL))          \
+  X(INV, "AllReduce", "datatype", hetcclAllReduce(e->buf, e->buf, SZ, DT_M1, hetcclSum, e->comm, NULL))          \
+  X(INV, "Broadcast", "datatype", hetcclBroadcast(e->buf, e->buf, SZ, DT_12, 0, e->comm, NULL))                  \
+  X(INV, "Broadcast", "datatype", hetcclBroadcast(e->buf, e->buf, SZ, DT_M1, 0, e->comm, NULL))                  \
+  X(INV, "Reduce", "datatype", hetcclReduce(e->buf, e->buf, SZ, DT_12, hetcclSum, 0, e->comm, NULL))             \
+  X(INV, "Reduce", "datatype", hetcclReduce(e->buf, e->buf, SZ, DT_M1, hetcclMax, 0, e->comm, NULL))             \
+  X(INV, "AllGather", "datatype", hetcclAllGather(e->buf, e->buf2, SZ, DT_12, e->comm, NULL))                    \
+  X(INV, "AllGather", "datatype", hetcclAllGather(e->buf, e->buf2, SZ, DT_M1, e->comm, NULL))                    \
   X(INV, "ReduceScatter", "datatype", hetcclReduceScatter(e->buf2, e->buf, SZ, DT_12, hetcclSum, e->comm, NULL)) \
   X(INV, "ReduceScatter", "datatype", hetcclReduceScatter(e->buf2, e->buf, SZ, DT_M1, hetcclSum, e->comm, NULL)) \
-  X(INV, "AlltoAll", "datatype", hetcclAlltoAll(e->buf2, e->buf2, SZ, DT_12, e->comm, NULL))      \
-  X(INV, "AlltoAll", "datatype", hetcclAlltoAll(e->buf2, e->buf2, SZ, DT_M1, e->comm, NULL))      \
-  X(INV, "AlltoAllv", "datatype",                                                                \
-    hetcclAlltoAllv(e->buf2, e->counts, e->displs, e->buf2 + 32, e->counts, e->displs, DT_12, e->comm, NULL)) \
-  X(INV, "AlltoAllv", "datatype",                                                                \
-    hetcclAlltoAllv(e->buf2, e->counts, e->displs, e->buf2 + 32, e->counts, e->displs, DT_M1, e->comm, NULL)) \
-  X(INV, "Gather", "datatype", hetcclGather(e->buf, e->buf2, SZ, DT_12, 0, e->comm, NULL))        \
-  X(INV, "Gather", "datatype", hetcclGather(e->buf, e->buf2, SZ, DT_M1, 0, e->comm, NULL))        \
-  X(INV, "Scatter", "datatype", hetcclScatter(e->buf2, e->buf, SZ, DT_12, 0, e->comm, NULL))      \
-  X(INV, "Scatter", "datatype", hetcclScatter(e->buf2, e->buf, SZ, DT_M1, 0, e->comm, NULL))      \
-  X(INV, "Send", "datatype", hetcclSend(e->buf, SZ, DT_12, e->rank, e->comm, NULL))               \
-  X(INV, "Send", "datatype", hetcclSend(e->buf, SZ, DT_M1, e->rank, e->comm, NULL))               \
-  X(INV, "Recv", "datatype", hetcclRecv(e->buf, SZ, DT_12, e->rank, e->comm, NULL))               \
-  X(INV, "Recv", "datatype", hetcclRecv(e->buf, SZ, DT_M1, e->rank, e->comm, NULL))               \
-  X(INV, "RedOpCreatePreMulSum", "datatype",                                                      \
-    hetcclRedOpCreatePreMulSum(&op, &e->scalar, DT_12, hetcclScalarHostImmediate, e->comm))       \
-  X(INV, "RedOpCreatePreMulSum", "datatype",                                                      \
-    hetcclRedOpCreatePreMulSum(&op, &e->scalar, DT_M1, hetcclScalarDevice, e->comm))              \
-  /* bad ops: 5 while no PreMulSum op exists yet, 99, -1 */                                      \
-  X(INV, "AllReduce", "op", hetcclAllReduce(e->buf, e->buf, SZ, F, OP_5, e->comm, NULL))          \
-  X(INV, "AllReduce", "op", hetcclAllReduce(e->buf, e->buf, SZ, F, OP_99, e->comm, NULL))         \
-  X(INV, "AllReduce", "op", hetcclAllReduce(e->buf, e->buf, SZ, F, OP_M1, e->comm, NULL))         \
-  X(INV, "Reduce", "op", hetcclReduce(e->buf, e->buf, SZ, F, OP_5, 0, e->comm, NULL))             \
-  X(INV, "Reduce", "op", hetcclReduce(e->buf, e->buf, SZ, F, OP_99, 0, e->comm, NULL))            \
-  X(INV, "Reduce", "op", hetcclReduce(e->buf, e->buf, SZ, F, OP_M1, 0, e->comm, NULL))            \
-  X(INV, "ReduceScatter", "op", hetcclReduceScatter(e->buf2, e->buf, SZ, F, OP_5, e->comm, NULL)) \
-  X(INV, "ReduceScatter", "op", hetcclReduceScatter(e->buf2, e->buf, SZ, F, OP_99, e->comm, NULL)) \
-  X(INV, "ReduceScatter", "op", hetcclReduceScatter(e->buf2, e->buf, SZ, F, OP_M1, e->comm, NULL)) \
-  X(INV, "RedOpDestroy", "op", hetcclRedOpDestroy(OP_5, e->comm))                                 \
-  X(INV, "RedOpDestroy", "op", hetcclRedOpDestroy(OP_99, e->comm))                                \
-  X(INV, "RedOpDestroy", "op", hetcclRedOpDestroy(OP_M1, e->comm))                                \
-  X(INV, "RedOpDestroy", "op", hetcclRedOpDestroy(hetcclSum, e->comm))                            \
-  X(INV, "RedOpDestroy", "op", hetcclRedOpDestroy(hetcclAvg, e->comm))                            \
-  /* bad roots and peers: -1 and nranks */                                                       \
-  X(INV, "Broadcast", "root", hetcclBroadcast(e->buf, e->buf, SZ, F, -1, e->comm, NULL))          \
-  X(INV, "Broadcast", "root", hetcclBroadcast(e->buf, e->buf, SZ, F, e->n, e->comm, NULL))        \
-  X(INV, "Reduce", "root", hetcclReduce(e->buf, e->buf, SZ, F, hetcclSum, -1, e->comm, NULL))     \
-  X(INV, "Reduce", "root", hetcclReduce(e->buf, e->buf, SZ, F, hetcclSum, e->n, e->comm, NULL))   \
-  X(INV, "Gather", "root", hetcclGather(e->buf, e->buf2, SZ, F, -1, e->comm, NULL))               \
-  X(INV, "Gather", "root", hetcclGather(e->buf, e->buf2, SZ, F, e->n, e->comm, NULL))             \
-  X(INV, "Scatter", "root", hetcclScatter(e->buf2, e->buf, SZ, F, -1, e->comm, NULL))             \
-  X(INV, "Scatter", "root", hetcclScatter(e->buf2, e->buf, SZ, F, e->n, e->comm, NULL))           \
-  X(INV, "Send", "peer", hetcclSend(e->buf, SZ, F, -1, e->comm, NULL))                            \
-  X(INV, "Send", "peer", hetcclSend(e->buf, SZ, F, e->n, e->comm, NULL))                          \
-  X(INV, "Recv", "peer", hetcclRecv(e->buf, SZ, F, -1, e->comm, NULL))                            \
-  X(INV, "Recv", "peer", hetcclRecv(e->buf, SZ, F, e->n, e->comm, NULL))                          \
-  /* NULL out-pointers and other bad arguments */                                                \
-  X(INV, "CommCount", "count", hetcclCommCount(e->comm, NULL))                                    \
-  X(INV, "CommUserRank", "rank", hetcclCommUserRank(e->comm, NULL))                               \
-  X(INV, "CommGetAsyncError", "asyncError", hetcclCommGetAsyncError(e->comm, NULL))               \
-  X(INV, "CommDevice", "kind", hetcclCommDevice(e->comm, NULL, &ival))                            \
-  X(INV, "CommGetVendorComm", "vendorComm", hetcclCommGetVendorComm(e->comm, NULL))               \
-  X(INV, "CommRegister", "handle", hetcclCommRegister(e->comm, e->buf, SZ, NULL))                 \
-  X(INV, "CommDeregister", "registration", hetcclCommDeregister(e->comm, &ival))                  \
-  X(INV, "CommSplit", "newcomm", hetcclCommSplit(e->comm, 0, 0, NULL, NULL))                      \
-  X(INV, "CommSplit", "color", hetcclCommSplit(e->comm, -5, 0, &tmp, NULL))                       \
-  X(INV, "CommSplit", "config", hetcclCommSplit(e->comm, 0, 0, &tmp, &zero_cfg))                  \
-  X(INV, "RedOpCreatePreMulSum", "op", /* the op pointer */                                      \
-    hetcclRedOpCreatePreMulSum(NULL, &e->scalar, F, hetcclScalarHostImmediate, e->comm))          \
-  X(INV, "RedOpCreatePreMulSum", "scalar",                                                        \
-    hetcclRedOpCreatePreMulSum(&op, NULL, F, hetcclScalarHostImmediate, e->comm))                 \
-  X(INV, "RedOpCreatePreMulSum", "residence",                                                     \
+  X(INV, "AlltoAll", "datatype", hetcclAlltoAll(e->buf2, e->buf2, SZ, DT_12, e->comm, NULL))                     \
+  X(INV, "AlltoAll", "datatype", hetcclAlltoAll(e->buf2, e->buf2, SZ, DT_M1, e->comm, NULL))                     \
+  X(INV, "AlltoAllv", "datatype",                                                                                \
+    hetcclAlltoAllv(e->buf2, e->counts, e->displs, e->buf2 + 32, e->counts, e->displs, DT_12, e->comm, NULL))    \
+  X(INV, "AlltoAllv", "datatype",                                                                                \
+    hetcclAlltoAllv(e->buf2, e->counts, e->displs, e->buf2 + 32, e->counts, e->displs, DT_M1, e->comm, NULL))    \
+  X(INV, "Gather", "datatype", hetcclGather(e->buf, e->buf2, SZ, DT_12, 0, e->comm, NULL))                       \
+  X(INV, "Gather", "datatype", hetcclGather(e->buf, e->buf2, SZ, DT_M1, 0, e->comm, NULL))                       \
+  X(INV, "Scatter", "datatype", hetcclScatter(e->buf2, e->buf, SZ, DT_12, 0, e->comm, NULL))                     \
+  X(INV, "Scatter", "datatype", hetcclScatter(e->buf2, e->buf, SZ, DT_M1, 0, e->comm, NULL))                     \
+  X(INV, "Send", "datatype", hetcclSend(e->buf, SZ, DT_12, e->rank, e->comm, NULL))                              \
+  X(INV, "Send", "datatype", hetcclSend(e->buf, SZ, DT_M1, e->rank, e->comm, NULL))                              \
+  X(INV, "Recv", "datatype", hetcclRecv(e->buf, SZ, DT_12, e->rank, e->comm, NULL))                              \
+  X(INV, "Recv", "datatype", hetcclRecv(e->buf, SZ, DT_M1, e->rank, e->comm, NULL))                              \
+  X(INV, "RedOpCreatePreMulSum", "datatype",                                                                     \
+    hetcclRedOpCreatePreMulSum(&op, &e->scalar, DT_12, hetcclScalarHostImmediate, e->comm))                      \
+  X(INV, "RedOpCreatePreMulSum", "datatype",                                                                     \
+    hetcclRedOpCreatePreMulSum(&op, &e->scalar, DT_M1, hetcclScalarDevice, e->comm))                             \
+  /* bad ops: 5 while no PreMulSum op exists yet, 99, -1 */                                                      \
+  X(INV, "AllReduce", "op", hetcclAllReduce(e->buf, e->buf, SZ, F, OP_5, e->comm, NULL))                         \
+  X(INV, "AllReduce", "op", hetcclAllReduce(e->buf, e->buf, SZ, F, OP_99, e->comm, NULL))                        \
+  X(INV, "AllReduce", "op", hetcclAllReduce(e->buf, e->buf, SZ, F, OP_M1, e->comm, NULL))                        \
+  X(INV, "Reduce", "op", hetcclReduce(e->buf, e->buf, SZ, F, OP_5, 0, e->comm, NULL))                            \
+  X(INV, "Reduce", "op", hetcclReduce(e->buf, e->buf, SZ, F, OP_99, 0, e->comm, NULL))                           \
+  X(INV, "Reduce", "op", hetcclReduce(e->buf, e->buf, SZ, F, OP_M1, 0, e->comm, NULL))                           \
+  X(INV, "ReduceScatter", "op", hetcclReduceScatter(e->buf2, e->buf, SZ, F, OP_5, e->comm, NULL))                \
+  X(INV, "ReduceScatter", "op", hetcclReduceScatter(e->buf2, e->buf, SZ, F, OP_99, e->comm, NULL))               \
+  X(INV, "ReduceScatter", "op", hetcclReduceScatter(e->buf2, e->buf, SZ, F, OP_M1, e->comm, NULL))               \
+  X(INV, "RedOpDestroy", "op", hetcclRedOpDestroy(OP_5, e->comm))                                                \
+  X(INV, "RedOpDestroy", "op", hetcclRedOpDestroy(OP_99, e->comm))                                               \
+  X(INV, "RedOpDestroy", "op", hetcclRedOpDestroy(OP_M1, e->comm))                                               \
+  X(INV, "RedOpDestroy", "op", hetcclRedOpDestroy(hetcclSum, e->comm))                                           \
+  X(INV, "RedOpDestroy", "op", hetcclRedOpDestroy(hetcclAvg, e->comm))                                           \
+  /* bad roots and peers: -1 and nranks */                                                                       \
+  X(INV, "Broadcast", "root", hetcclBroadcast(e->buf, e->buf, SZ, F, -1, e->comm, NULL))                         \
+  X(INV, "Broadcast", "root", hetcclBroadcast(e->buf, e->buf, SZ, F, e->n, e->comm, NULL))                       \
+  X(INV, "Reduce", "root", hetcclReduce(e->buf, e->buf, SZ, F, hetcclSum, -1, e->comm, NULL))                    \
+  X(INV, "Reduce", "root", hetcclReduce(e->buf, e->buf, SZ, F, hetcclSum, e->n, e->comm, NULL))                  \
+  X(INV, "Gather", "root", hetcclGather(e->buf, e->buf2, SZ, F, -1, e->comm, NULL))                              \
+  X(INV, "Gather", "root", hetcclGather(e->buf, e->buf2, SZ, F, e->n, e->comm, NULL))                            \
+  X(INV, "Scatter", "root", hetcclScatter(e->buf2, e->buf, SZ, F, -1, e->comm, NULL))                            \
+  X(INV, "Scatter", "root", hetcclScatter(e->buf2, e->buf, SZ, F, e->n, e->comm, NULL))                          \
+  X(INV, "Send", "peer", hetcclSend(e->buf, SZ, F, -1, e->comm, NULL))                                           \
+  X(INV, "Send", "peer", hetcclSend(e->buf, SZ, F, e->n, e->comm, NULL))                                         \
+  X(INV, "Recv", "peer", hetcclRecv(e->buf, SZ, F, -1, e->comm, NULL))                                           \
+  X(INV, "Recv", "peer", hetcclRecv(e->buf, SZ, F, e->n, e->comm, NULL))                                         \
+  /* NULL out-pointers and other bad arguments */                                                                \
+  X(INV, "CommCount", "count", hetcclCommCount(e->comm, NULL))                                                   \
+  X(INV, "CommUserRank", "rank", hetcclCommUserRank(e->comm, NULL))                                              \
+  X(INV, "CommGetAsyncError", "asyncError", hetcclCommGetAsyncError(e->comm, NULL))                              \
+  X(INV, "CommDevice", "kind", hetcclCommDevice(e->comm, NULL, &ival))                                           \
+  X(INV, "CommGetVendorComm", "vendorComm", hetcclCommGetVendorComm(e->comm, NULL))                              \
+  X(INV, "CommRegister", "handle", hetcclCommRegister(e->comm, e->buf, SZ, NULL))                                \
+  X(INV, "CommDeregister", "registration", hetcclCommDeregister(e->comm, &ival))                                 \
+  X(INV, "CommSplit", "newcomm", hetcclCommSplit(e->comm, 0, 0, NULL, NULL))                                     \
+  X(INV, "CommSplit", "color", hetcclCommSplit(e->comm, -5, 0, &tmp, NULL))                                      \
+  X(INV, "CommSplit", "config", hetcclCommSplit(e->comm, 0, 0, &tmp, &zero_cfg))                                 \
+  X(INV, "RedOpCreatePreMulSum", "op", /* the op pointer */                                                      \
+    hetcclRedOpCreatePreMulSum(NULL, &e->scalar, F, hetcclScalarHostImmediate, e->comm))                         \
+  X(INV, "RedOpCreatePreMulSum", "scalar",                                                                       \
+    hetcclRedOpCreatePreMulSum(&op, NULL, F, hetcclScalarHostImmediate, e->comm))                                \
+  X(INV, "RedOpCreatePreMulSum", "residence",                                                                    \
     hetcclRedOpCreatePreMulSum(&op, &e->scalar, F, (hetcclScalarResidence_t)2, e->comm))
 
 /* Needs a live float PreMulSum op in e->fop. */
-#define BAD_OP_CASES(X)                                                                          \
-  X(INV, "AllReduce", "datatype", hetcclAllReduce(e->buf, e->buf, SZ, hetcclInt32, e->fop, e->comm, NULL)) \
-  X(INV, "Reduce", "datatype", hetcclReduce(e->buf, e->buf, SZ, hetcclFloat16, e->fop, 0, e->comm, NULL)) \
-  X(INV, "ReduceScatter", "datatype",                                                            \
-    hetcclReduceScatter(e->buf2, e->buf, SZ, hetcclFloat64, e->fop, e->comm, NULL))              \
+#define BAD_OP_CASES(X)                                                                                               \
+  X(INV, "AllReduce", "datatype", hetcclAllReduce(e->buf, e->buf, SZ, hetcclInt32, e->fop, e->comm, NULL))            \
+  X(INV, "Reduce", "datatype", hetcclReduce(e->buf, e->buf, SZ, hetcclFloat16, e->fop, 0, e->comm, NULL))             \
+  X(INV, "ReduceScatter", "datatype", hetcclReduceScatter(e->buf2, e->buf, SZ, hetcclFloat64, e->fop, e->comm, NULL)) \
   X(INV, "AllReduce", "op", hetcclAllReduce(e->buf, e->buf, SZ, F, (hetcclRedOp_t)(e->fop + 1), e->comm, NULL))
 
 struct table_case {
@@ -370,12 +377,12 @@ static int rank_table(int rank, int nranks, hetcclUniqueId id, void *arg) {
   zero_cfg.magic = 0;
   int ncases = 0;
 
-#define RUN(want, w1, w2, call)                                                \
-  do {                                                                         \
-    hc_set_last_error("");                                                     \
-    hetcclResult_t got_ = (call);                                              \
-    expect_at(__FILE__, __LINE__, #call, got_, (want), (w1), (w2));            \
-    ncases++;                                                                  \
+#define RUN(want, w1, w2, call)                                     \
+  do {                                                              \
+    hc_set_last_error("");                                          \
+    hetcclResult_t got_ = (call);                                   \
+    expect_at(__FILE__, __LINE__, #call, got_, (want), (w1), (w2)); \
+    ncases++;                                                       \
   } while (0);
   tu_set_case("NULL comm");
   BAD_COMM_CASES(RUN, NULL)

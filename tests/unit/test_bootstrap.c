@@ -18,14 +18,14 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);          \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fprintf(stderr, " (last error: %s)\n", hc_last_error());                 \
-      failures++;                                                              \
-    }                                                                          \
+#define CHECK(cond, ...)                                              \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                   \
+      fprintf(stderr, " (last error: %s)\n", hc_last_error());        \
+      failures++;                                                     \
+    }                                                                 \
   } while (0)
 
 static uint64_t ms_since(uint64_t t0) { return (hc_now_ns() - t0) / 1000000; }
@@ -47,10 +47,10 @@ struct rank_arg {
   int rank, nranks, claim_rank, claim_nranks; /* claim_*: what it tells bootstrap */
   enum rank_work work;
   const atomic_bool *abort_flag;
-  hc_result_t r;        /* of hc_bootstrap_create */
-  hc_result_t r_work;   /* of the first failing call after it */
+  hc_result_t r;      /* of hc_bootstrap_create */
+  hc_result_t r_work; /* of the first failing call after it */
   char err[1024];
-  uint64_t ms;          /* time spent in create */
+  uint64_t ms; /* time spent in create */
 };
 
 /* Distinct per-rank, per-byte content, so a misplaced slot shows. */
@@ -104,9 +104,7 @@ static void *rank_thread(void *arg) {
     r = gather_check(b, a->rank, a->nranks, 8);
     if (r == HC_OK && a->rank != 0) r = gather_check(b, a->rank, a->nranks, 8);
     break;
-  case WORK_GATHER_SIZE_OF_RANK:
-    r = gather_check(b, a->rank, a->nranks, a->rank == 1 ? 16 : 8);
-    break;
+  case WORK_GATHER_SIZE_OF_RANK: r = gather_check(b, a->rank, a->nranks, a->rank == 1 ? 16 : 8); break;
   }
   a->r_work = r;
   if (r != HC_OK) snprintf(a->err, sizeof(a->err), "%s", hc_last_error());
@@ -346,9 +344,23 @@ static void test_invalid(void) {
 /* ---- launcher environments (single-threaded part) ---- */
 
 static const char *const launcher_vars[] = {
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
-    "SLURM_NPROCS", "SLURM_LOCALID", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
-    "SLURM_JOB_ID", "SLURM_JOBID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
+    "SLURM_LOCALID",
+    "SLURM_STEP_NODELIST",
+    "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST",
+    "SLURM_JOB_ID",
+    "SLURM_JOBID",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
 };
 
 static void clear_launcher_env(void) {
@@ -408,7 +420,10 @@ static void test_env(void) {
         "slurm -> %d addr %s port %d", r, e.master_addr, e.master_port);
   static const struct {
     const char *list, *first;
-  } lists[] = {{"node07", "node07"}, {"a,b", "a"}, {"n[3-4]-ib,m1", "n3-ib"}, {"rack[2,5]-n[10-12]", "rack2-n10"},
+  } lists[] = {{"node07", "node07"},
+               {"a,b", "a"},
+               {"n[3-4]-ib,m1", "n3-ib"},
+               {"rack[2,5]-n[10-12]", "rack2-n10"},
                {"gpu[009]", "gpu009"}};
   for (size_t i = 0; i < HC_ARRAY_LEN(lists); i++) {
     setenv("SLURM_STEP_NODELIST", lists[i].list, 1);
@@ -459,8 +474,8 @@ static void *env_rank_thread(void *p) {
   struct env_rank *er = p;
   /* Rank 0 comes late: the others' connects must be retried. */
   if (er->rank == 0) usleep(300000);
-  er->arg.r = hc_bootstrap_id_from_addr(er->env.master_addr, er->env.master_port, er->env.secret, er->rank == 0,
-                                        er->id);
+  er->arg.r =
+      hc_bootstrap_id_from_addr(er->env.master_addr, er->env.master_port, er->env.secret, er->rank == 0, er->id);
   if (er->arg.r != HC_OK) return NULL;
   er->arg.id = er->id;
   er->arg.rank = er->arg.claim_rank = er->rank;
@@ -556,8 +571,7 @@ static void test_ipv6(void) {
   CHECK(hc_bootstrap_id_create(id) == HC_OK, "IPv6 id_create");
   struct rank_arg args[3] = {0};
   run_ranks(id, 3, args, WORK_FULL, NULL);
-  for (int i = 0; i < 3; i++)
-    CHECK(args[i].r == HC_OK && args[i].r_work == HC_OK, "IPv6 rank %d: %s", i, args[i].err);
+  for (int i = 0; i < 3; i++) CHECK(args[i].r == HC_OK && args[i].r_work == HC_OK, "IPv6 rank %d: %s", i, args[i].err);
   set_param("HETCCL_SOCKET_IFNAME", NULL);
   set_param("HETCCL_SOCKET_FAMILY", NULL);
 }

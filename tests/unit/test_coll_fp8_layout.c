@@ -28,8 +28,7 @@ static const char *layouts;
 static bool refused(hetcclResult_t r, const char *what, const char *needle) {
   const char *msg = hetcclGetLastError(NULL);
   return CHECK(r == hetcclInvalidArgument && strstr(msg, needle) != NULL,
-               "%s: got %s (%s), want invalid argument mentioning \"%s\"", what, hetcclGetErrorString(r), msg,
-               needle);
+               "%s: got %s (%s), want invalid argument mentioning \"%s\"", what, hetcclGetErrorString(r), msg, needle);
 }
 
 static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
@@ -72,7 +71,8 @@ static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
     r = rank == 0 ? hetcclSend(send, 8, hetcclFloat8e4m3, peer, comm, NULL)
                   : hetcclRecv(recv, 8, hetcclFloat8e4m3, peer, comm, NULL);
     refused(r, rank == 0 ? "send" : "recv",
-            layouts[0] == 'o' ? "rank 0 OCP (e4m3fn, e5m2), rank 1 fnuz" : "rank 0 fnuz (e4m3fnuz, e5m2fnuz), rank 1 OCP");
+            layouts[0] == 'o' ? "rank 0 OCP (e4m3fn, e5m2), rank 1 fnuz"
+                              : "rank 0 fnuz (e4m3fnuz, e5m2fnuz), rank 1 OCP");
   }
   /* The refusals left nothing half-done: the comm still works. */
   tu_set_case("layouts %s: float32 all-reduce after the fp8 calls", layouts);

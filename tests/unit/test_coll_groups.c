@@ -71,11 +71,9 @@ static void reducing_case(hetcclComm_t comm, int rank, int n, enum coll coll, en
            hc_redop_name(op), count, in_place ? "in place" : "out of place", root);
   tu_set_case("%s", what);
   if (op_make(comm, &red, rank, &h)) {
-    hetcclResult_t r = coll == C_ALLREDUCE
-                           ? hetcclAllReduce(send, recv, count, (hetcclDataType_t)t, h, comm, NULL)
-                       : coll == C_REDUCE
-                           ? hetcclReduce(send, recv, count, (hetcclDataType_t)t, h, root, comm, NULL)
-                           : hetcclReduceScatter(send, recv, count, (hetcclDataType_t)t, h, comm, NULL);
+    hetcclResult_t r = coll == C_ALLREDUCE ? hetcclAllReduce(send, recv, count, (hetcclDataType_t)t, h, comm, NULL)
+                       : coll == C_REDUCE  ? hetcclReduce(send, recv, count, (hetcclDataType_t)t, h, root, comm, NULL)
+                                           : hetcclReduceScatter(send, recv, count, (hetcclDataType_t)t, h, comm, NULL);
     if (CHECK_OK(r) && (coll != C_REDUCE || rank == root)) tu_compare(t, recv, expect, count, what);
     op_free(comm, &red, h);
   }
@@ -91,8 +89,8 @@ static void reducing_case(hetcclComm_t comm, int rank, int n, enum coll coll, en
 /* Broadcast (from root), all-gather and all-to-all of count elements per
  * rank. All-to-all: rank j's block for rank k is elements k * count.. of
  * j's data. */
-static void moving_case(hetcclComm_t comm, int rank, int n, enum coll coll, enum hc_dtype t, size_t count,
-                        int root, bool in_place, uint64_t seed) {
+static void moving_case(hetcclComm_t comm, int rank, int n, enum coll coll, enum hc_dtype t, size_t count, int root,
+                        bool in_place, uint64_t seed) {
   const size_t es = hc_dtype_size(t), out_count = coll == C_BROADCAST ? count : count * (size_t)n;
   const size_t in_count = coll == C_ALLGATHER ? count : out_count;
   uint8_t *recv = tu_buf_alloc(out_count * es, 0xee), *send = recv;
@@ -104,12 +102,12 @@ static void moving_case(hetcclComm_t comm, int rank, int n, enum coll coll, enum
   for (int j = 0; j < n && coll != C_BROADCAST; j++)
     tu_data_fill(t, seed, j, coll == C_ALLGATHER ? 0 : (size_t)rank * count, count, expect + (size_t)j * count * es);
   char what[160];
-  snprintf(what, sizeof(what), "%s: %s %s count %zu %s (root %d)", cur->name, coll_names[coll], hc_dtype_name(t),
-           count, in_place ? "in place" : "out of place", root);
+  snprintf(what, sizeof(what), "%s: %s %s count %zu %s (root %d)", cur->name, coll_names[coll], hc_dtype_name(t), count,
+           in_place ? "in place" : "out of place", root);
   tu_set_case("%s", what);
-  hetcclResult_t r = coll == C_BROADCAST ? hetcclBroadcast(send, recv, count, (hetcclDataType_t)t, root, comm, NULL)
+  hetcclResult_t r = coll == C_BROADCAST   ? hetcclBroadcast(send, recv, count, (hetcclDataType_t)t, root, comm, NULL)
                      : coll == C_ALLGATHER ? hetcclAllGather(send, recv, count, (hetcclDataType_t)t, comm, NULL)
-                                                 : hetcclAlltoAll(send, recv, count, (hetcclDataType_t)t, comm, NULL);
+                                           : hetcclAlltoAll(send, recv, count, (hetcclDataType_t)t, comm, NULL);
   if (CHECK_OK(r)) tu_compare(t, recv, expect, out_count, what);
   tu_buf_guards_ok(recv, what);
   if (!in_place) {
@@ -138,8 +136,7 @@ static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
           reducing_case(comm, rank, n, C_REDUCESCATTER, dtypes[d], ops[o], counts[c], (seed & 2) != 0, seed);
         }
       }
-      moving_case(comm, rank, n, C_BROADCAST, dtypes[d], counts[c], (int)(seed % (uint64_t)n), (seed & 1) != 0,
-                  seed);
+      moving_case(comm, rank, n, C_BROADCAST, dtypes[d], counts[c], (int)(seed % (uint64_t)n), (seed & 1) != 0, seed);
       moving_case(comm, rank, n, C_ALLGATHER, dtypes[d], counts[c], 0, (seed & 2) != 0, seed);
       moving_case(comm, rank, n, C_ALLTOALL, dtypes[d], counts[c], 0, false, seed);
     }

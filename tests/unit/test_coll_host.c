@@ -47,27 +47,34 @@
 /* ---- dimensions ---- */
 
 enum coll {
-  C_ALLREDUCE, C_BROADCAST, C_REDUCE, C_ALLGATHER, C_REDUCESCATTER, C_ALLTOALL, C_ALLTOALLV,
-  C_GATHER, C_SCATTER, C_SENDRECV, C_SENDSELF, C_BARRIER, C_NCOLL,
+  C_ALLREDUCE,
+  C_BROADCAST,
+  C_REDUCE,
+  C_ALLGATHER,
+  C_REDUCESCATTER,
+  C_ALLTOALL,
+  C_ALLTOALLV,
+  C_GATHER,
+  C_SCATTER,
+  C_SENDRECV,
+  C_SENDSELF,
+  C_BARRIER,
+  C_NCOLL,
   C_XRANK = C_NCOLL /* extra: inexact float all-reduce, identical on all ranks */
 };
-static const char *const coll_names[] = {"AllReduce", "Broadcast", "Reduce",   "AllGather",
-                                         "ReduceScatter", "AlltoAll", "AlltoAllv", "Gather",
-                                         "Scatter", "SendRecvRing", "SendRecvSelf", "Barrier",
-                                         "AllReduceXRank"};
+static const char *const coll_names[] = {"AllReduce",    "Broadcast", "Reduce",        "AllGather", "ReduceScatter",
+                                         "AlltoAll",     "AlltoAllv", "Gather",        "Scatter",   "SendRecvRing",
+                                         "SendRecvSelf", "Barrier",   "AllReduceXRank"};
 
 enum opv { O_SUM, O_PROD, O_MAX, O_MIN, O_AVG, O_PREMUL_DEV, O_PREMUL_HOST, O_NOPS };
-static const char *const op_names[] = {"sum", "prod", "max", "min", "avg", "premulsum(device)",
-                                       "premulsum(host)"};
+static const char *const op_names[] = {"sum", "prod", "max", "min", "avg", "premulsum(device)", "premulsum(host)"};
 static const enum hc_redop op_hc[] = {HC_SUM, HC_PROD, HC_MAX, HC_MIN, HC_AVG, HC_PREMULSUM, HC_PREMULSUM};
 
 #define BIG_COUNT (((size_t)1 << 20) + 3)
 static const size_t counts[] = {0, 1, 7, 1023, BIG_COUNT};
 #define NCOUNTS 5
 #define BIG_IDX 4
-static bool big_dtype(int t) {
-  return t == HC_INT8 || t == HC_FP8_E4M3 || t == HC_BFLOAT16 || t == HC_FLOAT32;
-}
+static bool big_dtype(int t) { return t == HC_INT8 || t == HC_FP8_E4M3 || t == HC_BFLOAT16 || t == HC_FLOAT32; }
 
 /* Comm configurations: HETCCL_* values set while the comm is made ("" =
  * what the environment had at start). */
@@ -181,11 +188,12 @@ static int build_cases(int nranks, bool quick, struct tcase **out, int *nextra) 
 
 static void case_text(const struct tcase *c, int nranks, int index, char *buf, size_t len) {
   const int *v = c->v;
-  int at = snprintf(buf, len, "#%d %s nranks %d algo %s", index, coll_names[v[D_COLL]], nranks,
-                    cfgs[v[D_CFG]].name);
-  if (relevant(v, D_DTYPE)) at += snprintf(buf + at, len - (size_t)at, " %s count %zu", hc_dtype_name(v[D_DTYPE]), counts[v[D_COUNT]]);
+  int at = snprintf(buf, len, "#%d %s nranks %d algo %s", index, coll_names[v[D_COLL]], nranks, cfgs[v[D_CFG]].name);
+  if (relevant(v, D_DTYPE))
+    at += snprintf(buf + at, len - (size_t)at, " %s count %zu", hc_dtype_name(v[D_DTYPE]), counts[v[D_COUNT]]);
   if (reducing(v[D_COLL])) at += snprintf(buf + at, len - (size_t)at, " op %s", op_names[v[D_OP]]);
-  if (relevant(v, D_INPLACE)) at += snprintf(buf + at, len - (size_t)at, " %s", v[D_INPLACE] ? "in-place" : "out-of-place");
+  if (relevant(v, D_INPLACE))
+    at += snprintf(buf + at, len - (size_t)at, " %s", v[D_INPLACE] ? "in-place" : "out-of-place");
   if (v[D_COLL] == C_BROADCAST || v[D_COLL] == C_REDUCE || v[D_COLL] == C_GATHER || v[D_COLL] == C_SCATTER)
     snprintf(buf + at, len - (size_t)at, " root %d", c->root);
 }
@@ -198,8 +206,8 @@ static void case_text(const struct tcase *c, int nranks, int index, char *buf, s
 struct run_ctx {
   int nranks;
   bool quick;
-  int cfg;            /* the configuration this run serves */
-  int only;           /* --case K, or ONLY_ALL / ONLY_SPLIT */
+  int cfg;  /* the configuration this run serves */
+  int only; /* --case K, or ONLY_ALL / ONLY_SPLIT */
   const struct tcase *cases;
   int ncases;
   atomic_int barrier_arrivals;
@@ -214,7 +222,7 @@ struct rk {
 };
 
 #define ES(t) hc_dtype_size((enum hc_dtype)(t))
-#define AT(p, i, t) ((char *)(p) + (size_t)(i) * ES(t))
+#define AT(p, i, t) ((char *)(p) + (size_t)(i)*ES(t))
 
 static void *xmalloc(size_t n) {
   void *p = malloc(n ? n : 1);
@@ -264,8 +272,7 @@ static bool op_make(struct rk *k, int opv, const struct tu_red *s, struct op_han
   bool dev = opv == O_PREMUL_DEV;
   memcpy(h->storage, dev ? wrong : right, 8);
   hetcclResult_t r = hetcclRedOpCreatePreMulSum(&h->op, h->storage, (hetcclDataType_t)s->dtype,
-                                                dev ? hetcclScalarDevice : hetcclScalarHostImmediate,
-                                                k->comm);
+                                                dev ? hetcclScalarDevice : hetcclScalarHostImmediate, k->comm);
   if (!CHECK_OK(r)) {
     free(h->storage);
     h->storage = NULL;
@@ -384,7 +391,8 @@ static void run_allgather(struct rk *k, const struct tcase *c, size_t n_el, int 
     void *exp = xmalloc(n_el * (size_t)n * ES(t));
     for (int j = 0; j < n; j++) expect_data(t, c->seed, j, 0, n_el, AT(exp, (size_t)j * n_el, t));
     tu_compare((enum hc_dtype)t, recv, exp, n_el * (size_t)n, "AllGather recvbuff");
-    if (!inplace) tu_compare((enum hc_dtype)t, send, AT(exp, (size_t)me * n_el, t), n_el, "AllGather sendbuff (must not change)");
+    if (!inplace)
+      tu_compare((enum hc_dtype)t, send, AT(exp, (size_t)me * n_el, t), n_el, "AllGather sendbuff (must not change)");
     free(exp);
   }
   tu_buf_guards_ok(recv, "AllGather recvbuff");
@@ -405,7 +413,8 @@ static void run_reducescatter(struct rk *k, const struct tcase *c, size_t n_el, 
   if (send) tu_red_fill(&s, me, 0, total, send);
   void *recv = inplace ? (send ? AT(send, (size_t)me * n_el, t) : NULL) : rbuf(n_el, t, null_ok);
   void *before = snapshot(send, send ? total * ES(t) : 0);
-  if (call_ok(hetcclReduceScatter(send, recv, n_el, (hetcclDataType_t)t, oh.op, k->comm, NULL), "ReduceScatter") && n_el) {
+  if (call_ok(hetcclReduceScatter(send, recv, n_el, (hetcclDataType_t)t, oh.op, k->comm, NULL), "ReduceScatter") &&
+      n_el) {
     void *exp = xmalloc(n_el * ES(t));
     expect_red(&s, (size_t)me * n_el, n_el, exp);
     tu_compare((enum hc_dtype)t, recv, exp, n_el, "ReduceScatter recvbuff");
@@ -480,14 +489,16 @@ static void run_alltoallv(struct rk *k, const struct tcase *c, size_t n_el, int 
     recv = rbuf(rspan, t, false);
   }
   for (int j = 0; j < n; j++)
-    for (size_t e = 0; e < sc[j]; e++) tu_data_elem((enum hc_dtype)t, c->seed, me, A2A_INDEX(j, e, stride), AT(send, sd[j] + e, t));
+    for (size_t e = 0; e < sc[j]; e++)
+      tu_data_elem((enum hc_dtype)t, c->seed, me, A2A_INDEX(j, e, stride), AT(send, sd[j] + e, t));
   const size_t span = inplace ? HC_MAX(sspan, rspan) : rspan;
   void *recv_before = snapshot(recv, span * ES(t));
   void *send_before = snapshot(send, sspan * ES(t));
   if (call_ok(hetcclAlltoAllv(send, sc, sd, recv, rc, rd, (hetcclDataType_t)t, k->comm, NULL), "AlltoAllv")) {
     void *exp = recv_before; /* the gaps keep what was there */
     for (int j = 0; j < n; j++)
-      for (size_t e = 0; e < rc[j]; e++) tu_data_elem((enum hc_dtype)t, c->seed, j, A2A_INDEX(me, e, stride), AT(exp, rd[j] + e, t));
+      for (size_t e = 0; e < rc[j]; e++)
+        tu_data_elem((enum hc_dtype)t, c->seed, j, A2A_INDEX(me, e, stride), AT(exp, rd[j] + e, t));
     tu_compare((enum hc_dtype)t, recv, exp, span, "AlltoAllv recvbuff (blocks and gaps)");
     if (!inplace) tu_compare((enum hc_dtype)t, send, send_before, sspan, "AlltoAllv sendbuff (must not change)");
   }
@@ -676,7 +687,8 @@ static void run_xrank(struct rk *k, const struct tcase *c, size_t n_el, int t, b
   bool ok = call_ok(r, "AllReduce");
   void **all = xmalloc((size_t)n * sizeof(void *));
   if (tu_allgather_ptr(ok ? recv : NULL, all)) {
-    if (ok && all[0]) tu_compare((enum hc_dtype)t, recv, all[0], n_el, "AllReduce result against rank 0's (must be bitwise equal)");
+    if (ok && all[0])
+      tu_compare((enum hc_dtype)t, recv, all[0], n_el, "AllReduce result against rank 0's (must be bitwise equal)");
     size_t bad = 0, first = 0;
     double worst = 0;
     for (size_t i = 0; ok && i < n_el; i++) {
@@ -695,8 +707,9 @@ static void run_xrank(struct rk *k, const struct tcase *c, size_t n_el, int t, b
         bad++;
       }
     }
-    CHECK(bad == 0, "%zu of %zu results are farther from the exact sum than rounding allows (first index %zu, error %g)",
-          bad, n_el, first, worst);
+    CHECK(bad == 0,
+          "%zu of %zu results are farther from the exact sum than rounding allows (first index %zu, error %g)", bad,
+          n_el, first, worst);
     tu_barrier(); /* the others read my buffer until here */
   }
   free(all);
@@ -769,21 +782,24 @@ static int split_rank(int n, int rank, int (*color_of)(int, int), int (*key_of)(
   *size = cnt;
   return pos;
 }
-static int color_parity(int r, int n) { (void)n; return r % 2; }
+static int color_parity(int r, int n) {
+  (void)n;
+  return r % 2;
+}
 static int color_half(int r, int n) { return r < n / 2 ? 0 : 1; }
 static int key_reversed(int r, int n) { return n - r; }
 
 static bool check_comm(hetcclComm_t c, int size, int rank, const char *what) {
   int cnt = -1, me = -1;
   bool ok = CHECK_OK(hetcclCommCount(c, &cnt)) && CHECK_OK(hetcclCommUserRank(c, &me));
-  return ok && CHECK(cnt == size && me == rank, "%s: CommCount %d, CommUserRank %d; expected %d, %d", what, cnt,
-                     me, size, rank);
+  return ok && CHECK(cnt == size && me == rank, "%s: CommCount %d, CommUserRank %d; expected %d, %d", what, cnt, me,
+                     size, rank);
 }
 
 /* One group: AllReduce on child A, AllGather on child B, Broadcast on the
  * parent, and a second AllReduce on child A; then checks every result. */
-static void group_over_comms(int rank, int n, hetcclComm_t parent, hetcclComm_t ca, int ra, int size_a,
-                             hetcclComm_t cb, int rb, int size_b) {
+static void group_over_comms(int rank, int n, hetcclComm_t parent, hetcclComm_t ca, int ra, int size_a, hetcclComm_t cb,
+                             int rb, int size_b) {
   const size_t cnt = 1031;
   struct tu_red s1 = {HC_INT32, HC_SUM, size_a, 11}, s2 = {HC_FLOAT32, HC_MAX, size_a, 12};
   void *ar = tu_buf_alloc(cnt * 4, 0xcd), *ar2 = tu_buf_alloc(cnt * 4, 0xcd);
@@ -1063,8 +1079,9 @@ static int run_nranks(int nranks, bool quick, int only, bool list) {
     free(cases);
     return 0;
   }
-  printf("nranks %d: %d cases (covering array of every pair of dimensions + %d cross-rank float and chunking cases)%s\n",
-         nranks, ncases, nextra, quick ? ", --quick" : "");
+  printf(
+      "nranks %d: %d cases (covering array of every pair of dimensions + %d cross-rank float and chunking cases)%s\n",
+      nranks, ncases, nextra, quick ? ", --quick" : "");
   fflush(stdout);
   int failed = 0;
   for (int cfg = 0; cfg < CFG_N; cfg++) {
@@ -1099,8 +1116,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--case") && i + 1 < argc) {
       i++;
       only = !strcmp(argv[i], "split") ? ONLY_SPLIT : atoi(argv[i]);
-    }
-    else {
+    } else {
       fprintf(stderr, "usage: %s [--ranks N] [--quick] [--case K|split] [--list]\n", argv[0]);
       return 2;
     }

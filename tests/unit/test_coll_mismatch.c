@@ -70,35 +70,51 @@ struct call {
 struct mcase {
   const char *name;
   int nranks;
-  struct call calls[3];    /* per rank */
-  const char *expect[3];   /* per rank: substrings its error must hold, '|'-separated */
-  bool next_call;          /* GPU ranks: the calls only send; the next one fails */
+  struct call calls[3];  /* per rank */
+  const char *expect[3]; /* per rank: substrings its error must hold, '|'-separated */
+  bool next_call;        /* GPU ranks: the calls only send; the next one fails */
 };
 
-#define AR(n, t, o) {K_ALLREDUCE, n, t, o, 0}
+#define AR(n, t, o) \
+  { K_ALLREDUCE, n, t, o, 0 }
 static const struct mcase cases[] = {
-    {"kind", 2, {AR(COUNT, hetcclFloat32, hetcclSum), {K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}},
+    {"kind",
+     2,
+     {AR(COUNT, hetcclFloat32, hetcclSum), {K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}},
      {"rank 0 called AllReduce(sum, 1000 float)|rank 1 called Broadcast(root 0, 1000 float)",
       "rank 1 called Broadcast(root 0, 1000 float)|rank 0 called AllReduce(sum, 1000 float)"}},
-    {"count", 2, {AR(COUNT, hetcclFloat32, hetcclSum), AR(500, hetcclFloat32, hetcclSum)},
+    {"count",
+     2,
+     {AR(COUNT, hetcclFloat32, hetcclSum), AR(500, hetcclFloat32, hetcclSum)},
      {"rank 0 called AllReduce(sum, 1000 float)|rank 1 called AllReduce(sum, 500 float)",
       "rank 1 called AllReduce(sum, 500 float)|rank 0 called AllReduce(sum, 1000 float)"}},
-    {"dtype", 2, {AR(COUNT, hetcclFloat32, hetcclSum), AR(COUNT, hetcclInt32, hetcclSum)},
+    {"dtype",
+     2,
+     {AR(COUNT, hetcclFloat32, hetcclSum), AR(COUNT, hetcclInt32, hetcclSum)},
      {"rank 0 called AllReduce(sum, 1000 float)|rank 1 called AllReduce(sum, 1000 int32)",
       "rank 1 called AllReduce(sum, 1000 int32)|rank 0 called AllReduce(sum, 1000 float)"}},
-    {"op", 2, {AR(COUNT, hetcclFloat32, hetcclSum), AR(COUNT, hetcclFloat32, hetcclMax)},
+    {"op",
+     2,
+     {AR(COUNT, hetcclFloat32, hetcclSum), AR(COUNT, hetcclFloat32, hetcclMax)},
      {"rank 0 called AllReduce(sum, 1000 float)|rank 1 called AllReduce(max, 1000 float)",
       "rank 1 called AllReduce(max, 1000 float)|rank 0 called AllReduce(sum, 1000 float)"}},
-    {"root", 2, {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, {K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 1}},
+    {"root",
+     2,
+     {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, {K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 1}},
      {"rank 1 called Broadcast(root 1, 1000 float) #0", "rank 0 called Broadcast(root 0, 1000 float) #0"}},
-    {"seq", 2, {AR(COUNT, hetcclFloat32, hetcclSum), {K_SKIP, COUNT, hetcclFloat32, hetcclSum, 0}},
+    {"seq",
+     2,
+     {AR(COUNT, hetcclFloat32, hetcclSum), {K_SKIP, COUNT, hetcclFloat32, hetcclSum, 0}},
      {"rank 0 called AllReduce(sum, 1000 float) #0|rank 1 called AllReduce(sum, 1000 float) #1",
       "rank 1 called AllReduce(sum, 1000 float) #1|rank 0 called AllReduce(sum, 1000 float) #0"}},
-    {"reduce-roots", 2,
+    {"reduce-roots",
+     2,
      {{K_REDUCE, COUNT, hetcclFloat32, hetcclSum, 0}, {K_REDUCE, COUNT, hetcclFloat32, hetcclSum, 1}},
      {"rank 0 called Reduce(sum, root 0, 1000 float) #0|rank 1 called Reduce(sum, root 1, 1000 float) #0",
       "rank 1 called Reduce(sum, root 1, 1000 float) #0|rank 0 called Reduce(sum, root 0, 1000 float) #0"}},
-    {"p2p", 2, {{K_SEND, COUNT, hetcclFloat32, hetcclSum, 1}, {K_RECV, 500, hetcclFloat32, hetcclSum, 0}},
+    {"p2p",
+     2,
+     {{K_SEND, COUNT, hetcclFloat32, hetcclSum, 1}, {K_RECV, 500, hetcclFloat32, hetcclSum, 0}},
      {"rank 0 called Send(to 1, 1000 float)|rank 1 called Recv(from 0, 500 float)",
       "rank 1 called Recv(from 0, 500 float)|rank 0 called Send(to 1, 1000 float)"}},
 };
@@ -126,16 +142,24 @@ static bool names_all(const char *text, const char *expect) {
 
 /* GPU windows: rank 0 (GPU) only sends, rank 1 (CPU) receives. */
 static const struct mcase gpu_cases[] = {
-    {"kind", 2, {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, AR(COUNT, hetcclFloat32, hetcclSum)},
+    {"kind",
+     2,
+     {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, AR(COUNT, hetcclFloat32, hetcclSum)},
      {"rank 0 called Broadcast(root 0, 1000 float)|rank 1 called AllReduce(sum, 1000 float)",
       "rank 1 called AllReduce(sum, 1000 float)|rank 0 called Broadcast(root 0, 1000 float)"}},
-    {"count", 2, {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, {K_BROADCAST, 500, hetcclFloat32, hetcclSum, 0}},
+    {"count",
+     2,
+     {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, {K_BROADCAST, 500, hetcclFloat32, hetcclSum, 0}},
      {"rank 0 called Broadcast(root 0, 1000 float)|rank 1 called Broadcast(root 0, 500 float)",
       "rank 1 called Broadcast(root 0, 500 float)|rank 0 called Broadcast(root 0, 1000 float)"}},
-    {"dtype", 2, {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, {K_BROADCAST, COUNT, hetcclInt32, hetcclSum, 0}},
+    {"dtype",
+     2,
+     {{K_BROADCAST, COUNT, hetcclFloat32, hetcclSum, 0}, {K_BROADCAST, COUNT, hetcclInt32, hetcclSum, 0}},
      {"rank 0 called Broadcast(root 0, 1000 float)|rank 1 called Broadcast(root 0, 1000 int32)",
       "rank 1 called Broadcast(root 0, 1000 int32)|rank 0 called Broadcast(root 0, 1000 float)"}},
-    {"op", 2, {{K_REDUCE, COUNT, hetcclFloat32, hetcclSum, 1}, {K_REDUCE, COUNT, hetcclFloat32, hetcclMax, 1}},
+    {"op",
+     2,
+     {{K_REDUCE, COUNT, hetcclFloat32, hetcclSum, 1}, {K_REDUCE, COUNT, hetcclFloat32, hetcclMax, 1}},
      {"rank 0 called Reduce(sum, root 1, 1000 float)|rank 1 called Reduce(max, root 1, 1000 float)",
       "rank 1 called Reduce(max, root 1, 1000 float)|rank 0 called Reduce(sum, root 1, 1000 float)"}},
 };

@@ -24,16 +24,16 @@
 
 static long n_cases, n_failures;
 
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    n_cases++;                                                                 \
-    if (!(cond)) {                                                             \
-      if (n_failures++ < 30) {                                                 \
-        fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                   \
-        fprintf(stderr, __VA_ARGS__);                                          \
-        fputc('\n', stderr);                                                   \
-      }                                                                        \
-    }                                                                          \
+#define CHECK(cond, ...)                                     \
+  do {                                                       \
+    n_cases++;                                               \
+    if (!(cond)) {                                           \
+      if (n_failures++ < 30) {                               \
+        fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+        fprintf(stderr, __VA_ARGS__);                        \
+        fputc('\n', stderr);                                 \
+      }                                                      \
+    }                                                        \
   } while (0)
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -60,8 +60,8 @@ static float u2f(uint32_t u) {
 struct fmt {
   enum hc_dtype dt;
   int bits, ebits, mbits, bias;
-  bool ieee;      /* top exponent is inf (m == 0) / NaN; else only all-ones is NaN */
-  bool saturate;  /* overflow -> largest finite (fp8, SATFINITE), else -> inf */
+  bool ieee;        /* top exponent is inf (m == 0) / NaN; else only all-ones is NaN */
+  bool saturate;    /* overflow -> largest finite (fp8, SATFINITE), else -> inf */
   uint32_t max_mag; /* pattern of the largest finite magnitude */
   double *vals;     /* vals[p] for every finite magnitude pattern p <= max_mag */
 };
@@ -84,14 +84,10 @@ static double ref_decode(const struct fmt *f, uint32_t p) {
   uint32_t emax = (1u << f->ebits) - 1u, mmax = (1u << f->mbits) - 1u;
   uint32_t e = (p >> f->mbits) & emax, m = p & mmax;
   double frac = (double)m / (double)(1u << f->mbits), v;
-  if (f->ieee && e == emax)
-    v = m ? NAN : INFINITY;
-  else if (!f->ieee && e == emax && m == mmax)
-    v = NAN;
-  else if (e == 0)
-    v = ldexp(frac, 1 - f->bias);
-  else
-    v = ldexp(1.0 + frac, (int)e - f->bias);
+  if (f->ieee && e == emax) v = m ? NAN : INFINITY;
+  else if (!f->ieee && e == emax && m == mmax) v = NAN;
+  else if (e == 0) v = ldexp(frac, 1 - f->bias);
+  else v = ldexp(1.0 + frac, (int)e - f->bias);
   return sign ? -v : v;
 }
 
@@ -122,10 +118,8 @@ static uint32_t ref_round(const struct fmt *f, double x) {
   uint32_t lo = 0, hi = top; /* v[lo] <= a < v[hi] */
   while (hi - lo > 1) {
     uint32_t m = lo + (hi - lo) / 2;
-    if (v[m] <= a)
-      lo = m;
-    else
-      hi = m;
+    if (v[m] <= a) lo = m;
+    else hi = m;
   }
   double d0 = a - v[lo], d1 = v[hi] - a;
   k = d0 < d1 ? lo : d0 > d1 ? hi : (lo % 2 == 0 ? lo : hi);
@@ -157,8 +151,7 @@ static bool same_pattern(const struct fmt *f, uint32_t got, uint32_t want) {
 
 static void check_encode(const struct fmt *f, float x) {
   uint32_t want = ref_round(f, x), got = lib_encode(f->dt, x);
-  CHECK(same_pattern(f, got, want), "%s: encode(%a) = 0x%x, want 0x%x", hc_dtype_name(f->dt),
-        (double)x, got, want);
+  CHECK(same_pattern(f, got, want), "%s: encode(%a) = 0x%x, want 0x%x", hc_dtype_name(f->dt), (double)x, got, want);
 }
 
 static void test_conversions(struct fmt *f) {
@@ -168,8 +161,7 @@ static void test_conversions(struct fmt *f) {
   for (uint32_t p = 0; p < n; p++) {
     double want = ref_decode(f, p);
     float got = lib_decode(f->dt, p);
-    CHECK(isnan(want) ? isnan(got)
-                      : ((double)got == want && !signbit(got) == !signbit(want)),
+    CHECK(isnan(want) ? isnan(got) : ((double)got == want && !signbit(got) == !signbit(want)),
           "%s: decode(0x%x) = %a, want %a", name, p, (double)got, want);
   }
   /* Every value round-trips; inf saturates in the fp8 formats. */
@@ -195,8 +187,7 @@ static void test_conversions(struct fmt *f) {
   }
   /* Arbitrary floats: every exponent, float subnormals, inf, NaN payloads. */
   for (int i = 0; i < 100000; i++) check_encode(f, u2f((uint32_t)rnd()));
-  float specials[] = {INFINITY, -INFINITY, NAN, -NAN, FLT_MAX, -FLT_MAX, FLT_MIN, 0x1p-149f, 0.0f,
-                      -0.0f};
+  float specials[] = {INFINITY, -INFINITY, NAN, -NAN, FLT_MAX, -FLT_MAX, FLT_MIN, 0x1p-149f, 0.0f, -0.0f};
   for (size_t i = 0; i < HC_ARRAY_LEN(specials); i++) check_encode(f, specials[i]);
   /* NaNs whose payload sits only in the low bits, or that would carry. */
   uint32_t nans[] = {0x7f800001u, 0xff800001u, 0x7fffffffu, 0xffffffffu, 0x7f80ffffu, 0x7fbfffffu};
@@ -362,10 +353,8 @@ static uint64_t random_elem_wide(enum hc_dtype t) {
   }
   case HC_FLOAT64: {
     double choices[] = {NAN, INFINITY, -INFINITY, -0.0, 0x1p-1070, DBL_MAX, 3.0}, d;
-    if (r % 16 == 0)
-      d = choices[(r >> 8) % HC_ARRAY_LEN(choices)];
-    else
-      d = (double)(int64_t)(r >> 1) * 0x1p-52;
+    if (r % 16 == 0) d = choices[(r >> 8) % HC_ARRAY_LEN(choices)];
+    else d = (double)(int64_t)(r >> 1) * 0x1p-52;
     memcpy(&r, &d, 8);
     return r;
   }
@@ -410,13 +399,12 @@ static void test_reduce(enum hc_dtype t, enum hc_redop op, size_t count) {
     for (size_t i = 0; i < count; i++) {
       uint64_t got = get_raw(t, dst, i);
       if (!result_ok(t, op, got, want[i]) && bad++ == 0)
-        CHECK(false, "reduce %s %s count %zu alias %d: [%zu] 0x%llx op 0x%llx = 0x%llx, want 0x%llx",
-              hc_dtype_name(t), hc_redop_name(op), count, alias, i,
-              (unsigned long long)get_raw(t, s0, i), (unsigned long long)get_raw(t, s1, i),
-              (unsigned long long)got, (unsigned long long)want[i]);
+        CHECK(false, "reduce %s %s count %zu alias %d: [%zu] 0x%llx op 0x%llx = 0x%llx, want 0x%llx", hc_dtype_name(t),
+              hc_redop_name(op), count, alias, i, (unsigned long long)get_raw(t, s0, i),
+              (unsigned long long)get_raw(t, s1, i), (unsigned long long)got, (unsigned long long)want[i]);
     }
-    CHECK(bad == 0, "reduce %s %s count %zu alias %d: %zu wrong", hc_dtype_name(t),
-          hc_redop_name(op), count, alias, bad);
+    CHECK(bad == 0, "reduce %s %s count %zu alias %d: %zu wrong", hc_dtype_name(t), hc_redop_name(op), count, alias,
+          bad);
   }
 out:
   free(s0), free(s1), free(dst), free(want);
@@ -424,28 +412,23 @@ out:
 
 /* ---- scale ---- */
 
-static uint64_t ref_scale(enum hc_dtype t, enum hc_scale_kind kind, uint64_t xr, uint64_t factor,
-                          uint64_t divisor) {
+static uint64_t ref_scale(enum hc_dtype t, enum hc_scale_kind kind, uint64_t xr, uint64_t factor, uint64_t divisor) {
   if (is_int(t)) {
     __int128 x = int_value(t, xr);
     if (kind == HC_SCALE_MUL)
       return int_wrap(t, (__int128)((unsigned __int128)x * (unsigned __int128)int_value(t, factor)));
-    if (divisor == 0) return xr; /* documented: ints keep their value */
+    if (divisor == 0) return xr;               /* documented: ints keep their value */
     return int_wrap(t, x / (__int128)divisor); /* C division truncates toward zero */
   }
   double x = float_value(t, xr), r;
-  if (kind == HC_SCALE_MUL)
-    r = x * float_value(t, factor);
-  else if (t == HC_FLOAT64)
-    r = x / (double)divisor;
-  else
-    r = x / (double)(float)divisor;
+  if (kind == HC_SCALE_MUL) r = x * float_value(t, factor);
+  else if (t == HC_FLOAT64) r = x / (double)divisor;
+  else r = x / (double)(float)divisor;
   if (t != HC_FLOAT64 && !isnan(r)) r = (float)r;
   return float_store(t, r);
 }
 
-static void test_scale(enum hc_dtype t, enum hc_scale_kind kind, uint64_t factor, uint64_t divisor,
-                       size_t count) {
+static void test_scale(enum hc_dtype t, enum hc_scale_kind kind, uint64_t factor, uint64_t divisor, size_t count) {
   size_t es = hc_dtype_size(t), bytes = count * es;
   void *src = xmalloc(bytes), *dst = xmalloc(bytes);
   if (src == NULL || dst == NULL) {
@@ -458,8 +441,7 @@ static void test_scale(enum hc_dtype t, enum hc_scale_kind kind, uint64_t factor
     put_raw(t, src, 1, int_wrap(t, -1));
   }
   for (int in_place = 0; in_place < 2; in_place++) {
-    struct hc_scale_args a = {.dst = dst, .src = src, .count = count, .dtype = t, .kind = kind,
-                              .divisor = divisor};
+    struct hc_scale_args a = {.dst = dst, .src = src, .count = count, .dtype = t, .kind = kind, .divisor = divisor};
     memcpy(a.factor, &factor, 8);
     if (in_place) memcpy(dst, src, bytes), a.src = dst;
     hc_host_scale(&a);
@@ -469,8 +451,8 @@ static void test_scale(enum hc_dtype t, enum hc_scale_kind kind, uint64_t factor
       if (!result_ok(t, HC_SUM, got, want) && bad++ == 0)
         CHECK(false, "scale %s %s factor 0x%llx divisor %llu in_place %d: [%zu] 0x%llx -> 0x%llx, want 0x%llx",
               hc_dtype_name(t), kind == HC_SCALE_MUL ? "mul" : "div", (unsigned long long)factor,
-              (unsigned long long)divisor, in_place, i, (unsigned long long)get_raw(t, src, i),
-              (unsigned long long)got, (unsigned long long)want);
+              (unsigned long long)divisor, in_place, i, (unsigned long long)get_raw(t, src, i), (unsigned long long)got,
+              (unsigned long long)want);
     }
     CHECK(bad == 0, "scale %s: %zu wrong", hc_dtype_name(t), bad);
   }
@@ -492,18 +474,29 @@ static void test_load_store(void) {
     }
   }
   /* Integers: truncation toward zero, then the low bits; int64 saturates. */
-  struct { enum hc_dtype t; double v; uint64_t raw; } ints[] = {
-      {HC_INT8, 3.7, 3},          {HC_INT8, -3.7, 0xfd},     {HC_INT8, 300.0, 44},
-      {HC_UINT8, -1.0, 0xff},     {HC_UINT8, 255.9, 0xff},   {HC_INT32, -2147483648.0, 0x80000000},
-      {HC_UINT32, 4294967296.0, 0}, {HC_INT64, 1e30, 0x7fffffffffffffffull},
-      {HC_INT64, -1e30, 0x8000000000000000ull}, {HC_UINT64, 1e30, UINT64_MAX},
-      {HC_UINT64, 0x1p63, 0x8000000000000000ull}, {HC_INT32, NAN, 0},
+  struct {
+    enum hc_dtype t;
+    double v;
+    uint64_t raw;
+  } ints[] = {
+      {HC_INT8, 3.7, 3},
+      {HC_INT8, -3.7, 0xfd},
+      {HC_INT8, 300.0, 44},
+      {HC_UINT8, -1.0, 0xff},
+      {HC_UINT8, 255.9, 0xff},
+      {HC_INT32, -2147483648.0, 0x80000000},
+      {HC_UINT32, 4294967296.0, 0},
+      {HC_INT64, 1e30, 0x7fffffffffffffffull},
+      {HC_INT64, -1e30, 0x8000000000000000ull},
+      {HC_UINT64, 1e30, UINT64_MAX},
+      {HC_UINT64, 0x1p63, 0x8000000000000000ull},
+      {HC_INT32, NAN, 0},
   };
   for (size_t i = 0; i < HC_ARRAY_LEN(ints); i++) {
     uint64_t buf = 0;
     hc_dtype_store(ints[i].t, &buf, ints[i].v);
-    CHECK(buf == ints[i].raw, "store %s %a = 0x%llx, want 0x%llx", hc_dtype_name(ints[i].t),
-          ints[i].v, (unsigned long long)buf, (unsigned long long)ints[i].raw);
+    CHECK(buf == ints[i].raw, "store %s %a = 0x%llx, want 0x%llx", hc_dtype_name(ints[i].t), ints[i].v,
+          (unsigned long long)buf, (unsigned long long)ints[i].raw);
   }
   /* Narrow floats round the double itself: 1 + 2^-11 + 2^-40 rounds to the
    * float 1 + 2^-11, a tie, yet as a double it is above the tie. */
@@ -522,8 +515,8 @@ static void test_load_store(void) {
       uint64_t buf = 0;
       hc_dtype_store(f->dt, &buf, v);
       uint32_t want = ref_round(f, v);
-      CHECK(same_pattern(f, (uint32_t)buf, want), "store %s %a = 0x%llx, want 0x%x",
-            hc_dtype_name(f->dt), v, (unsigned long long)buf, want);
+      CHECK(same_pattern(f, (uint32_t)buf, want), "store %s %a = 0x%llx, want 0x%x", hc_dtype_name(f->dt), v,
+            (unsigned long long)buf, want);
     }
   }
   double d = 0;
@@ -557,13 +550,12 @@ int main(void) {
   test_load_store();
   /* Ops the kernels do not take leave dst alone (one WARN line). */
   float x = 1.0f, y = 2.0f, z = 5.0f;
-  hc_host_reduce(&(struct hc_reduce_args){.dst = &z, .src0 = &x, .src1 = &y, .count = 1,
-                                          .dtype = HC_FLOAT32, .op = HC_AVG});
+  hc_host_reduce(
+      &(struct hc_reduce_args){.dst = &z, .src0 = &x, .src1 = &y, .count = 1, .dtype = HC_FLOAT32, .op = HC_AVG});
   CHECK(z == 5.0f, "reduce with op avg wrote dst");
   for (size_t i = 0; i < HC_ARRAY_LEN(fmts); i++) free(fmts[i].vals);
   if (n_failures) {
-    fprintf(stderr, "test_device_reduce: %ld of %ld cases failed (rerun: ./test_device_reduce)\n",
-            n_failures, n_cases);
+    fprintf(stderr, "test_device_reduce: %ld of %ld cases failed (rerun: ./test_device_reduce)\n", n_failures, n_cases);
     return 1;
   }
   printf("test_device_reduce: %ld cases passed\n", n_cases);

@@ -51,16 +51,19 @@
 #undef ibv_comp_channel
 
 #define SAME_SIZE(t) _Static_assert(sizeof(struct t) == sizeof(struct real_##t), #t " size")
-#define SAME_OFF(t, f)                                                                      \
+#define SAME_OFF(t, f)                                                                        \
   _Static_assert(offsetof(struct t, f) == offsetof(struct real_##t, f), #t "." #f " offset"); \
   _Static_assert(sizeof(((struct t *)0)->f) == sizeof(((struct real_##t *)0)->f), #t "." #f " size")
 
 _Static_assert(sizeof(union ibv_gid) == sizeof(union real_ibv_gid), "gid");
 SAME_SIZE(ibv_context_ops);
 _Static_assert(offsetof(struct ibv_context_ops, poll_cq) == offsetof(struct real_ibv_context_ops, poll_cq), "poll_cq");
-_Static_assert(offsetof(struct ibv_context_ops, req_notify_cq) == offsetof(struct real_ibv_context_ops, req_notify_cq), "notify");
-_Static_assert(offsetof(struct ibv_context_ops, post_send) == offsetof(struct real_ibv_context_ops, post_send), "post_send");
-_Static_assert(offsetof(struct ibv_context_ops, post_recv) == offsetof(struct real_ibv_context_ops, post_recv), "post_recv");
+_Static_assert(offsetof(struct ibv_context_ops, req_notify_cq) == offsetof(struct real_ibv_context_ops, req_notify_cq),
+               "notify");
+_Static_assert(offsetof(struct ibv_context_ops, post_send) == offsetof(struct real_ibv_context_ops, post_send),
+               "post_send");
+_Static_assert(offsetof(struct ibv_context_ops, post_recv) == offsetof(struct real_ibv_context_ops, post_recv),
+               "post_recv");
 SAME_OFF(ibv_context, device);
 SAME_OFF(ibv_context, ops);
 SAME_OFF(ibv_context, num_comp_vectors);
@@ -118,7 +121,9 @@ SAME_OFF(ibv_send_wr, num_sge);
 SAME_OFF(ibv_send_wr, opcode);
 SAME_OFF(ibv_send_wr, send_flags);
 SAME_OFF(ibv_send_wr, imm_data);
-_Static_assert(offsetof(struct ibv_send_wr, wr.rdma.remote_addr) == offsetof(struct real_ibv_send_wr, wr.rdma.remote_addr), "remote_addr");
+_Static_assert(offsetof(struct ibv_send_wr, wr.rdma.remote_addr) ==
+                   offsetof(struct real_ibv_send_wr, wr.rdma.remote_addr),
+               "remote_addr");
 _Static_assert(offsetof(struct ibv_send_wr, wr.rdma.rkey) == offsetof(struct real_ibv_send_wr, wr.rdma.rkey), "rkey");
 SAME_SIZE(ibv_recv_wr);
 SAME_SIZE(ibv_wc);
@@ -132,9 +137,11 @@ _Static_assert((int)HC_IBV_WC_RDMA_WRITE == (int)IBV_WC_RDMA_WRITE, "wc opcode")
 _Static_assert((int)HC_IBV_WC_WR_FLUSH_ERR == (int)IBV_WC_WR_FLUSH_ERR, "flush");
 _Static_assert((int)HC_IBV_WC_WITH_IMM == (int)IBV_WC_WITH_IMM, "with imm");
 _Static_assert((int)HC_IBV_WR_RDMA_WRITE_WITH_IMM == (int)IBV_WR_RDMA_WRITE_WITH_IMM, "wr opcode");
-_Static_assert((int)HC_IBV_SEND_SIGNALED == (int)IBV_SEND_SIGNALED && (int)HC_IBV_SEND_INLINE == (int)IBV_SEND_INLINE, "send flags");
+_Static_assert((int)HC_IBV_SEND_SIGNALED == (int)IBV_SEND_SIGNALED && (int)HC_IBV_SEND_INLINE == (int)IBV_SEND_INLINE,
+               "send flags");
 _Static_assert((int)HC_IBV_QPS_ERR == (int)IBV_QPS_ERR && (int)HC_IBV_QPS_RTS == (int)IBV_QPS_RTS, "qp states");
-_Static_assert((int)HC_IBV_QP_DEST_QPN == (int)IBV_QP_DEST_QPN && (int)HC_IBV_QP_MAX_DEST_RD_ATOMIC == (int)IBV_QP_MAX_DEST_RD_ATOMIC,
+_Static_assert((int)HC_IBV_QP_DEST_QPN == (int)IBV_QP_DEST_QPN &&
+                   (int)HC_IBV_QP_MAX_DEST_RD_ATOMIC == (int)IBV_QP_MAX_DEST_RD_ATOMIC,
                "qp attr mask");
 _Static_assert((int)HC_IBV_QPT_RC == (int)IBV_QPT_RC, "rc");
 _Static_assert((int)HC_IBV_PORT_ACTIVE == (int)IBV_PORT_ACTIVE, "port active");

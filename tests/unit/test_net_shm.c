@@ -32,14 +32,14 @@
 
 /* ---- the transport, as the suite sees it ---- */
 
-static bool use_memalloc;     /* send buffers from hetcclMemAlloc */
-static int expect_kind = -1;  /* a path (enum hc_shm_kind) every end must have used */
+static bool use_memalloc;    /* send buffers from hetcclMemAlloc */
+static int expect_kind = -1; /* a path (enum hc_shm_kind) every end must have used */
 
 static void *memalloc_send(size_t n) {
   void *p = NULL;
   if (!use_memalloc) return malloc(n);
   return CHECK(hetcclMemAlloc(&p, n) == hetcclSuccess, "hetcclMemAlloc(%zu): %s", n, hetcclGetLastError(NULL)) ? p
-                                                                                                                : NULL;
+                                                                                                               : NULL;
 }
 static void memalloc_free(void *p) {
   if (use_memalloc) hetcclMemFree(p);
@@ -124,7 +124,8 @@ static void body_perf(struct nc_end *e) {
       hc_result_t r = HC_OK;
       for (int w = 0; w < window && r == HC_OK; w++) {
         if (mode == 0 || e->me == 1) r = e->ops->irecv(e->conn, d + (size_t)w * n, n, NULL, &reqs[2 * w]);
-        if (r == HC_OK && (mode == 0 || e->me == 0)) r = e->ops->isend(e->conn, s + (size_t)w * n, n, NULL, &reqs[2 * w + 1]);
+        if (r == HC_OK && (mode == 0 || e->me == 0))
+          r = e->ops->isend(e->conn, s + (size_t)w * n, n, NULL, &reqs[2 * w + 1]);
       }
       if (r == HC_OK) r = nc_complete(e, reqs, 2 * window);
       CHECK(r == HC_OK, "round %d: %s", i, hc_last_error());
@@ -324,8 +325,7 @@ int main(int argc, char **argv) {
   if (wanted("sleep_wakeup")) {
     const struct nc_case c = {.name = "sleep_wakeup", .body = body_sleep};
     if (nc_run_pair(&shm, &c, NC_PROCESSES))
-      printf("  round trip through futex sleep and wake: %.1f us average, %.1f us worst\n", sleep_rtt_us,
-             sleep_max_us);
+      printf("  round trip through futex sleep and wake: %.1f us average, %.1f us worst\n", sleep_rtt_us, sleep_max_us);
     else failed++;
   }
 

@@ -232,8 +232,7 @@ static void body_late(struct rank *r) {
     if (!r->conns[1]) ops->wait_blocking(r->ctx, 20);
   }
   CHECK(r->conns[1] != NULL, "not connected after the late peer arrived");
-  CHECK(longest < 200000000ull, "one connect() call took %.0f ms: it waited for the late peer",
-        (double)longest / 1e6);
+  CHECK(longest < 200000000ull, "one connect() call took %.0f ms: it waited for the late peer", (double)longest / 1e6);
 }
 
 /* Rank 1 never calls connect(): rank 0 fails by HETCCL_TIMEOUT (1 s here)
@@ -342,8 +341,8 @@ static int case_args(void) {
   /* Rank 2 never answers (its handle is our own listener, which only takes
    * lower ranks); abort must end the wait with an error. */
   atomic_store(&w.abort_flag, true);
-  CHECK(ops->connect(ctx, 2, &w.handles[0], &conn) == HC_ERR_REMOTE && strstr(hc_last_error(), "aborted"),
-        "abort: %s", hc_last_error());
+  CHECK(ops->connect(ctx, 2, &w.handles[0], &conn) == HC_ERR_REMOTE && strstr(hc_last_error(), "aborted"), "abort: %s",
+        hc_last_error());
   ops->close(ctx);
   tu_set_case("%s", "");
   bool ok = tu_failures() == f0;

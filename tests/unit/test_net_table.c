@@ -57,8 +57,7 @@ static void check_pairs(void) {
           continue;
         }
         if (!CHECK(r1 == HC_OK && r2 == HC_OK, "no link: %s", hc_last_error())) continue;
-        CHECK(tab == want && tba == want, "chose %d and %d, the rule says %s", tab, tba,
-              hc_transports[want].ops->name);
+        CHECK(tab == want && tba == want, "chose %d and %d, the rule says %s", tab, tba, hc_transports[want].ops->name);
         CHECK(ab.net == hc_transports[want].ops && ab.ctx == set.ctx[want] && ab.conn == NULL,
               "link of the wrong transport or context");
         CHECK(ab.handle.bytes[0] == want + 1, "the link took the peer's handle of another transport");

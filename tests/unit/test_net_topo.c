@@ -112,8 +112,14 @@ static void check_picks(const char *what, const int *use, int nuse, int (*expect
     }
 }
 
-static int own_switch(int s, int j, int index) { (void)j, (void)index; return s; }
-static int without_nic1(int s, int j, int index) { (void)j, (void)index; return s == 1 ? 0 : s; }
+static int own_switch(int s, int j, int index) {
+  (void)j, (void)index;
+  return s;
+}
+static int without_nic1(int s, int j, int index) {
+  (void)j, (void)index;
+  return s == 1 ? 0 : s;
+}
 static int other_socket(int s, int j, int index) {
   (void)j;
   return s >= 2 ? s : 2 + index % 2; /* socket 0's GPUs: both far NICs, alternately */

@@ -26,13 +26,13 @@ static const enum hc_coll choosy[] = {HC_COLL_ALLREDUCE, HC_COLL_BROADCAST, HC_C
                                       HC_COLL_REDUCESCATTER};
 
 struct shape {
-  const char *groups;         /* one letter per rank: its group */
-  const char *vendor;         /* groups that run the vendor library ("" none; implies a GPU rank) */
-  bool gpu;                   /* some rank is a GPU */
-  const char *algo;           /* HETCCL_ALGO */
-  size_t ring_threshold;      /* ONESTEP_BYTES is 4K throughout; DIRECT_MAX_BYTES 0 (test_coll_host forces DIRECT) */
-  size_t bytes[3];            /* 0: none */
-  const char *expect[3];      /* per size: the algorithms of choosy[] */
+  const char *groups;    /* one letter per rank: its group */
+  const char *vendor;    /* groups that run the vendor library ("" none; implies a GPU rank) */
+  bool gpu;              /* some rank is a GPU */
+  const char *algo;      /* HETCCL_ALGO */
+  size_t ring_threshold; /* ONESTEP_BYTES is 4K throughout; DIRECT_MAX_BYTES 0 (test_coll_host forces DIRECT) */
+  size_t bytes[3];       /* 0: none */
+  const char *expect[3]; /* per size: the algorithms of choosy[] */
 };
 
 /* The rules: one step up to 4K on CPU-only comms; from the ring threshold
@@ -42,12 +42,22 @@ struct shape {
  * vendor group and an element per rank). A forced name applies where the
  * collective has it and it applies; elsewhere the table chooses. */
 static const struct shape shapes[] = {
-    {"aaaaaaaa", "", false, "", 64 << 10, {4, 4096, 8192},
+    {"aaaaaaaa",
+     "",
+     false,
+     "",
+     64 << 10,
+     {4, 4096, 8192},
      {"ONESTEP TREE TREE ONESTEP RING", "ONESTEP TREE TREE ONESTEP RING", "RD TREE TREE RING RING"}},
     {"aaaaaaaa", "", false, "", 64 << 10, {65536}, {"RING RING RING RING RING"}},
     {"aaaaaaaa", "", true, "", 64 << 10, {4, 65536}, {"RD TREE TREE RING RING", "RING RING RING RING RING"}},
     {"aaaaaaaa", "", true, "", 16, {16, 32}, {"RD RING RING RING RING", "RING RING RING RING RING"}},
-    {"aabb", "", false, "", 64 << 10, {4, 8192, 65536},
+    {"aabb",
+     "",
+     false,
+     "",
+     64 << 10,
+     {4, 8192, 65536},
      {"ONESTEP HIER HIER HIER HIER", "RD HIER HIER HIER HIER", "HIER HIER HIER HIER HIER"}},
     {"ab", "", false, "", 64 << 10, {4, 65536}, {"ONESTEP TREE TREE ONESTEP RING", "RING RING RING RING RING"}},
     {"aabbc", "ab", false, "", 64 << 10, {16, 20}, {"RD HIER HIER HIER HIER", "HIER HIER HIER HIER HIER"}},
@@ -134,12 +144,18 @@ static struct comm_shape comm_shape_of(const struct shape *s) {
 }
 
 /* The algorithm rank r's plan for coll on bytes of float32 is built with. */
-static enum hc_algo planned(const struct shape *s, const struct comm_shape *cs, int r, enum hc_coll coll,
-                            size_t bytes, struct hc_scratch_pool *pool) {
+static enum hc_algo planned(const struct shape *s, const struct comm_shape *cs, int r, enum hc_coll coll, size_t bytes,
+                            struct hc_scratch_pool *pool) {
   const int n = cs->n;
-  struct hc_plan_ctx x = {.rank = r, .nranks = n, .chunk_bytes = 64 << 10, .ring_threshold = s->ring_threshold,
-                          .onestep_bytes = 4096, .any_gpu = s->gpu || s->vendor[0], .scratch_slots = 4,
-                          .ngroups = cs->ngroups, .group_of = cs->ngroups > 1 ? cs->group_of : NULL,
+  struct hc_plan_ctx x = {.rank = r,
+                          .nranks = n,
+                          .chunk_bytes = 64 << 10,
+                          .ring_threshold = s->ring_threshold,
+                          .onestep_bytes = 4096,
+                          .any_gpu = s->gpu || s->vendor[0],
+                          .scratch_slots = 4,
+                          .ngroups = cs->ngroups,
+                          .group_of = cs->ngroups > 1 ? cs->group_of : NULL,
                           .group_vendor = cs->ngroups > 1 ? cs->vendor : NULL};
   if (!CHECK(hc_algo_parse(s->algo, x.algo) == HC_OK, "HETCCL_ALGO=%s: %s", s->algo, hc_last_error()))
     return HC_ALGO_AUTO;
@@ -147,9 +163,17 @@ static enum hc_algo planned(const struct shape *s, const struct comm_shape *cs, 
   size_t counts[16], displs[16];
   for (int i = 0; i < n; i++) counts[i] = count, displs[i] = (size_t)i * count;
   char *in = calloc((size_t)n, bytes), *out = calloc((size_t)n, bytes);
-  struct hc_coll_args a = {.coll = coll, .sendbuf = in, .recvbuf = out, .count = count, .dtype = HC_FLOAT32,
-                           .op = HC_SUM, .root = coll == HC_COLL_SEND || coll == HC_COLL_RECV ? (r + 1) % n : 0,
-                           .sendcounts = counts, .sdispls = displs, .recvcounts = counts, .rdispls = displs};
+  struct hc_coll_args a = {.coll = coll,
+                           .sendbuf = in,
+                           .recvbuf = out,
+                           .count = count,
+                           .dtype = HC_FLOAT32,
+                           .op = HC_SUM,
+                           .root = coll == HC_COLL_SEND || coll == HC_COLL_RECV ? (r + 1) % n : 0,
+                           .sendcounts = counts,
+                           .sdispls = displs,
+                           .recvcounts = counts,
+                           .rdispls = displs};
   struct hc_plan p = {.pool = pool};
   enum hc_algo algo = HC_ALGO_AUTO;
   if (in && out && CHECK_OK((hetcclResult_t)hc_plan_add(&p, &x, &a))) algo = p.algo;
@@ -254,7 +278,8 @@ static void check_info_refuses(const char *info) {
   const size_t got = fread(out, 1, sizeof(out) - 1, f);
   out[got] = 0;
   const int status = pclose(f);
-  CHECK(status != 0 && strstr(out, "it has HIER, ONESTEP, DIRECT, RING, RD"), "%s: status %d, output:\n%s", cmd, status, out);
+  CHECK(status != 0 && strstr(out, "it has HIER, ONESTEP, DIRECT, RING, RD"), "%s: status %d, output:\n%s", cmd, status,
+        out);
 }
 
 int main(int argc, char **argv) {

@@ -40,8 +40,8 @@ enum { RING_THRESHOLD = 64 << 10 };
 
 /* What all ranks' plans for one call move. */
 struct moved {
-  size_t crossed;     /* bytes sent to a rank of another group */
-  size_t inside;      /* bytes sent to a rank of the same group, where that group runs the vendor */
+  size_t crossed; /* bytes sent to a rank of another group */
+  size_t inside;  /* bytes sent to a rank of the same group, where that group runs the vendor */
   int vendor_steps;
 };
 
@@ -59,8 +59,13 @@ static struct moved plans_move(const struct layout *l, enum hc_algo algo, struct
   a.recvbuf = out;
   struct moved m = {0};
   for (int r = 0; r < n; r++) {
-    struct hc_plan_ctx x = {.rank = r, .nranks = n, .chunk_bytes = 4096, .ring_threshold = RING_THRESHOLD,
-                            .scratch_slots = 3, .ngroups = ngroups, .group_of = group_of,
+    struct hc_plan_ctx x = {.rank = r,
+                            .nranks = n,
+                            .chunk_bytes = 4096,
+                            .ring_threshold = RING_THRESHOLD,
+                            .scratch_slots = 3,
+                            .ngroups = ngroups,
+                            .group_of = group_of,
                             .group_vendor = group_vendor};
     for (int c = 0; c < HC_COLL_COUNT; c++) x.algo[c] = algo; /* where the collective has it */
     struct hc_plan p = {.pool = pool};
@@ -118,7 +123,8 @@ static size_t least_crossing(const struct facts *f, const struct hc_coll_args *a
 int main(int argc, char **argv) {
   tu_init(argc, argv);
   struct hc_scratch_pool *pool;
-  if (!CHECK_OK((hetcclResult_t)hc_scratch_pool_create(HC_POOL_HOST, NULL, 0, &pool))) return tu_finish("test_plan_groups");
+  if (!CHECK_OK((hetcclResult_t)hc_scratch_pool_create(HC_POOL_HOST, NULL, 0, &pool)))
+    return tu_finish("test_plan_groups");
   printf("%-32s %-14s %8s %12s %12s %12s\n", "layout", "collective", "count", "least", "hierarchy", "flat");
   for (size_t li = 0; li < HC_ARRAY_LEN(layouts); li++) {
     const struct layout *l = &layouts[li];
@@ -137,13 +143,13 @@ int main(int argc, char **argv) {
       pairs -= (size_t)size[g] * (size_t)size[g];
     }
     const struct facts f = {n, G, group_of, size, lacking, pairs};
-    const enum hc_coll colls[] = {HC_COLL_ALLREDUCE, HC_COLL_BROADCAST, HC_COLL_REDUCE,
+    const enum hc_coll colls[] = {HC_COLL_ALLREDUCE, HC_COLL_BROADCAST,     HC_COLL_REDUCE,
                                   HC_COLL_ALLGATHER, HC_COLL_REDUCESCATTER, HC_COLL_ALLTOALL};
     const size_t counts[] = {100, 50000}; /* float32: below and above the ring threshold */
     for (size_t ci = 0; ci < HC_ARRAY_LEN(colls); ci++)
       for (size_t k = 0; k < HC_ARRAY_LEN(counts); k++) {
-        struct hc_coll_args a = {.coll = colls[ci], .count = counts[k], .dtype = HC_FLOAT32, .op = HC_SUM,
-                                 .root = n - 1};
+        struct hc_coll_args a = {
+            .coll = colls[ci], .count = counts[k], .dtype = HC_FLOAT32, .op = HC_SUM, .root = n - 1};
         const size_t least = least_crossing(&f, &a);
         tu_set_case("%s: %s count %zu", l->name, hc_coll_name(a.coll), a.count);
         size_t hier = crossing_bytes(l, HC_ALGO_HIER, a, group_of, G, pool);
@@ -158,13 +164,13 @@ int main(int argc, char **argv) {
     /* Every group of two ranks or more runs the vendor. */
     bool vendor[16];
     for (int g = 0; g < G; g++) vendor[g] = size[g] > 1;
-    const enum hc_coll vcolls[] = {HC_COLL_ALLREDUCE, HC_COLL_BROADCAST, HC_COLL_REDUCE, HC_COLL_ALLGATHER,
-                                   HC_COLL_REDUCESCATTER, HC_COLL_ALLTOALL, HC_COLL_GATHER, HC_COLL_SCATTER,
-                                   HC_COLL_SEND, HC_COLL_RECV};
+    const enum hc_coll vcolls[] = {HC_COLL_ALLREDUCE,     HC_COLL_BROADCAST, HC_COLL_REDUCE, HC_COLL_ALLGATHER,
+                                   HC_COLL_REDUCESCATTER, HC_COLL_ALLTOALL,  HC_COLL_GATHER, HC_COLL_SCATTER,
+                                   HC_COLL_SEND,          HC_COLL_RECV};
     for (size_t ci = 0; ci < HC_ARRAY_LEN(vcolls); ci++)
       for (size_t k = 0; k < HC_ARRAY_LEN(counts); k++) {
-        struct hc_coll_args a = {.coll = vcolls[ci], .count = counts[k], .dtype = HC_FLOAT32, .op = HC_SUM,
-                                 .root = n - 1};
+        struct hc_coll_args a = {
+            .coll = vcolls[ci], .count = counts[k], .dtype = HC_FLOAT32, .op = HC_SUM, .root = n - 1};
         const bool p2p = a.coll == HC_COLL_SEND || a.coll == HC_COLL_RECV;
         if (p2p) a.root = 1; /* to the next rank, from the one before */
         const size_t least = least_crossing(&f, &a);

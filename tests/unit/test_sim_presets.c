@@ -25,7 +25,8 @@
 static const struct {
   const char *name;
   enum hc_coll coll;
-} colls[] = {{"all_reduce", HC_COLL_ALLREDUCE}, {"all_gather", HC_COLL_ALLGATHER}, {"reduce_scatter", HC_COLL_REDUCESCATTER}};
+} colls[] = {
+    {"all_reduce", HC_COLL_ALLREDUCE}, {"all_gather", HC_COLL_ALLGATHER}, {"reduce_scatter", HC_COLL_REDUCESCATTER}};
 
 /* Per group: its size and ranks per node, from the description (groups
  * are vendors; each set is one vendor). */
@@ -66,7 +67,8 @@ static double floor_of(const char *path, const char *preset, const char *coll) {
   char line[256], p[64], c[64];
   double v, found = -1;
   while (f && fgets(line, sizeof(line), f))
-    if (line[0] != '#' && sscanf(line, "%63s %63s %lf", p, c, &v) == 3 && !strcmp(p, preset) && !strcmp(c, coll)) found = v;
+    if (line[0] != '#' && sscanf(line, "%63s %63s %lf", p, c, &v) == 3 && !strcmp(p, preset) && !strcmp(c, coll))
+      found = v;
   if (f) fclose(f);
   return found;
 }
@@ -111,8 +113,8 @@ static void check_measured(const char *floors) {
         !CHECK_OK((hetcclResult_t)sim_row(&c, HC_COLL_ALLREDUCE, HC_FLOAT32, HC_SUM, 0, size, &w)))
       break;
     printf("%-16s all_reduce %10zu predicted %.2f GB/s, measured %.2f\n", preset, size, w.busbw, measured);
-    CHECK(w.busbw >= 0.75 * measured && w.busbw <= 1.25 * measured, "predicted %.2f GB/s busbw, measured %.2f",
-          w.busbw, measured);
+    CHECK(w.busbw >= 0.75 * measured && w.busbw <= 1.25 * measured, "predicted %.2f GB/s busbw, measured %.2f", w.busbw,
+          measured);
     n++;
   }
   if (f) fclose(f);
@@ -124,8 +126,8 @@ static void check_measured(const char *floors) {
 static void check_parser(void) {
   static const char *const bad[] = {
       "nodes = 1\nvendor = intel\npcie_gbs = 1\nhbm_gbs = 1\nhost_gbs = 1\nnic_gbs = 1\nfabric = pcie\n",
-      "nodes = 1\ngpus = 4\n",                                  /* no bandwidths */
-      "name = x\n",                                              /* no nodes */
+      "nodes = 1\ngpus = 4\n", /* no bandwidths */
+      "name = x\n",            /* no nodes */
       "nodes = 1\nfabric = pcie\npcie_gbs = -3\nhbm_gbs = 1\nhost_gbs = 1\nnic_gbs = 1\n",
       "nodes = 1\nfabric = pcie\npcie_gbs = 1\nhbm_gbs = 1\nhost_gbs = 1\nnic_gbs = 1\nwarp = 9\n",
   };

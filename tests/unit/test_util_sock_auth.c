@@ -17,14 +17,14 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);          \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fprintf(stderr, " (last error: %s)\n", hc_last_error());                 \
-      failures++;                                                              \
-    }                                                                          \
+#define CHECK(cond, ...)                                              \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                   \
+      fprintf(stderr, " (last error: %s)\n", hc_last_error());        \
+      failures++;                                                     \
+    }                                                                 \
   } while (0)
 
 static void hex(const uint8_t *p, size_t n, char *out) {
@@ -49,7 +49,8 @@ static void test_sha256(void) {
       {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
       {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
-      {"abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu",
+      {"abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrst"
+       "u",
        "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1"},
   };
   char got[65];
@@ -122,12 +123,12 @@ static void test_ifname_matches(void) {
     const char *spec, *ifname;
     bool want;
   } v[] = {
-      {"", "eth0", true},         {"eth", "eth0", true},          {"eth", "ens1", false},
-      {"eth,ib", "ib0", true},    {"eth,ib", "lo", false},        {"^docker", "docker0", false},
-      {"^docker", "eth0", true},  {"^docker,lo", "lo", false},    {"^docker,lo", "ens5", true},
-      {"=eth0", "eth0", true},    {"=eth0", "eth01", false},      {"=eth0,ib0", "ib0", true},
-      {"^=eth0", "eth0", false},  {"^=eth0", "eth01", true},      {"eth0:1234", "eth0", true},
-      {"ens,,eth", "eth2", true}, {"e", "eth0", true},            {"=eth", "eth0", false},
+      {"", "eth0", true},         {"eth", "eth0", true},       {"eth", "ens1", false},
+      {"eth,ib", "ib0", true},    {"eth,ib", "lo", false},     {"^docker", "docker0", false},
+      {"^docker", "eth0", true},  {"^docker,lo", "lo", false}, {"^docker,lo", "ens5", true},
+      {"=eth0", "eth0", true},    {"=eth0", "eth01", false},   {"=eth0,ib0", "ib0", true},
+      {"^=eth0", "eth0", false},  {"^=eth0", "eth01", true},   {"eth0:1234", "eth0", true},
+      {"ens,,eth", "eth2", true}, {"e", "eth0", true},         {"=eth", "eth0", false},
   };
   for (size_t i = 0; i < HC_ARRAY_LEN(v); i++) {
     bool got = hc_sock_ifname_matches(v[i].spec, v[i].ifname);
@@ -283,7 +284,8 @@ static void test_io(void) {
   CHECK(r == HC_ERR_REMOTE && strstr(hc_last_error(), "closed"), "recv after close -> %d", r);
   uint8_t big[65536] = {0};
   r = HC_OK;
-  for (int i = 0; i < 100 && r == HC_OK; i++) r = hc_sock_send_blocking(p.a, big, sizeof(big), hc_now_ns() + 2000000000ull, NULL);
+  for (int i = 0; i < 100 && r == HC_OK; i++)
+    r = hc_sock_send_blocking(p.a, big, sizeof(big), hc_now_ns() + 2000000000ull, NULL);
   CHECK(r == HC_ERR_REMOTE, "send after close -> %d", r);
   close(p.a);
 }
@@ -405,8 +407,8 @@ static void *peer_thread(void *arg) {
 /* Runs the server side here against peer kind on a fresh pair; returns the
  * server's result and fills *peer_r. Both sides must end well within the
  * deadline. */
-static hc_result_t handshake(enum peer_kind kind, const uint8_t *server_secret, const uint8_t *peer_secret,
-                             bool tcp, hc_result_t *peer_r) {
+static hc_result_t handshake(enum peer_kind kind, const uint8_t *server_secret, const uint8_t *peer_secret, bool tcp,
+                             hc_result_t *peer_r) {
   int fds[2];
   if (tcp) {
     struct pipe_pair pp = tcp_pair();

@@ -10,28 +10,27 @@
 #include "sim/sim.h"
 
 /* The software's costs, measured on the H200 machine (docs/sim.md). */
-#define SIM_COSTS                                                                      \
+#define SIM_COSTS                                                                       \
   "step_us = 2.7    # 4-byte all-reduce: 13.5 us of GPU work after the call, 5 steps\n" \
-  "call_us = 17.2   # the call itself (bench/gpu)\n"                                   \
+  "call_us = 17.2   # the call itself (bench/gpu)\n"                                    \
   "xfer_us = 3.5    # stream flag round trip: the proxy sees a copy done (bench/gpu)\n" \
-  "tcp_us = 9.9     # half a loopback TCP round trip (19.8 us, measured here)\n"       \
+  "tcp_us = 9.9     # half a loopback TCP round trip (19.8 us, measured here)\n"        \
   "tcp_gbs = 4.9    # loopback TCP, one stream (measured here)\n"
 
 static const char kim2026[] =
     "# Kim et al.'s testbed: 2 nodes of 4 V100-PCIe, 2 of 4 Radeon Pro W7800, ConnectX-6 HDR\n"
-    "name = kim2026\n" SIM_COSTS
-    "nodes = 2\nvendor = nvidia\ngpus = 4\nfabric = pcie\n"
+    "name = kim2026\n" SIM_COSTS "nodes = 2\nvendor = nvidia\ngpus = 4\nfabric = pcie\n"
     "pcie_gbs = 12.5  # PCIe 3.0 x16: 15.75 peak, 12-13 achievable\npcie_us = 1.0\n"
     "hbm_gbs = 350    # 900 GB/s HBM2 x 0.39 (the H200's measured copy rate over its peak)\n"
-    "host_gbs = 197   # 2 sockets x 6 channels DDR4-2933 (282 GB/s peak) x 0.7\nnics = 1\nnic_gbs = 25  # HDR 200 Gb/s\nnic_us = 1.0\ngdr = 1\n"
+    "host_gbs = 197   # 2 sockets x 6 channels DDR4-2933 (282 GB/s peak) x 0.7\nnics = 1\nnic_gbs = 25  # HDR 200 "
+    "Gb/s\nnic_us = 1.0\ngdr = 1\n"
     "nodes = 2\nvendor = amd\n"
     "pcie_gbs = 25    # PCIe 4.0 x16: 31.5 peak, about 25 achievable\n"
     "hbm_gbs = 337    # 864 GB/s GDDR6 x 0.39\n";
 
 static const char h100_mi300[] =
     "# 2 nodes of 8 H100 SXM (NVLink 4) + 2 of 8 MI300X (xGMI), one 400 Gb/s NIC per GPU\n"
-    "name = h100x8+mi300x8\n" SIM_COSTS
-    "nodes = 2\nvendor = nvidia\ngpus = 8\nfabric = link\n"
+    "name = h100x8+mi300x8\n" SIM_COSTS "nodes = 2\nvendor = nvidia\ngpus = 8\nfabric = link\n"
     "fabric_gbs = 450 # NVLink 4: 900 GB/s both directions\nfabric_us = 0.5\n"
     "pcie_gbs = 55    # PCIe 5.0 x16: pinned copies measured on the H200 machine\npcie_us = 1.0\n"
     "hbm_gbs = 1306   # 3.35 TB/s x 0.39\n"
@@ -96,14 +95,20 @@ static bool set_key(struct sim_nodeset *s, const char *k, const char *v) {
     double *d;
     int *i;
     double lo;
-  } keys[] = {{"gpus", NULL, &s->gpus, 1},          {"ranks_per_gpu", NULL, &s->ranks_per_gpu, 1},
-              {"nics", NULL, &s->nics, 1},          {"fabric_gbs", &s->fabric_gbs, NULL, 1e-3},
-              {"fabric_us", &s->fabric_us, NULL, 0}, {"pcie_gbs", &s->pcie_gbs, NULL, 1e-3},
-              {"pcie_us", &s->pcie_us, NULL, 0},     {"hbm_gbs", &s->hbm_gbs, NULL, 1e-3},
-              {"host_gbs", &s->host_gbs, NULL, 1e-3}, {"nic_gbs", &s->nic_gbs, NULL, 1e-3},
+  } keys[] = {{"gpus", NULL, &s->gpus, 1},
+              {"ranks_per_gpu", NULL, &s->ranks_per_gpu, 1},
+              {"nics", NULL, &s->nics, 1},
+              {"fabric_gbs", &s->fabric_gbs, NULL, 1e-3},
+              {"fabric_us", &s->fabric_us, NULL, 0},
+              {"pcie_gbs", &s->pcie_gbs, NULL, 1e-3},
+              {"pcie_us", &s->pcie_us, NULL, 0},
+              {"hbm_gbs", &s->hbm_gbs, NULL, 1e-3},
+              {"host_gbs", &s->host_gbs, NULL, 1e-3},
+              {"nic_gbs", &s->nic_gbs, NULL, 1e-3},
               {"nic_us", &s->nic_us, NULL, 0}};
   for (size_t i = 0; i < HC_ARRAY_LEN(keys); i++)
-    if (!strcmp(k, keys[i].key)) return keys[i].d ? parse_double(v, keys[i].lo, keys[i].d) : parse_int(v, (int)keys[i].lo, keys[i].i);
+    if (!strcmp(k, keys[i].key))
+      return keys[i].d ? parse_double(v, keys[i].lo, keys[i].d) : parse_int(v, (int)keys[i].lo, keys[i].i);
   return false;
 }
 
@@ -118,8 +123,11 @@ static bool cluster_key(struct sim_cluster *c, const char *k, const char *v) {
   const struct {
     const char *key;
     double *d;
-  } keys[] = {{"step_us", &c->costs.step_us}, {"call_us", &c->costs.call_us}, {"xfer_us", &c->costs.xfer_us},
-              {"tcp_us", &c->costs.tcp_us},   {"tcp_gbs", &c->costs.tcp_gbs}};
+  } keys[] = {{"step_us", &c->costs.step_us},
+              {"call_us", &c->costs.call_us},
+              {"xfer_us", &c->costs.xfer_us},
+              {"tcp_us", &c->costs.tcp_us},
+              {"tcp_gbs", &c->costs.tcp_gbs}};
   for (size_t i = 0; i < HC_ARRAY_LEN(keys); i++)
     if (!strcmp(k, keys[i].key)) return parse_double(v, 0, keys[i].d);
   return false;
@@ -136,8 +144,10 @@ static char *trim(char *s) {
 static hc_result_t check_set(const struct sim_nodeset *s, const char *origin, int i) {
   if (s->count < 1 || s->gpus < 1 || s->nics < 1 || s->pcie_gbs <= 0 || s->hbm_gbs <= 0 || s->host_gbs <= 0 ||
       s->nic_gbs <= 0 || (!s->fabric_is_pcie && s->fabric_gbs <= 0))
-    return HC_FAIL(HC_ERR_USAGE, "%s: node set %d lacks nodes, gpus, nics, or a bandwidth (pcie_gbs, hbm_gbs, "
-                   "host_gbs, nic_gbs, fabric_gbs unless fabric = pcie)", origin, i + 1);
+    return HC_FAIL(HC_ERR_USAGE,
+                   "%s: node set %d lacks nodes, gpus, nics, or a bandwidth (pcie_gbs, hbm_gbs, "
+                   "host_gbs, nic_gbs, fabric_gbs unless fabric = pcie)",
+                   origin, i + 1);
   return HC_OK;
 }
 
@@ -166,7 +176,8 @@ hc_result_t sim_cluster_parse(const char *text, const char *origin, struct sim_c
     k = trim(k);
     bool ok;
     if (!strcmp(k, "nodes")) {
-      if (out->nsets == SIM_MAX_SETS) return HC_FAIL(HC_ERR_USAGE, "%s:%d: more than %d node sets", origin, lineno, SIM_MAX_SETS);
+      if (out->nsets == SIM_MAX_SETS)
+        return HC_FAIL(HC_ERR_USAGE, "%s:%d: more than %d node sets", origin, lineno, SIM_MAX_SETS);
       ok = parse_int(v, 1, &cur.count);
       if (ok) out->sets[out->nsets++] = cur;
     } else if (out->nsets == 0) {
@@ -191,8 +202,8 @@ hc_result_t sim_cluster_preset(const char *name, struct sim_cluster *out) {
 hc_result_t sim_cluster_load(const char *path, struct sim_cluster *out) {
   FILE *f = fopen(path, "r");
   if (f == NULL)
-    return HC_FAIL(HC_ERR_USAGE, "%s: no preset of that name (kim2026, h100x8+mi300x8, h200-2ranks) and no file: %s", path,
-                   strerror(errno));
+    return HC_FAIL(HC_ERR_USAGE, "%s: no preset of that name (kim2026, h100x8+mi300x8, h200-2ranks) and no file: %s",
+                   path, strerror(errno));
   char *text = calloc(1, 1 << 20);
   size_t n = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
   bool big = !feof(f);

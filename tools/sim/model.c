@@ -36,7 +36,7 @@
 
 const char *const sim_class_names[SIM_CLASSES] = {"hbm", "fabric", "pcie", "host", "nic", "wire"};
 
-#define GBS(x) ((x) * 1e3) /* GB/s into bytes per microsecond */
+#define GBS(x) ((x)*1e3) /* GB/s into bytes per microsecond */
 #define UNLIMITED 1e30
 
 /* ---- topology ---- */
@@ -60,7 +60,9 @@ struct topo {
   struct link *links;
 };
 
-static const struct sim_nodeset *set_of_gpu(const struct topo *t, int g) { return &t->c->sets[t->node_set[t->gpu_node[g]]]; }
+static const struct sim_nodeset *set_of_gpu(const struct topo *t, int g) {
+  return &t->c->sets[t->node_set[t->gpu_node[g]]];
+}
 static int gpu_link(int g, int which) { return g * L_PER_GPU + which; }
 static int host_link(const struct topo *t, int node) { return t->ngpus * L_PER_GPU + node; }
 static int nic_link(const struct topo *t, int nic, bool in) { return t->ngpus * L_PER_GPU + t->nnodes + 2 * nic + in; }
@@ -88,7 +90,8 @@ static void topo_links(struct topo *t) {
     link_init(&t->links[gpu_link(g, L_FRX)], s->fabric_is_pcie ? s->pcie_gbs : s->fabric_gbs, SIM_FABRIC);
     link_init(&t->links[gpu_link(g, L_HBM)], s->hbm_gbs, SIM_HBM);
   }
-  for (int n = 0; n < t->nnodes; n++) link_init(&t->links[host_link(t, n)], t->c->sets[t->node_set[n]].host_gbs, SIM_HOST);
+  for (int n = 0; n < t->nnodes; n++)
+    link_init(&t->links[host_link(t, n)], t->c->sets[t->node_set[n]].host_gbs, SIM_HOST);
   for (int g = 0; g < t->ngpus; g++) {
     const struct sim_nodeset *s = set_of_gpu(t, g);
     link_init(&t->links[nic_link(t, t->gpu_nic[g], false)], s->nic_gbs, SIM_NIC);
@@ -200,7 +203,8 @@ static struct span span_of(const struct topo *t, const int *ranks, int m) {
   for (int i = 0; i < m && per_node && per_gpu; i++) {
     per_node[rank_node(t, ranks[i])]++;
     /* Ranks that share a GPU (not NCCL's case: it refuses them) meet in its memory. */
-    if (per_gpu[t->rank_gpu[ranks[i]]]++) s.edge_gbs = HC_MIN(s.edge_gbs, set_of_gpu(t, t->rank_gpu[ranks[i]])->hbm_gbs);
+    if (per_gpu[t->rank_gpu[ranks[i]]]++)
+      s.edge_gbs = HC_MIN(s.edge_gbs, set_of_gpu(t, t->rank_gpu[ranks[i]])->hbm_gbs);
   }
   for (int n = 0; n < t->nnodes && per_node && per_gpu; n++) {
     if (per_node[n] == 0) continue;
@@ -237,14 +241,15 @@ static struct vendor_cost vendor_model(const struct topo *t, const int *ranks, i
   struct vendor_cost v = {.algo = "ring"};
   if (m < 2 || S <= 0) return v;
   const struct span s = span_of(t, ranks, m);
-  const bool ar = coll == HC_COLL_ALLREDUCE, ring_like = ar || coll == HC_COLL_ALLGATHER || coll == HC_COLL_REDUCESCATTER;
+  const bool ar = coll == HC_COLL_ALLREDUCE,
+             ring_like = ar || coll == HC_COLL_ALLGATHER || coll == HC_COLL_REDUCESCATTER;
   const double f = ar ? 2.0 * (m - 1) / m : ring_like ? (double)(m - 1) / m : 1.0;
   const int steps = (ar ? 2 : 1) * (m - 1), inter = s.nodes > 1 ? (ar ? 2 : 1) * (s.nodes - 1) : 0;
   const double wire_us = f * S / GBS(s.edge_gbs);
   v.us = ring_base_us + (steps - inter) * ring_hop_us[s.intra_hw] + inter * ring_hop_us[HW_NET] + wire_us;
   if (ar && s.nodes > 1) {
-    double tree = tree_base_us + 2.0 * (ceil(log2(s.nodes)) * tree_hop_us[HW_NET] + (s.most - 1) * tree_hop_us[s.intra_hw]) +
-                  wire_us;
+    double tree = tree_base_us +
+                  2.0 * (ceil(log2(s.nodes)) * tree_hop_us[HW_NET] + (s.most - 1) * tree_hop_us[s.intra_hw]) + wire_us;
     if (tree < v.us) {
       v.us = tree;
       v.algo = "tree";
@@ -260,7 +265,7 @@ static struct vendor_cost vendor_model(const struct topo *t, const int *ranks, i
 struct sstep {
   struct hc_step s;
   bool src_host, dst_host;
-  long counter; /* WAIT, SIGNAL: which window counter */
+  long counter;     /* WAIT, SIGNAL: which window counter */
   double p2p_bytes; /* VENDOR of coll SEND: what this rank's sends of the group move */
 };
 
@@ -294,8 +299,13 @@ static void windows_of(const struct topo *t, const struct window_mem *wm, size_t
     win[p] = (struct hc_plan_window){0};
     if (p == r || rank_node(t, p) != rank_node(t, r)) continue;
     atomic_ullong *out = &wm->counters[2 * ((size_t)r * n + p)], *in = &wm->counters[2 * ((size_t)p * n + r)];
-    win[p].w = (struct hc_net_window){.tx = (uint8_t *)wm->tx, .rx = (uint8_t *)wm->rx, .bytes = HC_WINDOW_SLOTS * chunk,
-                                      .tx_filled = &out[0], .tx_freed = &out[1], .rx_filled = &in[0], .rx_freed = &in[1]};
+    win[p].w = (struct hc_net_window){.tx = (uint8_t *)wm->tx,
+                                      .rx = (uint8_t *)wm->rx,
+                                      .bytes = HC_WINDOW_SLOTS * chunk,
+                                      .tx_filled = &out[0],
+                                      .tx_freed = &out[1],
+                                      .rx_filled = &in[0],
+                                      .rx_freed = &in[1]};
     win[p].slot_bytes = chunk;
   }
 }
@@ -335,11 +345,16 @@ static hc_result_t plans_append(struct plans *ps, const struct hc_plan *p, const
 /* The context api/comm.c gives a GPU comm's plans (HETCCL_* as set). */
 static struct hc_plan_ctx library_ctx(const struct topo *t, int r, size_t chunk, struct hc_plan_window *win) {
   const bool groups = t->ngroups > 1;
-  return (struct hc_plan_ctx){.rank = r, .nranks = t->nranks, .chunk_bytes = chunk, .any_gpu = true,
+  return (struct hc_plan_ctx){.rank = r,
+                              .nranks = t->nranks,
+                              .chunk_bytes = chunk,
+                              .any_gpu = true,
                               .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
                               .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1),
-                              .ngroups = t->ngroups, .group_of = groups ? t->group_of : NULL,
-                              .group_vendor = groups ? t->group_vendor : NULL, .windows = win};
+                              .ngroups = t->ngroups,
+                              .group_of = groups ? t->group_of : NULL,
+                              .group_vendor = groups ? t->group_vendor : NULL,
+                              .windows = win};
 }
 
 static bool gdr_everywhere(const struct topo *t) {
@@ -399,10 +414,10 @@ static hc_result_t plans_build(const struct topo *t, const struct hc_coll_args *
 
 struct xfer {
   long send, recv;
-  int ready;     /* sides whose dependencies are done */
+  int ready; /* sides whose dependencies are done */
   bool started;
-  long next;     /* the next transfer of the same pair, or -1 */
-  bool head;     /* the first of its pair */
+  long next; /* the next transfer of the same pair, or -1 */
+  bool head; /* the first of its pair */
 };
 
 struct flow {
@@ -423,17 +438,17 @@ struct replay {
   const struct plans *ps;
   const struct hc_coll_args *a;
   long ntasks;
-  int *rank_of;              /* per task */
-  int *pending;              /* per task: dependencies not done */
-  long *succ_first, *succ;   /* CSR */
-  long *cursor;              /* while the CSR is filled */
-  long *xfer_of;             /* per task: its transfer, or -1 */
+  int *rank_of;            /* per task */
+  int *pending;            /* per task: dependencies not done */
+  long *succ_first, *succ; /* CSR */
+  long *cursor;            /* while the CSR is filled */
+  long *xfer_of;           /* per task: its transfer, or -1 */
   struct xfer *xfers;
   long nxfers;
   long *inst_of, *inst_first, *inst_tasks; /* VENDOR steps: their collective, its members' steps */
   int *inst_arrived;
   long ninst;
-  uint64_t *counter;         /* window counters */
+  uint64_t *counter;           /* window counters */
   long *waiting, *next_waiter; /* per counter: WAIT steps parked on it (lists through next_waiter) */
   struct event *heap;
   long nheap, capheap;
@@ -680,7 +695,8 @@ static void rates_compute(struct replay *R) {
     for (long i = 0; i < R->nactive; i++) {
       struct flow *f = &R->flows[R->active[i]];
       bool bottleneck = false;
-      for (int k = 0; k < f->nl && f->rate < 0; k++) bottleneck |= L[f->l[k]].rem / L[f->l[k]].n - share <= 1e-9 * (share + 1);
+      for (int k = 0; k < f->nl && f->rate < 0; k++)
+        bottleneck |= L[f->l[k]].rem / L[f->l[k]].n - share <= 1e-9 * (share + 1);
       if (!bottleneck) continue;
       f->rate = share;
       left--;
@@ -747,7 +763,11 @@ static void advance(struct replay *R, double t) {
 
 static bool on_lane(const struct sstep *ss, int rank) {
   switch (ss->s.kind) {
-  case HC_STEP_COPY: case HC_STEP_REDUCE: case HC_STEP_SCALE: case HC_STEP_WAIT: case HC_STEP_SIGNAL:
+  case HC_STEP_COPY:
+  case HC_STEP_REDUCE:
+  case HC_STEP_SCALE:
+  case HC_STEP_WAIT:
+  case HC_STEP_SIGNAL:
   case HC_STEP_VENDOR: return true;
   case HC_STEP_RECV: return ss->s.peer == rank;
   default: return false;
@@ -818,11 +838,14 @@ static hc_result_t pair_transfers(struct replay *R) {
   qsort(recvs, (size_t)nr, sizeof(*recvs), tkey_cmp);
   for (long i = 0; i < ns && res == HC_OK; i++)
     if (i >= nr || tkey_cmp(&sends[i], &recvs[i]) != 0)
-      res = HC_FAIL(HC_ERR_INTERNAL, "sim: send %ld of rank %d to %d meets no receive", sends[i].seq, sends[i].src, sends[i].dst);
+      res = HC_FAIL(HC_ERR_INTERNAL, "sim: send %ld of rank %d to %d meets no receive", sends[i].seq, sends[i].src,
+                    sends[i].dst);
   if (res == HC_OK && nr != ns) res = HC_FAIL(HC_ERR_INTERNAL, "sim: %ld receives for %ld sends", nr, ns);
   for (long i = 0; i < ns && res == HC_OK; i++) {
     const bool same_pair = i + 1 < ns && sends[i + 1].src == sends[i].src && sends[i + 1].dst == sends[i].dst;
-    R->xfers[i] = (struct xfer){.send = sends[i].task, .recv = recvs[i].task, .next = same_pair ? i + 1 : -1,
+    R->xfers[i] = (struct xfer){.send = sends[i].task,
+                                .recv = recvs[i].task,
+                                .next = same_pair ? i + 1 : -1,
                                 .head = i == 0 || sends[i - 1].src != sends[i].src || sends[i - 1].dst != sends[i].dst};
     R->xfer_of[sends[i].task] = R->xfer_of[recvs[i].task] = i;
   }
@@ -838,7 +861,8 @@ out:
 static hc_result_t group_vendor_steps(struct replay *R) {
   const struct topo *t = R->t;
   const int n = t->nranks;
-  int *count = calloc((size_t)n, sizeof(int)), *pos = calloc((size_t)n, sizeof(int)), *size = calloc((size_t)n, sizeof(int));
+  int *count = calloc((size_t)n, sizeof(int)), *pos = calloc((size_t)n, sizeof(int)),
+      *size = calloc((size_t)n, sizeof(int));
   long *inst_base = calloc((size_t)n + 1, sizeof(long));
   hc_result_t res = HC_OK;
   R->inst_of = malloc((size_t)HC_MAX(R->ntasks, 1) * sizeof(long));
@@ -854,7 +878,8 @@ static hc_result_t group_vendor_steps(struct replay *R) {
   for (int r = 0; r < n && per_group; r++) {
     const int g = t->group_of[r];
     if (pos[r] == 0) per_group[g] = count[r];
-    else if (count[r] != per_group[g]) res = HC_FAIL(HC_ERR_INTERNAL, "sim: rank %d has %d vendor steps, its group %d", r, count[r], per_group[g]);
+    else if (count[r] != per_group[g])
+      res = HC_FAIL(HC_ERR_INTERNAL, "sim: rank %d has %d vendor steps, its group %d", r, count[r], per_group[g]);
   }
   R->ninst = 0;
   for (int g = 0; g < t->ngroups && per_group; g++) inst_base[g + 1] = inst_base[g] + per_group[g];
@@ -1051,8 +1076,8 @@ hc_result_t sim_row(const struct sim_cluster *c, enum hc_coll coll, enum hc_dtyp
   if (split) out->count = (out->count / (size_t)n) & ~(16 / ts - 1);
   if (out->count == 0) return HC_OK;
   /* PREMULSUM's factor changes no byte that moves. */
-  struct hc_coll_args a = {.coll = coll, .count = out->count, .dtype = t, .op = op == HC_PREMULSUM ? HC_SUM : op,
-                           .root = root};
+  struct hc_coll_args a = {
+      .coll = coll, .count = out->count, .dtype = t, .op = op == HC_PREMULSUM ? HC_SUM : op, .root = root};
   HC_TRY(sim_run(c, &a, &out->r));
   out->bytes = (double)out->count * (double)ts * (split ? n : 1);
   out->algbw = out->bytes / out->r.us / 1e3;

@@ -17,9 +17,9 @@ enum sim_vendor { SIM_NVIDIA, SIM_AMD };
 /* count identical nodes. */
 struct sim_nodeset {
   int count;
-  int gpus, ranks_per_gpu;  /* ranks_per_gpu > 1: ranks share a GPU (hetccl only) */
+  int gpus, ranks_per_gpu; /* ranks_per_gpu > 1: ranks share a GPU (hetccl only) */
   enum sim_vendor vendor;
-  bool fabric_is_pcie;      /* no NVLink/xGMI: GPU to GPU over PCIe peer-to-peer */
+  bool fabric_is_pcie;          /* no NVLink/xGMI: GPU to GPU over PCIe peer-to-peer */
   double fabric_gbs, fabric_us; /* per GPU per direction (NVLink/xGMI) */
   double pcie_gbs, pcie_us;     /* GPU <-> host, per GPU per direction */
   double hbm_gbs;               /* a device-to-device copy, bytes copied per second */
@@ -31,11 +31,11 @@ struct sim_nodeset {
 
 /* The software's own costs, the same for every node. */
 struct sim_costs {
-  double step_us;    /* a GPU step (copy, kernel, stream wait) after the one it follows */
-  double call_us;    /* hetccl's host-side cost of one call */
-  double xfer_us;    /* the proxy's cost of one transfer, beyond the wire */
-  double tcp_us;     /* bootstrap: one-way latency of a TCP message */
-  double tcp_gbs;    /* bootstrap: one TCP stream */
+  double step_us; /* a GPU step (copy, kernel, stream wait) after the one it follows */
+  double call_us; /* hetccl's host-side cost of one call */
+  double xfer_us; /* the proxy's cost of one transfer, beyond the wire */
+  double tcp_us;  /* bootstrap: one-way latency of a TCP message */
+  double tcp_gbs; /* bootstrap: one TCP stream */
 };
 
 #define SIM_MAX_SETS 8
@@ -69,15 +69,15 @@ enum sim_link_class { SIM_HBM, SIM_FABRIC, SIM_PCIE, SIM_HOST, SIM_NIC, SIM_WIRE
 extern const char *const sim_class_names[SIM_CLASSES];
 
 struct sim_result {
-  double us;          /* hetccl's plan on this cluster */
-  double vendor_us;   /* the vendor's library on every rank of the same cluster */
+  double us;               /* hetccl's plan on this cluster */
+  double vendor_us;        /* the vendor's library on every rank of the same cluster */
   const char *vendor_algo; /* "ring" or "tree" */
   /* hetccl's own steps, per class: bytes on its links; busy_us, the longest
    * time one of its links carried a flow; load_us, the longest time one of
    * its links needs for its bytes at full rate (a lower bound on us). */
   double bytes[SIM_CLASSES], busy_us[SIM_CLASSES], load_us[SIM_CLASSES];
-  double vendor_bytes[SIM_CLASSES];                /* its VENDOR steps (or the whole call, pass-through) */
-  double cross_group_bytes;  /* bytes of hetccl's transfers between ranks of different groups */
+  double vendor_bytes[SIM_CLASSES]; /* its VENDOR steps (or the whole call, pass-through) */
+  double cross_group_bytes;         /* bytes of hetccl's transfers between ranks of different groups */
   long nsteps;
   int ngroups;
 };
@@ -88,8 +88,8 @@ hc_result_t sim_run(const struct sim_cluster *c, const struct hc_coll_args *a, s
  * (shared/reference/nccl-tests.md, section 3), simulated, with nccl-tests'
  * bandwidths. count == 0: S is too small for this many ranks. */
 struct sim_row {
-  size_t count;             /* nccl-tests' count column (per rank for split collectives) */
-  double bytes;             /* its size column */
+  size_t count;                                  /* nccl-tests' count column (per rank for split collectives) */
+  double bytes;                                  /* its size column */
   double algbw, busbw, vendor_busbw, efficiency; /* GB/s; efficiency = busbw / vendor_busbw */
   struct sim_result r;
 };
