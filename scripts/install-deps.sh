@@ -20,10 +20,12 @@ command -v cmake >/dev/null || need+=(cmake)
 command -v cc >/dev/null || need+=(gcc)
 command -v ip >/dev/null || need+=(iproute2)
 command -v python3 >/dev/null || need+=(python3)
-hip=()
+optional=()
+# clang-format too, for ctest `format` (which skips without it).
+command -v clang-format >/dev/null || optional+=(clang-format)
 if grep -qs bookworm /etc/os-release; then
-  dpkg -s libamdhip64-5 >/dev/null 2>&1 || hip+=(libamdhip64-5)
-  dpkg -s libamdhip64-dev >/dev/null 2>&1 || hip+=(libamdhip64-dev)
+  dpkg -s libamdhip64-5 >/dev/null 2>&1 || optional+=(libamdhip64-5)
+  dpkg -s libamdhip64-dev >/dev/null 2>&1 || optional+=(libamdhip64-dev)
 fi
 if [ "${1:-}" = ib ]; then
   command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
@@ -38,11 +40,11 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-# Optional: without them the HIP tests skip (saying so), nothing fails.
-if [ ${#hip[@]} -gt 0 ]; then
+# Optional: without them the HIP tests and `format` skip (saying so), nothing fails.
+if [ ${#optional[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
-    echo "install-deps: ${hip[*]} not installed (not root); the HIP tests will skip" >&2
-  elif ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${hip[@]}" >/dev/null; }; then
-    echo "install-deps: could not install ${hip[*]}; the HIP tests will skip" >&2
+    echo "install-deps: ${optional[*]} not installed (not root); the tests that need them will skip" >&2
+  elif ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${optional[@]}" >/dev/null; }; then
+    echo "install-deps: could not install ${optional[*]}; the tests that need them will skip" >&2
   fi
 fi
