@@ -405,6 +405,13 @@ static bool root_finished(const struct root *rt) {
   return rt->done || (rt->failed != HC_OK && rt->answered >= HC_MAX(rt->nranks, rt->most_nranks));
 }
 
+/* Root threads of this process still serving a rendezvous: a rank of this
+ * process whose rendezvous failed waits for them (roots_wait) before
+ * returning, since the program then often exits, and with it a root that
+ * had not yet answered the other ranks (they would read a closed
+ * connection instead of the verdict). */
+static atomic_int roots_running;
+
 static void *root_main(void *arg) {
   struct root *rt = arg;
   struct pollfd *p = NULL;
@@ -449,7 +456,14 @@ static void *root_main(void *arg) {
   free(p);
   free(rank_of);
   root_free(rt);
+  atomic_fetch_sub(&roots_running, 1);
   return NULL;
+}
+
+/* Waits, at most ROOT_GRACE_NS, for this process's roots to finish. */
+static void roots_wait(void) {
+  for (const uint64_t end = hc_now_ns() + ROOT_GRACE_NS; atomic_load(&roots_running) > 0 && hc_now_ns() < end;)
+    nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
 }
 
 /* Takes ownership of listen_fd in every case. */
@@ -472,7 +486,9 @@ static hc_result_t root_start(int listen_fd, const union hc_sockaddr *where, con
   int e = pthread_attr_init(&attr);
   if (e == 0) {
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    atomic_fetch_add(&roots_running, 1);
     e = pthread_create(&tid, &attr, root_main, rt);
+    if (e != 0) atomic_fetch_sub(&roots_running, 1);
     pthread_attr_destroy(&attr);
   }
   if (e != 0) {
@@ -602,6 +618,7 @@ static hc_result_t join_root(struct hc_bootstrap *b, const union hc_sockaddr *ro
   if (rep.status != HC_OK) {
     r = HC_FAIL(rep.code, "bootstrap rank %d of %d: the root %s ended the rendezvous: %s", b->rank, b->nranks, where,
                 rep.msg);
+    roots_wait();
     goto out;
   }
   *next = rep.next;
