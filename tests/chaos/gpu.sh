@@ -18,6 +18,9 @@
 #                  ncclCommGetAsyncError and ends the process).
 # Prints per try one line, then "tries, hangs, wrong results, survivors'
 # time to exit (median, max)". Stops starting tries after BUDGET_S.
+# A hung survivor's output and its threads' stacks (gdb, when installed) are
+# kept in KEEP_DIR (default $OUT, else none). To replay one case: KIND (0-3,
+# as below), N (2 or 4) and VICTIM fix what each try does.
 #   tests/chaos/gpu.sh [TRIES] [BUILD_DIR]       default 20, build-gpu
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,6 +39,14 @@ fi
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 tmp=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+keep_dir=${KEEP_DIR:-${OUT:-}}
+keep_hung() { # try rank
+  [ -n "$keep_dir" ] || return 0
+  mkdir -p "$keep_dir"
+  cp "$tmp/out.$2" "$keep_dir/hung_try$1_rank$2.log"
+  command -v gdb >/dev/null &&
+    timeout 60 gdb -p "${pids[$2]}" -batch -ex 'thread apply all bt' >"$keep_dir/hung_try$1_rank$2.stacks" 2>&1
+}
 start=$(date +%s)
 total=0 hangs=0 wrong=0 exit_ms=()
 
@@ -59,8 +70,8 @@ for ((t = 1; t <= tries; t++)); do
     echo "time budget of ${budget_s}s spent: $((t - 1)) torch tries"
     break
   fi
-  n=$((t % 2 == 0 ? 4 : 2))
-  kind=$((t % 4)) # 0, 2: kill during the loop; 1: kill at a random moment (init included); 3: SIGSTOP during
+  n=${N:-$((t % 2 == 0 ? 4 : 2))}
+  kind=${KIND:-$((t % 4))} # 0, 2: kill during the loop; 1: kill at a random moment (init included); 3: SIGSTOP during
   port=$((20000 + RANDOM % 30000))
   timeout_env=60
   [ $kind = 3 ] && timeout_env=$stop_timeout
@@ -74,7 +85,7 @@ for ((t = 1; t <= tries; t++)); do
     pids+=($!)
     disown $!
   done
-  victim=$((RANDOM % n))
+  victim=${VICTIM:-$((RANDOM % n))}
   if ((kind != 1)); then
     for ((w = 0; w < 1200; w++)); do grep -q LOOP "$tmp/out.$victim" 2>/dev/null && break; sleep 0.05; done
     sleep "0.$((RANDOM % 10))"
@@ -98,6 +109,13 @@ for ((t = 1; t <= tries; t++)); do
   if [ $kind = 1 ] && ! grep -q LOOP "$tmp/out.$victim" 2>/dev/null; then
     if grep -q "joined the root" "$tmp/out.$victim" 2>/dev/null; then
       line="torch n=$n $what rank $victim (in init, after joining):"
+    elif [ "$victim" = 0 ]; then
+      # Rank 0 also serves PyTorch's TCPStore. A client whose connect timed
+      # out retries once after a random delay of up to that timeout (seen:
+      # "retrying (try=0, timeout=20000ms, delay=17221ms)"), all before
+      # hetccl is called: PyTorch's wait, two timeouts long.
+      limit=$((2 * timeout_env + hang_s))
+      line="torch n=$n $what rank $victim (in init, before joining; it served PyTorch's store):"
     else
       limit=$((timeout_env + hang_s))
       line="torch n=$n $what rank $victim (in init, before joining):"
@@ -113,6 +131,7 @@ for ((t = 1; t <= tries; t++)); do
     if kill -0 "${pids[r]}" 2>/dev/null; then
       hangs=$((hangs + 1))
       line="$line rank $r HUNG (still running ${limit} s after the $what; last line: $(grep -v '^\s*$' "$tmp/out.$r" | tail -1 | cut -c1-160));"
+      keep_hung "$t" "$r"
       kill -9 "${pids[r]}"
     fi
   done
