@@ -135,23 +135,17 @@ static hc_result_t explain_from_pending(struct hc_sock_conn *c, hc_result_t r) {
   if (r != HC_ERR_REMOTE || c->noticed >= 0 || st0->fd < 0 || (q != NULL && q->hdr_off != 0)) return r;
   uint8_t pending[4 * HC_SOCK_HDR_BYTES];
   ssize_t k = recv(st0->fd, pending, sizeof(pending), MSG_PEEK | MSG_DONTWAIT);
+  /* Which call of this rank it met: the posted receive, or else the
+   * message being sent (the failed send may come before the receive). */
+  const struct hc_sock_req *mine = q != NULL ? q : st0->send.req;
   const struct hc_net_sig none = {{0, 0}};
   for (size_t at = 0; k > 0 && at + HC_SOCK_HDR_BYTES <= (size_t)k; at += HC_SOCK_HDR_BYTES) {
     struct hc_sock_hdr h;
-    hc_net_socket_hdr_parse(pending + at, HC_SOCK_HDR_BYTES, 0, &none, &h);
-    if (h.len == HC_SOCK_PROBE) continue;
-    if (h.len >> HC_SOCK_FAILURE_SHIFT == HC_SOCK_FAILURE_TAG) {
-      c->noticed = (int)(uint32_t)h.len;
-      return r;
-    }
-    if (h.len == HC_SOCK_NOTICE)
-      return hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, &h.sig, c->peer, &h.want, true);
-    /* Which call of this rank it met: the posted receive, or else the
-     * message being sent (the failed send may come before the receive). */
-    const struct hc_sock_req *mine = q != NULL ? q : st0->send.req;
-    if (mine != NULL && !hc_net_sig_equal(&h.sig, &mine->sig))
-      return hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, &mine->sig, c->peer, &h.sig, false);
-    return r;
+    hc_net_socket_hdr_parse(pending + at, HC_SOCK_HDR_BYTES, &h);
+    const enum hc_sock_hdr_kind kind = hc_net_socket_hdr_classify(&h, mine ? mine->n : 0, mine ? &mine->sig : &none);
+    if (kind == HC_SOCK_HDR_PROBE) continue;
+    hc_result_t why = hc_net_socket_hdr_explain(c, kind, &h, mine);
+    return why != HC_OK ? why : r;
   }
   return r;
 }

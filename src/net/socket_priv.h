@@ -43,6 +43,17 @@
 #define HC_SOCK_FAILURE_TAG 0xFA11ull
 #define HC_SOCK_FAILURE_SHIFT 48
 
+/* What a message header read on stream 0 is, where a message of some
+ * length and signature was due (hc_net_socket_hdr_classify, socket_wire.h). */
+enum hc_sock_hdr_kind {
+  HC_SOCK_HDR_EXPECTED,   /* the message due: posted length and signature */
+  HC_SOCK_HDR_PROBE,      /* a stall probe, between messages */
+  HC_SOCK_HDR_NOTICE,     /* the peer's receive met this rank's message of sig, wanted want */
+  HC_SOCK_HDR_FAILURE,    /* the peer is failing, blaming hc_sock_hdr_blamed() */
+  HC_SOCK_HDR_OTHER_CALL, /* a message of another signature than sig */
+  HC_SOCK_HDR_OTHER_SIZE  /* a message of sig with another length than posted */
+};
+
 /* What hc_net_handle holds; both fields in host order (handles only travel
  * between processes of one job, and the bootstrap copies bytes verbatim). */
 struct hc_sock_handle {
@@ -190,6 +201,16 @@ hc_result_t hc_net_socket_test(void *req, int *done);
 short hc_net_socket_stream_events(const struct hc_sock_conn *c, int s);
 /* Frees every request still queued on c (close only). */
 void hc_net_socket_conn_free_reqs(struct hc_sock_conn *c);
+struct hc_sock_hdr;
+/* The failure that header h, of kind (neither a probe nor the message due),
+ * explains where a message of mine (NULL: none) was due: the peer's notice
+ * that this rank's message met another call there, or a message of another
+ * call than mine, both named by hc_net_sig_fail. A failure notice records
+ * the rank the peer blames in c->noticed. HC_OK where the header explains
+ * nothing by itself (a failure notice, another length, no mine): the
+ * caller's failure stands. */
+hc_result_t hc_net_socket_hdr_explain(struct hc_sock_conn *c, enum hc_sock_hdr_kind kind, const struct hc_sock_hdr *h,
+                                      const struct hc_sock_req *mine);
 
 /* socket.c */
 /* Makes r (just returned by HC_FAIL, whose text is this thread's last error)

@@ -58,14 +58,36 @@ void hc_net_socket_hdr_put(uint8_t *buf, const struct hc_sock_hdr *h) {
   for (int i = 0; i < 5; i++) hc_sock_put_le64(buf + 8 * i, words[i]);
 }
 
-bool hc_net_socket_hdr_parse(const uint8_t *buf, size_t n, size_t posted, const struct hc_net_sig *sig,
-                             struct hc_sock_hdr *out) {
+bool hc_net_socket_hdr_parse(const uint8_t *buf, size_t n, struct hc_sock_hdr *out) {
   *out = (struct hc_sock_hdr){0};
   if (n != HC_SOCK_HDR_BYTES) return false;
   *out = (struct hc_sock_hdr){.len = hc_sock_get_le64(buf),
                               .sig = {{hc_sock_get_le64(buf + 8), hc_sock_get_le64(buf + 16)}},
                               .want = {{hc_sock_get_le64(buf + 24), hc_sock_get_le64(buf + 32)}}};
-  return out->len == (uint64_t)posted && hc_net_sig_equal(&out->sig, sig);
+  return true;
+}
+
+enum hc_sock_hdr_kind hc_net_socket_hdr_classify(const struct hc_sock_hdr *h, size_t posted,
+                                                 const struct hc_net_sig *sig) {
+  if (h->len == HC_SOCK_PROBE) return HC_SOCK_HDR_PROBE;
+  if (h->len == HC_SOCK_NOTICE) return HC_SOCK_HDR_NOTICE;
+  if (h->len >> HC_SOCK_FAILURE_SHIFT == HC_SOCK_FAILURE_TAG) return HC_SOCK_HDR_FAILURE;
+  if (!hc_net_sig_equal(&h->sig, sig)) return HC_SOCK_HDR_OTHER_CALL;
+  return h->len == (uint64_t)posted ? HC_SOCK_HDR_EXPECTED : HC_SOCK_HDR_OTHER_SIZE;
+}
+
+hc_result_t hc_net_socket_hdr_explain(struct hc_sock_conn *c, enum hc_sock_hdr_kind kind, const struct hc_sock_hdr *h,
+                                      const struct hc_sock_req *mine) {
+  const struct hc_sock_ctx *ctx = c->ctx;
+  switch (kind) {
+  case HC_SOCK_HDR_NOTICE: /* what this rank sent met another call there */
+    return hc_net_sig_fail(ctx->sig_explain, ctx->rank, &h->sig, c->peer, &h->want, true);
+  case HC_SOCK_HDR_FAILURE: c->noticed = hc_sock_hdr_blamed(h); return HC_OK;
+  case HC_SOCK_HDR_OTHER_CALL:
+    if (mine == NULL) return HC_OK;
+    return hc_net_sig_fail(ctx->sig_explain, ctx->rank, &mine->sig, c->peer, &h->sig, false);
+  default: return HC_OK;
+  }
 }
 
 /* A receive met a message of another call: tell the sender what was
@@ -85,11 +107,6 @@ void hc_net_socket_mismatch_notice(struct hc_sock_conn *c, const struct hc_net_s
   }
 }
 
-static hc_result_t sig_mismatch(struct hc_sock_conn *c, const struct hc_sock_req *q, const struct hc_sock_hdr *h) {
-  hc_net_socket_mismatch_notice(c, &h->sig, &q->sig);
-  return hc_net_sig_fail(c->ctx->sig_explain, c->ctx->rank, &q->sig, c->peer, &h->sig, false);
-}
-
 /* A stall probe came where a message header was due (stream 0, read into
  * q->hdr): keep it, and hand the bytes read after it (body of them, at
  * q->buf + pos, where the first stripe goes) back to where they belong:
@@ -105,6 +122,20 @@ static size_t probe_take(struct hc_sock_conn *c, struct hc_sock_req *q, size_t p
   if (body > next) memmove(q->buf + pos, q->buf + pos + next, body - next);
   q->hdr_off = next;
   return body - next;
+}
+
+/* A receive's header was neither its message nor a probe: the failure it
+ * explains, or what failed here. */
+static hc_result_t hdr_fail(struct hc_sock_conn *c, enum hc_sock_hdr_kind kind, const struct hc_sock_hdr *h,
+                            const struct hc_sock_req *q) {
+  if (kind == HC_SOCK_HDR_OTHER_CALL) hc_net_socket_mismatch_notice(c, &h->sig, &q->sig);
+  hc_result_t r = hc_net_socket_hdr_explain(c, kind, h, q);
+  if (r != HC_OK) return r;
+  if (kind == HC_SOCK_HDR_FAILURE)
+    return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d failed and closed the connection (rank %d's receive)", c->peer,
+                   c->ctx->rank);
+  return HC_FAIL(HC_ERR_USAGE, "socket: mismatched counts: expected %zu bytes from rank %d, got %llu", q->n, c->peer,
+                 (unsigned long long)h->len);
 }
 
 static hc_result_t io_fail(const struct hc_sock_conn *c, const struct hc_sock_stream *st, bool sending, int e) {
@@ -157,22 +188,13 @@ static hc_result_t stream_progress(struct hc_sock_conn *c, struct hc_sock_stream
     q->hdr_off += h;
     while (!sending && h > 0 && q->hdr_off == HC_SOCK_HDR_BYTES && !q->len_known) {
       struct hc_sock_hdr hdr;
-      if (!hc_net_socket_hdr_parse(q->hdr, sizeof(q->hdr), q->n, &q->sig, &hdr)) {
-        if (hdr.len == HC_SOCK_PROBE) {
-          body = probe_take(c, q, pos, body, &hdr);
-          continue;
-        }
-        if (hdr.len == HC_SOCK_NOTICE) /* what this rank sent met another call there */
-          return hc_net_sig_fail(ctx->sig_explain, ctx->rank, &hdr.sig, c->peer, &hdr.want, true);
-        if (hdr.len >> HC_SOCK_FAILURE_SHIFT == HC_SOCK_FAILURE_TAG) {
-          c->noticed = (int)(uint32_t)hdr.len;
-          return HC_FAIL(HC_ERR_REMOTE, "socket: rank %d failed and closed the connection (rank %d's receive)", c->peer,
-                         ctx->rank);
-        }
-        if (!hc_net_sig_equal(&hdr.sig, &q->sig)) return sig_mismatch(c, q, &hdr);
-        return HC_FAIL(HC_ERR_USAGE, "socket: mismatched counts: expected %zu bytes from rank %d, got %llu", q->n,
-                       c->peer, (unsigned long long)hdr.len);
+      hc_net_socket_hdr_parse(q->hdr, sizeof(q->hdr), &hdr);
+      const enum hc_sock_hdr_kind kind = hc_net_socket_hdr_classify(&hdr, q->n, &q->sig);
+      if (kind == HC_SOCK_HDR_PROBE) {
+        body = probe_take(c, q, pos, body, &hdr);
+        continue;
       }
+      if (kind != HC_SOCK_HDR_EXPECTED) return hdr_fail(c, kind, &hdr, q);
       q->len_known = true;
     }
     cursor_advance(ctx, cur, q->n, body);

@@ -51,12 +51,18 @@ struct hc_sock_hdr {
 };
 #define HC_SOCK_NOTICE UINT64_MAX
 #define HC_SOCK_PROBE (UINT64_MAX - 1)
-/* Whether buf is a message header (n == HC_SOCK_HDR_BYTES) announcing
- * exactly the posted number of bytes with the posted signature; *out gets
- * the fields (zeroes when n is wrong). A receive must fail on false before
- * it places a byte by any other length than its own. */
-bool hc_net_socket_hdr_parse(const uint8_t *buf, size_t n, size_t posted, const struct hc_net_sig *sig,
-                             struct hc_sock_hdr *out);
+/* Whether buf is a message header (n == HC_SOCK_HDR_BYTES); *out gets the
+ * fields (zeroes when n is wrong). */
+bool hc_net_socket_hdr_parse(const uint8_t *buf, size_t n, struct hc_sock_hdr *out);
+/* What a header read on stream 0 is (socket_priv.h's kinds), where a
+ * message of posted bytes and signature sig was due: the one classification
+ * of the receive path and of a failed connection's unread bytes. A receive
+ * must fail on anything but HC_SOCK_HDR_EXPECTED (a probe aside) before it
+ * places a byte by any other length than its own. */
+enum hc_sock_hdr_kind hc_net_socket_hdr_classify(const struct hc_sock_hdr *h, size_t posted,
+                                                 const struct hc_net_sig *sig);
+/* The rank a HC_SOCK_HDR_FAILURE header blames. */
+static inline int hc_sock_hdr_blamed(const struct hc_sock_hdr *h) { return (int)(uint32_t)h->len; }
 /* Writes a header (HC_SOCK_HDR_BYTES) into buf. */
 void hc_net_socket_hdr_put(uint8_t *buf, const struct hc_sock_hdr *h);
 
