@@ -95,6 +95,8 @@ static void vfail(const char *file, int line, const char *cond, const char *fmt,
   if (tl_case[0]) fprintf(stderr, " case {%s}", tl_case);
   if (cond && strcmp(cond, "false") != 0) fprintf(stderr, ": %s  (check: %s)\n", msg, cond);
   else fprintf(stderr, ": %s\n", msg);
+  /* hetccl's own words for the failure, where a call of this thread left any. */
+  if (hc_last_error()[0]) fprintf(stderr, "  last error: %s\n", hc_last_error());
   fprintf(stderr, "  reproduce: %s%s %s\n", repro_env, repro_argv0, tl_repro);
   if (k == TU_MAX_PRINTED) fprintf(stderr, "(further failures are counted, not printed)\n");
   fflush(stderr);

@@ -15,18 +15,7 @@
 #include "bootstrap/bootstrap_wire.h"
 #include "util/auth.h"
 #include "util/sock.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                              \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                   \
-      fprintf(stderr, " (last error: %s)\n", hc_last_error());        \
-      failures++;                                                     \
-    }                                                                 \
-  } while (0)
+#include "testutil.h"
 
 static uint64_t ms_since(uint64_t t0) { return (hc_now_ns() - t0) / 1000000; }
 
@@ -64,9 +53,8 @@ static hc_result_t gather_check(struct hc_bootstrap *b, int rank, int n, size_t 
   for (int s = 0; r == HC_OK && s < n; s++) {
     for (size_t i = 0; i < size; i++) {
       if (buf[(size_t)s * size + i] != slot_byte(s, i, size)) {
-        fprintf(stderr, "FAIL rank %d of %d: slot %d byte %zu of %zu is 0x%02x, want 0x%02x\n", rank, n, s, i, size,
-                buf[(size_t)s * size + i], slot_byte(s, i, size));
-        failures++;
+        CHECK(false, "rank %d of %d: slot %d byte %zu of %zu is 0x%02x, want 0x%02x", rank, n, s, i, size,
+              buf[(size_t)s * size + i], slot_byte(s, i, size));
         break;
       }
     }
@@ -736,11 +724,11 @@ static void test_timeout(void) {
   set_param("HETCCL_TIMEOUT", NULL);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  tu_init(argc, argv);
   if (getenv("HETCCL_DEBUG") == NULL) setenv("HETCCL_DEBUG", "NONE", 1);
   hc_params_reset();
   hc_params_load();
-  uint64_t t0 = hc_now_ns();
   /* Environment changes happen while no other thread runs. */
   static const struct {
     const char *name;
@@ -756,10 +744,5 @@ int main(void) {
     tests[i].fn();
     printf("%s: %llu ms\n", tests[i].name, (unsigned long long)ms_since(t1));
   }
-  if (failures) {
-    fprintf(stderr, "test_bootstrap: %d failures\n", failures);
-    return 1;
-  }
-  printf("test_bootstrap: ok in %llu ms\n", (unsigned long long)ms_since(t0));
-  return 0;
+  return tu_finish("test_bootstrap");
 }

@@ -16,25 +16,12 @@
 #include <stdlib.h>
 
 #include "device/device.h"
+#include "testutil.h"
 
 #if defined(__x86_64__) || defined(__SSE2__)
 #include <xmmintrin.h> /* _mm_setcsr: flush-to-zero / denormals-are-zero */
 #define HAVE_MXCSR 1
 #endif
-
-static long n_cases, n_failures;
-
-#define CHECK(cond, ...)                                     \
-  do {                                                       \
-    n_cases++;                                               \
-    if (!(cond)) {                                           \
-      if (n_failures++ < 30) {                               \
-        fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-        fprintf(stderr, __VA_ARGS__);                        \
-        fputc('\n', stderr);                                 \
-      }                                                      \
-    }                                                        \
-  } while (0)
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void) { /* xorshift64* */
@@ -527,7 +514,8 @@ static void test_load_store(void) {
   CHECK(fl == 0.1f, "store float");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  tu_init(argc, argv);
   static const size_t counts[] = {0, 1, 7, 1023, 4099};
   for (size_t i = 0; i < HC_ARRAY_LEN(fmts); i++) {
     if (!fmt_init(&fmts[i])) {
@@ -554,10 +542,5 @@ int main(void) {
       &(struct hc_reduce_args){.dst = &z, .src0 = &x, .src1 = &y, .count = 1, .dtype = HC_FLOAT32, .op = HC_AVG});
   CHECK(z == 5.0f, "reduce with op avg wrote dst");
   for (size_t i = 0; i < HC_ARRAY_LEN(fmts); i++) free(fmts[i].vals);
-  if (n_failures) {
-    fprintf(stderr, "test_device_reduce: %ld of %ld cases failed (rerun: ./test_device_reduce)\n", n_failures, n_cases);
-    return 1;
-  }
-  printf("test_device_reduce: %ld cases passed\n", n_cases);
-  return 0;
+  return tu_finish("test_device_reduce");
 }

@@ -14,18 +14,7 @@
 
 #include "util/auth.h"
 #include "util/sock.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                              \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                   \
-      fprintf(stderr, " (last error: %s)\n", hc_last_error());        \
-      failures++;                                                     \
-    }                                                                 \
-  } while (0)
+#include "testutil.h"
 
 static void hex(const uint8_t *p, size_t n, char *out) {
   for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", p[i]);
@@ -498,7 +487,8 @@ static void test_handshake_steps(void) {
         "steps: bad magic");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  tu_init(argc, argv);
   /* Failures are expected in this test; keep their WARN lines out of the
    * output unless asked for. */
   if (getenv("HETCCL_DEBUG") == NULL) setenv("HETCCL_DEBUG", "NONE", 1);
@@ -512,10 +502,5 @@ int main(void) {
   test_connect();
   test_handshake();
   test_handshake_steps();
-  if (failures) {
-    fprintf(stderr, "test_util_sock_auth: %d failures\n", failures);
-    return 1;
-  }
-  printf("test_util_sock_auth: ok\n");
-  return 0;
+  return tu_finish("test_util_sock_auth");
 }
