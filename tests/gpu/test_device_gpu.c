@@ -35,6 +35,7 @@
 #include "device/gpu_priv.h"
 #include "hetccl.h"
 #include "gpu_test_common.h"
+#include "testutil.h"
 
 static const struct hc_dev_ops *D;
 /* The backend under test (--kind). */
@@ -42,22 +43,14 @@ static enum hc_mem_kind KIND = HC_MEM_CUDA;
 /* GPU_TEST_QUICK=1 (the fake-driver runs): smaller event test, no bandwidth. */
 static bool quick;
 static struct hc_gpu *G;
-static int groups, failed_groups, group_failures;
+static int groups, failed_groups;
+/* tu_failures() when the current group began: its failures are the rest. */
+static long group_start;
 
-#define CHECK(cond, ...)                                \
-  do {                                                  \
-    if (!(cond)) {                                      \
-      if (group_failures++ < 8) {                       \
-        printf("    FAIL %s:%d: ", __FILE__, __LINE__); \
-        printf(__VA_ARGS__);                            \
-        printf("\n");                                   \
-      }                                                 \
-    }                                                   \
-  } while (0)
 /* An op that must succeed; shows the backend's last-error text. */
 #define OK(call) CHECK((call) == HC_OK, "%s: %s", #call, hc_last_error())
 
-static void group_begin(void) { group_failures = 0; }
+static void group_begin(void) { group_start = tu_failures(); }
 
 static void group_end(const char *name, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void group_end(const char *name, const char *fmt, ...) {
@@ -66,6 +59,7 @@ static void group_end(const char *name, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(detail, sizeof(detail), fmt, ap);
   va_end(ap);
+  const long group_failures = tu_failures() - group_start;
   groups++;
   if (group_failures) failed_groups++;
   printf("%s %s%s%s%s\n", group_failures ? "FAIL" : "PASS", name, detail[0] ? ": " : "", detail,
@@ -673,6 +667,7 @@ static int hip_expect_absent(void) {
 }
 
 int main(int argc, char **argv) {
+  tu_init(argc, argv);
   bool expect_absent = false;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--expect-absent")) {
@@ -754,5 +749,6 @@ int main(int argc, char **argv) {
   OK(hc_dev_stream_destroy(D, s1));
   OK(hc_dev_stream_destroy(D, s2));
   printf("SUMMARY: %d of %d groups failed; reductions ran on: %s\n", failed_groups, groups, hc_gpu_reduce_path(G, 0));
-  return failed_groups ? 1 : 0;
+  /* tu_finish counts the checks outside any group too (the streams' destroy). */
+  return tu_finish("test_device_gpu") || failed_groups ? 1 : 0;
 }

@@ -17,33 +17,24 @@
 
 #include "device/device.h"
 #include "net/ib_priv.h"
-
-static int failures;
-#define EXPECT(cond, ...)                         \
-  do {                                            \
-    if (!(cond)) {                                \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                        \
-      printf(" (%s)\n", hc_last_error());         \
-      failures++;                                 \
-    }                                             \
-  } while (0)
+#include "testutil.h"
 
 static void export_at(const struct hc_dev_ops *cuda, uint8_t *base, size_t off, size_t n) {
   int fd = -1;
   uint64_t offset = 0;
   hc_result_t r = hc_dev_dmabuf_export(cuda, base + off, n, &fd, &offset);
-  EXPECT(r == HC_OK && fd >= 0, "dma-buf export of %zu bytes at +%zu", n, off);
+  CHECK(r == HC_OK && fd >= 0, "dma-buf export of %zu bytes at +%zu", n, off);
   if (fd < 0) return;
   off_t size = lseek(fd, 0, SEEK_END);
-  EXPECT(size >= (off_t)(offset + (off % 4096) + n), "dma-buf of %lld bytes for %zu bytes at +%zu", (long long)size, n,
-         off);
+  CHECK(size >= (off_t)(offset + (off % 4096) + n), "dma-buf of %lld bytes for %zu bytes at +%zu", (long long)size, n,
+        off);
   printf("PASS dma-buf export at +%zu (%zu bytes): fd %d, %lld bytes, offset %llu\n", off, n, fd, (long long)size,
          (unsigned long long)offset);
   close(fd);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  tu_init(argc, argv);
   if (hc_params_load() != HC_OK) return 1;
   const struct hc_dev_ops *cuda = hc_dev_get(HC_MEM_CUDA);
   if (cuda == NULL) {
@@ -75,7 +66,7 @@ int main(void) {
     struct hc_net_handle h;
     void *vctx = NULL;
     hc_result_t r = hc_net_ib.open(&a, NULL, &h, &vctx);
-    EXPECT(r == HC_OK, "ib open on %s", what);
+    CHECK(r == HC_OK, "ib open on %s", what);
     if (r == HC_OK) {
       struct hc_ib_ctx *ctx = vctx;
       printf("ib: %s, HETCCL_GDR mode %d (1 dma-buf, 2 peer memory, 3 staging)\n", what, ctx->gdr_mode);
@@ -90,13 +81,13 @@ int main(void) {
           printf("skip (ib part): %s refused the dma-buf registration; AUTO fell back to staging (%s)\n", what,
                  hc_last_error());
         } else {
-          EXPECT(r == HC_OK && r1 && r1->mr, "registering 1 MiB of GPU memory");
+          CHECK(r == HC_OK && r1 && r1->mr, "registering 1 MiB of GPU memory");
         }
         if (r == HC_OK) {
           printf("PASS ib registration of GPU memory: lkey 0x%x rkey 0x%x (%s)\n", r1->mr->lkey, r1->mr->rkey,
                  r1->dmabuf_fd >= 0 ? "dma-buf" : "peer memory");
           r = hc_ib_reg_get(ctx, (uint8_t *)dev + 8192, 4096, true, &r2);
-          EXPECT(r == HC_OK && (ctx->max_regs == 0 || r2 == r1), "second lookup inside the same range");
+          CHECK(r == HC_OK && (ctx->max_regs == 0 || r2 == r1), "second lookup inside the same range");
           hc_ib_reg_put(ctx, r2);
           hc_ib_reg_put(ctx, r1);
         }
@@ -105,6 +96,5 @@ int main(void) {
     }
   }
   hc_dev_mem_free(cuda, 0, dev);
-  printf("%s\n", failures ? "test_ib_gdr: FAILED" : "test_ib_gdr: ok");
-  return failures ? 1 : 0;
+  return tu_finish("test_ib_gdr");
 }

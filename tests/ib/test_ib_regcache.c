@@ -15,19 +15,10 @@
 #include <sys/mman.h>
 
 #include "net/ib_priv.h"
+#include "testutil.h"
 
-static int failures;
-#define EXPECT(cond, ...)                         \
-  do {                                            \
-    if (!(cond)) {                                \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                        \
-      printf(" (%s)\n", hc_last_error());         \
-      failures++;                                 \
-    }                                             \
-  } while (0)
-
-int main(void) {
+int main(int argc, char **argv) {
+  tu_init(argc, argv);
   if (hc_params_load() != HC_OK) return 1;
   bool usable = false;
   char what[256];
@@ -54,21 +45,21 @@ int main(void) {
   if (p == MAP_FAILED) return 1;
   memset(p, 1, len);
   struct hc_ib_reg *r1 = NULL, *r2 = NULL, *r3 = NULL;
-  EXPECT(hc_ib_reg_get(ctx, p, len, true, &r1) == HC_OK, "register 1 MiB");
-  EXPECT(hc_ib_reg_get(ctx, p + 4096, 8192, true, &r2) == HC_OK && r2 == r1, "a sub-range hits the cache");
+  CHECK(hc_ib_reg_get(ctx, p, len, true, &r1) == HC_OK, "register 1 MiB");
+  CHECK(hc_ib_reg_get(ctx, p + 4096, 8192, true, &r2) == HC_OK && r2 == r1, "a sub-range hits the cache");
   hc_ib_reg_put(ctx, r2);
   hc_ib_reg_put(ctx, r1);
   uint32_t old_rkey = r1->mr->rkey;
   /* Free and map again at the same address, as an allocator would. */
   munmap(p, len);
   uint8_t *q = mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-  EXPECT(q == p, "mapped again at %p (got %p)", (void *)p, (void *)q);
+  CHECK(q == p, "mapped again at %p (got %p)", (void *)p, (void *)q);
   if (q == p) {
     memset(q, 2, len);
-    EXPECT(hc_ib_reg_get(ctx, q, len, true, &r3) == HC_OK, "register the new mapping");
-    EXPECT(r3 != NULL && r3->mr->rkey != old_rkey, "the stale registration (rkey 0x%x) was replaced (rkey 0x%x)",
-           old_rkey, r3 ? r3->mr->rkey : 0);
-    EXPECT(ctx->nregs == 1, "one registration cached, %d", ctx->nregs);
+    CHECK(hc_ib_reg_get(ctx, q, len, true, &r3) == HC_OK, "register the new mapping");
+    CHECK(r3 != NULL && r3->mr->rkey != old_rkey, "the stale registration (rkey 0x%x) was replaced (rkey 0x%x)",
+          old_rkey, r3 ? r3->mr->rkey : 0);
+    CHECK(ctx->nregs == 1, "one registration cached, %d", ctx->nregs);
     printf("PASS: freed and mapped again: rkey 0x%x replaced by 0x%x\n", old_rkey, r3 ? r3->mr->rkey : 0);
     hc_ib_reg_put(ctx, r3);
   }
@@ -79,20 +70,20 @@ int main(void) {
     for (int i = 0; i < n; i++) {
       struct hc_ib_reg *r = NULL;
       many[(size_t)i * 8192] = 1;
-      EXPECT(hc_ib_reg_get(ctx, many + (size_t)i * 8192, 100, true, &r) == HC_OK, "range %d", i);
+      CHECK(hc_ib_reg_get(ctx, many + (size_t)i * 8192, 100, true, &r) == HC_OK, "range %d", i);
       hc_ib_reg_put(ctx, r);
     }
-    EXPECT(ctx->nregs == ctx->max_regs, "%d cached, bound %d", ctx->nregs, ctx->max_regs);
+    CHECK(ctx->nregs == ctx->max_regs, "%d cached, bound %d", ctx->nregs, ctx->max_regs);
     printf("PASS: %d ranges registered, %d cached (HETCCL_IB_REG_CACHE)\n", n, ctx->nregs);
   }
   /* Constant data: a send may come from read-only pages. */
   uint8_t *ro = mmap(NULL, 65536, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (ro != MAP_FAILED) {
     struct hc_ib_reg *rs = NULL, *rw = NULL;
-    EXPECT(ro[100] == 0, "read");
-    EXPECT(hc_ib_reg_get(ctx, ro, 65536, false, &rs) == HC_OK && rs && !rs->writable, "read-only pages, for a send");
+    CHECK(ro[100] == 0, "read");
+    CHECK(hc_ib_reg_get(ctx, ro, 65536, false, &rs) == HC_OK && rs && !rs->writable, "read-only pages, for a send");
     hc_result_t r = hc_ib_reg_get(ctx, ro, 65536, true, &rw);
-    EXPECT(r == HC_ERR_SYSTEM && rw == NULL, "read-only pages must not register for a receive");
+    CHECK(r == HC_ERR_SYSTEM && rw == NULL, "read-only pages must not register for a receive");
     if (rs && r == HC_ERR_SYSTEM) printf("PASS: read-only pages register for sends only (%s)\n", hc_last_error());
     hc_ib_reg_put(ctx, rs);
     munmap(ro, 65536);
@@ -100,6 +91,5 @@ int main(void) {
   hc_net_ib.close(vctx);
   if (q == p) munmap(q, len);
   if (many != MAP_FAILED) munmap(many, (size_t)n * 8192);
-  printf("%s\n", failures ? "test_ib_regcache: FAILED" : "test_ib_regcache: ok");
-  return failures ? 1 : 0;
+  return tu_finish("test_ib_regcache");
 }

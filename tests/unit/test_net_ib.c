@@ -11,31 +11,34 @@
 #include "net/ib_wire.h"
 #include "testutil.h"
 
-static int failures;
-#define EXPECT(cond)                                                           \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                              \
-    }                                                                          \
-  } while (0)
-
 static void test_hca(void) {
-  EXPECT(hc_ib_hca_matches("", "mlx5_0", 1));
-  EXPECT(hc_ib_hca_matches("mlx5", "mlx5_0", 1));
-  EXPECT(hc_ib_hca_matches("mlx5", "mlx5_10", 2));
-  EXPECT(!hc_ib_hca_matches("mlx4", "mlx5_0", 1));
-  EXPECT(hc_ib_hca_matches("mlx5_0:1", "mlx5_0", 1));
-  EXPECT(!hc_ib_hca_matches("mlx5_0:2", "mlx5_0", 1));
-  EXPECT(hc_ib_hca_matches("mlx4_0,mlx5_1:1", "mlx5_1", 1));
-  EXPECT(!hc_ib_hca_matches("mlx4_0,mlx5_1:1", "mlx5_0", 1));
-  EXPECT(hc_ib_hca_matches("=mlx5_1", "mlx5_1", 1));
-  EXPECT(!hc_ib_hca_matches("=mlx5_1", "mlx5_10", 1));
-  EXPECT(!hc_ib_hca_matches("^mlx5_0", "mlx5_0", 1));
-  EXPECT(hc_ib_hca_matches("^mlx5_0", "rxe0", 1));
-  EXPECT(!hc_ib_hca_matches("^=rxe0:1", "rxe0", 1));
-  EXPECT(hc_ib_hca_matches("^=rxe0:1", "rxe0", 2));
-  EXPECT(hc_ib_hca_matches("rxe0:1,", "rxe0", 1));
+  static const struct {
+    const char *rule, *device;
+    int port;
+    bool matches;
+  } cases[] = {
+      /* clang-format off */
+      {"", "mlx5_0", 1, true},
+      {"mlx5", "mlx5_0", 1, true},
+      {"mlx5", "mlx5_10", 2, true},
+      {"mlx4", "mlx5_0", 1, false},
+      {"mlx5_0:1", "mlx5_0", 1, true},
+      {"mlx5_0:2", "mlx5_0", 1, false},
+      {"mlx4_0,mlx5_1:1", "mlx5_1", 1, true},
+      {"mlx4_0,mlx5_1:1", "mlx5_0", 1, false},
+      {"=mlx5_1", "mlx5_1", 1, true},
+      {"=mlx5_1", "mlx5_10", 1, false},
+      {"^mlx5_0", "mlx5_0", 1, false},
+      {"^mlx5_0", "rxe0", 1, true},
+      {"^=rxe0:1", "rxe0", 1, false},
+      {"^=rxe0:1", "rxe0", 2, true},
+      {"rxe0:1,", "rxe0", 1, true},
+      /* clang-format on */
+  };
+  for (size_t i = 0; i < HC_ARRAY_LEN(cases); i++)
+    CHECK(hc_ib_hca_matches(cases[i].rule, cases[i].device, cases[i].port) == cases[i].matches,
+          "HETCCL_IB_HCA=\"%s\" %s %s port %d", cases[i].rule, cases[i].matches ? "takes" : "leaves", cases[i].device,
+          cases[i].port);
 }
 
 static void test_setup_record(void) {
@@ -59,22 +62,23 @@ static void test_setup_record(void) {
   uint8_t buf[HC_IB_SETUP_BYTES];
   struct hc_ib_setup back;
   hc_ib_setup_encode(&s, buf);
-  EXPECT(hc_ib_setup_parse(buf, sizeof(buf), &back));
-  EXPECT(back.rank == 3 && back.nqps == 2 && back.qpn[1] == 18 && back.cts_rkey == 98 && back.gid[15] == 15 &&
-         back.chunk == (1u << 19) && back.eager_addr == 0x1000 && back.flags == HC_IB_SETUP_DEVICE_RECV);
-  EXPECT(!hc_ib_setup_parse(buf, sizeof(buf) - 1, &back));
+  CHECK(hc_ib_setup_parse(buf, sizeof(buf), &back), "the setup record's round trip and its rejections");
+  CHECK(back.rank == 3 && back.nqps == 2 && back.qpn[1] == 18 && back.cts_rkey == 98 && back.gid[15] == 15 &&
+            back.chunk == (1u << 19) && back.eager_addr == 0x1000 && back.flags == HC_IB_SETUP_DEVICE_RECV,
+        "the setup record's round trip and its rejections");
+  CHECK(!hc_ib_setup_parse(buf, sizeof(buf) - 1, &back), "the setup record's round trip and its rejections");
   struct hc_ib_setup bad = s;
   bad.nqps = HC_IB_MAX_QPS + 1;
   hc_ib_setup_encode(&bad, buf);
-  EXPECT(!hc_ib_setup_parse(buf, sizeof(buf), &back));
+  CHECK(!hc_ib_setup_parse(buf, sizeof(buf), &back), "the setup record's round trip and its rejections");
   bad = s;
   bad.eager_slots = 65;
   hc_ib_setup_encode(&bad, buf);
-  EXPECT(!hc_ib_setup_parse(buf, sizeof(buf), &back));
+  CHECK(!hc_ib_setup_parse(buf, sizeof(buf), &back), "the setup record's round trip and its rejections");
   bad = s;
   bad.magic = 0;
   hc_ib_setup_encode(&bad, buf);
-  EXPECT(!hc_ib_setup_parse(buf, sizeof(buf), &back));
+  CHECK(!hc_ib_setup_parse(buf, sizeof(buf), &back), "the setup record's round trip and its rejections");
   /* Random bytes: never accepted by accident often, never out of bounds. */
   srand(1);
   int accepted = 0;
@@ -82,7 +86,7 @@ static void test_setup_record(void) {
     for (size_t i = 0; i < sizeof(buf); i++) buf[i] = (uint8_t)rand();
     accepted += hc_ib_setup_parse(buf, sizeof(buf), &back);
   }
-  EXPECT(accepted == 0);
+  CHECK(accepted == 0, "the setup record's round trip and its rejections");
 }
 
 static void test_open_without_device(void) {
@@ -95,20 +99,16 @@ static void test_open_without_device(void) {
   struct hc_net_handle h;
   void *ctx = (void *)1;
   hc_result_t r = hc_net_ib.open(&a, NULL, &h, &ctx);
-  EXPECT(r == HC_ERR_SYSTEM);
-  EXPECT(ctx == NULL);
-  EXPECT(strstr(hc_last_error(), "ib:") != NULL);
+  CHECK(r == HC_ERR_SYSTEM, "ib open on a host without a usable port");
+  CHECK(ctx == NULL, "ib open on a host without a usable port");
+  CHECK(strstr(hc_last_error(), "ib:") != NULL, "ib open on a host without a usable port");
 }
 
-int main(void) {
-  EXPECT(hc_params_load() == HC_OK);
+int main(int argc, char **argv) {
+  tu_init(argc, argv);
+  CHECK(hc_params_load() == HC_OK, "hetccl's parameters load");
   test_hca();
   test_setup_record();
   test_open_without_device();
-  if (failures) {
-    fprintf(stderr, "net_ib: %d checks failed (rerun: build/tests/test_net_ib)\n", failures);
-    return 1;
-  }
-  printf("net_ib: ok\n");
-  return 0;
+  return tu_finish("net_ib");
 }
