@@ -534,11 +534,24 @@ static void run_ranks(int n, tu_rank_fn fn) {
   else tu_run_rank_processes(n, fn, NULL);
 }
 
+/* Whether rank's GPU kind loads; where not, the skip line says why. */
+static bool kind_loads(int rank) {
+  const enum hc_mem_kind k = gpu_kind(rank);
+  if (hc_dev_get(k) != NULL) return true;
+  printf("skip: no %s device here (%s)\n", k == HC_MEM_HIP ? "HIP" : "CUDA", hc_dev_absent_reason(k));
+  fflush(stdout); /* a probe process leaves by _exit */
+  return false;
+}
+
 static bool have_gpu(void) {
-  if (as_threads) return !kinds_mixed() && (gpu = hc_dev_get(gpu_kind(0))) != NULL;
+  if (as_threads && kinds_mixed()) {
+    printf("skip: GPU_TEST_KINDS mixes CUDA and HIP, which one process of rank threads cannot\n");
+    return false;
+  }
+  if (as_threads) return kind_loads(0) && (gpu = hc_dev_get(gpu_kind(0))) != NULL;
   fflush(stdout);
   pid_t probe = fork();
-  if (probe == 0) _exit(hc_dev_get(gpu_kind(0)) && hc_dev_get(gpu_kind(1)) ? 0 : 77);
+  if (probe == 0) _exit(kind_loads(0) && kind_loads(1) ? 0 : 77); /* the driver stays out of this process */
   int st = 0;
   return probe > 0 && waitpid(probe, &st, 0) == probe && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
@@ -546,11 +559,7 @@ static bool have_gpu(void) {
 int main(int argc, char **argv) {
   tu_init(argc, argv);
   as_threads = getenv("TU_RANKS") && strcmp(getenv("TU_RANKS"), "threads") == 0;
-  if (!have_gpu()) {
-    printf("skip: no %s device here (HETCCL_DEBUG=INFO says why)\n",
-           getenv("GPU_TEST_KINDS") ? getenv("GPU_TEST_KINDS") : "CUDA");
-    return 77;
-  }
+  if (!have_gpu()) return 77; /* have_gpu said why */
   ncases = build_cases(cases, (int)HC_ARRAY_LEN(cases));
   printf("%d cases cover every pair of collective, datatype, op, count and in-place\n", ncases);
   const char *only = getenv("GPU_TEST_SCENARIOS");

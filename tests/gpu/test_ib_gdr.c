@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
   if (hc_params_load() != HC_OK) return 1;
   const struct hc_dev_ops *cuda = hc_dev_get(HC_MEM_CUDA);
   if (cuda == NULL) {
-    printf("skip: no CUDA device (%s)\n", hc_last_error());
+    printf("skip: no CUDA device (%s)\n", hc_dev_absent_reason(HC_MEM_CUDA));
     return 77;
   }
   if (hc_dev_set_device(cuda, 0) != HC_OK) return 1;
