@@ -22,17 +22,7 @@
 
 #include "device/gpu_priv.h"
 #include "gpu_test_common.h"
-
-static int failures;
-
-#define FAIL(...)                                          \
-  do {                                                     \
-    if (failures++ < 30) {                                 \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fputc('\n', stderr);                                 \
-    }                                                      \
-  } while (0)
+#include "testutil.h"
 
 typedef void (*reduce_kernel)(void *, const void *, const void *, unsigned long long);
 typedef void (*scale_kernel)(void *, const void *, unsigned long long, unsigned long long, double, float);
@@ -44,7 +34,7 @@ static void *load_emulation(const char *cc, char *dir) {
   snprintf(path, sizeof(path), "%s/kernels.c", dir);
   FILE *f = fopen(path, "w");
   if (f == NULL || fputs(hc_gpu_kernel_source, f) < 0 || fclose(f) != 0) {
-    FAIL("cannot write %s", path);
+    CHECK(false, "cannot write %s", path);
     return NULL;
   }
   /* ISO C (no GNU contraction), like the GPU compile options. */
@@ -59,20 +49,20 @@ static void *load_emulation(const char *cc, char *dir) {
     if (lines++ < 40) fputs(line, stderr);
   int rc = p ? pclose(p) : -1;
   if (rc != 0) {
-    FAIL("the kernel source does not compile as C: %s", cmd);
+    CHECK(false, "the kernel source does not compile as C: %s", cmd);
     return NULL;
   }
   if (lines) printf("note: the host compiler printed %d lines (above)\n", lines);
   snprintf(path, sizeof(path), "%s/kernels.so", dir);
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (h == NULL) {
-    FAIL("dlopen %s: %s", path, dlerror());
+    CHECK(false, "dlopen %s: %s", path, dlerror());
     return NULL;
   }
   emu_tid = dlsym(h, "hc_emu_tid");
   emu_nthreads = dlsym(h, "hc_emu_nthreads");
   if (emu_tid == NULL || emu_nthreads == NULL) {
-    FAIL("emulation globals missing");
+    CHECK(false, "emulation globals missing");
     dlclose(h);
     return NULL;
   }
@@ -83,7 +73,7 @@ static void *kernel(void *h, bool scale, enum hc_dtype t, int op) {
   char name[64];
   hc_gpu_kernel_name(name, sizeof(name), scale, t, op);
   void *f = dlsym(h, name);
-  if (f == NULL) FAIL("kernel %s missing", name);
+  if (f == NULL) CHECK(false, "kernel %s missing", name);
   return f;
 }
 
@@ -146,14 +136,15 @@ static long emulate(void *h) {
               gt_hex((enum hc_dtype)t, b + i * sz, y, sizeof(y));
               gt_hex((enum hc_dtype)t, d + i * sz, g, sizeof(g));
               gt_hex((enum hc_dtype)t, (uint8_t *)want + i * sz, w, sizeof(w));
-              FAIL("emulated %s %s: count %zu offsets %zu/%zu/%zu threads %u: element %zu: %s op "
-                   "%s = %s, host %s",
-                   hc_dtype_name((enum hc_dtype)t), hc_redop_name((enum hc_redop)op), n, offsets[oi][0], offsets[oi][1],
-                   offsets[oi][2], threads[ti], i, x, y, g, w);
+              CHECK(false,
+                    "emulated %s %s: count %zu offsets %zu/%zu/%zu threads %u: element %zu: %s op "
+                    "%s = %s, host %s",
+                    hc_dtype_name((enum hc_dtype)t), hc_redop_name((enum hc_redop)op), n, offsets[oi][0],
+                    offsets[oi][1], offsets[oi][2], threads[ti], i, x, y, g, w);
               bad = 1;
             } else if (d[n * sz] != 0xa5) {
-              FAIL("emulated %s %s: count %zu wrote past the end", hc_dtype_name((enum hc_dtype)t),
-                   hc_redop_name((enum hc_redop)op), n);
+              CHECK(false, "emulated %s %s: count %zu wrote past the end", hc_dtype_name((enum hc_dtype)t),
+                    hc_redop_name((enum hc_redop)op), n);
               bad = 1;
             }
           }
@@ -169,7 +160,8 @@ static long emulate(void *h) {
       run_reduce(k, 64, in0, in0, in1, n);
       cases++;
       if (gt_first_mismatch((enum hc_dtype)t, op <= HC_PROD, in0, want, n) < n)
-        FAIL("emulated %s %s in place differs", hc_dtype_name((enum hc_dtype)t), hc_redop_name((enum hc_redop)op));
+        CHECK(false, "emulated %s %s in place differs", hc_dtype_name((enum hc_dtype)t),
+              hc_redop_name((enum hc_redop)op));
     }
     for (int kind = 0; kind < 2; kind++) {
       scale_kernel k = (scale_kernel)(uintptr_t)kernel(h, true, (enum hc_dtype)t, kind);
@@ -203,10 +195,11 @@ static long emulate(void *h) {
               gt_hex((enum hc_dtype)t, a + i * sz, x, sizeof(x));
               gt_hex((enum hc_dtype)t, d + i * sz, g, sizeof(g));
               gt_hex((enum hc_dtype)t, (uint8_t *)want + i * sz, w, sizeof(w));
-              FAIL("emulated scale %s %s (factor #%d, divisor %llu): count %zu element %zu: %s -> "
-                   "%s, host %s",
-                   hc_dtype_name((enum hc_dtype)t), kind ? "div" : "mul", f, (unsigned long long)sa.divisor, n, i, x, g,
-                   w);
+              CHECK(false,
+                    "emulated scale %s %s (factor #%d, divisor %llu): count %zu element %zu: %s -> "
+                    "%s, host %s",
+                    hc_dtype_name((enum hc_dtype)t), kind ? "div" : "mul", f, (unsigned long long)sa.divisor, n, i, x,
+                    g, w);
               bad = 1;
             }
           }
@@ -272,11 +265,11 @@ static void check_amdgpu_image(const struct hc_gpu_vendor *v, const char *opt, c
                           "\x7f"
                           "ELF",
                           4) != 0) {
-    FAIL("%s %s: the image is not an ELF code object", v->rtc_name, opt);
+    CHECK(false, "%s %s: the image is not an ELF code object", v->rtc_name, opt);
     return;
   }
   memcpy(&machine, p + 18, sizeof(machine));
-  if (machine != 224) FAIL("%s %s: ELF machine %u, expected EM_AMDGPU (224)", v->rtc_name, opt, machine);
+  if (machine != 224) CHECK(false, "%s %s: ELF machine %u, expected EM_AMDGPU (224)", v->rtc_name, opt, machine);
   int found = 0;
   for (int t = 0; t < HC_DTYPE_COUNT; t++) {
     for (int op = 0; op < HC_AVG + 2; op++) {
@@ -284,7 +277,7 @@ static void check_amdgpu_image(const struct hc_gpu_vendor *v, const char *opt, c
       bool scale = op >= HC_AVG;
       hc_gpu_kernel_name(name, sizeof(name), scale, (enum hc_dtype)t, scale ? op - HC_AVG : op);
       if (memmem(image, size, name, strlen(name) + 1) == NULL)
-        FAIL("%s %s: no kernel %s in the code object", v->rtc_name, opt, name);
+        CHECK(false, "%s %s: no kernel %s in the code object", v->rtc_name, opt, name);
       else found++;
     }
   }
@@ -312,7 +305,7 @@ static void rtc_checks(const struct hc_gpu_vendor *v, const struct target *targe
     hc_result_t r =
         hc_gpu_rtc_compile(v, strstr(targets[0].opt, "offload") ? "--offload-arch=gfx1" : "--gpu-architecture=sm_1",
                            true, &image, &size, &log);
-    if (r == HC_OK || image != NULL || size != 0) FAIL("%s accepted a bogus target", v->rtc_name);
+    if (r == HC_OK || image != NULL || size != 0) CHECK(false, "%s accepted a bogus target", v->rtc_name);
     else printf("PASS %s rejects a bogus target cleanly: %s\n", v->rtc_name, hc_last_error());
     free(image);
     free(log);
@@ -327,7 +320,7 @@ static void rtc_checks(const struct hc_gpu_vendor *v, const struct target *targe
     hc_result_t r = hc_gpu_rtc_compile(v, opt, !ptx, &image, &size, &log);
     double ms = (double)(hc_now_ns() - t0) / 1e6;
     if (r != HC_OK) {
-      if (targets[i].required) FAIL("%s %s: %s", v->rtc_name, opt, hc_last_error());
+      if (targets[i].required) CHECK(false, "%s %s: %s", v->rtc_name, opt, hc_last_error());
       else printf("NOTE %s %s failed (not required): %s\n", v->rtc_name, opt, hc_last_error());
     } else {
       printf("PASS %s %s: %zu bytes in %.0f ms%s\n", v->rtc_name, opt, size, ms,
@@ -338,10 +331,10 @@ static void rtc_checks(const struct hc_gpu_vendor *v, const struct target *targe
         /* The PTX text is NUL-terminated. */
         const char *p = image;
         if (strstr(p, "fma.rn.f32") || strstr(p, "fma.rn.f64"))
-          FAIL("%s %s: the PTX fuses multiply-adds", v->rtc_name, opt);
+          CHECK(false, "%s %s: the PTX fuses multiply-adds", v->rtc_name, opt);
         if (strstr(p, "max.f32") || strstr(p, "min.f32") || strstr(p, "max.f64") || strstr(p, "min.f64") ||
             strstr(p, "max.NaN"))
-          FAIL("%s %s: the PTX turned the NaN-aware select into max/min", v->rtc_name, opt);
+          CHECK(false, "%s %s: the PTX turned the NaN-aware select into max/min", v->rtc_name, opt);
         size_t kernels = 0;
         for (const char *q = p; (q = strstr(q, ".entry ")) != NULL; q++) kernels++;
         /* Every name the backend resolves, unmangled (extern "C"). */
@@ -351,11 +344,12 @@ static void rtc_checks(const struct hc_gpu_vendor *v, const struct target *targe
             bool scale = op >= HC_AVG;
             hc_gpu_kernel_name(name, sizeof(name), scale, (enum hc_dtype)t, scale ? op - HC_AVG : op);
             snprintf(entry, sizeof(entry), ".entry %s(", name);
-            if (strstr(p, entry) == NULL) FAIL("%s %s: no kernel %s in the PTX", v->rtc_name, opt, name);
+            if (strstr(p, entry) == NULL) CHECK(false, "%s %s: no kernel %s in the PTX", v->rtc_name, opt, name);
           }
         }
         if (kernels != HC_DTYPE_COUNT * (HC_AVG + 2))
-          FAIL("%s %s: %zu kernels in the PTX, expected %d", v->rtc_name, opt, kernels, HC_DTYPE_COUNT * (HC_AVG + 2));
+          CHECK(false, "%s %s: %zu kernels in the PTX, expected %d", v->rtc_name, opt, kernels,
+                HC_DTYPE_COUNT * (HC_AVG + 2));
       }
     }
     free(image);
@@ -364,6 +358,7 @@ static void rtc_checks(const struct hc_gpu_vendor *v, const struct target *targe
 }
 
 int main(int argc, char **argv) {
+  tu_init(argc, argv);
   const char *cc = argc > 1 ? argv[1] : "cc";
   hc_log_init();
   char dir[] = "/tmp/hetccl-kernels-XXXXXX";
@@ -375,7 +370,7 @@ int main(int argc, char **argv) {
   if (h != NULL) {
     long cases = emulate(h);
     printf("%s emulation: %ld cases of every dtype x op (reduce, scale) on the host compiler\n",
-           failures ? "FAIL" : "PASS", cases);
+           tu_failures() ? "FAIL" : "PASS", cases);
     dlclose(h);
   }
   char path[600];
@@ -397,6 +392,5 @@ int main(int argc, char **argv) {
   static const struct target amd[] = {{"--offload-arch=gfx90a", true}};
   rtc_checks(&hc_gpu_vendor_hip, amd, HC_ARRAY_LEN(amd));
 
-  printf("%s: %d failures\n", failures ? "FAILED" : "OK", failures);
-  return failures ? 1 : 0;
+  return tu_finish("test_gpu_kernels");
 }
