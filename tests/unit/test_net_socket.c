@@ -5,11 +5,13 @@
  * and 3 streams, the last with an odd chunk so that stripes never divide
  * evenly; the contract's garbage case here opens junk connections on the
  * listener (an HTTP request, one that stays silent, two bytes then a
- * close). Then what only socket has: the sizes case over IPv6 (where the
- * host has an IPv6 address; else a line says why not), three ranks
- * swapping messages with each other on one ctx, peers configured
- * differently, a peer that reaches connect() late or never, bad arguments
- * and abort. Prints loopback throughput (informational).
+ * close). Then what only socket has: the kind of each received header
+ * (message due, probe, notice, failure, another call or size) by the wire
+ * table, the sizes case over IPv6 (where the host has an IPv6 address;
+ * else a line says why not), three ranks swapping messages with each other
+ * on one ctx, peers configured differently, a peer that reaches connect()
+ * late or never, bad arguments and abort. Prints loopback throughput
+ * (informational).
  *
  * Every phase has a deadline, and alarm() bounds the whole run.
  *   build/tests/test_net_socket               (all cases)
@@ -22,6 +24,7 @@
 #include <unistd.h>
 
 #include "../../src/net/socket_priv.h"
+#include "../../src/net/socket_wire.h"
 #include "net_contract.h"
 #include "testutil.h"
 
@@ -319,6 +322,46 @@ static int case_config_mismatch(struct world *w) {
   return run_case(name, 2, body_config_mismatch, true, w);
 }
 
+/* What a received header is, by socket_wire.h's record table (the lengths
+ * written out here, not taken from the macros), for a receive posted for
+ * 100 bytes of signature {7, 9}. Failing checks count in tu_finish. */
+static void case_header_kinds(void) {
+  if (!wanted("header_kinds")) return;
+  static const struct {
+    uint64_t len, sig0;
+    enum hc_sock_hdr_kind kind;
+    int blamed; /* HC_SOCK_HDR_FAILURE: the rank it names */
+  } cases[] = {
+      /* clang-format off */
+      {100, 7, HC_SOCK_HDR_EXPECTED, -1},
+      {0xFFFFFFFFFFFFFFFEull, 7, HC_SOCK_HDR_PROBE, -1},
+      {0xFFFFFFFFFFFFFFFEull, 0, HC_SOCK_HDR_PROBE, -1},             /* a probe of a waiter that stopped */
+      {0xFFFFFFFFFFFFFFFFull, 3, HC_SOCK_HDR_NOTICE, -1},
+      {0xFA11000000000003ull, 0, HC_SOCK_HDR_FAILURE, 3},
+      {0xFA1100000000FFFFull, 7, HC_SOCK_HDR_FAILURE, 65535},
+      {100, 8, HC_SOCK_HDR_OTHER_CALL, -1},
+      {99, 8, HC_SOCK_HDR_OTHER_CALL, -1},                           /* another call wins over another size */
+      {99, 7, HC_SOCK_HDR_OTHER_SIZE, -1},
+      {0, 7, HC_SOCK_HDR_OTHER_SIZE, -1},
+      {0xFA10000000000003ull, 7, HC_SOCK_HDR_OTHER_SIZE, -1},        /* near the failure tag is a length */
+      /* clang-format on */
+  };
+  const struct hc_net_sig posted = {{7, 9}};
+  for (size_t i = 0; i < HC_ARRAY_LEN(cases); i++) {
+    uint8_t wire[HC_SOCK_HDR_BYTES];
+    hc_net_socket_hdr_put(wire, &(struct hc_sock_hdr){.len = cases[i].len, .sig = {{cases[i].sig0, 9}}});
+    struct hc_sock_hdr h;
+    CHECK(!hc_net_socket_hdr_parse(wire, sizeof(wire) - 1, &h), "case %zu: a short header does not parse", i);
+    CHECK(hc_net_socket_hdr_parse(wire, sizeof(wire), &h), "case %zu: a %zu-byte header parses", i, sizeof(wire));
+    const enum hc_sock_hdr_kind kind = hc_net_socket_hdr_classify(&h, 100, &posted);
+    CHECK(kind == cases[i].kind, "case %zu: length 0x%llx, sig0 %llu is kind %d, want %d", i,
+          (unsigned long long)cases[i].len, (unsigned long long)cases[i].sig0, (int)kind, (int)cases[i].kind);
+    if (cases[i].kind == HC_SOCK_HDR_FAILURE)
+      CHECK(hc_sock_hdr_blamed(&h) == cases[i].blamed, "case %zu: blames rank %d, want %d", i, hc_sock_hdr_blamed(&h),
+            cases[i].blamed);
+  }
+}
+
 /* Argument checks and abort, on one ctx. */
 static int case_args(void) {
   if (!wanted("args")) return 0;
@@ -358,6 +401,7 @@ int main(int argc, char **argv) {
   alarm(300); /* the run as a whole; every phase also has its own deadline */
   signal(SIGPIPE, SIG_IGN);
   setvbuf(stdout, NULL, _IOLBF, 0);
+  case_header_kinds();
   failed += case_args();
   static const struct {
     const char *nstreams, *chunk, *label;
