@@ -731,13 +731,13 @@ void hc_exec_end(struct hc_exec_run *run) {
 void hc_exec_links_log_waits(const struct hc_links *links) {
   const struct hc_exec_wait_stats *s = &links->waits;
   if (s->runs == 0) return;
+  const char *placement = links->cores_shared ? "ranks outnumber cores"
+                          : links->own_cpu    ? "bound to a CPU of its own"
+                                              : "unbound";
   HC_INFO(HC_EXEC,
-          "rank %d: %llu runs, %llu waits for peers (%s), %.2f us on average, longest %.1f us; ended polling "
-          "bare %llu, yielding %llu, after sleeping %llu (%llu sleeps)",
-          links->rank, (unsigned long long)s->runs, (unsigned long long)s->waits,
-          links->cores_shared ? "ranks outnumber cores"
-          : links->own_cpu    ? "bound to a CPU of its own"
-                              : "unbound",
+          "rank %d, %s: plans run %llu; waits for peers %llu, %.2f us on average, longest %.1f us; waits ended "
+          "polling bare %llu, yielding %llu, after a sleep %llu; sleeps %llu",
+          links->rank, placement, (unsigned long long)s->runs, (unsigned long long)s->waits,
           s->waits ? (double)s->idle_ns / 1e3 / (double)s->waits : 0.0, (double)s->max_ns / 1e3,
           (unsigned long long)s->ended[HC_WAIT_BARE], (unsigned long long)s->ended[HC_WAIT_YIELD],
           (unsigned long long)s->ended[HC_WAIT_SLEEP], (unsigned long long)s->sleeps);
