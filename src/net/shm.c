@@ -348,8 +348,8 @@ static bool probe_fd(const struct hc_shm_conn *c, const struct hc_shm_side *peer
 /* Accesses every page of both descriptor rings once at connect: writes
  * each page of this side's ring (nothing is posted yet, and the peer reads
  * it only below the head this side publishes later) and reads each page of
- * the peer's. MAP_POPULATE maps the pages, but on the Firecracker VMs this
- * project measures on the first access of a page in each process still
+ * the peer's. MAP_POPULATE maps the pages, but on the 2-core development VM
+ * (Firecracker, AMD EPYC) the first access of a page in each process still
  * costs about 5 us (MADV_POPULATE_WRITE does not help, a store does; the
  * reader's first load costs too), and a descriptor takes more than a page:
  * each of the first 64 messages over a connection paid it, and an 8-byte
