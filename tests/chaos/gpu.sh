@@ -136,6 +136,12 @@ for ((t = 1; t <= tries; t++)); do
     fi
   done
   ms=$((($(date +%s%N) - fault) / 1000000))
+  if grep -q DONE "$tmp"/out.* 2>/dev/null; then
+    echo "$line the loop had ended before the $what: not counted"
+    kill -9 "${pids[victim]}" 2>/dev/null
+    kill -CONT "${pids[victim]}" 2>/dev/null
+    continue
+  fi
   exit_ms+=($ms)
   total=$((total + 1))
   kill -9 "${pids[victim]}" 2>/dev/null

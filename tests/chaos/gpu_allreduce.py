@@ -1,6 +1,6 @@
 """One rank of tests/chaos/gpu.sh: a loop of 16 MiB all-reduces on cuda:0
 under torch.distributed (hetccl through LD_PRELOAD). Prints LOOP once the
-first one is done. A result that differs from the exact sum is reported as
+first one is done, DONE after the last. A result that differs from the exact sum is reported as
 WRONG only if the process is still alive a second later: after a failure
 hetccl releases the streams with wrong data, and PyTorch's watchdog, which
 polls ncclCommGetAsyncError, tears the process down."""
@@ -24,7 +24,10 @@ timeout = datetime.timedelta(seconds=int(os.environ.get("HETCCL_TIMEOUT", "600")
 dist.init_process_group("nccl", device_id=dev, timeout=timeout)
 expect = float(world * (world + 1) // 2)
 x = torch.empty(4 << 20, device=dev)
-for i in range(int(os.environ.get("ITERS", "400"))):
+# Enough that the fault lands inside the loop (a count, not a clock, so that
+# every rank runs the same calls): 400 ended within 0.5 s on the H200, before
+# most SIGSTOPs landed.
+for i in range(int(os.environ.get("ITERS", "20000"))):
     x.fill_(rank + 1)
     dist.all_reduce(x)
     torch.cuda.synchronize()
@@ -35,4 +38,5 @@ for i in range(int(os.environ.get("ITERS", "400"))):
         time.sleep(1)
         print(f"WRONG rank {rank} iteration {i}: {bad} elements", flush=True)
         sys.exit(3)
+print("DONE", flush=True)
 dist.destroy_process_group()
