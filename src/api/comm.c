@@ -231,6 +231,7 @@ void hc_comm_free(struct hetcclComm *comm) {
   hc_scratch_pool_destroy(comm->plan.dev_pool);
   hc_net_set_close(&comm->nets, NULL, 0, false);
   hc_bootstrap_destroy(comm->boot);
+  hc_exec_links_log_waits(&comm->links);
   free(comm->links.peer);
   free(comm->peers);
   pthread_mutex_destroy(&comm->error_lock);

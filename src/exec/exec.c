@@ -419,6 +419,7 @@ struct wait_state {
   uint64_t spin_ns, bare_ns;
   uint64_t idle_since;  /* 0: the last pass moved */
   bool yield_ran_other; /* during this wait */
+  int phase;            /* HC_WAIT_BARE, _YIELD or _SLEEP: how far this wait got */
 };
 
 static void wait_state_plan(struct wait_state *w) {
@@ -436,12 +437,25 @@ static void wait_state_init(struct wait_state *w, struct hc_exec_job *jobs, int 
   wait_state_plan(w);
 }
 
+/* An idle stretch ended (a pass moved, or the run is done): adds it to the
+ * comm's wait statistics and returns how long it lasted. */
+static uint64_t wait_state_count(struct wait_state *w) {
+  const uint64_t waited = hc_now_ns() - w->idle_since;
+  struct hc_exec_wait_stats *s = &w->links->waits;
+  s->waits++;
+  s->ended[w->phase]++;
+  s->idle_ns += waited;
+  s->max_ns = HC_MAX(s->max_ns, waited);
+  w->idle_since = 0;
+  w->phase = HC_WAIT_BARE;
+  return waited;
+}
+
 /* A pass moved after an idle stretch: learn from how long it took. */
 static void wait_state_moved(struct wait_state *w) {
   if (w->idle_since == 0) return;
-  uint64_t waited = hc_now_ns() - w->idle_since;
+  const uint64_t waited = wait_state_count(w);
   struct hc_links *l = w->links;
-  w->idle_since = 0;
   if (w->yield_ran_other) {
     l->peer_here_waits = WAIT_PEER_HERE_WAITS;
   } else {
@@ -460,10 +474,13 @@ static hc_result_t wait_state_idle(struct wait_state *w, struct job_state *const
   uint64_t idle = now - w->idle_since;
   if (idle < w->bare_ns && idle < w->spin_ns) return HC_OK;
   if (idle < w->spin_ns) {
+    w->phase = HC_MAX(w->phase, HC_WAIT_YIELD);
     sched_yield();
     if (hc_now_ns() - now >= WAIT_YIELD_RAN_NS) w->yield_ran_other = true;
     return HC_OK;
   }
+  w->phase = HC_WAIT_SLEEP;
+  w->links->waits.sleeps++;
   return wait_for_progress(states, njobs, 100);
 }
 
@@ -606,6 +623,7 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
 
   struct wait_state wait;
   wait_state_init(&wait, jobs, njobs);
+  wait.links->waits.runs++;
   uint64_t next_look_ns = 0; /* stall probes */
   uint64_t next_window_look = hc_now_ns() + WINDOW_PEER_LOOK_NS;
   for (;;) {
@@ -616,7 +634,10 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
       HC_TRY_GOTO(job_progress(st, &moved), r, out);
       all_done &= st->ndone == st->nsteps;
     }
-    if (all_done) break;
+    if (all_done) {
+      if (wait.idle_since != 0) wait_state_count(&wait);
+      break;
+    }
     if (moved) {
       wait_state_moved(&wait);
       continue;
@@ -705,6 +726,21 @@ void hc_exec_end(struct hc_exec_run *run) {
   if (run == NULL) return;
   job_state_destroy(&run->st);
   free(run);
+}
+
+void hc_exec_links_log_waits(const struct hc_links *links) {
+  const struct hc_exec_wait_stats *s = &links->waits;
+  if (s->runs == 0) return;
+  const char *placement = links->cores_shared ? "ranks outnumber cores"
+                          : links->own_cpu    ? "bound to a CPU of its own"
+                                              : "unbound";
+  HC_INFO(HC_EXEC,
+          "rank %d, %s: plans run %llu; waits for peers %llu, %.2f us on average, longest %.1f us; waits ended "
+          "polling bare %llu, yielding %llu, after a sleep %llu; sleeps %llu",
+          links->rank, placement, (unsigned long long)s->runs, (unsigned long long)s->waits,
+          s->waits ? (double)s->idle_ns / 1e3 / (double)s->waits : 0.0, (double)s->max_ns / 1e3,
+          (unsigned long long)s->ended[HC_WAIT_BARE], (unsigned long long)s->ended[HC_WAIT_YIELD],
+          (unsigned long long)s->ended[HC_WAIT_SLEEP], (unsigned long long)s->sleeps);
 }
 
 void hc_exec_links_check_cpus(struct hc_links *links) {

@@ -31,12 +31,29 @@ struct hc_links {
    * more waits a yield that ran another thread here still counts. */
   uint64_t answer_ns;
   int peer_here_waits;
+  /* What this comm's waits came to, logged at INFO (EXEC) when the comm is
+   * freed: whether ranks that wait on each other poll, yield or sleep, for
+   * a benchmark run on a machine a profiler cannot reach (docs/perf.md). A
+   * wait is one idle stretch of a call, from the first pass that moved
+   * nothing to the next that moved. Written like the two above. */
+  struct hc_exec_wait_stats {
+    uint64_t runs; /* blocking runs (calls, groups) that waited or not */
+    uint64_t waits;
+    uint64_t ended[3];        /* by the phase the wait had reached: HC_WAIT_BARE, _YIELD, _SLEEP */
+    uint64_t sleeps;          /* sleeps in a transport (a wait may take several) */
+    uint64_t idle_ns, max_ns; /* all waits' time, the longest one's */
+  } waits;
 };
+
+enum { HC_WAIT_BARE, HC_WAIT_YIELD, HC_WAIT_SLEEP };
 
 /* Allocates links->peer (nranks, empty until net chooses each one) and
  * sets the wait policy: local_ranks ranks of the comm share this host. */
 hc_result_t hc_exec_links_init(struct hc_links *links, int rank, int nranks, const atomic_bool *abort_flag,
                                int local_ranks);
+
+/* Logs links->waits at INFO (EXEC), if any wait was counted. */
+void hc_exec_links_log_waits(const struct hc_links *links);
 
 /* Sets links->own_cpu: the calling thread may run on one CPU only, and no
  * same-host peer (links->peer[].pid, read by pid) may run there. */

@@ -345,6 +345,28 @@ static bool probe_fd(const struct hc_shm_conn *c, const struct hc_shm_side *peer
   return same;
 }
 
+/* Accesses every page of both descriptor rings once at connect: writes
+ * each page of this side's ring (nothing is posted yet, and the peer reads
+ * it only below the head this side publishes later) and reads each page of
+ * the peer's. MAP_POPULATE maps the pages, but on the 2-core development VM
+ * (Firecracker, AMD EPYC) the first access of a page in each process still
+ * costs about 5 us (MADV_POPULATE_WRITE does not help, a store does; the
+ * reader's first load costs too), and a descriptor takes more than a page:
+ * each of the first 64 messages over a connection paid it, and an 8-byte
+ * all-reduce of 2 ranks took 10-12 us for its first 63 calls instead of
+ * 0.3-0.7 (docs/perf.md). The slot rings are left to their first use: 2 MiB
+ * per direction would cost milliseconds per connection at init, paid once
+ * per slot against a message of more than the inline size. */
+static void desc_rings_touch(const struct hc_shm_conn *c) {
+  const size_t bytes = round_up((uint64_t)c->ndesc * c->desc_stride, HC_SHM_PAGE);
+  for (size_t off = 0; off < bytes; off += HC_SHM_PAGE) {
+    volatile uint8_t *mine = c->tx_desc + off;
+    const volatile uint8_t *theirs = c->rx_desc + off;
+    *mine = *mine;
+    (void)*theirs;
+  }
+}
+
 /* Pointers into a mapped segment, from its header. */
 static void conn_bind(struct hc_shm_conn *c) {
   struct hc_shm_seg_hdr *h = c->hdr;
@@ -362,6 +384,7 @@ static void conn_bind(struct hc_shm_conn *c) {
   c->rx_desc = c->seg + h->desc_off[o];
   c->tx_slots = c->seg + h->slot_off[s];
   c->rx_slots = c->seg + h->slot_off[o];
+  desc_rings_touch(c);
 }
 
 static void side_fill(struct hc_shm_conn *c, struct hc_shm_side *me) {

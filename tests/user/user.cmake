@@ -13,3 +13,10 @@ set_tests_properties(example_allreduce PROPERTIES LABELS mp TIMEOUT 120
 add_test(NAME install_consumer COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/user/check_install.sh
          ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR}/examples $<TARGET_FILE:hetccl-run> ${CMAKE_C_COMPILER})
 set_tests_properties(install_consumer PROPERTIES LABELS mp TIMEOUT 300 SKIP_RETURN_CODE 77)
+# The wait statistics each comm logs when freed (exec.h, hc_exec_wait_stats):
+# the example makes one all-reduce, so each rank ran one plan.
+add_test(NAME exec_wait_stats COMMAND $<TARGET_FILE:hetccl-run> -n 2 --timeout 100 $<TARGET_FILE:allreduce>)
+set_tests_properties(exec_wait_stats PROPERTIES LABELS mp TIMEOUT 120
+  ENVIRONMENT "HETCCL_DEBUG=INFO;HETCCL_DEBUG_SUBSYS=EXEC"
+  PASS_REGULAR_EXPRESSION "rank 0, [a-z ]+: plans run 1; waits for peers [0-9]+(.|\n)*rank 1, [a-z ]+: plans run 1; waits for peers [0-9]+|rank 1, [a-z ]+: plans run 1; waits for peers [0-9]+(.|\n)*rank 0, [a-z ]+: plans run 1; waits for peers [0-9]+"
+  FAIL_REGULAR_EXPRESSION "plans run ([02-9]|1[0-9])")
