@@ -553,6 +553,7 @@ static hc_result_t read_settings(struct hc_shm_ctx *ctx) {
   ctx->nslots = (uint32_t)nslots;
   ctx->cma = hc_param_int(HC_P_SHM_CMA) != 0;
   ctx->cma_min = (size_t)hc_param_int(HC_P_SHM_CMA_MIN_BYTES);
+  ctx->lone_send_slots = hc_param_int(HC_P_SHM_LONE_SEND_SLOTS) != 0;
   ctx->nt_min = (size_t)hc_param_int(HC_P_SHM_NT_MIN_BYTES);
   int64_t pass = hc_param_int(HC_P_SHM_PASS_BYTES);
   if (pass < 1) return HC_FAIL(HC_ERR_USAGE, "HETCCL_SHM_PASS_BYTES=%lld: must be at least 1", (long long)pass);
