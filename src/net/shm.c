@@ -29,7 +29,11 @@
  *   CMA     n >= HETCCL_SHM_CMA_MIN_BYTES and the peer can process_vm_readv
  *           this process: the receiver pulls from the sender's buffer into
  *           its own, one syscall per progress pass. Single copy; completes
- *           on the ack (a rendezvous: a send waits for its receive).
+ *           on the ack (a rendezvous: a send waits for its receive). Not
+ *           for a lone send (HETCCL_SHM_LONE_SEND_SLOTS): one posted while
+ *           this rank has no receive pending and no send to another peer
+ *           (the root of a 2-rank broadcast or of a chain) goes through
+ *           slots, where the sender's otherwise idle CPU copies too.
  *   SLOTS   otherwise: cut into parts of one slot, the sender writes part
  *           k+1 while the receiver reads part k (pipelined double copy);
  *           the send completes when its last part is in a slot. Messages
@@ -44,7 +48,9 @@
  *     SLOTS+NT 4.0/6.5    4.5/9.1     4.8/9.1     2.9/6.0
  *   Hence: CMA from 64K (it ties with slots at 16K and wins both ways from
  *   64K when both directions are busy, as in a ring; one way, slots win
- *   for huge messages only because two cores copy), registered buffers
+ *   for huge messages only because two cores copy, hence slots for lone
+ *   sends; on a 2-core EPYC VM pulls ran at about 3 GB/s and one-way
+ *   slots at 9-15, docs/perf.md, Broadcast), registered buffers
  *   whenever possible, and no streaming stores (the pipelined receiver
  *   reads each part while it is still cached: streaming only sends it to
  *   DRAM and back). Slots of 64K, 256K and 1M measured alike; 256K keeps a
@@ -576,6 +582,7 @@ static hc_result_t read_settings(struct hc_shm_ctx *ctx) {
   ctx->nslots = (uint32_t)nslots;
   ctx->cma = hc_param_int(HC_P_SHM_CMA) != 0;
   ctx->cma_min = (size_t)hc_param_int(HC_P_SHM_CMA_MIN_BYTES);
+  ctx->lone_send_slots = hc_param_int(HC_P_SHM_LONE_SEND_SLOTS) != 0;
   ctx->nt_min = (size_t)hc_param_int(HC_P_SHM_NT_MIN_BYTES);
   int64_t pass = hc_param_int(HC_P_SHM_PASS_BYTES);
   if (pass < 1) return HC_FAIL(HC_ERR_USAGE, "HETCCL_SHM_PASS_BYTES=%lld: must be at least 1", (long long)pass);

@@ -201,10 +201,11 @@ struct hc_shm_conn {
    * say there is nothing (more) to do. */
   uint64_t tx_head, tx_tail, tx_slot_head, tx_slot_tail;
   uint64_t rx_head, rx_tail, rx_slot_head, rx_slot_tail;
-  bool more;        /* progress stopped on its budget, not for want of the peer */
-  int n_complete;   /* requests complete but not yet freed by test() */
-  int n_incomplete; /* requests posted and not complete */
-  int n_unacked;    /* pulled sends posted and not acked */
+  bool more;                        /* progress stopped on its budget, not for want of the peer */
+  int n_complete;                   /* requests complete but not yet freed by test() */
+  int n_incomplete;                 /* requests posted and not complete */
+  int n_unacked;                    /* pulled sends posted and not acked */
+  int sends_pending, recvs_pending; /* of n_incomplete; the ctx sums them over its connections */
   hc_result_t failed;
   char err[320];
   struct hc_shm_queue sendq, recvq;
@@ -230,6 +231,10 @@ struct hc_shm_ctx {
   size_t slot_bytes, cma_min, nt_min;
   size_t pass_bytes; /* payload bytes one pass copies per direction */
   bool cma;
+  bool lone_send_slots; /* HETCCL_SHM_LONE_SEND_SLOTS */
+  /* Requests posted and not complete, over every connection: a send
+   * chooses its path by what else this rank waits for (lone_send). */
+  int sends_pending, recvs_pending;
   uint64_t probe_value;       /* peers read it through CMA to prove they can */
   struct hc_shm_conn **conns; /* [nranks], made on first use */
 };

@@ -65,6 +65,8 @@ static void req_complete(struct hc_shm_conn *c, struct hc_shm_req *q) {
   q->complete = true;
   c->n_complete++;
   c->n_incomplete--;
+  if (q->is_send) c->sends_pending--, c->ctx->sends_pending--;
+  else c->recvs_pending--, c->ctx->recvs_pending--;
 }
 
 bool hc_net_shm_conn_busy(const struct hc_shm_conn *c) { return c->n_incomplete > 0; }
@@ -324,6 +326,15 @@ hc_result_t hc_net_shm_conn_progress(struct hc_shm_conn *c, bool *moved) {
 
 /* ---- requests ---- */
 
+/* A send from a rank that waits for nothing else: no receive pending, no
+ * send to another peer. A pull leaves all of a message's copying to the
+ * receiver; the slot pipeline shares it with the sender, whose CPU would
+ * otherwise idle, and is then the faster path one way (shm.c). */
+static bool lone_send(const struct hc_shm_conn *c) {
+  const struct hc_shm_ctx *ctx = c->ctx;
+  return ctx->lone_send_slots && ctx->recvs_pending == 0 && ctx->sends_pending == c->sends_pending;
+}
+
 static hc_result_t post(struct hc_shm_conn *c, void *buf, size_t n, const struct hc_net_sig *sig, bool is_send,
                         void **out) {
   const char *what = is_send ? "isend" : "irecv";
@@ -352,7 +363,7 @@ static hc_result_t post(struct hc_shm_conn *c, void *buf, size_t n, const struct
     const struct hc_shm_ctx *ctx = c->ctx;
     if (n <= c->inline_bytes) q->kind = HC_SHM_INLINE;
     else if (c->peer_fd && hc_net_shm_reg_lookup(buf, n, &q->reg)) q->kind = HC_SHM_REG;
-    else if (c->peer_cma && n >= ctx->cma_min) q->kind = HC_SHM_CMA;
+    else if (c->peer_cma && n >= ctx->cma_min && !lone_send(c)) q->kind = HC_SHM_CMA;
     else q->kind = HC_SHM_SLOTS;
   }
   struct hc_shm_queue *fifo = is_send ? &c->sendq : &c->recvq;
@@ -361,6 +372,8 @@ static hc_result_t post(struct hc_shm_conn *c, void *buf, size_t n, const struct
   else fifo->head = q;
   fifo->tail = q;
   c->n_incomplete++;
+  if (is_send) c->sends_pending++, c->ctx->sends_pending++;
+  else c->recvs_pending++, c->ctx->recvs_pending++;
   if (is_send && c->send_cur == NULL) c->send_cur = q;
   if (!is_send && c->recv_cur == NULL) c->recv_cur = q;
   /* A send goes out now: the small-message latency is this call plus the
@@ -439,7 +452,9 @@ void hc_net_shm_conn_free_reqs(struct hc_shm_conn *c) {
   }
   c->nspare = 0;
   c->send_cur = c->recv_cur = NULL;
-  c->n_complete = c->n_incomplete = c->n_unacked = 0;
+  c->ctx->sends_pending -= c->sends_pending;
+  c->ctx->recvs_pending -= c->recvs_pending;
+  c->n_complete = c->n_incomplete = c->n_unacked = c->sends_pending = c->recvs_pending = 0;
   for (int i = 0; i < HC_SHM_REG_CACHE; i++)
     if (c->regs[i].fd >= 0) {
       munmap((void *)c->regs[i].base, c->regs[i].bytes);

@@ -120,6 +120,8 @@ static const struct hc_algo_desc table[] = {
      .what = "from RING_THRESHOLD bytes without a vendor group: a chain through the ranks ordered by group; "
              "else a tree among one leader per group, then one inside each group",
      .applies_doc = HIER_APPLIES, .chosen_doc = HIER_CHOSEN},
+    {.coll = HC_COLL_BROADCAST, .algo = HC_ALGO_ONESTEP, .chosen = one_step_pays, .build = hc_onestep_broadcast,
+     .what = "the root sends its message to every other rank at once", .chosen_doc = ONESTEP_CHOSEN},
     {.coll = HC_COLL_BROADCAST, .algo = HC_ALGO_RING, .chosen = large, .build = hc_chain_broadcast,
      .what = "a pipelined chain from the root through every rank",
      .chosen_doc = "the call has RING_THRESHOLD bytes or more"},

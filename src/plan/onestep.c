@@ -12,6 +12,9 @@
  * ((in_0 op in_1) op in_2) ..., so that every rank computes the same bits.
  * All-gather: rank r sends its block to every peer, which receives it
  * straight into block r of its output.
+ * Broadcast: the root sends its message to every peer, which receives it
+ * straight into its output: one hop for every rank, where the binomial
+ * tree takes log2(n) hops in sequence.
  * Sends go in the order r+1, r+2, ... (mod n) and receives in the order
  * r-1, r-2, ..., so that the first message every rank waits for is the
  * first one its sender posts.
@@ -76,5 +79,26 @@ hc_result_t hc_onestep_allgather(struct hc_plan *p, const struct hc_plan_ctx *x,
     hc_push_send(p, hc_member(x, to), io.in, bytes, io.in_dep, 0);
     hc_push_recv(p, hc_member(x, from), HC_PTR(io.out, (size_t)from * a->count, es), bytes, 0, 0);
   }
+  return HC_OK;
+}
+
+hc_result_t hc_onestep_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                 struct hc_alg_io io) {
+  const int n = x->nranks, root = a->root;
+  const size_t bytes = a->count * hc_dtype_size(a->dtype);
+  if (x->rank != root) {
+    hc_ref_t got = hc_push_recv(p, hc_member(x, root), io.out, bytes, 0, 0);
+    if (io.out_ready) *io.out_ready = got;
+    return HC_OK;
+  }
+  hc_ref_t first_sent = io.in_dep;
+  for (int k = 1; k < n; k++) {
+    hc_ref_t sent = hc_push_send(p, hc_member(x, (root + k) % n), io.in, bytes, io.in_dep, 0);
+    if (k == 1) first_sent = sent;
+  }
+  /* After a send: a pass runs ready local steps before it posts
+   * transfers, and the peers need not wait for the root's own copy. */
+  const hc_ref_t copied = io.out == io.in ? io.in_dep : hc_push_copy(p, io.out, io.in, bytes, first_sent, 0);
+  if (io.out_ready) *io.out_ready = copied;
   return HC_OK;
 }

@@ -8,6 +8,15 @@ foreach(n 3 4)
       PASS_REGULAR_EXPRESSION "Out of bounds values : 0 OK" FAIL_REGULAR_EXPRESSION "FAILED")
   endforeach()
 endforeach()
+# Broadcast over shm from every root (-r -1), 2 to 8 ranks, out of place and
+# in place (hetccl-perf checks both against the root's pattern), at sizes
+# around the one-step bound (HETCCL_ONESTEP_BYTES, 4K) and the chain's
+# (HETCCL_RING_THRESHOLD, 64K).
+foreach(n 2 3 4 5 6 7 8)
+  add_test(NAME mp_broadcast_roots_n${n} COMMAND ${run} -n ${n} --timeout 240 ${perf} broadcast -b 1K -e 128K -f 2 -n 2 -w 1 -c 1 -r -1)
+  set_tests_properties(mp_broadcast_roots_n${n} PROPERTIES LABELS mp TIMEOUT 300
+    PASS_REGULAR_EXPRESSION "Out of bounds values : 0 OK" FAIL_REGULAR_EXPRESSION "FAILED")
+endforeach()
 # hetccl-run stops every rank when one fails and exits with that code.
 add_test(NAME mp_run_failure COMMAND sh -c "${run} -n 3 -- sh -c 'if [ $RANK = 1 ]; then exit 7; fi; sleep 30'; test $? = 7")
 set_tests_properties(mp_run_failure PROPERTIES LABELS mp TIMEOUT 60)

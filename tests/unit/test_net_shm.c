@@ -8,7 +8,10 @@
  * between two threads of one process (same pid on both ends); a segment
  * left by a rank killed during connect, removed by the next open;
  * hetcclMemAlloc's arguments; wakeups through futex sleep; and /dev/shm
- * holding no hetccl-* entry of ours after every pair. Prints throughput of
+ * holding no hetccl-* entry of ours after every pair; a send from a rank
+ * that waits for nothing else goes through slots (and is pulled with
+ * HETCCL_SHM_LONE_SEND_SLOTS=0), one with a receive pending is pulled.
+ * Prints throughput of
  * 64 MiB transfers per path and the small-message round trip.
  *
  * Every wait has a deadline and alarm() bounds the run. Reproduce:
@@ -161,6 +164,47 @@ static void body_latency(struct nc_end *e) {
   }
   CHECK(r == HC_OK, "ping-pong: %s", hc_last_error());
   rtt_us = (double)(hc_now_ns() - t0) / 1e3 / iters;
+}
+
+/* The sender's path by what else it waits for (HETCCL_SHM_LONE_SEND_SLOTS,
+ * lone_slots_expected): rank 0 sends a pulled-size message while it waits
+ * for nothing else (slots, where the setting is on), then another with a
+ * receive pending (pulled, where the peer can pull). Rank 1 checks both
+ * messages' bytes. */
+static bool lone_slots_expected;
+static void body_lone_send(struct nc_end *e) {
+  const size_t n = MIB;
+  uint8_t *a = malloc(n), *b = malloc(n), ack = 0;
+  void *reqs[3] = {NULL, NULL, NULL};
+  hc_result_t r = HC_OK;
+  if (!CHECK(a && b, "out of memory")) goto out;
+  memset(a, e->me ? 0 : 0x5a, n);
+  memset(b, e->me ? 0 : 0xa5, n);
+  if (e->me == 0) {
+    const struct hc_shm_conn *c = e->conn;
+    r = e->ops->isend(e->conn, a, n, NULL, &reqs[0]);
+    if (r == HC_OK) r = nc_complete(e, reqs, 1);
+    if (r == HC_OK) r = e->ops->irecv(e->conn, &ack, 1, NULL, &reqs[1]);
+    if (r == HC_OK) r = e->ops->isend(e->conn, b, n, NULL, &reqs[2]);
+    if (r == HC_OK) r = nc_complete(e, &reqs[1], 2);
+    const uint64_t first_slots = lone_slots_expected || !c->peer_cma, slots = first_slots + !c->peer_cma;
+    CHECK(r != HC_OK || (c->nsent[HC_SHM_SLOTS] == slots && c->nsent[HC_SHM_CMA] == 2 - slots),
+          "paths: slots %llu, cma %llu (peer can pull: %d; lone sends through slots: %d)",
+          (unsigned long long)c->nsent[HC_SHM_SLOTS], (unsigned long long)c->nsent[HC_SHM_CMA], c->peer_cma,
+          lone_slots_expected);
+  } else {
+    r = e->ops->irecv(e->conn, a, n, NULL, &reqs[0]);
+    if (r == HC_OK) r = e->ops->irecv(e->conn, b, n, NULL, &reqs[1]);
+    if (r == HC_OK) r = nc_complete(e, reqs, 2);
+    /* Only now: rank 0's receive of it stays pending while it sends b. */
+    if (r == HC_OK) r = e->ops->isend(e->conn, &ack, 1, NULL, &reqs[2]);
+    if (r == HC_OK) r = nc_complete(e, &reqs[2], 1);
+    CHECK(r != HC_OK || (a[0] == 0x5a && a[n - 1] == 0x5a && b[0] == 0xa5 && b[n - 1] == 0xa5), "data wrong");
+  }
+  CHECK(r == HC_OK, "lone send: %s", hc_last_error());
+out:
+  free(a);
+  free(b);
 }
 
 /* Ping-pong where both sides sleep in wait_blocking after every test that
@@ -321,6 +365,16 @@ int main(int argc, char **argv) {
   failed += run_as("kill_slots", "peer_killed", NC_PROCESSES);
   set_env(NULL, NULL, NULL, NULL, NULL);
   failed += run_as("threads_exchange", "sizes", NC_THREADS);
+  for (int on = 1; on >= 0; on--) {
+    const struct nc_case c = {.name = on ? "lone_send_slots" : "lone_send_pulled", .body = body_lone_send};
+    if (!wanted(c.name)) continue;
+    setenv("HETCCL_SHM_LONE_SEND_SLOTS", on ? "1" : "0", 1);
+    hc_params_reset();
+    lone_slots_expected = on;
+    failed += !nc_run_pair(&shm, &c, NC_PROCESSES);
+  }
+  unsetenv("HETCCL_SHM_LONE_SEND_SLOTS");
+  hc_params_reset();
   if (wanted("stale_segment_removed")) failed += !run_stale();
   if (wanted("sleep_wakeup")) {
     const struct nc_case c = {.name = "sleep_wakeup", .body = body_sleep};
@@ -340,6 +394,8 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < HC_ARRAY_LEN(perf); i++) {
     if (only && strcmp(only, perf[i].name) && strcmp(only, "perf")) continue;
     set_env(perf[i].cma, NULL, NULL, NULL, perf[i].nt);
+    setenv("HETCCL_SHM_LONE_SEND_SLOTS", "0", 1); /* one way too, each path as named */
+    hc_params_reset();
     use_memalloc = perf[i].memalloc;
     const struct nc_case c = {.name = perf[i].name, .body = body_perf};
     if (nc_run_pair(&shm, &c, NC_PROCESSES))
@@ -347,6 +403,7 @@ int main(int argc, char **argv) {
     else failed++;
   }
   use_memalloc = false;
+  unsetenv("HETCCL_SHM_LONE_SEND_SLOTS");
   set_env(NULL, NULL, NULL, NULL, NULL);
   if (only == NULL || !strcmp(only, "latency") || !strcmp(only, "perf")) {
     const struct nc_case c = {.name = "latency", .body = body_latency};
