@@ -36,13 +36,24 @@
  *   dereg key=K
  *   write qp=Q to=Q len=N src=0x.. src_mem=M dst=0x.. dst_mem=M imm=0|1 inline=0|1 nsge=N
  *   (src_mem: the memory of the first gathered piece; nsge=N pieces)
+ *   read qp=Q to=Q len=N src=0x.. src_mem=M dst=0x.. dst_mem=M
+ *   (an RDMA READ: src is the remote range read, dst the local one)
  * The same figures are kept in counters that a test in the process reads
  * with fake_verbs_bytes(src_mem, dst_mem), each gathered piece counted by
- * its own memory, and fake_verbs_regs(mem, dmabuf).
+ * its own memory (reads not included), fake_verbs_regs(mem, dmabuf), and
+ * fake_verbs_reads(src_mem, loopback): the RDMA READs out of memory of
+ * src_mem, on a queue pair connected to itself (loopback = 1, net/ib's
+ * GPU flushes) or to another.
+ *
+ * RDMA READ (one local piece, never inline) copies the remote range, which
+ * a registration of the rkey must cover with remote read access, into the
+ * local piece, which a registration of the lkey must cover with local
+ * write access: as an adapter checks. Nothing models the GPU's view of
+ * memory, so a read flushes nothing here: a test counts them.
  *
  * Limits: ranks must be threads of one process (queue pairs find each
- * other by number in this process); no atomics, reads, sends or shared
- * receive queues (net/ib uses none). One lock serialises every call.
+ * other by number in this process); no atomics, sends or shared receive
+ * queues (net/ib uses none). One lock serialises every call.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -97,7 +108,7 @@ struct arrival { /* a write with immediate waiting for a posted receive */
 };
 
 #define MAX_SGE 4
-/* A posted write, copied out of the caller's work request (inline data
+/* A posted write (or read), copied out of the caller's work request (inline data
  * too): held while the remote queue pair is not ready to receive yet, as
  * a real adapter retries until it is. */
 struct write {
@@ -132,13 +143,20 @@ static FILE *log_file;
 static bool log_opened;
 
 /* Counters by memory kind: 0 device, 1 pinned, 2 host. */
-static long long bytes_by[3][3], regs_by[3][2];
+static long long bytes_by[3][3], regs_by[3][2], reads_by[3][2];
 
 static int kind_index(const char *mem) { return !strcmp(mem, "device") ? 0 : !strcmp(mem, "pinned") ? 1 : 2; }
 
 EXPORT long long fake_verbs_bytes(const char *src_mem, const char *dst_mem) {
   pthread_mutex_lock(&big);
   long long n = bytes_by[kind_index(src_mem)][kind_index(dst_mem)];
+  pthread_mutex_unlock(&big);
+  return n;
+}
+
+EXPORT long long fake_verbs_reads(const char *src_mem, int loopback) {
+  pthread_mutex_lock(&big);
+  long long n = reads_by[kind_index(src_mem)][loopback != 0];
   pthread_mutex_unlock(&big);
   return n;
 }
@@ -640,6 +658,26 @@ static int execute_write(struct fake_qp *q, struct fake_qp *to, const struct wri
   return HC_IBV_WC_SUCCESS;
 }
 
+/* Under big: one RDMA read of q (one local piece); the status of its
+ * completion. */
+static int execute_read(struct fake_qp *q, struct fake_qp *to, const struct write *wr) {
+  if (q->qp.state == HC_IBV_QPS_ERR) return HC_IBV_WC_WR_FLUSH_ERR;
+  const struct ibv_sge *local = &wr->sge[0];
+  const struct fake_mr *lm = mr_covering(local->lkey, (uintptr_t)local->addr, local->length);
+  if (wr->nsge != 1 || lm == NULL || !(lm->access & HC_IBV_ACCESS_LOCAL_WRITE)) return WC_LOC_PROT_ERR;
+  if (to == NULL || to->qp.state == HC_IBV_QPS_ERR) return WC_RETRY_EXC_ERR;
+  const struct fake_mr *rm = mr_covering(wr->rkey, (uintptr_t)wr->remote_addr, local->length);
+  if (rm == NULL || !(rm->access & HC_IBV_ACCESS_REMOTE_READ)) return WC_REM_ACCESS_ERR;
+  const void *src = (const void *)(uintptr_t)wr->remote_addr;
+  void *dst = (void *)(uintptr_t)local->addr;
+  const char *src_mem = mem_of(src), *dst_mem = mem_of(dst);
+  memmove(dst, src, local->length);
+  reads_by[kind_index(src_mem)][to == q]++;
+  log_line("read qp=%u to=%u len=%u src=%p src_mem=%s dst=%p dst_mem=%s", q->qp.qp_num, to->qp.qp_num, local->length,
+           src, src_mem, dst, dst_mem);
+  return HC_IBV_WC_SUCCESS;
+}
+
 /* Under big: runs q's held writes in order while its remote queue pair
  * can take them: it left RESET and INIT, and is not in error (a real
  * adapter retries into one in error until its retry count runs out, by
@@ -654,10 +692,14 @@ static void run_held(struct fake_qp *q) {
     struct write *w = q->held;
     q->held = w->next;
     if (q->held == NULL) q->held_tail = NULL;
-    int status = execute_write(q, to, w);
+    const bool read = w->opcode == HC_IBV_WR_RDMA_READ;
+    int status = read ? execute_read(q, to, w) : execute_write(q, to, w);
     if (status != HC_IBV_WC_SUCCESS) q->qp.state = HC_IBV_QPS_ERR;
     if (status != HC_IBV_WC_SUCCESS || (w->flags & HC_IBV_SEND_SIGNALED)) {
-      struct ibv_wc wc = {.wr_id = w->wr_id, .status = status, .opcode = HC_IBV_WC_RDMA_WRITE, .qp_num = q->qp.qp_num};
+      struct ibv_wc wc = {.wr_id = w->wr_id,
+                          .status = status,
+                          .opcode = read ? HC_IBV_WC_RDMA_READ : HC_IBV_WC_RDMA_WRITE,
+                          .qp_num = q->qp.qp_num};
       cq_push((struct fake_cq *)q->qp.send_cq, &wc);
     }
     free(w->inline_copy);
@@ -672,7 +714,9 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
   for (; wr; wr = wr->next) {
     if ((q->qp.state != HC_IBV_QPS_RTS && q->qp.state != HC_IBV_QPS_ERR) || wr->num_sge > MAX_SGE ||
         (uint32_t)wr->num_sge > q->max_send_sge ||
-        (wr->opcode != HC_IBV_WR_RDMA_WRITE && wr->opcode != HC_IBV_WR_RDMA_WRITE_WITH_IMM)) {
+        (wr->opcode != HC_IBV_WR_RDMA_WRITE && wr->opcode != HC_IBV_WR_RDMA_WRITE_WITH_IMM &&
+         wr->opcode != HC_IBV_WR_RDMA_READ) ||
+        (wr->opcode == HC_IBV_WR_RDMA_READ && (wr->send_flags & HC_IBV_SEND_INLINE))) {
       rc = EINVAL;
       *bad = wr;
       break;
