@@ -23,8 +23,13 @@ set_tests_properties(gpu_coll_gdr_peermem_fake_verbs PROPERTIES LABELS "unit;gpu
   ENVIRONMENT "${gdr_env};GDR_TEST_EXPECT=peermem;FAKE_VERBS_DMABUF=0;FAKE_VERBS_PEERMEM=1;FAKE_VERBS_LOG=${CMAKE_CURRENT_BINARY_DIR}/gdr_peermem.verbs.log")
 # Small messages of GPU memory over ib between a GPU rank and a CPU rank
 # (test_ib_small_gdr.c), threads over the fake libcuda and libibverbs:
-# no CPU touches the GPU rank's bytes either way.
+# no CPU touches the GPU rank's bytes either way; each receive into GPU
+# memory ends with one flush read, none with HETCCL_GDR_FLUSH=0.
 add_dependencies(test_ib_small_gdr hc_fake_cuda hc_fake_verbs)
+set(small_gdr_env "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda:${CMAKE_CURRENT_BINARY_DIR}/fake-verbs;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;HETCCL_TIMEOUT=60;HETCCL_NVRTC_LIBRARY=none;HETCCL_IB_CHUNK=4K")
 add_test(NAME gpu_ib_small_gdr_fake_verbs COMMAND test_ib_small_gdr)
 set_tests_properties(gpu_ib_small_gdr_fake_verbs PROPERTIES LABELS "unit;gpu" TIMEOUT 120 SKIP_RETURN_CODE 77
-  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda:${CMAKE_CURRENT_BINARY_DIR}/fake-verbs;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;HETCCL_TIMEOUT=60;HETCCL_NVRTC_LIBRARY=none")
+  ENVIRONMENT "${small_gdr_env}")
+add_test(NAME gpu_ib_small_gdr_noflush_fake_verbs COMMAND test_ib_small_gdr)
+set_tests_properties(gpu_ib_small_gdr_noflush_fake_verbs PROPERTIES LABELS "unit;gpu" TIMEOUT 120 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${small_gdr_env};HETCCL_GDR_FLUSH=0")
