@@ -16,7 +16,8 @@
  * memory each byte was read from and written to. The GPU flush (net/ib's
  * "flush"): every non-empty receive into the GPU rank's memory is
  * complete only once exactly one RDMA read of that memory went through a
- * loopback queue pair (one per message, whatever its chunks), and the CPU
+ * loopback queue pair (one per message, whatever its chunks) and its
+ * completion was seen, and the CPU
  * rank's receives into host memory have none; with HETCCL_GDR_FLUSH=0 no
  * read at all. A mismatch of lengths on a small receive into GPU memory
  * fails both ends, naming both lengths. Exits 77 unless both fakes are
@@ -40,6 +41,7 @@ static const size_t sizes[] = {1, 4000, 8192, 0, 777, 3 * 4096 + 100};
 static const struct hc_dev_ops *gpu;
 static long long (*verbs_bytes)(const char *src, const char *dst);
 static long long (*verbs_reads)(const char *src, int loopback);
+static long long (*verbs_reads_unpolled)(void);
 
 /* RDMA reads so far: out of GPU memory through a loopback queue pair (the
  * flushes), and all others (out of host memory, or to a peer). */
@@ -127,6 +129,7 @@ static int rank_main(int rank, int nranks, hetcclUniqueId id, void *arg) {
       CHECK(r.flushes - before.flushes == want && r.others == before.others,
             "%zu bytes into GPU memory: %lld flush reads at completion, expected %lld; %lld other reads", n,
             r.flushes - before.flushes, want, r.others - before.others);
+      CHECK(verbs_reads_unpolled() == 0, "%zu bytes into GPU memory: complete before its flush read's completion", n);
     }
     if (on_gpu) get(&m, host_in, in, MAX_BYTES);
     fill(expect, n, 1 - rank, k);
@@ -172,8 +175,9 @@ int main(int argc, char **argv) {
   void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (verbs) *(void **)&verbs_bytes = dlsym(verbs, "fake_verbs_bytes");
   if (verbs) *(void **)&verbs_reads = dlsym(verbs, "fake_verbs_reads");
+  if (verbs) *(void **)&verbs_reads_unpolled = dlsym(verbs, "fake_verbs_reads_unpolled");
   flush_on = hc_param_int(HC_P_GDR_FLUSH) != 0;
-  if (gpu == NULL || verbs_bytes == NULL || verbs_reads == NULL || cuda == NULL || dlsym(cuda, "fake_cuda_copied") == NULL) {
+  if (gpu == NULL || verbs_bytes == NULL || verbs_reads == NULL || verbs_reads_unpolled == NULL || cuda == NULL || dlsym(cuda, "fake_cuda_copied") == NULL) {
     printf("skip: needs the fake libcuda and the fake libibverbs (LD_LIBRARY_PATH)\n");
     return 77;
   }

@@ -43,13 +43,18 @@
  * its own memory (reads not included), fake_verbs_regs(mem, dmabuf), and
  * fake_verbs_reads(src_mem, loopback): the RDMA READs out of memory of
  * src_mem, on a queue pair connected to itself (loopback = 1, net/ib's
- * GPU flushes) or to another.
+ * GPU flushes) or to another; fake_verbs_reads_unpolled(): completions of
+ * reads not yet polled (a caller that reports what a read guards as done
+ * before it has seen the read complete leaves one behind).
  *
  * RDMA READ (one local piece, never inline) copies the remote range, which
  * a registration of the rkey must cover with remote read access, into the
  * local piece, which a registration of the lkey must cover with local
- * write access: as an adapter checks. Nothing models the GPU's view of
- * memory, so a read flushes nothing here: a test counts them.
+ * write access: as an adapter checks. Its completion is queued only at
+ * the next poll of its completion queue (that poll does not return it),
+ * as a read's round trip takes time where a write's local completion
+ * may already be there. Nothing models the GPU's view of memory, so a
+ * read flushes nothing here: a test counts them.
  *
  * Limits: ranks must be threads of one process (queue pairs find each
  * other by number in this process); no atomics, sends or shared receive
@@ -101,6 +106,8 @@ struct fake_cq {
   struct ibv_wc *wc;
   size_t cap, head, count;
   bool armed;
+  struct ibv_wc *late; /* completions of reads, queued at the next poll */
+  size_t nlate, late_cap;
 };
 
 struct arrival { /* a write with immediate waiting for a posted receive */
@@ -143,7 +150,7 @@ static FILE *log_file;
 static bool log_opened;
 
 /* Counters by memory kind: 0 device, 1 pinned, 2 host. */
-static long long bytes_by[3][3], regs_by[3][2], reads_by[3][2];
+static long long bytes_by[3][3], regs_by[3][2], reads_by[3][2], reads_unpolled;
 
 static int kind_index(const char *mem) { return !strcmp(mem, "device") ? 0 : !strcmp(mem, "pinned") ? 1 : 2; }
 
@@ -157,6 +164,13 @@ EXPORT long long fake_verbs_bytes(const char *src_mem, const char *dst_mem) {
 EXPORT long long fake_verbs_reads(const char *src_mem, int loopback) {
   pthread_mutex_lock(&big);
   long long n = reads_by[kind_index(src_mem)][loopback != 0];
+  pthread_mutex_unlock(&big);
+  return n;
+}
+
+EXPORT long long fake_verbs_reads_unpolled(void) {
+  pthread_mutex_lock(&big);
+  long long n = reads_unpolled;
   pthread_mutex_unlock(&big);
   return n;
 }
@@ -425,6 +439,9 @@ EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *cx, int cqe, void *cq_co
 EXPORT int ibv_destroy_cq(struct ibv_cq *cq) {
   struct fake_cq *c = (struct fake_cq *)cq;
   pthread_mutex_lock(&big);
+  reads_unpolled -= (long long)c->nlate;
+  for (size_t i = 0; i < c->count; i++) reads_unpolled -= c->wc[(c->head + i) % c->cap].opcode == HC_IBV_WC_RDMA_READ;
+  free(c->late);
   free(c->wc);
   free(c);
   pthread_mutex_unlock(&big);
@@ -453,15 +470,28 @@ static void cq_push(struct fake_cq *c, const struct ibv_wc *wc) {
   }
 }
 
+/* Under big: a read's completion, queued at the next poll. */
+static void cq_push_late(struct fake_cq *c, const struct ibv_wc *wc) {
+  if (c->nlate == c->late_cap) {
+    c->late_cap = c->late_cap ? c->late_cap * 2 : 16;
+    c->late = realloc(c->late, c->late_cap * sizeof(*c->late));
+    if (c->late == NULL) abort(); /* a test fake out of memory has nothing better to do */
+  }
+  c->late[c->nlate++] = *wc;
+}
+
 static int fake_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
   struct fake_cq *c = (struct fake_cq *)cq;
   int k = 0;
   pthread_mutex_lock(&big);
   for (; k < n && c->count > 0; k++) {
     wc[k] = c->wc[c->head];
+    if (wc[k].opcode == HC_IBV_WC_RDMA_READ) reads_unpolled--;
     c->head = (c->head + 1) % c->cap;
     c->count--;
   }
+  for (size_t i = 0; i < c->nlate; i++) cq_push(c, &c->late[i]);
+  c->nlate = 0;
   pthread_mutex_unlock(&big);
   return k;
 }
@@ -700,7 +730,9 @@ static void run_held(struct fake_qp *q) {
                           .status = status,
                           .opcode = read ? HC_IBV_WC_RDMA_READ : HC_IBV_WC_RDMA_WRITE,
                           .qp_num = q->qp.qp_num};
-      cq_push((struct fake_cq *)q->qp.send_cq, &wc);
+      reads_unpolled += read;
+      if (read && status == HC_IBV_WC_SUCCESS) cq_push_late((struct fake_cq *)q->qp.send_cq, &wc);
+      else cq_push((struct fake_cq *)q->qp.send_cq, &wc);
     }
     free(w->inline_copy);
     free(w);
