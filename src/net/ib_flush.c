@@ -32,8 +32,9 @@ static hc_result_t flush_open(struct hc_ib_ctx *ctx) {
   const char *what = "the GPU flush queue pair";
   HC_TRY(hc_ib_qp_open(ctx, f->cq, &cap, HC_IBV_ACCESS_LOCAL_WRITE | HC_IBV_ACCESS_REMOTE_READ, what, &f->qp));
   HC_TRY(hc_ib_qp_connect(ctx, f->qp, f->qp->qp_num, ctx->dev.lid, ctx->dev.gid.raw, ctx->dev.active_mtu, what));
-  HC_INFO(HC_NET, "ib: rank %d: flush queue pair %u on %s:%d: each receive into GPU memory ends with a 1-byte RDMA "
-                  "read of it (HETCCL_GDR_FLUSH=0: none)",
+  HC_INFO(HC_NET,
+          "ib: rank %d: flush queue pair %u on %s:%d: each receive into GPU memory ends with a 1-byte RDMA "
+          "read of it (HETCCL_GDR_FLUSH=0: none)",
           ctx->rank, f->qp->qp_num, ctx->dev.name, ctx->dev.port);
   return HC_OK;
 }
@@ -62,8 +63,8 @@ hc_result_t hc_ib_flush_post(struct hc_ib_ctx *ctx, const struct hc_ib_reg *reg,
   wr.wr.rdma.rkey = reg->mr->rkey;
   int rc = hc_ib_post_send(f->qp, &wr, &bad);
   if (rc != 0)
-    return HC_FAIL(HC_ERR_SYSTEM, "ib: rank %d: posting the flush read of GPU memory at %p failed: %s", ctx->rank,
-                   addr, strerror(rc));
+    return HC_FAIL(HC_ERR_SYSTEM, "ib: rank %d: posting the flush read of GPU memory at %p failed: %s", ctx->rank, addr,
+                   strerror(rc));
   f->inflight++;
   *posted = true;
   return HC_OK;

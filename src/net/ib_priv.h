@@ -201,8 +201,8 @@ struct hc_ib_req {
   size_t n;
   struct hc_net_sig sig;
   bool is_send, complete;
-  bool device;   /* buf is GPU memory (asked only where the ctx reaches it) */
-  bool cts_seen; /* send: the cts was taken (a small message to a device receiver) */
+  bool device;    /* buf is GPU memory (asked only where the ctx reaches it) */
+  bool cts_seen;  /* send: the cts was taken (a small message to a device receiver) */
   bool flush_due; /* recv: landed in GPU memory, its flush not posted yet (no room) */
   bool flushing;  /* recv: its flush read posted, awaited before it completes */
   uint64_t seq;

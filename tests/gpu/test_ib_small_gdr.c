@@ -49,9 +49,9 @@ struct reads {
   long long flushes, others;
 };
 static struct reads reads_now(void) {
-  return (struct reads){verbs_reads("device", 1),
-                        verbs_reads("device", 0) + verbs_reads("pinned", 0) + verbs_reads("pinned", 1) +
-                            verbs_reads("host", 0) + verbs_reads("host", 1)};
+  return (struct reads){verbs_reads("device", 1), verbs_reads("device", 0) + verbs_reads("pinned", 0) +
+                                                      verbs_reads("pinned", 1) + verbs_reads("host", 0) +
+                                                      verbs_reads("host", 1)};
 }
 
 struct end {
@@ -177,7 +177,8 @@ int main(int argc, char **argv) {
   if (verbs) *(void **)&verbs_reads = dlsym(verbs, "fake_verbs_reads");
   if (verbs) *(void **)&verbs_reads_unpolled = dlsym(verbs, "fake_verbs_reads_unpolled");
   flush_on = hc_param_int(HC_P_GDR_FLUSH) != 0;
-  if (gpu == NULL || verbs_bytes == NULL || verbs_reads == NULL || verbs_reads_unpolled == NULL || cuda == NULL || dlsym(cuda, "fake_cuda_copied") == NULL) {
+  if (gpu == NULL || verbs_bytes == NULL || verbs_reads == NULL || verbs_reads_unpolled == NULL || cuda == NULL ||
+      dlsym(cuda, "fake_cuda_copied") == NULL) {
     printf("skip: needs the fake libcuda and the fake libibverbs (LD_LIBRARY_PATH)\n");
     return 77;
   }
