@@ -37,3 +37,15 @@ set_tests_properties(gpu_ib_small_gdr_fake_verbs PROPERTIES LABELS "unit;gpu" TI
 add_test(NAME gpu_ib_small_gdr_noflush_fake_verbs COMMAND test_ib_small_gdr)
 set_tests_properties(gpu_ib_small_gdr_noflush_fake_verbs PROPERTIES LABELS "unit;gpu" TIMEOUT 120 SKIP_RETURN_CODE 77
   ENVIRONMENT "${small_gdr_env};HETCCL_GDR_FLUSH=0")
+# A GPU rank and a CPU rank in different groups on 2 fake hosts joined by ib
+# (test_coll_mixed_gdr.c): send/recv, all-reduce and all-gather at sizes
+# around the eager threshold, end to end through the plans; results and how
+# the GPU rank's bytes went (no pinned copy, flushed when they land).
+add_dependencies(test_coll_mixed_gdr hc_fake_cuda hc_fake_verbs)
+set(mixed_gdr_env "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda:${CMAKE_CURRENT_BINARY_DIR}/fake-verbs;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0;TU_RANKS=threads;HETCCL_FAKE_HOSTS=0,1;HETCCL_NET=IB")
+add_test(NAME gpu_coll_mixed_gdr_fake_verbs COMMAND test_coll_mixed_gdr)
+set_tests_properties(gpu_coll_mixed_gdr_fake_verbs PROPERTIES LABELS "unit;gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${mixed_gdr_env}")
+add_test(NAME gpu_coll_mixed_gdr_noflush_fake_verbs COMMAND test_coll_mixed_gdr)
+set_tests_properties(gpu_coll_mixed_gdr_noflush_fake_verbs PROPERTIES LABELS "unit;gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${mixed_gdr_env};HETCCL_GDR_FLUSH=0")
