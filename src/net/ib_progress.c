@@ -251,8 +251,9 @@ static hc_result_t poll_cq(struct hc_ib_conn *c, bool *moved) {
 }
 
 /* Completed flush reads complete their receives, which may be another
- * connection's (the flush queue pair is the ctx's): *moved when one of
- * c's did. Then the flushes that waited for room are posted. */
+ * connection's (the flush queue pair is the ctx's): *moved either way, so
+ * that a blocking wait returns to its caller, which tests them all. Then
+ * the flushes that waited for room are posted. */
 static hc_result_t flush_progress(struct hc_ib_conn *c, bool *moved) {
   struct ibv_wc wc[HC_IB_POLL_BATCH];
   int n;
@@ -274,7 +275,7 @@ static hc_result_t flush_progress(struct hc_ib_conn *c, bool *moved) {
         continue;
       }
       req_complete(owner, q);
-      if (owner == c) *moved = true;
+      *moved = true;
     }
   } while (n == HC_IB_POLL_BATCH);
   for (struct hc_ib_req *q = c->recvq.head; q && c->flushes_due > 0; q = q->next)
