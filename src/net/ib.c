@@ -360,6 +360,35 @@ static void conn_destroy(struct hc_ib_conn *c) {
   free(c);
 }
 
+/* A reliable-connected queue pair on cq, brought to INIT with the remote
+ * access it grants; cap is what was granted (some devices inline less, or
+ * not at all: asked again without it). what names it in messages. */
+hc_result_t hc_ib_qp_open(struct hc_ib_ctx *ctx, struct ibv_cq *cq, struct ibv_qp_cap *cap, int access,
+                          const char *what, struct ibv_qp **out) {
+  const struct hc_ib_verbs *v = ctx->v;
+  struct ibv_qp_init_attr ia;
+  memset(&ia, 0, sizeof(ia));
+  ia.send_cq = ia.recv_cq = cq;
+  ia.qp_type = HC_IBV_QPT_RC;
+  ia.cap = *cap;
+  *out = v->ibv_create_qp(ctx->pd, &ia);
+  if (*out == NULL) {
+    ia.cap.max_inline_data = 0;
+    *out = v->ibv_create_qp(ctx->pd, &ia);
+  }
+  if (*out == NULL) return HC_FAIL(HC_ERR_SYSTEM, "ib: %s: cannot create %s: %s", ctx->dev.name, what, strerror(errno));
+  *cap = ia.cap;
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = HC_IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = (uint8_t)ctx->dev.port;
+  a.qp_access_flags = (unsigned)access;
+  if (v->ibv_modify_qp(*out, &a, HC_IBV_QP_STATE | HC_IBV_QP_PKEY_INDEX | HC_IBV_QP_PORT | HC_IBV_QP_ACCESS_FLAGS) != 0)
+    return HC_FAIL(HC_ERR_SYSTEM, "ib: %s: INIT failed: %s", what, strerror(errno));
+  return HC_OK;
+}
+
 /* The verbs resources of a pair: completion queue, queue pairs (to INIT,
  * receives posted), the registered block of rings. */
 static hc_result_t conn_create_qps(struct hc_ib_conn *c) {
@@ -389,34 +418,15 @@ static hc_result_t conn_create_qps(struct hc_ib_conn *c) {
     return HC_FAIL(HC_ERR_SYSTEM, "ib: %s: cannot register %zu bytes of rings for rank %d: %s", ctx->dev.name,
                    c->block_bytes, c->peer, strerror(errno));
   for (int i = 0; i < c->nqps; i++) {
-    struct ibv_qp_init_attr ia;
-    memset(&ia, 0, sizeof(ia));
-    ia.send_cq = ia.recv_cq = c->cq;
-    ia.qp_type = HC_IBV_QPT_RC;
-    ia.cap = (struct ibv_qp_cap){.max_send_wr = HC_IB_SQ_DEPTH,
-                                 .max_recv_wr = HC_IB_RQ_DEPTH,
-                                 .max_send_sge = 2 /* device eager */,
-                                 .max_recv_sge = 1,
-                                 .max_inline_data = 64};
-    c->qps[i] = v->ibv_create_qp(ctx->pd, &ia);
-    if (c->qps[i] == NULL) {
-      /* Some devices inline less, or not at all: ask again without it. */
-      ia.cap.max_inline_data = 0;
-      c->qps[i] = v->ibv_create_qp(ctx->pd, &ia);
-    }
-    if (c->qps[i] == NULL)
-      return HC_FAIL(HC_ERR_SYSTEM, "ib: %s: cannot create queue pair %d for rank %d: %s", ctx->dev.name, i, c->peer,
-                     strerror(errno));
-    c->max_inline = ia.cap.max_inline_data;
-    struct ibv_qp_attr a;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = HC_IBV_QPS_INIT;
-    a.pkey_index = 0;
-    a.port_num = (uint8_t)ctx->dev.port;
-    a.qp_access_flags = HC_IBV_ACCESS_LOCAL_WRITE | HC_IBV_ACCESS_REMOTE_WRITE;
-    if (v->ibv_modify_qp(c->qps[i], &a,
-                         HC_IBV_QP_STATE | HC_IBV_QP_PKEY_INDEX | HC_IBV_QP_PORT | HC_IBV_QP_ACCESS_FLAGS) != 0)
-      return HC_FAIL(HC_ERR_SYSTEM, "ib: queue pair %d for rank %d: INIT failed: %s", i, c->peer, strerror(errno));
+    char what[64];
+    struct ibv_qp_cap cap = {.max_send_wr = HC_IB_SQ_DEPTH,
+                             .max_recv_wr = HC_IB_RQ_DEPTH,
+                             .max_send_sge = 2 /* device eager */,
+                             .max_recv_sge = 1,
+                             .max_inline_data = 64};
+    snprintf(what, sizeof(what), "queue pair %d for rank %d", i, c->peer);
+    HC_TRY(hc_ib_qp_open(ctx, c->cq, &cap, HC_IBV_ACCESS_LOCAL_WRITE | HC_IBV_ACCESS_REMOTE_WRITE, what, &c->qps[i]));
+    c->max_inline = cap.max_inline_data;
     HC_TRY(hc_ib_post_recvs(c, i, HC_IB_RQ_DEPTH));
   }
   return HC_OK;
@@ -461,43 +471,52 @@ static hc_result_t setup_check(const struct hc_ib_conn *c, const struct hc_ib_se
   return HC_OK;
 }
 
-/* INIT -> RTR -> RTS for every queue pair, towards the peer's. */
+/* INIT -> RTR -> RTS towards the queue pair dest_qpn of the port with lid
+ * (InfiniBand) or gid (RoCE) and active MTU mtu. */
+hc_result_t hc_ib_qp_connect(struct hc_ib_ctx *ctx, struct ibv_qp *qp, uint32_t dest_qpn, uint32_t lid,
+                             const uint8_t gid[16], int mtu, const char *what) {
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = HC_IBV_QPS_RTR;
+  a.path_mtu = HC_MIN(ctx->dev.active_mtu, mtu);
+  a.dest_qp_num = dest_qpn;
+  a.rq_psn = 0;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  a.ah_attr.port_num = (uint8_t)ctx->dev.port;
+  if (ctx->dev.link_layer == HC_IBV_LINK_LAYER_ETHERNET) {
+    a.ah_attr.is_global = 1;
+    memcpy(a.ah_attr.grh.dgid.raw, gid, 16);
+    a.ah_attr.grh.sgid_index = (uint8_t)ctx->dev.gid_index;
+    a.ah_attr.grh.hop_limit = 64;
+  } else {
+    a.ah_attr.dlid = (uint16_t)lid;
+  }
+  if (ctx->v->ibv_modify_qp(qp, &a,
+                            HC_IBV_QP_STATE | HC_IBV_QP_AV | HC_IBV_QP_PATH_MTU | HC_IBV_QP_DEST_QPN |
+                                HC_IBV_QP_RQ_PSN | HC_IBV_QP_MAX_DEST_RD_ATOMIC | HC_IBV_QP_MIN_RNR_TIMER) != 0)
+    return HC_FAIL(HC_ERR_SYSTEM, "ib: %s: RTR failed: %s", what, strerror(errno));
+  memset(&a, 0, sizeof(a));
+  a.qp_state = HC_IBV_QPS_RTS;
+  a.sq_psn = 0;
+  a.timeout = (uint8_t)ctx->ack_timeout;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7; /* 7: retry forever on "receiver not ready" */
+  a.max_rd_atomic = 1;
+  if (ctx->v->ibv_modify_qp(qp, &a,
+                            HC_IBV_QP_STATE | HC_IBV_QP_SQ_PSN | HC_IBV_QP_TIMEOUT | HC_IBV_QP_RETRY_CNT |
+                                HC_IBV_QP_RNR_RETRY | HC_IBV_QP_MAX_QP_RD_ATOMIC) != 0)
+    return HC_FAIL(HC_ERR_SYSTEM, "ib: %s: RTS failed: %s", what, strerror(errno));
+  return HC_OK;
+}
+
+/* Every queue pair of c towards the peer's. */
 static hc_result_t qps_connect(struct hc_ib_conn *c) {
-  struct hc_ib_ctx *ctx = c->ctx;
   const struct hc_ib_setup *s = &c->remote;
   for (int i = 0; i < c->nqps; i++) {
-    struct ibv_qp_attr a;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = HC_IBV_QPS_RTR;
-    a.path_mtu = HC_MIN(ctx->dev.active_mtu, (int)s->mtu);
-    a.dest_qp_num = s->qpn[i];
-    a.rq_psn = 0;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.port_num = (uint8_t)ctx->dev.port;
-    if (ctx->dev.link_layer == HC_IBV_LINK_LAYER_ETHERNET) {
-      a.ah_attr.is_global = 1;
-      memcpy(a.ah_attr.grh.dgid.raw, s->gid, 16);
-      a.ah_attr.grh.sgid_index = (uint8_t)ctx->dev.gid_index;
-      a.ah_attr.grh.hop_limit = 64;
-    } else {
-      a.ah_attr.dlid = (uint16_t)s->lid;
-    }
-    if (ctx->v->ibv_modify_qp(c->qps[i], &a,
-                              HC_IBV_QP_STATE | HC_IBV_QP_AV | HC_IBV_QP_PATH_MTU | HC_IBV_QP_DEST_QPN |
-                                  HC_IBV_QP_RQ_PSN | HC_IBV_QP_MAX_DEST_RD_ATOMIC | HC_IBV_QP_MIN_RNR_TIMER) != 0)
-      return HC_FAIL(HC_ERR_SYSTEM, "ib: queue pair %d to rank %d: RTR failed: %s", i, c->peer, strerror(errno));
-    memset(&a, 0, sizeof(a));
-    a.qp_state = HC_IBV_QPS_RTS;
-    a.sq_psn = 0;
-    a.timeout = (uint8_t)ctx->ack_timeout;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7; /* 7: retry forever on "receiver not ready" */
-    a.max_rd_atomic = 1;
-    if (ctx->v->ibv_modify_qp(c->qps[i], &a,
-                              HC_IBV_QP_STATE | HC_IBV_QP_SQ_PSN | HC_IBV_QP_TIMEOUT | HC_IBV_QP_RETRY_CNT |
-                                  HC_IBV_QP_RNR_RETRY | HC_IBV_QP_MAX_QP_RD_ATOMIC) != 0)
-      return HC_FAIL(HC_ERR_SYSTEM, "ib: queue pair %d to rank %d: RTS failed: %s", i, c->peer, strerror(errno));
+    char what[64];
+    snprintf(what, sizeof(what), "queue pair %d to rank %d", i, c->peer);
+    HC_TRY(hc_ib_qp_connect(c->ctx, c->qps[i], s->qpn[i], s->lid, s->gid, (int)s->mtu, what));
   }
   return HC_OK;
 }
@@ -578,6 +597,7 @@ static hc_result_t ctx_params(struct hc_ib_ctx *ctx) {
   ctx->eager_slots = (uint32_t)slots;
   ctx->ack_timeout = (int)timeout;
   ctx->fault_after = (uint64_t)HC_MAX(hc_param_int(HC_P_IB_FAULT_AFTER), 0);
+  ctx->flush.enabled = hc_param_int(HC_P_GDR_FLUSH) != 0;
   return HC_OK;
 }
 
@@ -722,6 +742,9 @@ static hc_result_t ib_wait_blocking(void *vctx, int timeout_ms) {
     if (aborted(ctx)) return HC_OK;
     bool moved = false;
     int armed = 0, setting_up = 0;
+    /* Flush reads complete on the ctx's own queue, polled by every
+     * connection's progress below. */
+    if (ctx->flush.inflight > 0) hc_ib_req_notify_cq(ctx->flush.cq, 0);
     for (int p = 0; p < ctx->nranks; p++) {
       struct hc_ib_conn *c = ctx->conns[p];
       if (c == NULL) continue;
@@ -772,6 +795,7 @@ static hc_result_t ib_close(void *vctx) {
   if (ctx == NULL) return HC_OK;
   if (ctx->conns)
     for (int p = 0; p < ctx->nranks; p++) conn_destroy(ctx->conns[p]);
+  hc_ib_flush_fini(ctx); /* before the channel its completion queue reports to */
   if (ctx->sock_ctx) hc_net_socket.close(ctx->sock_ctx);
   if (ctx->channel) ctx->v->ibv_destroy_comp_channel(ctx->channel);
   hc_ib_mem_fini(ctx);

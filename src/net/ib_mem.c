@@ -187,7 +187,9 @@ static bool reg_still_mapped(const struct hc_ib_ctx *ctx, const struct hc_ib_reg
  * memory that is not page-aligned). */
 static hc_result_t reg_device(struct hc_ib_ctx *ctx, const struct hc_ptr_info *info, const void *inside,
                               struct hc_ib_reg *r) {
-  const int access = HC_IBV_ACCESS_LOCAL_WRITE | HC_IBV_ACCESS_REMOTE_WRITE;
+  /* Remote read: a receive into it ends with the flush read ("flush" in
+   * ib_priv.h), through the ctx's own loopback queue pair. */
+  const int access = HC_IBV_ACCESS_LOCAL_WRITE | HC_IBV_ACCESS_REMOTE_WRITE | HC_IBV_ACCESS_REMOTE_READ;
   void *start = (void *)r->start;
   size_t len = r->end - r->start;
   if (ctx->gdr_mode == HC_IB_GDR_DMABUF) {

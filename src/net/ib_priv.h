@@ -47,6 +47,19 @@
  *             registered device scratch that the GPU copied them into
  *             (plan/stage.c), so their registration is cached.
  *
+ *   flush     GPU memory an RDMA write (or the last chunk's immediate) has
+ *             landed in may not yet be visible to the GPU's own loads: the
+ *             adapter's PCIe writes can still sit in the GPU's ingress
+ *             while the completion reaches the CPU. So, as NCCL's ib
+ *             transport does (ncclIbIflush), a receive into GPU memory
+ *             completes only after a flush: an RDMA READ of one byte of its
+ *             buffer through a queue pair of the ctx connected to itself,
+ *             into a registered host scratch byte. PCIe orders the read's
+ *             completion behind the writes before it, so once the read is
+ *             back every byte of the message is in GPU memory. One per
+ *             receive, not per chunk; none for host memory (eager ring,
+ *             pinned slots) or an empty message; HETCCL_GDR_FLUSH=0: none.
+ *
  * Every notification is an RDMA WRITE WITH IMMEDIATE; the immediate (32
  * bits, network order on the wire) is type (2 bits) then:
  *   EAGER   seq % 2^14, size (16 bits)     CTS     seq % 2^30
@@ -177,6 +190,7 @@ struct hc_ib_conn {
   uint64_t eager_taken;   /* of those, copied out (slots freed) */
   uint64_t credit_reported;
   uint32_t eager_meta[64]; /* per slot: the immediate that filled it (slots <= 64) */
+  uint32_t flushes_due;    /* receives landed in GPU memory whose flush waits for room */
   int n_complete;
 };
 
@@ -187,8 +201,10 @@ struct hc_ib_req {
   size_t n;
   struct hc_net_sig sig;
   bool is_send, complete;
-  bool device;   /* buf is GPU memory (asked only where the ctx reaches it) */
-  bool cts_seen; /* send: the cts was taken (a small message to a device receiver) */
+  bool device;    /* buf is GPU memory (asked only where the ctx reaches it) */
+  bool cts_seen;  /* send: the cts was taken (a small message to a device receiver) */
+  bool flush_due; /* recv: landed in GPU memory, its flush not posted yet (no room) */
+  bool flushing;  /* recv: its flush read posted, awaited before it completes */
   uint64_t seq;
   struct hc_ib_reg *reg; /* large messages: the buffer's registration */
   /* send: chunks posted and completions awaited; recv: chunks arrived */
@@ -203,6 +219,17 @@ struct hc_ib_dev {
   int link_layer, active_mtu, gid_index;
   uint16_t lid;
   union ibv_gid gid;
+};
+
+/* The flush queue pair of a ctx (ib_flush.c), made at its first use. */
+#define HC_IB_FLUSH_DEPTH 64u
+struct hc_ib_flush {
+  bool enabled; /* HETCCL_GDR_FLUSH */
+  struct ibv_cq *cq;
+  struct ibv_qp *qp;
+  uint8_t *scratch; /* where the reads land, never looked at */
+  struct ibv_mr *scratch_mr;
+  uint32_t inflight; /* reads posted, not yet polled */
 };
 
 struct hc_ib_ctx {
@@ -229,6 +256,7 @@ struct hc_ib_ctx {
   bool gdr_auto;    /* HETCCL_GDR=AUTO: a refused dma-buf registration falls back */
   int device_kind;  /* hc_net_args.device_kind: host comms never query pointers */
   bool device_recv; /* a GPU registration worked at open: HC_IB_SETUP_DEVICE_RECV */
+  struct hc_ib_flush flush;
 };
 
 /* ---- ib.c ---- */
@@ -253,6 +281,14 @@ hc_result_t hc_ib_conn_fail(struct hc_ib_conn *c, hc_result_t r);
  * met (the peer names both from it). */
 void hc_ib_bye_sig(struct hc_ib_conn *c, const struct hc_net_sig *mine, const struct hc_net_sig *got);
 hc_result_t hc_ib_conn_check(const struct hc_ib_conn *c);
+/* A reliable-connected queue pair on cq, in INIT granting access; cap is
+ * updated to what the device granted. what names it in messages. */
+hc_result_t hc_ib_qp_open(struct hc_ib_ctx *ctx, struct ibv_cq *cq, struct ibv_qp_cap *cap, int access,
+                          const char *what, struct ibv_qp **out);
+/* INIT -> RTR -> RTS towards queue pair dest_qpn at lid (InfiniBand) or
+ * gid (RoCE), path MTU the lesser of ours and mtu. */
+hc_result_t hc_ib_qp_connect(struct hc_ib_ctx *ctx, struct ibv_qp *qp, uint32_t dest_qpn, uint32_t lid,
+                             const uint8_t gid[16], int mtu, const char *what);
 
 /* ---- ib_progress.c ---- */
 hc_result_t hc_ib_isend(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req);
@@ -266,6 +302,17 @@ hc_result_t hc_ib_conn_progress(struct hc_ib_conn *c, bool *moved);
 /* Posts the receive work requests of a new queue pair. */
 hc_result_t hc_ib_post_recvs(struct hc_ib_conn *c, int qp, uint32_t n);
 void hc_ib_conn_free_reqs(struct hc_ib_conn *c);
+
+/* ---- ib_flush.c ---- */
+/* Posts the flush read of one byte at addr (inside reg, GPU memory) with
+ * wr_id, making the flush queue pair first if the ctx has none; *posted
+ * false when its send queue is full (try again after a poll). */
+hc_result_t hc_ib_flush_post(struct hc_ib_ctx *ctx, const struct hc_ib_reg *reg, const void *addr, uint64_t wr_id,
+                             bool *posted);
+/* Up to n completions of flush reads (none polled while none is in
+ * flight); < 0 on a failed poll. */
+int hc_ib_flush_poll(struct hc_ib_ctx *ctx, struct ibv_wc *wc, int n);
+void hc_ib_flush_fini(struct hc_ib_ctx *ctx);
 
 /* ---- ib_mem.c ---- */
 enum hc_ib_gdr { HC_IB_GDR_AUTO, HC_IB_GDR_DMABUF, HC_IB_GDR_PEERMEM, HC_IB_GDR_STAGE };

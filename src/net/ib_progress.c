@@ -7,7 +7,9 @@
  * a rank that returns from its last call and closes its queue pairs never
  * drops bytes still in flight. A receive completes when its bytes are in
  * the caller's buffer: copied out of the eager ring, or when every chunk's
- * immediate has arrived (the write of a chunk lands before its immediate).
+ * immediate has arrived (the write of a chunk lands before its immediate)
+ * and, for GPU memory, its flush read has come back ("flush" in
+ * ib_priv.h).
  */
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -95,6 +97,36 @@ static void req_complete(struct hc_ib_conn *c, struct hc_ib_req *q) {
   }
 }
 
+/* Whether a receive that has landed must be flushed before it completes:
+ * its bytes went into GPU memory. */
+static bool needs_flush(const struct hc_ib_conn *c, const struct hc_ib_req *q) {
+  return c->ctx->flush.enabled && q->n > 0 && q->reg != NULL && q->reg->device;
+}
+
+/* The flush read of q, posted now or, where the flush queue pair is full,
+ * left due for flush_progress. */
+static hc_result_t flush_post(struct hc_ib_conn *c, struct hc_ib_req *q) {
+  bool posted = false;
+  HC_TRY(hc_ib_flush_post(c->ctx, q->reg, q->buf, (uint64_t)(uintptr_t)q, &posted));
+  if (posted == q->flush_due) { /* due and now posted, or newly due */
+    if (posted) c->flushes_due--;
+    else c->flushes_due++;
+  }
+  q->flush_due = !posted;
+  q->flushing = posted;
+  return HC_OK;
+}
+
+/* Every chunk of q has arrived: it completes, after its flush where its
+ * bytes are in GPU memory. */
+static hc_result_t recv_landed(struct hc_ib_conn *c, struct hc_ib_req *q) {
+  if (!needs_flush(c, q)) {
+    req_complete(c, q);
+    return HC_OK;
+  }
+  return flush_post(c, q);
+}
+
 static void put_le64(uint8_t *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
@@ -169,7 +201,7 @@ static hc_result_t on_recv_completion(struct hc_ib_conn *c, const struct ibv_wc 
     if (q == NULL)
       return HC_FAIL(HC_ERR_INTERNAL, "ib: rank %d wrote message %u to rank %d, which has no such receive", c->peer, v,
                      c->ctx->rank);
-    if (++q->chunks_done == q->chunks) req_complete(c, q);
+    if (++q->chunks_done == q->chunks) HC_TRY(recv_landed(c, q));
     return HC_OK;
   }
   case HC_IB_IMM_CREDIT: {
@@ -216,6 +248,42 @@ static hc_result_t poll_cq(struct hc_ib_conn *c, bool *moved) {
     }
     if (n < HC_IB_POLL_BATCH) return HC_OK;
   }
+}
+
+/* Completed flush reads complete their receives, which may be another
+ * connection's (the flush queue pair is the ctx's): *moved either way, so
+ * that a blocking wait returns to its caller, which tests them all. Then
+ * the flushes that waited for room are posted. */
+static hc_result_t flush_progress(struct hc_ib_conn *c, bool *moved) {
+  struct ibv_wc wc[HC_IB_POLL_BATCH];
+  int n;
+  do {
+    n = hc_ib_flush_poll(c->ctx, wc, HC_IB_POLL_BATCH);
+    if (n < 0) return HC_FAIL(HC_ERR_SYSTEM, "ib: rank %d: polling the GPU flush completions failed", c->ctx->rank);
+    for (int i = 0; i < n; i++) {
+      struct hc_ib_req *q = (struct hc_ib_req *)(uintptr_t)wc[i].wr_id;
+      struct hc_ib_conn *owner = q->conn;
+      q->flushing = false;
+      if (wc[i].status != HC_IBV_WC_SUCCESS) {
+        hc_result_t r = HC_FAIL(HC_ERR_REMOTE,
+                                "ib: rank %d: the flush read of a receive of %zu bytes from rank %d into GPU memory "
+                                "failed: %s (status %d, vendor error 0x%x)",
+                                c->ctx->rank, q->n, owner->peer, c->ctx->v->ibv_wc_status_str(wc[i].status),
+                                wc[i].status, wc[i].vendor_err);
+        if (owner == c) return r;
+        hc_ib_conn_fail(owner, r); /* its own test reports it */
+        continue;
+      }
+      req_complete(owner, q);
+      *moved = true;
+    }
+  } while (n == HC_IB_POLL_BATCH);
+  for (struct hc_ib_req *q = c->recvq.head; q && c->flushes_due > 0; q = q->next)
+    if (q->flush_due) {
+      HC_TRY(flush_post(c, q));
+      if (q->flush_due) return HC_OK; /* still no room */
+    }
+  return HC_OK;
 }
 
 /* ---- receiving direction ---- */
@@ -437,6 +505,7 @@ hc_result_t hc_ib_conn_progress(struct hc_ib_conn *c, bool *moved) {
   bool here = false;
   HC_TRY(hc_ib_conn_check(c));
   HC_TRY(poll_cq(c, &here));
+  HC_TRY(flush_progress(c, &here));
   HC_TRY(take_eager(c, &here));
   HC_TRY(report_credit(c));
   HC_TRY(send_cts(c, &here));

@@ -181,7 +181,7 @@ struct ibv_sge {
 };
 
 /* enum ibv_wr_opcode, enum ibv_send_flags */
-enum { HC_IBV_WR_RDMA_WRITE = 0, HC_IBV_WR_RDMA_WRITE_WITH_IMM = 1 };
+enum { HC_IBV_WR_RDMA_WRITE = 0, HC_IBV_WR_RDMA_WRITE_WITH_IMM = 1, HC_IBV_WR_RDMA_READ = 4 };
 enum { HC_IBV_SEND_SIGNALED = 1 << 1, HC_IBV_SEND_INLINE = 1 << 3 };
 
 struct ibv_send_wr {
@@ -214,7 +214,7 @@ struct ibv_recv_wr {
 /* enum ibv_wc_status (SUCCESS, and the flush every pending WR gets once a QP
  * has failed), enum ibv_wc_opcode, enum ibv_wc_flags */
 enum { HC_IBV_WC_SUCCESS = 0, HC_IBV_WC_WR_FLUSH_ERR = 5 };
-enum { HC_IBV_WC_RDMA_WRITE = 1, HC_IBV_WC_RECV_RDMA_WITH_IMM = 129 };
+enum { HC_IBV_WC_RDMA_WRITE = 1, HC_IBV_WC_RDMA_READ = 2, HC_IBV_WC_RECV_RDMA_WITH_IMM = 129 };
 enum { HC_IBV_WC_WITH_IMM = 1 << 1 };
 
 struct ibv_wc {

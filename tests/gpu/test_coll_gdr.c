@@ -33,7 +33,13 @@
  * the end the fake verbs' log (FAKE_VERBS_LOG) is read back against the
  * counters: in the direct modes, the only RDMA writes between host memory
  * are the transport's own records (clear-to-send, 48 bytes; credits, 0),
- * never a message. Exits 77 unless the fake drivers are there.
+ * never a message. The GPU flush (net/ib's "flush"): per call, flush
+ * reads (RDMA reads of GPU memory through a loopback queue pair) where
+ * bytes landed in GPU memory over the NIC, none when staged or under
+ * HETCCL_GDR_FLUSH=0, and no other RDMA read; in the log, every flush
+ * reads a byte that a write with immediate into GPU memory landed on
+ * since the last flush of that byte (none flushes memory nothing wrote,
+ * none twice). Exits 77 unless the fake drivers are there.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -55,6 +61,8 @@ static bool expect_peermem; /* direct, registered through the peer-memory module
 static long long (*verbs_bytes)(const char *src, const char *dst);
 static long long (*verbs_regs)(const char *mem, int dmabuf);
 static long long (*cuda_copied)(const char *src, const char *dst);
+static long long (*verbs_reads)(const char *src, int loopback);
+static bool flush_on; /* HETCCL_GDR_FLUSH */
 
 /* How the bytes of one call went, all ranks together. */
 struct paths {
@@ -64,6 +72,8 @@ struct paths {
   long long to_pinned, from_pinned; /* GPU copies GPU memory <-> pinned host memory */
   long long dev_regs;               /* registrations of GPU memory (dma-buf or not) */
   long long dev_copied; /* GPU copies GPU memory -> GPU memory (slots of device scratch, and the vendor's) */
+  long long flushes;    /* RDMA reads of GPU memory through a loopback queue pair */
+  long long reads;      /* all RDMA reads */
 };
 static struct paths now(void) {
   return (struct paths){.direct = verbs_bytes("device", "device"),
@@ -73,7 +83,10 @@ static struct paths now(void) {
                         .to_pinned = cuda_copied("device", "pinned"),
                         .from_pinned = cuda_copied("pinned", "device"),
                         .dev_regs = verbs_regs("device", 0) + verbs_regs("device", 1),
-                        .dev_copied = cuda_copied("device", "device")};
+                        .dev_copied = cuda_copied("device", "device"),
+                        .flushes = verbs_reads("device", 1),
+                        .reads = verbs_reads("device", 1) + verbs_reads("device", 0) + verbs_reads("pinned", 1) +
+                                 verbs_reads("pinned", 0) + verbs_reads("host", 1) + verbs_reads("host", 0)};
 }
 /* Rank 0 reads the counters once every rank is between calls. */
 static struct paths snapshot(void) {
@@ -95,10 +108,16 @@ static void expect_paths(struct paths before, long long cross, bool small, const
     long long direct = a.direct - before.direct, pinned = a.via_pinned - before.via_pinned;
     long long out = a.to_pinned - before.to_pinned, in = a.from_pinned - before.from_pinned;
     printf("%s: %lld bytes between hosts: %lld GPU -> NIC -> GPU, %lld through pinned slots (GPU copies %lld out, "
-           "%lld in); %lld GPU registrations so far\n",
-           what, cross, direct, pinned, out, in, a.dev_regs);
+           "%lld in); %lld GPU registrations so far; %lld flush reads\n",
+           what, cross, direct, pinned, out, in, a.dev_regs, a.flushes - before.flushes);
     CHECK(a.other == before.other, "%s: %lld bytes went between GPU and host memory over the NIC", what,
           a.other - before.other);
+    long long flushes = a.flushes - before.flushes;
+    CHECK(a.reads - before.reads == flushes, "%s: %lld RDMA reads other than GPU flushes", what,
+          a.reads - before.reads - flushes);
+    CHECK(direct > 0 && flush_on ? flushes > 0 : flushes == 0,
+          "%s: %lld flush reads with %lld bytes GPU to GPU over the NIC (HETCCL_GDR_FLUSH=%d)", what, flushes, direct,
+          flush_on);
     if (small && expect_direct) { /* GPU to GPU through slots of device scratch, none through host memory */
       CHECK(cross ? direct == cross : direct > 0, "%s: %lld bytes GPU to GPU over the NIC, expected %lld", what, direct,
             cross);
@@ -272,6 +291,7 @@ static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
     if (verbs) {
       *(void **)&verbs_bytes = dlsym(verbs, "fake_verbs_bytes");
       *(void **)&verbs_regs = dlsym(verbs, "fake_verbs_regs");
+      *(void **)&verbs_reads = dlsym(verbs, "fake_verbs_reads");
       dlclose(verbs);
     }
     if (cuda) {
@@ -280,7 +300,7 @@ static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
     }
   }
   tu_barrier();
-  if (!verbs_bytes || !verbs_regs || !cuda_copied) {
+  if (!verbs_bytes || !verbs_regs || !verbs_reads || !cuda_copied) {
     CHECK(rank != 0, "the fake libibverbs and libcuda are not both loaded (LD_LIBRARY_PATH, HETCCL_NET=IB)");
     hetcclCommDestroy(comm);
     return 1;
@@ -306,13 +326,47 @@ static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
  * direct modes no message went through host memory: a write between host
  * memories is a clear-to-send record (48 bytes) or a credit (none), never
  * an eager message (16 bytes of signature and its payload). */
+/* Ranges of GPU memory a write with immediate landed in, not flushed
+ * since. */
+struct landed {
+  uintptr_t *start, *end;
+  size_t n, cap;
+};
+static void landed_add(struct landed *l, uintptr_t start, size_t len) {
+  if (l->n == l->cap) {
+    l->cap = l->cap ? 2 * l->cap : 256;
+    l->start = realloc(l->start, l->cap * sizeof(*l->start));
+    l->end = realloc(l->end, l->cap * sizeof(*l->end));
+    if (!CHECK(l->start && l->end, "out of memory")) exit(1);
+  }
+  l->start[l->n] = start;
+  l->end[l->n++] = start + len;
+}
+/* A flush of the byte at a: whether something landed on it since its
+ * last flush (those landings are flushed now). */
+static bool landed_flush(struct landed *l, uintptr_t a) {
+  bool hit = false;
+  for (size_t i = 0; i < l->n;)
+    if (l->start[i] <= a && a < l->end[i]) {
+      hit = true;
+      l->start[i] = l->start[--l->n];
+      l->end[i] = l->end[l->n];
+    } else {
+      i++;
+    }
+  return hit;
+}
+
 static void check_log(const char *path, long long direct_total) {
   FILE *f = fopen(path, "r");
   if (!CHECK(f != NULL, "cannot read the fake verbs' log %s", path)) return;
   char line[512], mem[16], src_mem[16], dst_mem[16];
   long long regs = 0, dev_regs = 0, dev_dmabuf = 0, deregs = 0, writes = 0, direct = 0, host_records = 0;
   long long host_other = 0; /* writes between host memories that are not the transport's records */
-  int dmabuf;
+  long long flushes = 0, unjustified = 0, landings = 0;
+  struct landed landed = {0};
+  int dmabuf, imm;
+  void *dst, *src;
   size_t len;
   while (fgets(line, sizeof(line), f)) {
     if (sscanf(line, "reg key=%*u addr=%*s len=%zu mem=%15s dmabuf=%d", &len, mem, &dmabuf) == 3) {
@@ -321,9 +375,16 @@ static void check_log(const char *path, long long direct_total) {
       dev_dmabuf += !strcmp(mem, "device") && dmabuf;
     } else if (!strncmp(line, "dereg ", 6)) {
       deregs++;
-    } else if (sscanf(line, "write qp=%*u to=%*u len=%zu src=%*s src_mem=%15s dst=%*s dst_mem=%15s", &len, src_mem,
-                      dst_mem) == 3) {
+    } else if (sscanf(line, "read qp=%*u to=%*u len=%zu src=%p src_mem=%15s", &len, &src, src_mem) == 3) {
+      flushes++;
+      if (strcmp(src_mem, "device") != 0 || len != 1 || !landed_flush(&landed, (uintptr_t)src)) unjustified++;
+    } else if (sscanf(line, "write qp=%*u to=%*u len=%zu src=%*s src_mem=%15s dst=%p dst_mem=%15s imm=%d", &len,
+                      src_mem, &dst, dst_mem, &imm) == 5) {
       writes++;
+      if (imm && len > 0 && !strcmp(dst_mem, "device")) {
+        landed_add(&landed, (uintptr_t)dst, len);
+        landings++;
+      }
       if (!strcmp(src_mem, "device") && !strcmp(dst_mem, "device")) direct += (long long)len;
       if (strcmp(src_mem, "device") != 0 || strcmp(dst_mem, "device") != 0) {
         if (len == 48 || len == 0) host_records++;
@@ -332,6 +393,15 @@ static void check_log(const char *path, long long direct_total) {
     }
   }
   fclose(f);
+  free(landed.start);
+  free(landed.end);
+  printf("fake verbs log: %lld flush reads, %lld writes with immediate into GPU memory, %lld flushes of bytes "
+         "nothing had written since their last flush\n",
+         flushes, landings, unjustified);
+  CHECK(unjustified == 0, "%lld flush reads of GPU memory no write had landed on since its last flush", unjustified);
+  CHECK(flushes <= landings, "%lld flush reads for %lld writes into GPU memory", flushes, landings);
+  CHECK(expect_direct && flush_on ? flushes > 0 : flushes == 0, "%lld flush reads (HETCCL_GDR_FLUSH=%d)", flushes,
+        flush_on);
   printf("fake verbs log: %lld registrations (%lld of GPU memory, %lld through dma-buf), %lld deregistrations, "
          "%lld RDMA writes, %lld bytes GPU to GPU, %lld records and %lld other writes touching host memory\n",
          regs, dev_regs, dev_dmabuf, deregs, writes, direct, host_records, host_other);
@@ -371,6 +441,8 @@ int main(int argc, char **argv) {
     setenv("HETCCL_SYSFS_ROOT", sysfs, 1);
     atexit(sysfs_remove);
   }
+  if (hc_params_load() != HC_OK) return 1;
+  flush_on = hc_param_int(HC_P_GDR_FLUSH) != 0;
   gpu = hc_dev_get(HC_MEM_CUDA);
   if (getenv("HETCCL_NCCL_LIBRARY") == NULL || gpu == NULL || hc_dev_caps(HC_MEM_CUDA).device_count < 2) {
     printf("skip: needs the fake NCCL (HETCCL_NCCL_LIBRARY), the fake libibverbs and two fake CUDA devices\n");

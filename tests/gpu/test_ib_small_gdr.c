@@ -10,11 +10,18 @@
  *   CPU -> GPU  the GPU rank is a device receiver, so the CPU rank waits for
  *               its clear-to-send and writes the payload straight into the
  *               GPU buffer.
- * Each at a few sizes up to the eager size (0 included), checked bitwise
+ * Each at a few sizes up to the eager size (0 included), and one above it
+ * (chunked: the test runs with HETCCL_IB_CHUNK=4K), checked bitwise
  * against the sender's bytes, and by the fake verbs' counters of which
- * memory each byte was read from and written to. A mismatch of lengths on
- * a small receive into GPU memory fails both ends, naming both lengths.
- * Exits 77 unless both fakes are there.
+ * memory each byte was read from and written to. The GPU flush (net/ib's
+ * "flush"): every non-empty receive into the GPU rank's memory is
+ * complete only once exactly one RDMA read of that memory went through a
+ * loopback queue pair (one per message, whatever its chunks) and its
+ * completion was seen, and the CPU
+ * rank's receives into host memory have none; with HETCCL_GDR_FLUSH=0 no
+ * read at all. A mismatch of lengths on a small receive into GPU memory
+ * fails both ends, naming both lengths. Exits 77 unless both fakes are
+ * there.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -27,12 +34,25 @@
 #include "testutil.h"
 
 enum { GPU_RANK = 0, CPU_RANK = 1 };
-static const size_t sizes[] = {1, 4000, 8192, 0, 777};
+static const size_t sizes[] = {1, 4000, 8192, 0, 777, 3 * 4096 + 100};
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
-#define MAX_BYTES 8192
+#define MAX_BYTES (4 * 4096)
 
 static const struct hc_dev_ops *gpu;
 static long long (*verbs_bytes)(const char *src, const char *dst);
+static long long (*verbs_reads)(const char *src, int loopback);
+static long long (*verbs_reads_unpolled)(void);
+
+/* RDMA reads so far: out of GPU memory through a loopback queue pair (the
+ * flushes), and all others (out of host memory, or to a peer). */
+struct reads {
+  long long flushes, others;
+};
+static struct reads reads_now(void) {
+  return (struct reads){verbs_reads("device", 1), verbs_reads("device", 0) + verbs_reads("pinned", 0) +
+                                                      verbs_reads("pinned", 1) + verbs_reads("host", 0) +
+                                                      verbs_reads("host", 1)};
+}
 
 struct end {
   void *ctx, *conn;
@@ -60,6 +80,8 @@ static hc_result_t exchange(struct end *e, const void *out, void *in, size_t n_o
 static void fill(uint8_t *p, size_t n, int rank, size_t k) {
   for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(i * 7 + (size_t)rank * 31 + k * 13 + 1);
 }
+
+static bool flush_on; /* HETCCL_GDR_FLUSH */
 
 static int rank_main(int rank, int nranks, hetcclUniqueId id, void *arg) {
   (void)id;
@@ -97,9 +119,18 @@ static int rank_main(int rank, int nranks, hetcclUniqueId id, void *arg) {
     if (on_gpu) put(&m, out, host_out, MAX_BYTES);
     tu_barrier();
     long long d2h = 0, h2d = 0;
-    if (rank == 0) d2h = verbs_bytes("device", "host"), h2d = verbs_bytes("host", "device");
+    struct reads before = {0};
+    if (rank == 0) d2h = verbs_bytes("device", "host"), h2d = verbs_bytes("host", "device"), before = reads_now();
     tu_barrier();
     CHECK(exchange(&e, out, in, n, n) == HC_OK, "%zu bytes each way: %s", n, hc_last_error());
+    if (on_gpu) { /* its receive is complete: its flush, if any, is done */
+      struct reads r = reads_now();
+      const long long want = flush_on && n > 0 ? 1 : 0;
+      CHECK(r.flushes - before.flushes == want && r.others == before.others,
+            "%zu bytes into GPU memory: %lld flush reads at completion, expected %lld; %lld other reads", n,
+            r.flushes - before.flushes, want, r.others - before.others);
+      CHECK(verbs_reads_unpolled() == 0, "%zu bytes into GPU memory: complete before its flush read's completion", n);
+    }
     if (on_gpu) get(&m, host_in, in, MAX_BYTES);
     fill(expect, n, 1 - rank, k);
     CHECK(memcmp(host_in, expect, n) == 0, "%zu bytes from rank %d differ", n, 1 - rank);
@@ -111,6 +142,13 @@ static int rank_main(int rank, int nranks, hetcclUniqueId id, void *arg) {
              n, d2h, h2d);
       CHECK(d2h == (long long)n && h2d == (long long)n,
             "%zu bytes each way: %lld from GPU to host memory, %lld from host to GPU memory over the NIC", n, d2h, h2d);
+      struct reads r = reads_now(); /* the CPU rank's receive into host memory is done too: no flush of its own */
+      printf("%zu bytes each way: %lld flush reads of GPU memory, %lld other RDMA reads\n", n,
+             r.flushes - before.flushes, r.others - before.others);
+      CHECK(r.flushes - before.flushes == (flush_on && n > 0 ? 1 : 0) && r.others == before.others,
+            "%zu bytes each way: %lld flush reads, %lld other reads (one receive into GPU memory, one into host "
+            "memory)",
+            n, r.flushes - before.flushes, r.others - before.others);
     }
     tu_barrier();
   }
@@ -136,7 +174,11 @@ int main(int argc, char **argv) {
   void *verbs = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
   void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (verbs) *(void **)&verbs_bytes = dlsym(verbs, "fake_verbs_bytes");
-  if (gpu == NULL || verbs_bytes == NULL || cuda == NULL || dlsym(cuda, "fake_cuda_copied") == NULL) {
+  if (verbs) *(void **)&verbs_reads = dlsym(verbs, "fake_verbs_reads");
+  if (verbs) *(void **)&verbs_reads_unpolled = dlsym(verbs, "fake_verbs_reads_unpolled");
+  flush_on = hc_param_int(HC_P_GDR_FLUSH) != 0;
+  if (gpu == NULL || verbs_bytes == NULL || verbs_reads == NULL || verbs_reads_unpolled == NULL || cuda == NULL ||
+      dlsym(cuda, "fake_cuda_copied") == NULL) {
     printf("skip: needs the fake libcuda and the fake libibverbs (LD_LIBRARY_PATH)\n");
     return 77;
   }

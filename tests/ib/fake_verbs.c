@@ -36,13 +36,29 @@
  *   dereg key=K
  *   write qp=Q to=Q len=N src=0x.. src_mem=M dst=0x.. dst_mem=M imm=0|1 inline=0|1 nsge=N
  *   (src_mem: the memory of the first gathered piece; nsge=N pieces)
+ *   read qp=Q to=Q len=N src=0x.. src_mem=M dst=0x.. dst_mem=M
+ *   (an RDMA READ: src is the remote range read, dst the local one)
  * The same figures are kept in counters that a test in the process reads
  * with fake_verbs_bytes(src_mem, dst_mem), each gathered piece counted by
- * its own memory, and fake_verbs_regs(mem, dmabuf).
+ * its own memory (reads not included), fake_verbs_regs(mem, dmabuf), and
+ * fake_verbs_reads(src_mem, loopback): the RDMA READs out of memory of
+ * src_mem, on a queue pair connected to itself (loopback = 1, net/ib's
+ * GPU flushes) or to another; fake_verbs_reads_unpolled(): completions of
+ * reads not yet polled (a caller that reports what a read guards as done
+ * before it has seen the read complete leaves one behind).
+ *
+ * RDMA READ (one local piece, never inline) copies the remote range, which
+ * a registration of the rkey must cover with remote read access, into the
+ * local piece, which a registration of the lkey must cover with local
+ * write access: as an adapter checks. Its completion is queued only at
+ * the next poll of its completion queue (that poll does not return it),
+ * as a read's round trip takes time where a write's local completion
+ * may already be there. Nothing models the GPU's view of memory, so a
+ * read flushes nothing here: a test counts them.
  *
  * Limits: ranks must be threads of one process (queue pairs find each
- * other by number in this process); no atomics, reads, sends or shared
- * receive queues (net/ib uses none). One lock serialises every call.
+ * other by number in this process); no atomics, sends or shared receive
+ * queues (net/ib uses none). One lock serialises every call.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -90,6 +106,8 @@ struct fake_cq {
   struct ibv_wc *wc;
   size_t cap, head, count;
   bool armed;
+  struct ibv_wc *late; /* completions of reads, queued at the next poll */
+  size_t nlate, late_cap;
 };
 
 struct arrival { /* a write with immediate waiting for a posted receive */
@@ -97,7 +115,7 @@ struct arrival { /* a write with immediate waiting for a posted receive */
 };
 
 #define MAX_SGE 4
-/* A posted write, copied out of the caller's work request (inline data
+/* A posted write (or read), copied out of the caller's work request (inline data
  * too): held while the remote queue pair is not ready to receive yet, as
  * a real adapter retries until it is. */
 struct write {
@@ -132,13 +150,27 @@ static FILE *log_file;
 static bool log_opened;
 
 /* Counters by memory kind: 0 device, 1 pinned, 2 host. */
-static long long bytes_by[3][3], regs_by[3][2];
+static long long bytes_by[3][3], regs_by[3][2], reads_by[3][2], reads_unpolled;
 
 static int kind_index(const char *mem) { return !strcmp(mem, "device") ? 0 : !strcmp(mem, "pinned") ? 1 : 2; }
 
 EXPORT long long fake_verbs_bytes(const char *src_mem, const char *dst_mem) {
   pthread_mutex_lock(&big);
   long long n = bytes_by[kind_index(src_mem)][kind_index(dst_mem)];
+  pthread_mutex_unlock(&big);
+  return n;
+}
+
+EXPORT long long fake_verbs_reads(const char *src_mem, int loopback) {
+  pthread_mutex_lock(&big);
+  long long n = reads_by[kind_index(src_mem)][loopback != 0];
+  pthread_mutex_unlock(&big);
+  return n;
+}
+
+EXPORT long long fake_verbs_reads_unpolled(void) {
+  pthread_mutex_lock(&big);
+  long long n = reads_unpolled;
   pthread_mutex_unlock(&big);
   return n;
 }
@@ -407,6 +439,9 @@ EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *cx, int cqe, void *cq_co
 EXPORT int ibv_destroy_cq(struct ibv_cq *cq) {
   struct fake_cq *c = (struct fake_cq *)cq;
   pthread_mutex_lock(&big);
+  reads_unpolled -= (long long)c->nlate;
+  for (size_t i = 0; i < c->count; i++) reads_unpolled -= c->wc[(c->head + i) % c->cap].opcode == HC_IBV_WC_RDMA_READ;
+  free(c->late);
   free(c->wc);
   free(c);
   pthread_mutex_unlock(&big);
@@ -435,15 +470,28 @@ static void cq_push(struct fake_cq *c, const struct ibv_wc *wc) {
   }
 }
 
+/* Under big: a read's completion, queued at the next poll. */
+static void cq_push_late(struct fake_cq *c, const struct ibv_wc *wc) {
+  if (c->nlate == c->late_cap) {
+    c->late_cap = c->late_cap ? c->late_cap * 2 : 16;
+    c->late = realloc(c->late, c->late_cap * sizeof(*c->late));
+    if (c->late == NULL) abort(); /* a test fake out of memory has nothing better to do */
+  }
+  c->late[c->nlate++] = *wc;
+}
+
 static int fake_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
   struct fake_cq *c = (struct fake_cq *)cq;
   int k = 0;
   pthread_mutex_lock(&big);
   for (; k < n && c->count > 0; k++) {
     wc[k] = c->wc[c->head];
+    if (wc[k].opcode == HC_IBV_WC_RDMA_READ) reads_unpolled--;
     c->head = (c->head + 1) % c->cap;
     c->count--;
   }
+  for (size_t i = 0; i < c->nlate; i++) cq_push(c, &c->late[i]);
+  c->nlate = 0;
   pthread_mutex_unlock(&big);
   return k;
 }
@@ -640,6 +688,26 @@ static int execute_write(struct fake_qp *q, struct fake_qp *to, const struct wri
   return HC_IBV_WC_SUCCESS;
 }
 
+/* Under big: one RDMA read of q (one local piece); the status of its
+ * completion. */
+static int execute_read(struct fake_qp *q, struct fake_qp *to, const struct write *wr) {
+  if (q->qp.state == HC_IBV_QPS_ERR) return HC_IBV_WC_WR_FLUSH_ERR;
+  const struct ibv_sge *local = &wr->sge[0];
+  const struct fake_mr *lm = mr_covering(local->lkey, (uintptr_t)local->addr, local->length);
+  if (wr->nsge != 1 || lm == NULL || !(lm->access & HC_IBV_ACCESS_LOCAL_WRITE)) return WC_LOC_PROT_ERR;
+  if (to == NULL || to->qp.state == HC_IBV_QPS_ERR) return WC_RETRY_EXC_ERR;
+  const struct fake_mr *rm = mr_covering(wr->rkey, (uintptr_t)wr->remote_addr, local->length);
+  if (rm == NULL || !(rm->access & HC_IBV_ACCESS_REMOTE_READ)) return WC_REM_ACCESS_ERR;
+  const void *src = (const void *)(uintptr_t)wr->remote_addr;
+  void *dst = (void *)(uintptr_t)local->addr;
+  const char *src_mem = mem_of(src), *dst_mem = mem_of(dst);
+  memmove(dst, src, local->length);
+  reads_by[kind_index(src_mem)][to == q]++;
+  log_line("read qp=%u to=%u len=%u src=%p src_mem=%s dst=%p dst_mem=%s", q->qp.qp_num, to->qp.qp_num, local->length,
+           src, src_mem, dst, dst_mem);
+  return HC_IBV_WC_SUCCESS;
+}
+
 /* Under big: runs q's held writes in order while its remote queue pair
  * can take them: it left RESET and INIT, and is not in error (a real
  * adapter retries into one in error until its retry count runs out, by
@@ -654,11 +722,17 @@ static void run_held(struct fake_qp *q) {
     struct write *w = q->held;
     q->held = w->next;
     if (q->held == NULL) q->held_tail = NULL;
-    int status = execute_write(q, to, w);
+    const bool read = w->opcode == HC_IBV_WR_RDMA_READ;
+    int status = read ? execute_read(q, to, w) : execute_write(q, to, w);
     if (status != HC_IBV_WC_SUCCESS) q->qp.state = HC_IBV_QPS_ERR;
     if (status != HC_IBV_WC_SUCCESS || (w->flags & HC_IBV_SEND_SIGNALED)) {
-      struct ibv_wc wc = {.wr_id = w->wr_id, .status = status, .opcode = HC_IBV_WC_RDMA_WRITE, .qp_num = q->qp.qp_num};
-      cq_push((struct fake_cq *)q->qp.send_cq, &wc);
+      struct ibv_wc wc = {.wr_id = w->wr_id,
+                          .status = status,
+                          .opcode = read ? HC_IBV_WC_RDMA_READ : HC_IBV_WC_RDMA_WRITE,
+                          .qp_num = q->qp.qp_num};
+      reads_unpolled += read;
+      if (read && status == HC_IBV_WC_SUCCESS) cq_push_late((struct fake_cq *)q->qp.send_cq, &wc);
+      else cq_push((struct fake_cq *)q->qp.send_cq, &wc);
     }
     free(w->inline_copy);
     free(w);
@@ -672,7 +746,9 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
   for (; wr; wr = wr->next) {
     if ((q->qp.state != HC_IBV_QPS_RTS && q->qp.state != HC_IBV_QPS_ERR) || wr->num_sge > MAX_SGE ||
         (uint32_t)wr->num_sge > q->max_send_sge ||
-        (wr->opcode != HC_IBV_WR_RDMA_WRITE && wr->opcode != HC_IBV_WR_RDMA_WRITE_WITH_IMM)) {
+        (wr->opcode != HC_IBV_WR_RDMA_WRITE && wr->opcode != HC_IBV_WR_RDMA_WRITE_WITH_IMM &&
+         wr->opcode != HC_IBV_WR_RDMA_READ) ||
+        (wr->opcode == HC_IBV_WR_RDMA_READ && (wr->send_flags & HC_IBV_SEND_INLINE))) {
       rc = EINVAL;
       *bad = wr;
       break;

@@ -134,9 +134,11 @@ SAME_OFF(ibv_wc, qp_num);
 SAME_OFF(ibv_wc, wc_flags);
 _Static_assert((int)HC_IBV_WC_RECV_RDMA_WITH_IMM == (int)IBV_WC_RECV_RDMA_WITH_IMM, "wc opcode");
 _Static_assert((int)HC_IBV_WC_RDMA_WRITE == (int)IBV_WC_RDMA_WRITE, "wc opcode");
+_Static_assert((int)HC_IBV_WC_RDMA_READ == (int)IBV_WC_RDMA_READ, "wc opcode");
 _Static_assert((int)HC_IBV_WC_WR_FLUSH_ERR == (int)IBV_WC_WR_FLUSH_ERR, "flush");
 _Static_assert((int)HC_IBV_WC_WITH_IMM == (int)IBV_WC_WITH_IMM, "with imm");
 _Static_assert((int)HC_IBV_WR_RDMA_WRITE_WITH_IMM == (int)IBV_WR_RDMA_WRITE_WITH_IMM, "wr opcode");
+_Static_assert((int)HC_IBV_WR_RDMA_READ == (int)IBV_WR_RDMA_READ, "wr opcode");
 _Static_assert((int)HC_IBV_SEND_SIGNALED == (int)IBV_SEND_SIGNALED && (int)HC_IBV_SEND_INLINE == (int)IBV_SEND_INLINE,
                "send flags");
 _Static_assert((int)HC_IBV_QPS_ERR == (int)IBV_QPS_ERR && (int)HC_IBV_QPS_RTS == (int)IBV_QPS_RTS, "qp states");
@@ -148,6 +150,7 @@ _Static_assert((int)HC_IBV_PORT_ACTIVE == (int)IBV_PORT_ACTIVE, "port active");
 _Static_assert((int)HC_IBV_LINK_LAYER_ETHERNET == (int)IBV_LINK_LAYER_ETHERNET, "link layer");
 _Static_assert((int)HC_IBV_MTU_4096 == (int)IBV_MTU_4096, "mtu");
 _Static_assert((int)HC_IBV_ACCESS_REMOTE_WRITE == (int)IBV_ACCESS_REMOTE_WRITE, "access");
+_Static_assert((int)HC_IBV_ACCESS_REMOTE_READ == (int)IBV_ACCESS_REMOTE_READ, "access");
 #endif
 
 int main(void) {
