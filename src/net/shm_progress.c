@@ -304,7 +304,8 @@ hc_result_t hc_net_shm_conn_progress(struct hc_shm_conn *c, bool *moved) {
   bool published = false;
   uint64_t before = c->tx_head + c->tx_slot_head + c->rx_tail + c->rx_slot_tail + (uint64_t)c->n_complete;
   /* Read before the pass: what the peer published before it closed is
-   * consumed in this pass, and only what is still pending after it fails. */
+   * consumed by the passes that follow, and only what is still pending
+   * after a pass that moved nothing fails. */
   bool peer_closed = atomic_load(&c->them->closed) != 0;
   c->more = false;
   send_progress(c, &published);
@@ -315,6 +316,9 @@ hc_result_t hc_net_shm_conn_progress(struct hc_shm_conn *c, bool *moved) {
   if (moved) *moved = after != before || c->more;
   if (r != HC_OK) return r;
   if (!hc_net_shm_conn_busy(c)) return HC_OK;
+  /* A pass stops at its budget: slots a closed sender filled are drained
+   * over several passes, and only a pass that finds nothing left fails. */
+  if (peer_closed && (after != before || c->more)) return HC_OK;
   if (peer_closed && atomic_load(&c->them->mismatch.set))
     return hc_net_mismatch_fail(&c->them->mismatch, c->ctx->sig_explain, c->ctx->rank, c->peer);
   if (peer_closed)

@@ -207,6 +207,41 @@ out:
   free(b);
 }
 
+/* Rank 0's sends complete once their bytes are in its slots, and it closes
+ * at once; rank 1 posts its receives only after that and must still get
+ * every byte: the slots a closed sender filled take many progress passes
+ * (HETCCL_SHM_PASS_BYTES) to drain, and the close fails none of them. */
+static void body_closed_after_send(struct nc_end *e) {
+  enum { NMSG = 3, MSG = 512 * 1024 }; /* inside the default 8 x 256K ring */
+  uint8_t *m[NMSG] = {NULL};
+  void *reqs[NMSG] = {NULL};
+  hc_result_t r = HC_OK;
+  for (int i = 0; i < NMSG; i++) {
+    m[i] = malloc(MSG);
+    if (!CHECK(m[i], "out of memory")) goto out;
+    memset(m[i], e->me ? 0 : 0x30 + i, MSG);
+  }
+  for (int i = 0; i < NMSG && r == HC_OK; i++)
+    r = e->me ? HC_OK : e->ops->isend(e->conn, m[i], MSG, NULL, &reqs[i]);
+  if (e->me == 0) {
+    if (r == HC_OK) r = nc_complete(e, reqs, NMSG);
+    CHECK(r == HC_OK, "sends into the slots: %s", hc_last_error());
+    e->ops->close(e->ctx);
+    e->ctx = e->conn = NULL;
+    CHECK(e->link->sync(e->link->arg, e->me), "sync: rank 0 has closed");
+    goto out;
+  }
+  CHECK(e->link->sync(e->link->arg, e->me), "sync: rank 0 has closed");
+  for (int i = 0; i < NMSG && r == HC_OK; i++) r = e->ops->irecv(e->conn, m[i], MSG, NULL, &reqs[i]);
+  if (r == HC_OK) r = nc_complete(e, reqs, NMSG);
+  CHECK(r == HC_OK, "receiving what a closed sender left in its slots: %s", hc_last_error());
+  for (int i = 0; i < NMSG && r == HC_OK; i++)
+    CHECK(m[i][0] == 0x30 + i && m[i][MSG - 1] == 0x30 + i, "message %d: bytes %#x..%#x, want %#x", i, m[i][0],
+          m[i][MSG - 1], 0x30 + i);
+out:
+  for (int i = 0; i < NMSG; i++) free(m[i]);
+}
+
 /* Ping-pong where both sides sleep in wait_blocking after every test that
  * finds nothing: each message must wake the peer's futex. A lost wakeup
  * costs a whole sleep slice (1 s), which the printed worst round trip
@@ -363,6 +398,10 @@ int main(int argc, char **argv) {
   expect_kind = -1;
   failed += run_as("mismatch_slots", "mismatch_counts_large", NC_PROCESSES);
   failed += run_as("kill_slots", "peer_killed", NC_PROCESSES);
+  if (wanted("closed_after_send")) {
+    const struct nc_case c = {.name = "closed_after_send", .body = body_closed_after_send};
+    failed += !nc_run_pair(&shm, &c, NC_PROCESSES);
+  }
   set_env(NULL, NULL, NULL, NULL, NULL);
   failed += run_as("threads_exchange", "sizes", NC_THREADS);
   for (int on = 1; on >= 0; on--) {
