@@ -375,24 +375,28 @@ static hc_result_t two_level_reduce(struct hc_plan *p, const struct hc_plan_ctx 
   return HC_OK;
 }
 
-hc_result_t hc_hier_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                              struct hc_alg_io io) {
+typedef hc_result_t (*two_level_fn)(struct hc_plan *, const struct hc_plan_ctx *, struct groups *,
+                                    const struct hc_coll_args *, struct hc_alg_io);
+
+/* Broadcast and reduce: the chain over the ranks ordered by group, or two
+ * levels of trees (chained() decides). */
+static hc_result_t rooted(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                          struct hc_alg_io io, alg_fn chain, two_level_fn two_level) {
   struct groups gr;
   HC_TRY(groups_build(x, &gr));
-  hc_result_t r =
-      chained(x, a) ? chain_by_group(p, x, &gr, a, io, hc_chain_broadcast) : two_level_broadcast(p, x, &gr, a, io);
+  hc_result_t r = chained(x, a) ? chain_by_group(p, x, &gr, a, io, chain) : two_level(p, x, &gr, a, io);
   groups_free(&gr);
   return r;
 }
 
+hc_result_t hc_hier_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                              struct hc_alg_io io) {
+  return rooted(p, x, a, io, hc_chain_broadcast, two_level_broadcast);
+}
+
 hc_result_t hc_hier_reduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
                            struct hc_alg_io io) {
-  struct groups gr;
-  HC_TRY(groups_build(x, &gr));
-  hc_result_t r =
-      chained(x, a) ? chain_by_group(p, x, &gr, a, io, hc_chain_reduce) : two_level_reduce(p, x, &gr, a, io);
-  groups_free(&gr);
-  return r;
+  return rooted(p, x, a, io, hc_chain_reduce, two_level_reduce);
 }
 
 /* ---- all-gather and reduce-scatter ---- */
