@@ -163,8 +163,8 @@ static const struct hc_algo_desc table[] = {
 
     {.coll = HC_COLL_ALLTOALL, .algo = HC_ALGO_DIRECT, .build = hc_p2p_alltoallv, .what = DIRECT_WHAT},
     {.coll = HC_COLL_ALLTOALLV, .algo = HC_ALGO_DIRECT, .build = hc_p2p_alltoallv, .what = DIRECT_WHAT},
-    {.coll = HC_COLL_GATHER, .algo = HC_ALGO_DIRECT, .build = hc_p2p_gather, .what = DIRECT_WHAT},
-    {.coll = HC_COLL_SCATTER, .algo = HC_ALGO_DIRECT, .build = hc_p2p_scatter, .what = DIRECT_WHAT},
+    {.coll = HC_COLL_GATHER, .algo = HC_ALGO_DIRECT, .build = hc_p2p_gather_scatter, .what = DIRECT_WHAT},
+    {.coll = HC_COLL_SCATTER, .algo = HC_ALGO_DIRECT, .build = hc_p2p_gather_scatter, .what = DIRECT_WHAT},
     {.coll = HC_COLL_SEND, .algo = HC_ALGO_DIRECT, .build = hc_p2p_send, .what = DIRECT_WHAT},
     {.coll = HC_COLL_RECV, .algo = HC_ALGO_DIRECT, .build = hc_p2p_recv, .what = DIRECT_WHAT},
 };

@@ -158,10 +158,9 @@ hc_result_t hc_chain_reduce(struct hc_plan *p, const struct hc_plan_ctx *x, cons
                             struct hc_alg_io io);
 hc_result_t hc_p2p_alltoallv(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
                              struct hc_alg_io io);
-hc_result_t hc_p2p_gather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                          struct hc_alg_io io);
-hc_result_t hc_p2p_scatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                           struct hc_alg_io io);
+/* Gather or scatter, as a->coll says. */
+hc_result_t hc_p2p_gather_scatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                  struct hc_alg_io io);
 /* The peer of send and receive is a->root; a->stage_send copies the data
  * aside first. */
 hc_result_t hc_p2p_send(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
