@@ -91,14 +91,19 @@ struct master_launcher {
   const char *hint; /* appended to the message naming missing variables */
 };
 
-static const struct master_launcher torchrun = {"torchrun", "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", ""};
+static const struct master_launcher torchrun = {.name = "torchrun",
+                                                .title = "torchrun",
+                                                .rank_var = "RANK",
+                                                .size_var = "WORLD_SIZE",
+                                                .local_var = "LOCAL_RANK",
+                                                .hint = ""};
 static const struct master_launcher openmpi = {
-    "openmpi",
-    "Open MPI",
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    " (under mpirun, export MASTER_ADDR and MASTER_PORT naming a free port on the host of rank 0)"};
+    .name = "openmpi",
+    .title = "Open MPI",
+    .rank_var = "OMPI_COMM_WORLD_RANK",
+    .size_var = "OMPI_COMM_WORLD_SIZE",
+    .local_var = "OMPI_COMM_WORLD_LOCAL_RANK",
+    .hint = " (under mpirun, export MASTER_ADDR and MASTER_PORT naming a free port on the host of rank 0)"};
 
 static hc_result_t read_master_launcher(struct hc_launch_env *env, const struct master_launcher *l) {
   struct missing m = {{0}};
