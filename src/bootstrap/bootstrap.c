@@ -80,6 +80,20 @@ static uint32_t get32(const uint8_t *p) {
 static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8), p[1] = (uint8_t)v; }
 static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
 
+/* The rank hello (to the root) and the ring hello (to prev) open alike:
+ * magic, the sender's rank, nranks. */
+#define RANK_HEAD_BYTES 12
+static void rank_head_put(uint8_t *buf, uint32_t magic, const struct hc_bootstrap *b) {
+  put32(buf, magic);
+  put32(buf + 4, (uint32_t)b->rank);
+  put32(buf + 8, (uint32_t)b->nranks);
+}
+static void rank_head_get(const uint8_t *buf, uint32_t *magic, uint32_t *rank, uint32_t *nranks) {
+  *magic = get32(buf);
+  *rank = get32(buf + 4);
+  *nranks = get32(buf + 8);
+}
+
 static void put_addr(uint8_t *p, const union hc_sockaddr *a) {
   memset(p, 0, ADDR_BYTES);
   if (a->sa.sa_family == AF_INET) {
@@ -140,11 +154,9 @@ hc_result_t hc_bootstrap_id_parse(const uint8_t *id, size_t n, struct hc_bootstr
 bool hc_bootstrap_hello_parse(const uint8_t *buf, size_t n, struct hc_bootstrap_hello *out) {
   memset(out, 0, sizeof(*out));
   if (n != HELLO_BYTES) return false;
-  out->magic = get32(buf);
-  out->rank = get32(buf + 4);
-  out->nranks = get32(buf + 8);
-  memcpy(out->ring_bytes, buf + 12, ADDR_BYTES);
-  out->ring_ok = get_addr(buf + 12, &out->ring);
+  rank_head_get(buf, &out->magic, &out->rank, &out->nranks);
+  memcpy(out->ring_bytes, buf + RANK_HEAD_BYTES, ADDR_BYTES);
+  out->ring_ok = get_addr(buf + RANK_HEAD_BYTES, &out->ring);
   return out->magic == HELLO_MAGIC;
 }
 
@@ -179,9 +191,7 @@ bool hc_bootstrap_reply_parse(const uint8_t *buf, size_t n, struct hc_bootstrap_
 bool hc_bootstrap_ring_hello_parse(const uint8_t *buf, size_t n, struct hc_bootstrap_ring_hello *out) {
   memset(out, 0, sizeof(*out));
   if (n != RING_HELLO_BYTES) return false;
-  out->magic = get32(buf);
-  out->rank = get32(buf + 4);
-  out->nranks = get32(buf + 8);
+  rank_head_get(buf, &out->magic, &out->rank, &out->nranks);
   return out->magic == RING_MAGIC;
 }
 
@@ -586,10 +596,8 @@ static hc_result_t join_root(struct hc_bootstrap *b, const union hc_sockaddr *ro
   int fd = -1;
   hc_result_t r;
   uint8_t hello[HELLO_BYTES] = {0}, reply[REPLY_BYTES];
-  put32(hello, HELLO_MAGIC);
-  put32(hello + 4, (uint32_t)b->rank);
-  put32(hello + 8, (uint32_t)b->nranks);
-  if (ring) put_addr(hello + 12, ring);
+  rank_head_put(hello, HELLO_MAGIC, b);
+  if (ring) put_addr(hello + RANK_HEAD_BYTES, ring);
   HC_TRY_GOTO(hc_sock_connect_blocking(root, "the bootstrap root", deadline_ns, b->abort_flag, &fd), r, out);
   HC_TRY_GOTO(hc_auth_client_blocking(fd, secret, HC_AUTH_BOOT_ROOT, deadline_ns, b->abort_flag), r, out);
   HC_TRY_GOTO(hc_sock_send_blocking(fd, hello, sizeof(hello), deadline_ns, b->abort_flag), r, out);
@@ -636,9 +644,7 @@ out:
 static hc_result_t connect_next(struct hc_bootstrap *b, const union hc_sockaddr *next, const uint8_t secret[16],
                                 uint64_t deadline_ns) {
   uint8_t hello[RING_HELLO_BYTES];
-  put32(hello, RING_MAGIC);
-  put32(hello + 4, (uint32_t)b->rank);
-  put32(hello + 8, (uint32_t)b->nranks);
+  rank_head_put(hello, RING_MAGIC, b);
   hc_sock_str(next, b->next_name, sizeof(b->next_name));
   char what[48];
   snprintf(what, sizeof(what), "rank %d (next on the bootstrap ring)", (b->rank + 1) % b->nranks);

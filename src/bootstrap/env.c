@@ -83,29 +83,36 @@ static hc_result_t first_slurm_host(const char *var, const char *list, char *out
   return HC_OK;
 }
 
-static hc_result_t read_torchrun(struct hc_launch_env *env) {
-  struct missing m = {{0}};
-  const char *rank = need(&m, "RANK"), *size = need(&m, "WORLD_SIZE");
-  const char *addr = need(&m, "MASTER_ADDR"), *port = need(&m, "MASTER_PORT");
-  if (m.names[0]) return HC_FAIL(HC_ERR_USAGE, "torchrun environment is incomplete: %s not set", m.names);
-  env->launcher = "torchrun";
-  HC_TRY(set_placement(env, "RANK", rank, "WORLD_SIZE", size, "LOCAL_RANK"));
-  HC_TRY(set_addr(env, "MASTER_ADDR", addr));
-  return parse_int_var("MASTER_PORT", port, 1, 65535, &env->master_port);
-}
+/* A launcher that names rank, size and local rank in variables of its own
+ * and the root in MASTER_ADDR and MASTER_PORT (torchrun, Open MPI). */
+struct master_launcher {
+  const char *name, *title; /* env->launcher, and the launcher as messages name it */
+  const char *rank_var, *size_var, *local_var;
+  const char *hint; /* appended to the message naming missing variables */
+};
 
-static hc_result_t read_openmpi(struct hc_launch_env *env) {
+static const struct master_launcher torchrun = {.name = "torchrun",
+                                                .title = "torchrun",
+                                                .rank_var = "RANK",
+                                                .size_var = "WORLD_SIZE",
+                                                .local_var = "LOCAL_RANK",
+                                                .hint = ""};
+static const struct master_launcher openmpi = {
+    .name = "openmpi",
+    .title = "Open MPI",
+    .rank_var = "OMPI_COMM_WORLD_RANK",
+    .size_var = "OMPI_COMM_WORLD_SIZE",
+    .local_var = "OMPI_COMM_WORLD_LOCAL_RANK",
+    .hint = " (under mpirun, export MASTER_ADDR and MASTER_PORT naming a free port on the host of rank 0)"};
+
+static hc_result_t read_master_launcher(struct hc_launch_env *env, const struct master_launcher *l) {
   struct missing m = {{0}};
-  const char *rank = need(&m, "OMPI_COMM_WORLD_RANK"), *size = need(&m, "OMPI_COMM_WORLD_SIZE");
+  const char *rank = need(&m, l->rank_var), *size = need(&m, l->size_var);
   const char *addr = need(&m, "MASTER_ADDR"), *port = need(&m, "MASTER_PORT");
-  if (m.names[0]) {
-    return HC_FAIL(HC_ERR_USAGE,
-                   "Open MPI environment is incomplete: %s not set (under mpirun, export MASTER_ADDR and "
-                   "MASTER_PORT naming a free port on the host of rank 0)",
-                   m.names);
-  }
-  env->launcher = "openmpi";
-  HC_TRY(set_placement(env, "OMPI_COMM_WORLD_RANK", rank, "OMPI_COMM_WORLD_SIZE", size, "OMPI_COMM_WORLD_LOCAL_RANK"));
+  if (m.names[0])
+    return HC_FAIL(HC_ERR_USAGE, "%s environment is incomplete: %s not set%s", l->title, m.names, l->hint);
+  env->launcher = l->name;
+  HC_TRY(set_placement(env, l->rank_var, rank, l->size_var, size, l->local_var));
   HC_TRY(set_addr(env, "MASTER_ADDR", addr));
   return parse_int_var("MASTER_PORT", port, 1, 65535, &env->master_port);
 }
@@ -192,8 +199,8 @@ static bool set(const char *name) {
 hc_result_t hc_launch_env_read(struct hc_launch_env *env) {
   memset(env, 0, sizeof(*env));
   env->local_rank = -1;
-  if (set("RANK") || set("WORLD_SIZE")) HC_TRY(read_torchrun(env));
-  else if (set("OMPI_COMM_WORLD_RANK") || set("OMPI_COMM_WORLD_SIZE")) HC_TRY(read_openmpi(env));
+  if (set("RANK") || set("WORLD_SIZE")) HC_TRY(read_master_launcher(env, &torchrun));
+  else if (set("OMPI_COMM_WORLD_RANK") || set("OMPI_COMM_WORLD_SIZE")) HC_TRY(read_master_launcher(env, &openmpi));
   else if (set("SLURM_PROCID")) HC_TRY(read_slurm(env));
   else {
     return HC_FAIL(HC_ERR_USAGE,

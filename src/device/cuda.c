@@ -18,7 +18,6 @@
 #include <dlfcn.h>
 #include <glob.h>
 #include <link.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -49,17 +48,6 @@ static int host_ptr_is_device_ptr;
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext primary[HC_GPU_MAX_DEVICES];
 
-/* Absent stack or device: the text device.c logs at INFO, no WARN. */
-__attribute__((format(printf, 1, 2))) static hc_result_t absent(const char *fmt, ...) {
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  hc_set_last_error(msg);
-  return HC_ERR_DEVICE;
-}
-
 static const char *cuda_err_str(int e) {
   const char *s = NULL;
   if (cu.cuGetErrorString != NULL && cu.cuGetErrorString(e, &s) == CUDA_SUCCESS && s != NULL) return s;
@@ -74,23 +62,23 @@ static const char *cuda_err_str(int e) {
 static hc_result_t cuda_open(int *ndev) {
   *ndev = 0;
   void *h = hc_dl_open("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (h == NULL) return absent("cuda: libcuda.so.1 not found (no NVIDIA driver)");
+  if (h == NULL) return hc_gpu_absent("cuda: libcuda.so.1 not found (no NVIDIA driver)");
   const char *missing = hc_gpu_resolve(h, cu_syms, HC_ARRAY_LEN(cu_syms), &cu);
   if (missing != NULL) {
     dlclose(h);
     memset(&cu, 0, sizeof(cu));
-    return absent("cuda: libcuda.so.1 lacks %s (driver too old)", missing);
+    return hc_gpu_absent("cuda: libcuda.so.1 lacks %s (driver too old)", missing);
   }
   /* From here on the library stays loaded: the driver may have started
    * threads, and unloading it under them is not safe. */
   int e = cu.cuInit(0);
-  if (e == CUDA_ERROR_NO_DEVICE) return absent("cuda: no CUDA device (cuInit: %d)", e);
-  if (e != CUDA_SUCCESS) return absent("cuda: cuInit failed: %s (%d)", cuda_err_str(e), e);
+  if (e == CUDA_ERROR_NO_DEVICE) return hc_gpu_absent("cuda: no CUDA device (cuInit: %d)", e);
+  if (e != CUDA_SUCCESS) return hc_gpu_absent("cuda: cuInit failed: %s (%d)", cuda_err_str(e), e);
   if (cu.cuDriverGetVersion(&driver_version) != CUDA_SUCCESS) driver_version = 0;
   int n = 0;
   e = cu.cuDeviceGetCount(&n);
-  if (e != CUDA_SUCCESS) return absent("cuda: cuDeviceGetCount failed: %s (%d)", cuda_err_str(e), e);
-  if (n <= 0) return absent("cuda: no CUDA device");
+  if (e != CUDA_SUCCESS) return hc_gpu_absent("cuda: cuDeviceGetCount failed: %s (%d)", cuda_err_str(e), e);
+  if (n <= 0) return hc_gpu_absent("cuda: no CUDA device");
   CUdevice d0;
   mem_ops_64 = 0;
   host_ptr_is_device_ptr = 0;
@@ -203,25 +191,19 @@ static int cuda_host_register(void *p, size_t n) {
 
 static int cuda_host_unregister(void *p) { return cu.cuMemHostUnregister(p); }
 
-/* CUDA 11.7's dma-buf export; the range must cover whole host pages of one
- * allocation, so it runs from p's page to the allocation's end, rounded to
- * a page (allocations are made in pages of at least 2 MiB). */
-static int cuda_dmabuf_export(const void *p, size_t n, int *fd, uint64_t *offset) {
-  const uint64_t page = 4096;
-  CUdeviceptr base = 0, start = dptr(p) / page * page;
-  size_t size = 0;
-  (void)n;
-  if (cu.cuMemGetAddressRange_v2 == NULL || cu.cuMemGetHandleForAddressRange == NULL)
-    return CUDA_ERROR_NOT_SUPPORTED; /* a driver older than CUDA 11.7 */
-  int e = cu.cuMemGetAddressRange_v2(&base, &size, dptr(p));
-  if (e != 0) return e;
-  size_t len = (size_t)(HC_DIV_UP(base + size, page) * page - start);
-  int handle = -1;
-  e = cu.cuMemGetHandleForAddressRange(&handle, start, len, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
-  if (e != 0) return e;
-  *fd = handle;
-  *offset = 0; /* the dma-buf starts at p's page */
-  return 0;
+/* CUDA 11.7's dma-buf export (a driver older than that lacks the entry
+ * points). */
+static int cuda_mem_range(const void *p, uintptr_t *base, size_t *size) {
+  CUdeviceptr b = 0;
+  if (cu.cuMemGetAddressRange_v2 == NULL) return CUDA_ERROR_NOT_SUPPORTED;
+  int e = cu.cuMemGetAddressRange_v2(&b, size, dptr(p));
+  *base = (uintptr_t)b;
+  return e;
+}
+
+static int cuda_dmabuf_fd(uintptr_t start, size_t len, int *fd) {
+  if (cu.cuMemGetHandleForAddressRange == NULL) return CUDA_ERROR_NOT_SUPPORTED;
+  return cu.cuMemGetHandleForAddressRange(fd, (CUdeviceptr)start, len, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
 }
 
 static int cuda_ptr_attrs(const void *p, enum hc_gpu_ptr_type *type, int *device) {
@@ -632,7 +614,8 @@ const struct hc_gpu_vendor hc_gpu_vendor_cuda = {
     .host_free = cuda_host_free,
     .host_register = cuda_host_register,
     .host_unregister = cuda_host_unregister,
-    .dmabuf_export = cuda_dmabuf_export,
+    .mem_range = cuda_mem_range,
+    .dmabuf_fd = cuda_dmabuf_fd,
     .ptr_attrs = cuda_ptr_attrs,
     .copy_async = cuda_copy_async,
     .stream_create = cuda_stream_create,

@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <limits.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -21,6 +22,16 @@ static struct hc_gpu *_Atomic loaded_gpus[HC_MEM_KIND_COUNT];
 
 hc_result_t hc_gpu_fail(struct hc_gpu *g, int e, const char *what) {
   return HC_FAIL(HC_ERR_DEVICE, "%s: %s: %s (%d)", g->v->name, what, g->v->err_str(e), e);
+}
+
+hc_result_t hc_gpu_absent(const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  hc_set_last_error(msg);
+  return HC_ERR_DEVICE;
 }
 
 const char *hc_gpu_resolve(void *handle, const struct hc_gpu_sym *syms, size_t n, void *table) {
@@ -231,15 +242,28 @@ hc_result_t hc_gpu_host_register(void *ctx, void *p, size_t n) {
   return HC_OK;
 }
 
+/* The range must cover whole host pages of one allocation, so it runs
+ * from p's page to the allocation's end, rounded to a page (allocations
+ * are made in pages of at least 2 MiB); the dma-buf starts at p's page
+ * (offset 0). */
+static int dmabuf_export(const struct hc_gpu_vendor *v, const void *p, int *fd) {
+  const uintptr_t page = 4096;
+  uintptr_t base = 0, start = (uintptr_t)p / page * page;
+  size_t size = 0;
+  int e = v->mem_range(p, &base, &size);
+  if (e != 0) return e;
+  return v->dmabuf_fd(start, (size_t)(HC_DIV_UP(base + size, page) * page - start), fd);
+}
+
 hc_result_t hc_gpu_dmabuf_export(void *ctx, const void *p, size_t n, int *fd, uint64_t *offset) {
   struct hc_gpu *g = ctx;
   *fd = -1;
   *offset = 0;
-  if (g->v->dmabuf_export == NULL)
+  if (g->v->mem_range == NULL || g->v->dmabuf_fd == NULL)
     return HC_FAIL(HC_ERR_DEVICE, "%s: this driver cannot export device memory as a dma-buf", g->v->name);
   struct hc_gpu_scope sc;
   HC_TRY(hc_gpu_scope_device(g, -1, &sc));
-  int e = g->v->dmabuf_export(p, n, fd, offset);
+  int e = dmabuf_export(g->v, p, fd);
   hc_gpu_scope_exit(g, &sc);
   if (e != 0) {
     *fd = -1;

@@ -109,10 +109,12 @@ struct hc_gpu_vendor {
   /* fn(arg) on a driver thread once prior work is done; fn makes no calls
    * into the vendor library. */
   int (*launch_host_func)(void *s, void (*fn)(void *), void *arg);
-  /* The device allocation holding p, from p's page to the page holding
-   * p + n - 1, exported as a dma-buf file descriptor; *offset: where p's
-   * page lies in it. Optional (NULL: the driver cannot export dma-bufs). */
-  int (*dmabuf_export)(const void *p, size_t n, int *fd, uint64_t *offset);
+  /* dma-buf export, in two steps so that gpu.c owns the page range: the
+   * device allocation holding p (its start and size), then a dma-buf file
+   * descriptor of [start, start + len), whole host pages of one
+   * allocation. Optional, both or neither (the driver cannot export). */
+  int (*mem_range)(const void *p, uintptr_t *base, size_t *size);
+  int (*dmabuf_fd)(uintptr_t start, size_t len, int *fd);
 
   /* ---- modules ---- */
   int (*module_load)(const void *image, void **mod);
@@ -224,6 +226,11 @@ void hc_gpu_scope_exit(struct hc_gpu *g, struct hc_gpu_scope *sc);
 hc_result_t hc_gpu_fail(struct hc_gpu *g, int e, const char *what);
 /* Loads the runtime compiler once; sets g->rtc. */
 void hc_gpu_rtc_init(struct hc_gpu *g);
+
+/* HC_ERR_DEVICE with the formatted text as this thread's last error, no
+ * WARN: a vendor's open() when its library or device is absent (device.c
+ * logs the text at INFO). */
+hc_result_t hc_gpu_absent(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* A vendor symbol: resolved into table + offset; a missing optional one
  * stays NULL. */

@@ -23,7 +23,6 @@
  * appeared in ROCm 5.3; hipStreamAddCallback stands in before it.
  */
 #include <dlfcn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -55,16 +54,6 @@ static const struct hc_gpu_sym hiprtc_syms[] = {HC_HIPRTC_SYMBOLS(SYM, SYM_OPT)}
 
 static const char *const hip_libs[] = {"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"};
 static int runtime_version;
-
-__attribute__((format(printf, 1, 2))) static hc_result_t absent(const char *fmt, ...) {
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  hc_set_last_error(msg);
-  return HC_ERR_DEVICE;
-}
 
 static const char *hip_err_str(int e) {
   const char *s = hip.hipGetErrorString ? hip.hipGetErrorString(e) : NULL;
@@ -110,12 +99,12 @@ static void describe_library(char *buf, size_t n) {
 static hc_result_t hip_open(int *ndev) {
   *ndev = 0;
   void *h = open_first(hip_libs, HC_ARRAY_LEN(hip_libs));
-  if (h == NULL) return absent("hip: libamdhip64.so not found (no ROCm)");
+  if (h == NULL) return hc_gpu_absent("hip: libamdhip64.so not found (no ROCm)");
   const char *missing = hc_gpu_resolve(h, hip_syms, HC_ARRAY_LEN(hip_syms), &hip);
   if (missing != NULL) {
     dlclose(h);
     memset(&hip, 0, sizeof(hip));
-    return absent("hip: libamdhip64 lacks %s (ROCm too old)", missing);
+    return hc_gpu_absent("hip: libamdhip64 lacks %s (ROCm too old)", missing);
   }
   /* Loaded for good from here: the runtime may have started threads. The
    * version needs no device (hipRuntimeGetVersion works before hipInit). */
@@ -129,8 +118,8 @@ static hc_result_t hip_open(int *ndev) {
   if (init != hipSuccess || count != hipSuccess || n <= 0) {
     bool none = init == hipErrorNoDevice || init == hipErrorInvalidDevice || count == hipErrorNoDevice ||
                 (count == hipSuccess && n <= 0);
-    return absent("hip: %s (hipInit: %s, hipGetDeviceCount: %s); %s", none ? "no AMD GPU" : "no usable AMD GPU",
-                  hip_err_str(init), hip_err_str(count), lib);
+    return hc_gpu_absent("hip: %s (hipInit: %s, hipGetDeviceCount: %s); %s", none ? "no AMD GPU" : "no usable AMD GPU",
+                         hip_err_str(init), hip_err_str(count), lib);
   }
   HC_INFO(HC_DEV, "hip: %s; %d devices", lib, n);
   *ndev = n;
@@ -202,24 +191,18 @@ static int hip_host_register(void *p, size_t n) {
 
 static int hip_host_unregister(void *p) { return hip.hipHostUnregister(p); }
 
-/* ROCm's dma-buf export (hipMemRangeHandleTypeDmaBufFd = 1), the range
- * taken as CUDA's is (cuda.c). */
-static int hip_dmabuf_export(const void *p, size_t n, int *fd, uint64_t *offset) {
-  const uintptr_t page = 4096;
-  void *base = NULL;
-  size_t size = 0;
-  (void)n;
-  if (hip.hipMemGetAddressRange == NULL || hip.hipMemGetHandleForAddressRange == NULL) return hipErrorNotSupported;
-  int e = hip.hipMemGetAddressRange(&base, &size, (void *)p);
-  if (e != 0) return e;
-  uintptr_t start = (uintptr_t)p / page * page;
-  size_t len = (size_t)(HC_DIV_UP((uintptr_t)base + size, page) * page - start);
-  int handle = -1;
-  e = hip.hipMemGetHandleForAddressRange(&handle, (void *)start, len, 1, 0);
-  if (e != 0) return e;
-  *fd = handle;
-  *offset = 0;
-  return 0;
+/* ROCm's dma-buf export (hipMemRangeHandleTypeDmaBufFd = 1). */
+static int hip_mem_range(const void *p, uintptr_t *base, size_t *size) {
+  void *b = NULL;
+  if (hip.hipMemGetAddressRange == NULL) return hipErrorNotSupported;
+  int e = hip.hipMemGetAddressRange(&b, size, (void *)p);
+  *base = (uintptr_t)b;
+  return e;
+}
+
+static int hip_dmabuf_fd(uintptr_t start, size_t len, int *fd) {
+  if (hip.hipMemGetHandleForAddressRange == NULL) return hipErrorNotSupported;
+  return hip.hipMemGetHandleForAddressRange(fd, (void *)start, len, 1, 0);
 }
 
 static int hip_ptr_attrs(const void *p, enum hc_gpu_ptr_type *type, int *device) {
@@ -433,7 +416,8 @@ const struct hc_gpu_vendor hc_gpu_vendor_hip = {
     .host_alloc = hip_host_alloc,
     .host_free = hip_host_free,
     .host_register = hip_host_register,
-    .dmabuf_export = hip_dmabuf_export,
+    .mem_range = hip_mem_range,
+    .dmabuf_fd = hip_dmabuf_fd,
     .host_unregister = hip_host_unregister,
     .ptr_attrs = hip_ptr_attrs,
     .copy_async = hip_copy_async,

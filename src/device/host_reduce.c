@@ -125,26 +125,24 @@ static inline float fp8e4m3_to_float(uint8_t v) {
   return u2f(sign | sel((v & 0x7fu) == 0x7fu, 0x7fc00000u, sel(e == 0, sub, normal)));
 }
 
-static inline uint8_t float_to_fp8e4m3(float f) {
+/* Both fp8 formats saturate (no inf) and keep the sign of a NaN;
+ * narrow_mag rounds to mbits of mantissa at the bias. */
+static inline uint8_t float_to_fp8(float f, uint32_t mbits, uint32_t bias, uint32_t max_mag) {
   uint32_t u = f2u(f), a = u & 0x7fffffffu;
-  uint32_t mag = narrow_mag(a, 3, 7);
-  mag = sel(mag > FP8E4M3_MAX_MAG, FP8E4M3_MAX_MAG, mag);
+  uint32_t mag = narrow_mag(a, mbits, bias);
+  mag = sel(mag > max_mag, max_mag, mag);
   mag = sel(a > 0x7f800000u, FP8_NAN, mag);
   return (uint8_t)(((u >> 24) & 0x80u) | mag);
 }
+
+static inline uint8_t float_to_fp8e4m3(float f) { return float_to_fp8(f, 3, 7, FP8E4M3_MAX_MAG); }
 
 /* ---- fp8 e5m2: 1.5.2, bias 15, IEEE-like: the top byte of an fp16 ---- */
 
 static inline float fp8e5m2_to_float(uint8_t v) { return half_to_float((uint16_t)(v << 8)); }
 
-static inline uint8_t float_to_fp8e5m2(float f) {
-  /* Not through fp16: rounding twice would break ties. */
-  uint32_t u = f2u(f), a = u & 0x7fffffffu;
-  uint32_t mag = narrow_mag(a, 2, 15);
-  mag = sel(mag > FP8E5M2_MAX_MAG, FP8E5M2_MAX_MAG, mag);
-  mag = sel(a > 0x7f800000u, FP8_NAN, mag);
-  return (uint8_t)(((u >> 24) & 0x80u) | mag);
-}
+/* Not through fp16: rounding twice would break ties. */
+static inline uint8_t float_to_fp8e5m2(float f) { return float_to_fp8(f, 2, 15, FP8E5M2_MAX_MAG); }
 
 float hc_half_to_float(uint16_t h) { return half_to_float(h); }
 uint16_t hc_float_to_half(float f) { return float_to_half(f); }
@@ -228,11 +226,14 @@ void hc_host_reduce(const struct hc_reduce_args *a) {
 
 /* ---- scaling ---- */
 
-#define DEF_SCALE_MUL(name, T, CT, LOAD, STORE)                      \
-  static void name(void *dst_, const void *src_, size_t n, CT f) {   \
-    T *dst = dst_;                                                   \
-    const T *src = src_;                                             \
-    for (size_t i = 0; i < n; i++) dst[i] = STORE(LOAD(src[i]) * f); \
+/* The factor is one element of T, loaded like the data. */
+#define DEF_SCALE_MUL(name, T, CT, LOAD, STORE)                              \
+  static void name(void *dst_, const void *src_, size_t n, const void *f_) { \
+    T *dst = dst_, fe;                                                       \
+    const T *src = src_;                                                     \
+    memcpy(&fe, f_, sizeof(fe));                                             \
+    const CT f = LOAD(fe);                                                   \
+    for (size_t i = 0; i < n; i++) dst[i] = STORE(LOAD(src[i]) * f);         \
   }
 /* DT: the type the quotient is computed in (wide enough for the divisor). */
 #define DEF_SCALE_DIV(name, T, DT, LOAD, STORE)                             \
@@ -274,51 +275,13 @@ static void div_i64_huge(int64_t *dst, const int64_t *src, size_t n, uint64_t d)
   for (size_t i = 0; i < n; i++) dst[i] = (src[i] == INT64_MIN && d == (1ull << 63)) ? -1 : 0;
 }
 
-static void scale_mul(const struct hc_scale_args *a) {
-  const void *f = a->factor;
-  uint8_t f8;
-  uint16_t f16;
-  uint32_t f32;
-  uint64_t f64;
-  float ff;
-  double fd;
-  switch (a->dtype) {
-  case HC_INT8:
-  case HC_UINT8:
-    memcpy(&f8, f, 1);
-    mul_u8(a->dst, a->src, a->count, f8);
-    break;
-  case HC_INT32:
-  case HC_UINT32:
-    memcpy(&f32, f, 4);
-    mul_u32(a->dst, a->src, a->count, f32);
-    break;
-  case HC_INT64:
-  case HC_UINT64:
-    memcpy(&f64, f, 8);
-    mul_u64(a->dst, a->src, a->count, f64);
-    break;
-  case HC_FLOAT16:
-    memcpy(&f16, f, 2);
-    mul_f16(a->dst, a->src, a->count, half_to_float(f16));
-    break;
-  case HC_FLOAT32:
-    memcpy(&ff, f, 4);
-    mul_f32(a->dst, a->src, a->count, ff);
-    break;
-  case HC_FLOAT64:
-    memcpy(&fd, f, 8);
-    mul_f64(a->dst, a->src, a->count, fd);
-    break;
-  case HC_BFLOAT16:
-    memcpy(&f16, f, 2);
-    mul_bf16(a->dst, a->src, a->count, bf16_to_float(f16));
-    break;
-  case HC_FP8_E4M3: mul_e4m3(a->dst, a->src, a->count, fp8e4m3_to_float(a->factor[0])); break;
-  case HC_FP8_E5M2: mul_e5m2(a->dst, a->src, a->count, fp8e5m2_to_float(a->factor[0])); break;
-  default: break;
-  }
-}
+typedef void (*mul_fn)(void *dst, const void *src, size_t n, const void *factor);
+
+static const mul_fn mul_table[HC_DTYPE_COUNT] = {
+    [HC_INT8] = mul_u8,     [HC_UINT8] = mul_u8,      [HC_INT32] = mul_u32,     [HC_UINT32] = mul_u32,
+    [HC_INT64] = mul_u64,   [HC_UINT64] = mul_u64,    [HC_FLOAT16] = mul_f16,   [HC_FLOAT32] = mul_f32,
+    [HC_FLOAT64] = mul_f64, [HC_BFLOAT16] = mul_bf16, [HC_FP8_E4M3] = mul_e4m3, [HC_FP8_E5M2] = mul_e5m2,
+};
 
 static void scale_div(const struct hc_scale_args *a) {
   /* Integer division by 0 would trap: ints then keep their value (divide by
@@ -352,7 +315,7 @@ void hc_host_scale(const struct hc_scale_args *a) {
     return;
   }
   if (a->count == 0) return;
-  if (a->kind == HC_SCALE_MUL) scale_mul(a);
+  if (a->kind == HC_SCALE_MUL) mul_table[a->dtype](a->dst, a->src, a->count, a->factor);
   else scale_div(a);
 }
 
@@ -421,9 +384,6 @@ static float double_to_float_odd(double v) {
  * nearest even, fp16/bf16 overflow to inf, fp8 saturates. */
 void hc_dtype_store(enum hc_dtype t, void *p, double v) {
   uint64_t bits;
-  uint16_t u16;
-  uint8_t u8;
-  float f;
   switch (t) {
   case HC_INT8:
   case HC_INT32:
@@ -434,27 +394,12 @@ void hc_dtype_store(enum hc_dtype t, void *p, double v) {
     if (!(v >= 0.0)) bits = (uint64_t)double_to_i64(v);
     else bits = v >= 0x1p64 ? UINT64_MAX : (uint64_t)v;
     break;
-  case HC_FLOAT16:
-    u16 = float_to_half(double_to_float_odd(v));
-    memcpy(p, &u16, 2);
-    return;
-  case HC_FLOAT32:
-    f = (float)v;
-    memcpy(p, &f, 4);
-    return;
-  case HC_FLOAT64: memcpy(p, &v, 8); return;
-  case HC_BFLOAT16:
-    u16 = float_to_bf16(double_to_float_odd(v));
-    memcpy(p, &u16, 2);
-    return;
-  case HC_FP8_E4M3:
-    u8 = float_to_fp8e4m3(double_to_float_odd(v));
-    memcpy(p, &u8, 1);
-    return;
-  case HC_FP8_E5M2:
-    u8 = float_to_fp8e5m2(double_to_float_odd(v));
-    memcpy(p, &u8, 1);
-    return;
+  case HC_FLOAT16: bits = float_to_half(double_to_float_odd(v)); break;
+  case HC_FLOAT32: bits = f2u((float)v); break;
+  case HC_FLOAT64: memcpy(&bits, &v, 8); break;
+  case HC_BFLOAT16: bits = float_to_bf16(double_to_float_odd(v)); break;
+  case HC_FP8_E4M3: bits = float_to_fp8e4m3(double_to_float_odd(v)); break;
+  case HC_FP8_E5M2: bits = float_to_fp8e5m2(double_to_float_odd(v)); break;
   default: return;
   }
   /* Little-endian hosts only, as the rest of hetccl: the low bytes first. */

@@ -97,7 +97,7 @@ static bool direct_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *
 /* clang-format off */
 static const struct hc_algo_desc table[] = {
     {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_HIER, .applies = grouped, .chosen = hier_allreduce_pays,
-     .build = hc_hier_allreduce,
+     .build = hc_hier,
      .what = "reduce-scatter inside each group, a ring of one rank per group across, all-gather inside",
      .applies_doc = HIER_APPLIES,
      .chosen_doc = HIER_CHOSEN ", and the call has RING_THRESHOLD bytes or more, or some group runs the "
@@ -116,7 +116,7 @@ static const struct hc_algo_desc table[] = {
      .what = "recursive doubling: log2(n) exchanges of the whole buffer"},
 
     {.coll = HC_COLL_BROADCAST, .algo = HC_ALGO_HIER, .applies = grouped, .chosen = some_group_shared,
-     .build = hc_hier_broadcast,
+     .build = hc_hier,
      .what = "from RING_THRESHOLD bytes without a vendor group: a chain through the ranks ordered by group; "
              "else a tree among one leader per group, then one inside each group",
      .applies_doc = HIER_APPLIES, .chosen_doc = HIER_CHOSEN},
@@ -129,7 +129,7 @@ static const struct hc_algo_desc table[] = {
      .what = "a binomial tree from the root"},
 
     {.coll = HC_COLL_REDUCE, .algo = HC_ALGO_HIER, .applies = grouped, .chosen = some_group_shared,
-     .build = hc_hier_reduce,
+     .build = hc_hier,
      .what = "from RING_THRESHOLD bytes without a vendor group: a chain through the ranks ordered by group; "
              "else a tree inside each group to its leader, then one among the leaders",
      .applies_doc = HIER_APPLIES, .chosen_doc = HIER_CHOSEN},
@@ -139,7 +139,7 @@ static const struct hc_algo_desc table[] = {
     {.coll = HC_COLL_REDUCE, .algo = HC_ALGO_TREE, .build = hc_tree_reduce, .what = "a binomial tree to the root"},
 
     {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_HIER, .applies = grouped, .chosen = some_group_shared,
-     .build = hc_hier_allgather,
+     .build = hc_hier,
      .what = "each block to one member of every other group, which passes it on inside its group",
      .applies_doc = HIER_APPLIES, .chosen_doc = HIER_CHOSEN},
     {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_ONESTEP, .chosen = one_step_pays, .build = hc_onestep_allgather,
@@ -151,7 +151,7 @@ static const struct hc_algo_desc table[] = {
      .what = "a ring, n - 1 steps, pipelined in chunks"},
 
     {.coll = HC_COLL_REDUCESCATTER, .algo = HC_ALGO_HIER, .applies = grouped, .chosen = some_group_shared,
-     .build = hc_hier_reducescatter,
+     .build = hc_hier,
      .what = "block b summed on one member of each group, whose partial goes to rank b",
      .applies_doc = HIER_APPLIES, .chosen_doc = HIER_CHOSEN},
     {.coll = HC_COLL_REDUCESCATTER, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_pays,
@@ -163,8 +163,8 @@ static const struct hc_algo_desc table[] = {
 
     {.coll = HC_COLL_ALLTOALL, .algo = HC_ALGO_DIRECT, .build = hc_p2p_alltoallv, .what = DIRECT_WHAT},
     {.coll = HC_COLL_ALLTOALLV, .algo = HC_ALGO_DIRECT, .build = hc_p2p_alltoallv, .what = DIRECT_WHAT},
-    {.coll = HC_COLL_GATHER, .algo = HC_ALGO_DIRECT, .build = hc_p2p_gather, .what = DIRECT_WHAT},
-    {.coll = HC_COLL_SCATTER, .algo = HC_ALGO_DIRECT, .build = hc_p2p_scatter, .what = DIRECT_WHAT},
+    {.coll = HC_COLL_GATHER, .algo = HC_ALGO_DIRECT, .build = hc_p2p_gather_scatter, .what = DIRECT_WHAT},
+    {.coll = HC_COLL_SCATTER, .algo = HC_ALGO_DIRECT, .build = hc_p2p_gather_scatter, .what = DIRECT_WHAT},
     {.coll = HC_COLL_SEND, .algo = HC_ALGO_DIRECT, .build = hc_p2p_send, .what = DIRECT_WHAT},
     {.coll = HC_COLL_RECV, .algo = HC_ALGO_DIRECT, .build = hc_p2p_recv, .what = DIRECT_WHAT},
 };

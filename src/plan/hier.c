@@ -233,19 +233,16 @@ static hc_result_t vendor_allreduce(struct hc_plan *p, const struct hc_plan_ctx 
   return HC_OK;
 }
 
-hc_result_t hc_hier_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                              struct hc_alg_io io) {
-  if (x->ngroups < 2 || x->group_of == NULL) return hc_ring_allreduce(p, x, a, io);
-  struct groups gr;
-  HC_TRY(groups_build(x, &gr));
-  struct hier_allreduce h = {.x = x, .a = a, .gr = &gr, .io = io};
+static hc_result_t allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct groups *gr,
+                             const struct hc_coll_args *a, struct hc_alg_io io) {
+  struct hier_allreduce h = {.x = x, .a = a, .gr = gr, .io = io};
   h.owners = malloc((size_t)x->ngroups * sizeof(int));
   h.done = malloc((size_t)x->nranks * sizeof(hc_ref_t));
   hc_result_t r;
   if (h.owners == NULL || h.done == NULL) {
     r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d groups", x->ngroups);
   } else {
-    struct hc_plan_ctx xg = group_ctx(x, &gr, x->group_of[x->rank], x->rank);
+    struct hc_plan_ctx xg = group_ctx(x, gr, x->group_of[x->rank], x->rank);
     struct hc_coll_args in_group = *a;
     in_group.op = hc_step_op(a->op); /* AVG divides once, after the groups' sums meet */
     r = hc_runs_vendor(x, x->group_of[x->rank]) ? vendor_allreduce(p, &xg, &in_group, io, &h)
@@ -253,7 +250,6 @@ hc_result_t hc_hier_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, co
   }
   free(h.owners);
   free(h.done);
-  groups_free(&gr);
   return r;
 }
 
@@ -375,26 +371,6 @@ static hc_result_t two_level_reduce(struct hc_plan *p, const struct hc_plan_ctx 
   return HC_OK;
 }
 
-hc_result_t hc_hier_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                              struct hc_alg_io io) {
-  struct groups gr;
-  HC_TRY(groups_build(x, &gr));
-  hc_result_t r =
-      chained(x, a) ? chain_by_group(p, x, &gr, a, io, hc_chain_broadcast) : two_level_broadcast(p, x, &gr, a, io);
-  groups_free(&gr);
-  return r;
-}
-
-hc_result_t hc_hier_reduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                           struct hc_alg_io io) {
-  struct groups gr;
-  HC_TRY(groups_build(x, &gr));
-  hc_result_t r =
-      chained(x, a) ? chain_by_group(p, x, &gr, a, io, hc_chain_reduce) : two_level_reduce(p, x, &gr, a, io);
-  groups_free(&gr);
-  return r;
-}
-
 /* ---- all-gather and reduce-scatter ---- */
 
 /* The k-th block that member i of group g holds first (all-gather) or
@@ -456,20 +432,17 @@ static hc_result_t vendor_allgather_inside(struct hc_plan *p, const struct hc_pl
   return HC_OK;
 }
 
-hc_result_t hc_hier_allgather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                              struct hc_alg_io io) {
-  struct groups gr;
-  HC_TRY(groups_build(x, &gr));
+static hc_result_t allgather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct groups *gr,
+                             const struct hc_coll_args *a, struct hc_alg_io io) {
   const int n = x->nranks, me = x->rank, mine = x->group_of[me];
   const size_t es = hc_dtype_size(a->dtype), count = a->count;
   const size_t nch = hc_nchunks(count, es, x->chunk_bytes);
   /* Per (block, chunk): the step after which this rank holds it in out. */
   hc_ref_t *held = calloc((size_t)n * nch, sizeof(hc_ref_t));
-  int *holder = designees_in(&gr, n, mine); /* per block: the member of this group that holds it first */
+  int *holder = designees_in(gr, n, mine); /* per block: the member of this group that holds it first */
   if (held == NULL || holder == NULL) {
     free(held);
     free(holder);
-    groups_free(&gr);
     return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d x %zu chunk records", n, nch);
   }
   size_t coff, clen;
@@ -479,7 +452,7 @@ hc_result_t hc_hier_allgather(struct hc_plan *p, const struct hc_plan_ctx *x, co
   for (int g = 0; g < x->ngroups; g++)
     for (size_t c = 0; c < nch && g != mine; c++) {
       hc_chunk(count, nch, c, &coff, &clen);
-      if (clen) hc_push_send(p, designee(&gr, me, g), HC_PTR(io.in, coff, es), clen * es, io.in_dep, 0);
+      if (clen) hc_push_send(p, designee(gr, me, g), HC_PTR(io.in, coff, es), clen * es, io.in_dep, 0);
     }
   for (int b = 0; b < n; b++)
     for (size_t c = 0; c < nch && x->group_of[b] != mine && holder[b] == me; c++) {
@@ -488,7 +461,7 @@ hc_result_t hc_hier_allgather(struct hc_plan *p, const struct hc_plan_ctx *x, co
     }
   hc_result_t r = HC_OK;
   if (hc_runs_vendor(x, mine)) {
-    r = vendor_allgather_inside(p, x, &gr, holder, held, nch, io, count, es);
+    r = vendor_allgather_inside(p, x, gr, holder, held, nch, io, count, es);
     goto out;
   }
   /* Inside the group: every block to the members that lack it, from the
@@ -503,14 +476,13 @@ hc_result_t hc_hier_allgather(struct hc_plan *p, const struct hc_plan_ctx *x, co
       }
       const void *src = b == me ? HC_PTR(io.in, coff, es) : BLOCK(b, coff);
       hc_ref_t ready = b == me ? io.in_dep : held[(size_t)b * nch + c];
-      for (int i = 0; i < group_size(&gr, mine); i++)
-        if (member(&gr, mine, i) != me) hc_push_send(p, member(&gr, mine, i), src, clen * es, ready, 0);
+      for (int i = 0; i < group_size(gr, mine); i++)
+        if (member(gr, mine, i) != me) hc_push_send(p, member(gr, mine, i), src, clen * es, ready, 0);
     }
   }
 out:
   free(held);
   free(holder);
-  groups_free(&gr);
   return r;
 }
 #undef BLOCK
@@ -620,10 +592,8 @@ static hc_result_t vendor_reducescatter(struct hc_plan *p, const struct hc_plan_
   return HC_OK;
 }
 
-hc_result_t hc_hier_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                                  struct hc_alg_io io) {
-  struct groups gr;
-  HC_TRY(groups_build(x, &gr));
+static hc_result_t reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct groups *gr,
+                                 const struct hc_coll_args *a, struct hc_alg_io io) {
   const int n = x->nranks, me = x->rank, mine = x->group_of[me], G = x->ngroups;
   const size_t es = hc_dtype_size(a->dtype), count = a->count;
   const enum hc_redop op = hc_step_op(a->op);
@@ -631,14 +601,14 @@ hc_result_t hc_hier_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x
   struct rs_slots s = {.count = x->scratch_slots > 0 ? x->scratch_slots : 1, .bytes = HC_DIV_UP(count, nch) * es};
   s.base = hc_plan_scratch(p, (size_t)s.count * s.bytes);
   s.last_reader = calloc((size_t)s.count, sizeof(hc_ref_t));
-  int *summer = designees_in(&gr, n, mine); /* per block: the member of this group that sums it */
+  int *summer = designees_in(gr, n, mine); /* per block: the member of this group that sums it */
   hc_result_t r = HC_OK;
   if (s.base == NULL || s.last_reader == NULL || summer == NULL) {
     r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d receive slots of %zu bytes", s.count, s.bytes);
     goto out;
   }
   if (hc_runs_vendor(x, mine)) {
-    r = vendor_reducescatter(p, x, a, io, &gr, summer, &s);
+    r = vendor_reducescatter(p, x, a, io, gr, summer, &s);
     goto out;
   }
   size_t coff, clen;
@@ -662,20 +632,42 @@ hc_result_t hc_hier_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x
       void *dst = HC_PTR(acc, coff, es);
       const void *cur = HC_PTR(in_block, coff, es);
       hc_ref_t cur_ref = io.in_dep;
-      for (int i = 0; i < group_size(&gr, mine); i++)
-        if (member(&gr, mine, i) != me) sum_from(p, &s, member(&gr, mine, i), dst, &cur, &cur_ref, clen, a->dtype, op);
+      for (int i = 0; i < group_size(gr, mine); i++)
+        if (member(gr, mine, i) != me) sum_from(p, &s, member(gr, mine, i), dst, &cur, &cur_ref, clen, a->dtype, op);
       if (b != me) { /* across: the group's partial, to b */
         hc_push_send(p, b, cur, clen * es, cur_ref, 0);
         continue;
       }
       for (int g = 0; g < G; g++) /* across: the other groups' partials */
-        if (g != mine) sum_from(p, &s, designee(&gr, me, g), dst, &cur, &cur_ref, clen, a->dtype, op);
+        if (g != mine) sum_from(p, &s, designee(gr, me, g), dst, &cur, &cur_ref, clen, a->dtype, op);
       hc_push_avg(p, a, dst, clen, n, cur_ref);
     }
   }
 out:
   free(s.last_reader);
   free(summer);
+  return r;
+}
+
+/* The builder of every hierarchical plan: the groups are built once, for
+ * the call. A comm of one group all-reduces with the ring. */
+hc_result_t hc_hier(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a, struct hc_alg_io io) {
+  if (a->coll == HC_COLL_ALLREDUCE && (x->ngroups < 2 || x->group_of == NULL)) return hc_ring_allreduce(p, x, a, io);
+  struct groups gr;
+  HC_TRY(groups_build(x, &gr));
+  hc_result_t r;
+  switch (a->coll) {
+  case HC_COLL_ALLREDUCE: r = allreduce(p, x, &gr, a, io); break;
+  case HC_COLL_BROADCAST:
+    r = chained(x, a) ? chain_by_group(p, x, &gr, a, io, hc_chain_broadcast) : two_level_broadcast(p, x, &gr, a, io);
+    break;
+  case HC_COLL_REDUCE:
+    r = chained(x, a) ? chain_by_group(p, x, &gr, a, io, hc_chain_reduce) : two_level_reduce(p, x, &gr, a, io);
+    break;
+  case HC_COLL_ALLGATHER: r = allgather(p, x, &gr, a, io); break;
+  case HC_COLL_REDUCESCATTER: r = reducescatter(p, x, &gr, a, io); break;
+  default: r = HC_FAIL(HC_ERR_INTERNAL, "plan: no hierarchical plan for collective %d", (int)a->coll);
+  }
   groups_free(&gr);
   return r;
 }

@@ -99,39 +99,29 @@ hc_result_t hc_p2p_alltoallv(struct hc_plan *p, const struct hc_plan_ctx *x, con
   return HC_OK;
 }
 
-hc_result_t hc_p2p_gather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                          struct hc_alg_io io) {
+/* Gather and scatter (a->coll), one the other reversed: the root's blocks
+ * lie in rank order (gather: its output, scatter: its input), its own
+ * copied locally; every other rank sends its input to the root (gather) or
+ * receives its output from it (scatter). move() reads the dependency of
+ * sends only. */
+hc_result_t hc_p2p_gather_scatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                  struct hc_alg_io io) {
   const int n = x->nranks, r = x->rank, root = a->root;
   const size_t bytes = a->count * hc_dtype_size(a->dtype);
+  const bool gather = a->coll == HC_COLL_GATHER;
+  char *blocks = gather ? io.out : (char *)io.in;
   struct vendor_ops v;
   HC_TRY(vendor_ops_init(&v, x));
-  if (r == root) hc_push_copy(p, (char *)io.out + (size_t)root * bytes, io.in, bytes, io.in_dep, 0);
+  if (gather && r == root) hc_push_copy(p, blocks + (size_t)root * bytes, io.in, bytes, io.in_dep, 0);
   for (int pass = 0; pass < 2; pass++) {
-    if (r != root) move(p, x, &v, pass, root, true, (void *)io.in, bytes, io.in_dep);
+    if (r != root) move(p, x, &v, pass, root, gather, gather ? (void *)io.in : io.out, bytes, io.in_dep);
     for (int k = 1; k < n && r == root; k++) {
-      int from = (root + k) % n;
-      move(p, x, &v, pass, from, false, (char *)io.out + (size_t)from * bytes, bytes, 0);
+      int peer = (root + k) % n;
+      move(p, x, &v, pass, peer, !gather, blocks + (size_t)peer * bytes, bytes, io.in_dep);
     }
     vendor_ops_push(p, &v, pass, io.in_dep);
   }
-  return HC_OK;
-}
-
-hc_result_t hc_p2p_scatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                           struct hc_alg_io io) {
-  const int n = x->nranks, r = x->rank, root = a->root;
-  const size_t bytes = a->count * hc_dtype_size(a->dtype);
-  struct vendor_ops v;
-  HC_TRY(vendor_ops_init(&v, x));
-  for (int pass = 0; pass < 2; pass++) {
-    if (r != root) move(p, x, &v, pass, root, false, io.out, bytes, 0);
-    for (int k = 1; k < n && r == root; k++) {
-      int to = (root + k) % n;
-      move(p, x, &v, pass, to, true, (char *)io.in + (size_t)to * bytes, bytes, io.in_dep);
-    }
-    vendor_ops_push(p, &v, pass, io.in_dep);
-  }
-  if (r == root) hc_push_copy(p, io.out, (const char *)io.in + (size_t)root * bytes, bytes, io.in_dep, 0);
+  if (!gather && r == root) hc_push_copy(p, io.out, blocks + (size_t)root * bytes, bytes, io.in_dep, 0);
   return HC_OK;
 }
 

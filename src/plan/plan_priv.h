@@ -120,16 +120,9 @@ typedef hc_ref_t (*hc_ring_mid_fn)(struct hc_plan *p, void *arg, size_t off, siz
 hc_result_t hc_ring_allreduce_split(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
                                     struct hc_alg_io io, hc_ring_mid_fn mid, void *arg, hc_ref_t *done);
 /* The collectives of a comm of several groups (hier.c). */
-hc_result_t hc_hier_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                              struct hc_alg_io io);
-hc_result_t hc_hier_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                              struct hc_alg_io io);
-hc_result_t hc_hier_reduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                           struct hc_alg_io io);
-hc_result_t hc_hier_allgather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                              struct hc_alg_io io);
-hc_result_t hc_hier_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                                  struct hc_alg_io io);
+/* All-reduce, broadcast, reduce, all-gather and reduce-scatter, as a->coll
+ * says. */
+hc_result_t hc_hier(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a, struct hc_alg_io io);
 hc_result_t hc_rd_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
                             struct hc_alg_io io);
 /* onestep.c */
@@ -158,10 +151,9 @@ hc_result_t hc_chain_reduce(struct hc_plan *p, const struct hc_plan_ctx *x, cons
                             struct hc_alg_io io);
 hc_result_t hc_p2p_alltoallv(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
                              struct hc_alg_io io);
-hc_result_t hc_p2p_gather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                          struct hc_alg_io io);
-hc_result_t hc_p2p_scatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                           struct hc_alg_io io);
+/* Gather or scatter, as a->coll says. */
+hc_result_t hc_p2p_gather_scatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                  struct hc_alg_io io);
 /* The peer of send and receive is a->root; a->stage_send copies the data
  * aside first. */
 hc_result_t hc_p2p_send(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,

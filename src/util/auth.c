@@ -186,11 +186,15 @@ static hc_result_t io_failed(hc_result_t r, const char *side, const char *who) {
 
 /* ---- the steps (auth.h): no I/O ---- */
 
-hc_result_t hc_auth_client_start(struct hc_auth_state *st, const uint8_t secret[HC_SECRET_BYTES],
-                                 enum hc_auth_purpose purpose, uint8_t out_hello[HELLO_BYTES]) {
+static void state_init(struct hc_auth_state *st, const uint8_t secret[HC_SECRET_BYTES], enum hc_auth_purpose purpose) {
   memset(st, 0, sizeof(*st));
   memcpy(st->secret, secret, HC_SECRET_BYTES);
   st->purpose = (uint32_t)purpose;
+}
+
+hc_result_t hc_auth_client_start(struct hc_auth_state *st, const uint8_t secret[HC_SECRET_BYTES],
+                                 enum hc_auth_purpose purpose, uint8_t out_hello[HELLO_BYTES]) {
+  state_init(st, secret, purpose);
   HC_TRY(hc_random_bytes(st->cn, NONCE_BYTES));
   store_be32(out_hello, AUTH_MAGIC);
   store_be32(out_hello + 4, st->purpose);
@@ -217,9 +221,7 @@ hc_result_t hc_auth_server_on_hello(struct hc_auth_state *st, const uint8_t secr
                                     enum hc_auth_purpose purpose, const uint8_t in_hello[HELLO_BYTES],
                                     uint8_t out_reply[HC_AUTH_REPLY_BYTES], const char *who) {
   struct hc_auth_hello h;
-  memset(st, 0, sizeof(*st));
-  memcpy(st->secret, secret, HC_SECRET_BYTES);
-  st->purpose = (uint32_t)purpose;
+  state_init(st, secret, purpose);
   if (!hc_auth_hello_parse(in_hello, HELLO_BYTES, &h))
     return HC_FAIL(HC_ERR_REMOTE, "authentication failed: client %s sent 0x%08x, not a hetccl hello", who, h.magic);
   if (h.purpose != (uint32_t)purpose) {
@@ -244,35 +246,40 @@ hc_result_t hc_auth_server_on_proof(const struct hc_auth_state *st, const uint8_
 
 /* ---- the blocking wrappers: the steps over hc_sock_*_blocking ---- */
 
+/* One of the three messages (hello, reply, proof), sent or received; a
+ * failure is blamed on the peer, side ("client", "server") who. */
+static hc_result_t move_blocking(int fd, bool send, void *buf, size_t n, uint64_t deadline_ns,
+                                 const atomic_bool *abort_flag, const char *side, const char *who) {
+  hc_result_t r = send ? hc_sock_send_blocking(fd, buf, n, deadline_ns, abort_flag)
+                       : hc_sock_recv_blocking(fd, buf, n, deadline_ns, abort_flag);
+  return r == HC_OK ? HC_OK : io_failed(r, side, who);
+}
+
+/* The exchange as both ends see it: the client sends the hello and the
+ * proof, the server the reply; each end runs its steps between them. */
+static hc_result_t handshake_blocking(int fd, bool client, const uint8_t secret[HC_SECRET_BYTES],
+                                      enum hc_auth_purpose purpose, uint64_t deadline_ns,
+                                      const atomic_bool *abort_flag) {
+  const char *side = client ? "server" : "client";
+  char who[80];
+  uint8_t hello[HELLO_BYTES], reply[HC_AUTH_REPLY_BYTES], proof_msg[HC_AUTH_PROOF_BYTES];
+  struct hc_auth_state st;
+  peer_name(fd, who, sizeof(who));
+  if (client) HC_TRY(hc_auth_client_start(&st, secret, purpose, hello));
+  HC_TRY(move_blocking(fd, client, hello, sizeof(hello), deadline_ns, abort_flag, side, who));
+  if (!client) HC_TRY(hc_auth_server_on_hello(&st, secret, purpose, hello, reply, who));
+  HC_TRY(move_blocking(fd, !client, reply, sizeof(reply), deadline_ns, abort_flag, side, who));
+  if (client) HC_TRY(hc_auth_client_on_reply(&st, reply, proof_msg, who));
+  HC_TRY(move_blocking(fd, client, proof_msg, sizeof(proof_msg), deadline_ns, abort_flag, side, who));
+  return client ? HC_OK : hc_auth_server_on_proof(&st, proof_msg, who);
+}
+
 hc_result_t hc_auth_client_blocking(int fd, const uint8_t secret[HC_SECRET_BYTES], enum hc_auth_purpose purpose,
                                     uint64_t deadline_ns, const atomic_bool *abort_flag) {
-  char who[80];
-  uint8_t hello[HELLO_BYTES], reply[HC_AUTH_REPLY_BYTES], mine[HC_AUTH_PROOF_BYTES];
-  struct hc_auth_state st;
-  hc_result_t r;
-  peer_name(fd, who, sizeof(who));
-  HC_TRY(hc_auth_client_start(&st, secret, purpose, hello));
-  if ((r = hc_sock_send_blocking(fd, hello, sizeof(hello), deadline_ns, abort_flag)) != HC_OK ||
-      (r = hc_sock_recv_blocking(fd, reply, sizeof(reply), deadline_ns, abort_flag)) != HC_OK)
-    return io_failed(r, "server", who);
-  HC_TRY(hc_auth_client_on_reply(&st, reply, mine, who));
-  r = hc_sock_send_blocking(fd, mine, sizeof(mine), deadline_ns, abort_flag);
-  if (r != HC_OK) return io_failed(r, "server", who);
-  return HC_OK;
+  return handshake_blocking(fd, true, secret, purpose, deadline_ns, abort_flag);
 }
 
 hc_result_t hc_auth_server_blocking(int fd, const uint8_t secret[HC_SECRET_BYTES], enum hc_auth_purpose purpose,
                                     uint64_t deadline_ns, const atomic_bool *abort_flag) {
-  char who[80];
-  uint8_t hello[HELLO_BYTES], reply[HC_AUTH_REPLY_BYTES], got[HC_AUTH_PROOF_BYTES];
-  struct hc_auth_state st;
-  hc_result_t r;
-  peer_name(fd, who, sizeof(who));
-  r = hc_sock_recv_blocking(fd, hello, sizeof(hello), deadline_ns, abort_flag);
-  if (r != HC_OK) return io_failed(r, "client", who);
-  HC_TRY(hc_auth_server_on_hello(&st, secret, purpose, hello, reply, who));
-  if ((r = hc_sock_send_blocking(fd, reply, sizeof(reply), deadline_ns, abort_flag)) != HC_OK ||
-      (r = hc_sock_recv_blocking(fd, got, sizeof(got), deadline_ns, abort_flag)) != HC_OK)
-    return io_failed(r, "client", who);
-  return hc_auth_server_on_proof(&st, got, who);
+  return handshake_blocking(fd, false, secret, purpose, deadline_ns, abort_flag);
 }

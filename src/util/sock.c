@@ -54,28 +54,21 @@ const char *hc_sock_str(const union hc_sockaddr *a, char *buf, size_t len) {
   return buf;
 }
 
-/* Names the far end of fd for messages; falls back to the fd number. */
-static const char *peer_str(int fd, char *buf, size_t len) {
+/* Names the far (peer) or near end of fd for messages; falls back to the
+ * fd number. */
+static const char *end_str(int fd, bool peer, char *buf, size_t len) {
   union hc_sockaddr a;
   socklen_t alen = sizeof(a);
   memset(&a, 0, sizeof(a));
-  if (getpeername(fd, &a.sa, &alen) != 0) {
+  if ((peer ? getpeername(fd, &a.sa, &alen) : getsockname(fd, &a.sa, &alen)) != 0) {
     snprintf(buf, len, "fd %d", fd);
     return buf;
   }
   return hc_sock_str(&a, buf, len);
 }
 
-static const char *local_str(int fd, char *buf, size_t len) {
-  union hc_sockaddr a;
-  socklen_t alen = sizeof(a);
-  memset(&a, 0, sizeof(a));
-  if (getsockname(fd, &a.sa, &alen) != 0) {
-    snprintf(buf, len, "fd %d", fd);
-    return buf;
-  }
-  return hc_sock_str(&a, buf, len);
-}
+static const char *peer_str(int fd, char *buf, size_t len) { return end_str(fd, true, buf, len); }
+static const char *local_str(int fd, char *buf, size_t len) { return end_str(fd, false, buf, len); }
 
 /* HETCCL_SOCKET_FAMILY -> AF_*, AF_UNSPEC when empty. */
 static hc_result_t param_family(int *family) {
