@@ -46,6 +46,17 @@ set_tests_properties(gpu_ib_small_gdr_hopper_fake_verbs PROPERTIES LABELS "unit;
 add_test(NAME gpu_ib_small_gdr_forced_fake_verbs COMMAND test_ib_small_gdr)
 set_tests_properties(gpu_ib_small_gdr_forced_fake_verbs PROPERTIES LABELS "unit;gpu" TIMEOUT 120 SKIP_RETURN_CODE 77
   ENVIRONMENT "${small_gdr_env};FAKE_CUDA_CC=90;HETCCL_GDR_FLUSH=1")
+# The flush where it fails or runs out of room (test_ib_flush_gdr.c): a
+# flush read the fake fails fails its receive and the peer's next send, no
+# hang; 128 receives landed at once through a flush queue pair of 64 all
+# complete with one flush each.
+add_dependencies(test_ib_flush_gdr hc_fake_cuda hc_fake_verbs)
+add_test(NAME gpu_ib_flush_readfail_fake_verbs COMMAND test_ib_flush_gdr)
+set_tests_properties(gpu_ib_flush_readfail_fake_verbs PROPERTIES LABELS "unit;gpu" TIMEOUT 120 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${small_gdr_env};HETCCL_GDR_FLUSH=1;FLUSH_TEST=readfail;FAKE_VERBS_READ_FAIL_AFTER=2")
+add_test(NAME gpu_ib_flush_full_fake_verbs COMMAND test_ib_flush_gdr)
+set_tests_properties(gpu_ib_flush_full_fake_verbs PROPERTIES LABELS "unit;gpu" TIMEOUT 120 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${small_gdr_env};HETCCL_GDR_FLUSH=1;FLUSH_TEST=full")
 # A GPU rank and a CPU rank in different groups on 2 fake hosts joined by ib
 # (test_coll_mixed_gdr.c): send/recv, all-reduce and all-gather at sizes
 # around the eager threshold, end to end through the plans; results and how
