@@ -28,8 +28,9 @@ static void print_params(void) {
          "names an `NCCL_*` variable, that one is read when the `HETCCL_*` one is unset (`HETCCL_*`\n"
          "wins; an INFO line says which was taken), so job scripts written for NCCL keep working; an\n"
          "`NCCL_*` value hetccl does not accept (`NCCL_DEBUG=VERSION`) is ignored with a WARN.\n"
-         "`NCCL_DEBUG_SUBSYS`, `NCCL_ALGO`, `NCCL_NET`, `NCCL_IB_QPS_PER_CONNECTION` and\n"
-         "`NCCL_IB_DISABLE` are not read: their meaning differs from hetccl's variables.\n\n");
+         "`NCCL_DEBUG_SUBSYS`, `NCCL_ALGO`, `NCCL_NET`, `NCCL_IB_QPS_PER_CONNECTION`,\n"
+         "`NCCL_IB_DISABLE` and `NCCL_GDR_FLUSH_DISABLE` are not read: their meaning differs from\n"
+         "hetccl's variables.\n\n");
   printf("| Variable | Type | Default | Meaning |\n|---|---|---|---|\n");
   for (int p = 0; p < HC_P_COUNT; p++) {
     const struct hc_param_desc *d = &hc_param_table[p];

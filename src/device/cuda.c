@@ -128,6 +128,16 @@ static enum hc_fp8_layout cuda_fp8_layout(int cc_major, int cc_minor) {
   return HC_FP8_OCP;
 }
 
+/* NCCL's rule (ncclTopoNeedFlush): Hopper and later order the adapter's
+ * writes ahead of the completion the CPU sees; Ampere and earlier may
+ * not. (NCCL also flushes a Grace C2C platform whose NIC sits behind a
+ * PCIe switch: not told apart here.) */
+static bool cuda_rdma_flush_needed(int cc_major, int cc_minor, const char **why) {
+  (void)cc_minor;
+  *why = cc_major < 9 ? "before 9.0" : "9.0 or later";
+  return cc_major < 9;
+}
+
 /* ---- contexts ---- */
 
 static int cuda_device_token(int dev, void **tok) {
@@ -602,6 +612,7 @@ const struct hc_gpu_vendor hc_gpu_vendor_cuda = {
     .device_attr = cuda_device_attr,
     .has_mem_ops = cuda_has_mem_ops,
     .fp8_layout = cuda_fp8_layout,
+    .rdma_flush_needed = cuda_rdma_flush_needed,
     .pci_bus_id = cuda_pci_bus_id,
     .device_token = cuda_device_token,
     .ctx_get = cuda_ctx_get,

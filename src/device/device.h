@@ -133,6 +133,13 @@ struct hc_dev_ops {
    * net/topo's choice of the nearest NIC. Optional: NULL, or HC_ERR_DEVICE
    * where the driver cannot say. */
   hc_result_t (*pci_bus_id)(void *ctx, int device, char *out, size_t len);
+  /* Whether an RDMA adapter's writes into device memory can still be on
+   * their way when their completion reaches the CPU, so that net/ib must
+   * flush a receive into it before the device reads it ("flush" in
+   * net/ib_priv.h); why, in words for an INFO line ("compute capability
+   * 8.0, before 9.0"). A fact of the architecture. Optional (NULL: assume
+   * it must). */
+  hc_result_t (*rdma_flush_needed)(void *ctx, int device, bool *needed, char *why, size_t len);
 }; /* append only */
 
 /* HC_ERR_DEVICE, with a message naming the backend and op: d lacks op (a
@@ -233,6 +240,10 @@ static inline hc_result_t hc_dev_dmabuf_export(const struct hc_dev_ops *d, const
 }
 static inline hc_result_t hc_dev_pci_bus_id(const struct hc_dev_ops *d, int device, char *out, size_t len) {
   return HC_DEV_CALL(d, pci_bus_id, device, out, len);
+}
+static inline hc_result_t hc_dev_rdma_flush_needed(const struct hc_dev_ops *d, int device, bool *needed, char *why,
+                                                   size_t len) {
+  return HC_DEV_CALL(d, rdma_flush_needed, device, needed, why, len);
 }
 
 extern const struct hc_dev_ops hc_dev_host;

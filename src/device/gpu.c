@@ -503,6 +503,21 @@ hc_result_t hc_gpu_pci_bus_id(void *ctx, int device, char *out, size_t len) {
   return HC_OK;
 }
 
+hc_result_t hc_gpu_rdma_flush_needed(void *ctx, int device, bool *needed, char *why, size_t len) {
+  struct hc_gpu *g = ctx;
+  int major = 0, minor = 0;
+  const char *reason = "";
+  *needed = true;
+  if (len) why[0] = 0;
+  HC_TRY(check_device(g, device));
+  int e = g->v->device_attr(device, HC_GPU_ATTR_CC_MAJOR, &major);
+  if (e == 0) e = g->v->device_attr(device, HC_GPU_ATTR_CC_MINOR, &minor);
+  if (e != 0) return hc_gpu_fail(g, e, "compute capability (whether RDMA writes need a flush)");
+  *needed = g->v->rdma_flush_needed(major, minor, &reason);
+  snprintf(why, len, "%s compute capability %d.%d, %s", g->v->name, major, minor, reason);
+  return HC_OK;
+}
+
 /* ---- datatypes ---- */
 
 hc_result_t hc_gpu_fp8_layout(void *ctx, int device, enum hc_fp8_layout *out) {

@@ -70,6 +70,10 @@ struct hc_gpu_vendor {
   /* The fp8 encodings of a device of this compute capability: a table
    * fact of the vendor (CUDA: always OCP; HIP: fnuz on 9.4, gfx94x). */
   enum hc_fp8_layout (*fp8_layout)(int cc_major, int cc_minor);
+  /* Whether an RDMA write into a device of this compute capability needs a
+   * flush before the device reads it (hc_dev_ops.rdma_flush_needed), and
+   * the vendor's reason, a phrase after the capability. */
+  bool (*rdma_flush_needed)(int cc_major, int cc_minor, const char **why);
 
   /* ---- contexts ---- */
   int (*device_token)(int dev, void **tok);      /* retains the primary context */
@@ -207,6 +211,7 @@ hc_result_t hc_gpu_stream_capturing(void *ctx, hc_stream_t s, bool *capturing);
 hc_result_t hc_gpu_current_device(void *ctx, int *device);
 hc_result_t hc_gpu_fp8_layout(void *ctx, int device, enum hc_fp8_layout *out);
 hc_result_t hc_gpu_pci_bus_id(void *ctx, int device, char *out, size_t len);
+hc_result_t hc_gpu_rdma_flush_needed(void *ctx, int device, bool *needed, char *why, size_t len);
 hc_result_t hc_gpu_thread_bound(void *ctx, bool *bound);
 
 /* ---- shared between gpu.c and gpu_reduce.c ---- */
@@ -278,6 +283,7 @@ extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
     .stream_sync = hc_gpu_stream_sync, .stream_capturing = hc_gpu_stream_capturing,                                    \
     .current_device = hc_gpu_current_device, .flag_batch = hc_gpu_flag_batch, .fp8_layout = hc_gpu_fp8_layout,         \
     .thread_bound = hc_gpu_thread_bound, .dmabuf_export = hc_gpu_dmabuf_export, .pci_bus_id = hc_gpu_pci_bus_id,       \
+    .rdma_flush_needed = hc_gpu_rdma_flush_needed,                                                                     \
   }
 
 #endif

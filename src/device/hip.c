@@ -148,6 +148,13 @@ static enum hc_fp8_layout hip_fp8_layout(int cc_major, int cc_minor) {
   return cc_major == 9 && cc_minor == 4 ? HC_FP8_FNUZ : HC_FP8_OCP;
 }
 
+/* RCCL flushes every AMD GPU unless the network plugin manages it. */
+static bool hip_rdma_flush_needed(int cc_major, int cc_minor, const char **why) {
+  (void)cc_major, (void)cc_minor;
+  *why = "AMD (flushed on every architecture, as RCCL does)";
+  return true;
+}
+
 /* ---- contexts: token = device + 1 ---- */
 
 static int hip_device_token(int dev, void **tok) {
@@ -405,6 +412,7 @@ const struct hc_gpu_vendor hc_gpu_vendor_hip = {
     .device_attr = hip_device_attr,
     .has_mem_ops = hip_has_mem_ops,
     .fp8_layout = hip_fp8_layout,
+    .rdma_flush_needed = hip_rdma_flush_needed,
     .pci_bus_id = hip_pci_bus_id,
     .device_token = hip_device_token,
     .ctx_get = hip_ctx_get,

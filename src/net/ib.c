@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "../device/device.h"
@@ -597,7 +598,6 @@ static hc_result_t ctx_params(struct hc_ib_ctx *ctx) {
   ctx->eager_slots = (uint32_t)slots;
   ctx->ack_timeout = (int)timeout;
   ctx->fault_after = (uint64_t)HC_MAX(hc_param_int(HC_P_IB_FAULT_AFTER), 0);
-  ctx->flush.enabled = hc_param_int(HC_P_GDR_FLUSH) != 0;
   return HC_OK;
 }
 
@@ -637,6 +637,33 @@ static hc_result_t ctx_open_device(struct hc_ib_ctx *ctx, const struct hc_net_ar
  * memory go too (ib_priv.h: device receiver, device eager), from and into
  * memory that stays registered: the plans copy them on the GPU into their
  * device scratch, rather than have each small user buffer registered. */
+/* Whether receives into GPU memory are flushed ("flush" in ib_priv.h):
+ * HETCCL_GDR_FLUSH, and under AUTO the GPU's own answer; said after the
+ * path (for the comm's INFO line). A GPU that cannot say is flushed: a
+ * flush too many costs microseconds, one too few stale bytes. */
+static void flush_choose(struct hc_ib_ctx *ctx, int device_id, char *path, size_t len) {
+  const char *mode = hc_param_str(HC_P_GDR_FLUSH);
+  char why[160] = "", var[64];
+  hc_param_source(HC_P_GDR_FLUSH, var, sizeof(var));
+  if (strcasecmp(mode, "AUTO") != 0) {
+    ctx->flush.enabled = strcmp(mode, "1") == 0;
+    snprintf(why, sizeof(why), "%s=%s", var, mode);
+  } else {
+    const struct hc_dev_ops *gpu = hc_dev_get((enum hc_mem_kind)ctx->device_kind);
+    char saved[256];
+    snprintf(saved, sizeof(saved), "%s", hc_last_error());
+    bool needed = true;
+    if (gpu == NULL || !HC_HAS_OP(gpu, struct hc_dev_ops, rdma_flush_needed) || gpu->rdma_flush_needed == NULL)
+      snprintf(why, sizeof(why), "the %s backend cannot say whether its GPU needs them", gpu ? gpu->name : "GPU");
+    else if (hc_dev_rdma_flush_needed(gpu, device_id, &needed, why, sizeof(why)) != HC_OK)
+      snprintf(why, sizeof(why), "the GPU cannot say whether it needs them: %s", hc_last_error());
+    hc_set_last_error(saved);
+    ctx->flush.enabled = needed;
+  }
+  size_t at = strlen(path);
+  snprintf(path + at, len - HC_MIN(at, len), "; receives %s: %s", ctx->flush.enabled ? "flushed" : "not flushed", why);
+}
+
 static hc_result_t ctx_gdr_caps(struct hc_ib_ctx *ctx, const struct hc_net_args *a, struct hc_net_caps *caps) {
   *caps = (struct hc_net_caps){.device_min_bytes = ctx->eager_bytes};
   bool forced = !ctx->gdr_auto && ctx->gdr_mode != HC_IB_GDR_STAGE;
@@ -645,6 +672,7 @@ static hc_result_t ctx_gdr_caps(struct hc_ib_ctx *ctx, const struct hc_net_args 
     return HC_FAIL(HC_ERR_USAGE, "ib: HETCCL_GDR=%s, but %s", hc_param_str(HC_P_GDR), caps->device_path);
   caps->device_small = caps->device_memory;
   ctx->device_recv = caps->device_memory;
+  if (ctx->device_recv) flush_choose(ctx, a->device_id, caps->device_path, sizeof(caps->device_path));
   return HC_OK;
 }
 

@@ -34,7 +34,7 @@ static hc_result_t flush_open(struct hc_ib_ctx *ctx) {
   HC_TRY(hc_ib_qp_connect(ctx, f->qp, f->qp->qp_num, ctx->dev.lid, ctx->dev.gid.raw, ctx->dev.active_mtu, what));
   HC_INFO(HC_NET,
           "ib: rank %d: flush queue pair %u on %s:%d: each receive into GPU memory ends with a 1-byte RDMA "
-          "read of it (HETCCL_GDR_FLUSH=0: none)",
+          "read of it",
           ctx->rank, f->qp->qp_num, ctx->dev.name, ctx->dev.port);
   return HC_OK;
 }

@@ -58,7 +58,11 @@
  *             completion behind the writes before it, so once the read is
  *             back every byte of the message is in GPU memory. One per
  *             receive, not per chunk; none for host memory (eager ring,
- *             pinned slots) or an empty message; HETCCL_GDR_FLUSH=0: none.
+ *             pinned slots) or an empty message. Only where the GPU needs
+ *             it (HETCCL_GDR_FLUSH=AUTO): NVIDIA before compute capability
+ *             9.0 and every AMD GPU, as NCCL's ncclTopoNeedFlush and RCCL
+ *             decide (the device backend's rdma_flush_needed); 1: always,
+ *             0: never.
  *
  * Every notification is an RDMA WRITE WITH IMMEDIATE; the immediate (32
  * bits, network order on the wire) is type (2 bits) then:
@@ -224,7 +228,7 @@ struct hc_ib_dev {
 /* The flush queue pair of a ctx (ib_flush.c), made at its first use. */
 #define HC_IB_FLUSH_DEPTH 64u
 struct hc_ib_flush {
-  bool enabled; /* HETCCL_GDR_FLUSH */
+  bool enabled; /* HETCCL_GDR_FLUSH, resolved at open for the comm's GPU */
   struct ibv_cq *cq;
   struct ibv_qp *qp;
   uint8_t *scratch; /* where the reads land, never looked at */

@@ -256,6 +256,7 @@ static hc_result_t poll_cq(struct hc_ib_conn *c, bool *moved) {
  * the flushes that waited for room are posted. */
 static hc_result_t flush_progress(struct hc_ib_conn *c, bool *moved) {
   struct ibv_wc wc[HC_IB_POLL_BATCH];
+  hc_result_t mine = HC_OK;
   int n;
   do {
     n = hc_ib_flush_poll(c->ctx, wc, HC_IB_POLL_BATCH);
@@ -270,14 +271,18 @@ static hc_result_t flush_progress(struct hc_ib_conn *c, bool *moved) {
                                 "failed: %s (status %d, vendor error 0x%x)",
                                 c->ctx->rank, q->n, owner->peer, c->ctx->v->ibv_wc_status_str(wc[i].status),
                                 wc[i].status, wc[i].vendor_err);
-        if (owner == c) return r;
-        hc_ib_conn_fail(owner, r); /* its own test reports it */
+        /* The rest of the batch is polled already: each completion in it
+         * still reaches its receive, or that receive would wait forever. */
+        hc_ib_conn_fail(owner, r); /* keeps the text: another's test reports it, c's below */
+        if (owner == c) mine = r;
+        *moved = true;
         continue;
       }
       req_complete(owner, q);
       *moved = true;
     }
-  } while (n == HC_IB_POLL_BATCH);
+  } while (n == HC_IB_POLL_BATCH && mine == HC_OK);
+  if (mine != HC_OK) return hc_ib_conn_check(c);
   for (struct hc_ib_req *q = c->recvq.head; q && c->flushes_due > 0; q = q->next)
     if (q->flush_due) {
       HC_TRY(flush_post(c, q));

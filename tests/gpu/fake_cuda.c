@@ -28,7 +28,8 @@
  * memory operations answer CUDA_ERROR_NOT_SUPPORTED), FAKE_CUDA_REJECT_CUBIN=1
  * (cuModuleLoadData takes only PTX, as a driver older than the compiler
  * would), FAKE_CUDA_DELAY_US (largest random delay per operation, default
- * 300).
+ * 300), FAKE_CUDA_CC (compute capability as major * 10 + minor, default 90:
+ * Hopper; 80 is Ampere, whose RDMA writes net/ib flushes).
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -64,6 +65,7 @@ struct CUctx_st {
 static struct CUctx_st ctxs[MAXDEV];
 static int ndev = 2, delay_us = 300;
 static bool memops = true, reject_cubin, inited;
+static int compute_capability = 90; /* FAKE_CUDA_CC */
 static _Thread_local CUcontext cur;
 
 static void complain(const char *fmt, const char *arg) {
@@ -321,6 +323,7 @@ static void init_state(void) {
   if ((v = getenv("FAKE_CUDA_MEMOPS")) != NULL) memops = atoi(v) != 0;
   if ((v = getenv("FAKE_CUDA_DELAY_US")) != NULL) delay_us = atoi(v);
   if ((v = getenv("FAKE_CUDA_REJECT_CUBIN")) != NULL) reject_cubin = atoi(v) != 0;
+  if ((v = getenv("FAKE_CUDA_CC")) != NULL && atoi(v) > 0) compute_capability = atoi(v);
   for (int i = 0; i < MAXDEV; i++) ctxs[i].dev = i;
   inited = true;
 }
@@ -360,8 +363,8 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
   if (d < 0 || d >= ndev) return CUDA_ERROR_INVALID_DEVICE;
   switch (attr) {
   case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 4; break;
-  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
-  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = compute_capability / 10; break;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = compute_capability % 10; break;
   case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1: *v = 0; break;
   case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: *v = memops; break;
   case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: *v = 1; break;

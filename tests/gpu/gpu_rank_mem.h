@@ -7,6 +7,9 @@
 #ifndef HC_GPU_RANK_MEM_H_
 #define HC_GPU_RANK_MEM_H_
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "device/device.h"
 #include "hetccl.h"
 #include "testutil.h"
@@ -62,6 +65,18 @@ static inline void get(struct rank_mem *m, void *dst, const void *src, size_t by
   hc_dev_stream_sync(m->gpu, m->stream);
   hc_dev_copy(m->gpu, dst, src, bytes, m->stream);
   hc_dev_stream_sync(m->gpu, m->stream);
+}
+
+/* Whether net/ib flushes receives into the fake GPU's memory: the rule
+ * of docs/params.md written out here rather than asked of hetccl
+ * (HETCCL_GDR_FLUSH=1 always, 0 never; AUTO, NCCL's rule: a compute
+ * capability below 9.0, which the fake libcuda reports from FAKE_CUDA_CC,
+ * default 90). */
+static inline bool gdr_flush_expected(void) {
+  const char *mode = getenv("HETCCL_GDR_FLUSH"), *cc = getenv("FAKE_CUDA_CC");
+  if (mode && strcmp(mode, "1") == 0) return true;
+  if (mode && strcmp(mode, "0") == 0) return false;
+  return (cc && atoi(cc) > 0 ? atoi(cc) : 90) < 90;
 }
 
 #endif

@@ -62,7 +62,7 @@ static long long (*verbs_bytes)(const char *src, const char *dst);
 static long long (*verbs_regs)(const char *mem, int dmabuf);
 static long long (*cuda_copied)(const char *src, const char *dst);
 static long long (*verbs_reads)(const char *src, int loopback);
-static bool flush_on; /* HETCCL_GDR_FLUSH */
+static bool flush_on; /* HETCCL_GDR_FLUSH and FAKE_CUDA_CC */
 
 /* How the bytes of one call went, all ranks together. */
 struct paths {
@@ -442,7 +442,7 @@ int main(int argc, char **argv) {
     atexit(sysfs_remove);
   }
   if (hc_params_load() != HC_OK) return 1;
-  flush_on = hc_param_int(HC_P_GDR_FLUSH) != 0;
+  flush_on = gdr_flush_expected();
   gpu = hc_dev_get(HC_MEM_CUDA);
   if (getenv("HETCCL_NCCL_LIBRARY") == NULL || gpu == NULL || hc_dev_caps(HC_MEM_CUDA).device_count < 2) {
     printf("skip: needs the fake NCCL (HETCCL_NCCL_LIBRARY), the fake libibverbs and two fake CUDA devices\n");

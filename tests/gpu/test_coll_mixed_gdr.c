@@ -31,7 +31,7 @@ static const size_t counts[] = {1, 1024, 2047, 2048, 2049, 3072};
 #define MAX_BYTES (2 * 3072 * 4)
 
 static const struct hc_dev_ops *gpu;
-static bool flush_on; /* HETCCL_GDR_FLUSH */
+static bool flush_on; /* HETCCL_GDR_FLUSH and FAKE_CUDA_CC */
 static long long (*verbs_bytes)(const char *src, const char *dst);
 static long long (*verbs_reads)(const char *src, int loopback);
 static long long (*cuda_copied)(const char *src, const char *dst);
@@ -198,7 +198,7 @@ static int rank_main(int rank, int n, hetcclUniqueId id, void *arg) {
 int main(int argc, char **argv) {
   tu_init(argc, argv);
   if (hc_params_load() != HC_OK) return 1;
-  flush_on = hc_param_int(HC_P_GDR_FLUSH) != 0;
+  flush_on = gdr_flush_expected();
   gpu = hc_dev_get(HC_MEM_CUDA);
   void *verbs = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
   void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);

@@ -81,7 +81,7 @@ static void fill(uint8_t *p, size_t n, int rank, size_t k) {
   for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(i * 7 + (size_t)rank * 31 + k * 13 + 1);
 }
 
-static bool flush_on; /* HETCCL_GDR_FLUSH */
+static bool flush_on; /* HETCCL_GDR_FLUSH and FAKE_CUDA_CC */
 
 static int rank_main(int rank, int nranks, hetcclUniqueId id, void *arg) {
   (void)id;
@@ -100,9 +100,18 @@ static int rank_main(int rank, int nranks, hetcclUniqueId id, void *arg) {
   struct hc_net_args a = {.rank = rank, .nranks = nranks, .device_kind = on_gpu ? HC_MEM_CUDA : HC_MEM_HOST};
   memcpy(a.secret, "0123456789abcdef", 16);
   if (!CHECK(hc_net_ib.open(&a, &e.caps, &e.handle, &e.ctx) == HC_OK, "open: %s", hc_last_error())) goto out;
-  if (on_gpu)
+  if (on_gpu) {
     CHECK(e.caps.device_memory && e.caps.device_small, "the GPU rank's ib does not take GPU memory: %s",
           e.caps.device_path);
+    /* The comm's INFO line says whether receives are flushed, and why. */
+    const char *mode = getenv("HETCCL_GDR_FLUSH");
+    CHECK(strstr(e.caps.device_path, flush_on ? "; receives flushed: " : "; receives not flushed: ") &&
+              strstr(e.caps.device_path,
+                     mode ? (strcmp(mode, "1") ? "HETCCL_GDR_FLUSH=0" : "HETCCL_GDR_FLUSH=1")
+                          : (flush_on ? "compute capability 8.0, before 9.0" : "compute capability 9.0, 9.0 or later")),
+          "the GPU path's text: %s", e.caps.device_path);
+    printf("the GPU rank's path: %s\n", e.caps.device_path);
+  }
   void *handles[2];
   if (!tu_allgather_ptr(&e.handle, handles)) goto out;
   const struct hc_net_handle *theirs = handles[1 - rank];
@@ -176,7 +185,7 @@ int main(int argc, char **argv) {
   if (verbs) *(void **)&verbs_bytes = dlsym(verbs, "fake_verbs_bytes");
   if (verbs) *(void **)&verbs_reads = dlsym(verbs, "fake_verbs_reads");
   if (verbs) *(void **)&verbs_reads_unpolled = dlsym(verbs, "fake_verbs_reads_unpolled");
-  flush_on = hc_param_int(HC_P_GDR_FLUSH) != 0;
+  flush_on = gdr_flush_expected();
   if (gpu == NULL || verbs_bytes == NULL || verbs_reads == NULL || verbs_reads_unpolled == NULL || cuda == NULL ||
       dlsym(cuda, "fake_cuda_copied") == NULL) {
     printf("skip: needs the fake libcuda and the fake libibverbs (LD_LIBRARY_PATH)\n");

@@ -54,7 +54,13 @@
  * the next poll of its completion queue (that poll does not return it),
  * as a read's round trip takes time where a write's local completion
  * may already be there. Nothing models the GPU's view of memory, so a
- * read flushes nothing here: a test counts them.
+ * read flushes nothing here: a test counts them. Reads whose completions
+ * are not polled yet take room in their queue pair's send queue: one
+ * beyond the max_send_wr it was made with is refused (ENOMEM), as an
+ * adapter refuses a post to a full queue; fake_verbs_reads_peak() is the
+ * most a queue pair ever had. FAKE_VERBS_READ_FAIL_AFTER=N: the read after
+ * the first N of the process completes with "remote operation error" (its
+ * queue pair goes into error, as an adapter's would), copying nothing.
  *
  * Limits: ranks must be threads of one process (queue pairs find each
  * other by number in this process); no atomics, sends or shared receive
@@ -80,7 +86,7 @@
 #define EXPORT __attribute__((visibility("default")))
 
 /* Work completion statuses beyond ib_verbs.h's two. */
-enum { WC_LOC_PROT_ERR = 4, WC_REM_ACCESS_ERR = 10, WC_RETRY_EXC_ERR = 12 };
+enum { WC_LOC_PROT_ERR = 4, WC_REM_ACCESS_ERR = 10, WC_REM_OP_ERR = 11, WC_RETRY_EXC_ERR = 12 };
 
 struct ibv_device {
   char name[64];
@@ -134,7 +140,9 @@ struct fake_qp {
   uint32_t dest_qpn;
   uint32_t max_inline;
   uint32_t max_send_sge; /* a work request gathering more pieces is refused, as an adapter refuses it */
-  uint64_t *recvs;       /* posted receives' wr_ids, a FIFO */
+  uint32_t max_send_wr;
+  uint32_t reads_out; /* reads posted whose completion is not polled yet */
+  uint64_t *recvs;    /* posted receives' wr_ids, a FIFO */
   size_t recv_cap, recv_head, nrecv;
   struct arrival *waiting;
   size_t wait_cap, wait_head, nwait;
@@ -150,7 +158,7 @@ static FILE *log_file;
 static bool log_opened;
 
 /* Counters by memory kind: 0 device, 1 pinned, 2 host. */
-static long long bytes_by[3][3], regs_by[3][2], reads_by[3][2], reads_unpolled;
+static long long bytes_by[3][3], regs_by[3][2], reads_by[3][2], reads_unpolled, reads_peak, reads_started;
 
 static int kind_index(const char *mem) { return !strcmp(mem, "device") ? 0 : !strcmp(mem, "pinned") ? 1 : 2; }
 
@@ -171,6 +179,13 @@ EXPORT long long fake_verbs_reads(const char *src_mem, int loopback) {
 EXPORT long long fake_verbs_reads_unpolled(void) {
   pthread_mutex_lock(&big);
   long long n = reads_unpolled;
+  pthread_mutex_unlock(&big);
+  return n;
+}
+
+EXPORT long long fake_verbs_reads_peak(void) {
+  pthread_mutex_lock(&big);
+  long long n = reads_peak;
   pthread_mutex_unlock(&big);
   return n;
 }
@@ -480,13 +495,19 @@ static void cq_push_late(struct fake_cq *c, const struct ibv_wc *wc) {
   c->late[c->nlate++] = *wc;
 }
 
+static struct fake_qp *qp_find(uint32_t num);
+
 static int fake_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
   struct fake_cq *c = (struct fake_cq *)cq;
   int k = 0;
   pthread_mutex_lock(&big);
   for (; k < n && c->count > 0; k++) {
     wc[k] = c->wc[c->head];
-    if (wc[k].opcode == HC_IBV_WC_RDMA_READ) reads_unpolled--;
+    if (wc[k].opcode == HC_IBV_WC_RDMA_READ) {
+      reads_unpolled--;
+      struct fake_qp *q = qp_find(wc[k].qp_num);
+      if (q && q->reads_out > 0) q->reads_out--;
+    }
     c->head = (c->head + 1) % c->cap;
     c->count--;
   }
@@ -528,6 +549,7 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
   q->qp.qp_type = a->qp_type;
   q->max_inline = a->cap.max_inline_data;
   q->max_send_sge = a->cap.max_send_sge;
+  q->max_send_wr = a->cap.max_send_wr;
   pthread_mutex_lock(&big);
   q->qp.qp_num = next_qpn++;
   q->next = qps;
@@ -692,6 +714,15 @@ static int execute_write(struct fake_qp *q, struct fake_qp *to, const struct wri
  * completion. */
 static int execute_read(struct fake_qp *q, struct fake_qp *to, const struct write *wr) {
   if (q->qp.state == HC_IBV_QPS_ERR) return HC_IBV_WC_WR_FLUSH_ERR;
+  static long long fail_after = -2; /* -2: not read yet, -1: never */
+  if (fail_after == -2) {
+    const char *v = getenv("FAKE_VERBS_READ_FAIL_AFTER");
+    fail_after = v && v[0] ? atoll(v) : -1;
+  }
+  if (fail_after >= 0 && reads_started++ == fail_after) {
+    log_line("read qp=%u failed (FAKE_VERBS_READ_FAIL_AFTER=%lld)", q->qp.qp_num, fail_after);
+    return WC_REM_OP_ERR;
+  }
   const struct ibv_sge *local = &wr->sge[0];
   const struct fake_mr *lm = mr_covering(local->lkey, (uintptr_t)local->addr, local->length);
   if (wr->nsge != 1 || lm == NULL || !(lm->access & HC_IBV_ACCESS_LOCAL_WRITE)) return WC_LOC_PROT_ERR;
@@ -733,6 +764,8 @@ static void run_held(struct fake_qp *q) {
       reads_unpolled += read;
       if (read && status == HC_IBV_WC_SUCCESS) cq_push_late((struct fake_cq *)q->qp.send_cq, &wc);
       else cq_push((struct fake_cq *)q->qp.send_cq, &wc);
+    } else if (read) {
+      q->reads_out--; /* no completion will free its room */
     }
     free(w->inline_copy);
     free(w);
@@ -750,6 +783,11 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
          wr->opcode != HC_IBV_WR_RDMA_READ) ||
         (wr->opcode == HC_IBV_WR_RDMA_READ && (wr->send_flags & HC_IBV_SEND_INLINE))) {
       rc = EINVAL;
+      *bad = wr;
+      break;
+    }
+    if (wr->opcode == HC_IBV_WR_RDMA_READ && q->reads_out >= q->max_send_wr) {
+      rc = ENOMEM;
       *bad = wr;
       break;
     }
@@ -777,6 +815,10 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
       if (w->inline_copy) memcpy(w->inline_copy + off, (const void *)(uintptr_t)wr->sg_list[i].addr, w->sge[i].length);
       off += w->sge[i].length;
     }
+    if (w->opcode == HC_IBV_WR_RDMA_READ) {
+      q->reads_out++;
+      if (q->reads_out > reads_peak) reads_peak = q->reads_out;
+    }
     if (q->held_tail) q->held_tail->next = w;
     else q->held = w;
     q->held_tail = w;
@@ -792,6 +834,7 @@ EXPORT const char *ibv_wc_status_str(int status) {
   case WC_LOC_PROT_ERR: return "local protection error";
   case HC_IBV_WC_WR_FLUSH_ERR: return "Work Request Flushed Error";
   case WC_REM_ACCESS_ERR: return "remote access error";
+  case WC_REM_OP_ERR: return "remote operation error";
   case WC_RETRY_EXC_ERR: return "transport retry counter exceeded";
   default: return "unknown";
   }
