@@ -18,8 +18,10 @@
 #                  ncclCommGetAsyncError and ends the process).
 # Prints per try one line, then "tries, hangs, wrong results, survivors'
 # time to exit (median, max)". Stops starting tries after BUDGET_S.
-# A hung survivor's output and its threads' stacks (gdb, when installed) are
-# kept in KEEP_DIR (default $OUT, else none). To replay one case: KIND (0-3,
+# A hung survivor's output and its threads' stacks (gdb, when installed),
+# and every rank's output of a try where one read a wrong result, are kept
+# in KEEP_DIR (default $OUT, else none); DEBUG_SUBSYS (default BOOT) picks
+# the HETCCL_DEBUG=INFO lines they hold. To replay one case: KIND (0-3,
 # as below), N (2 or 4) and VICTIM fix what each try does.
 #   tests/chaos/gpu.sh [TRIES] [BUILD_DIR]       default 20, build-gpu
 set -uo pipefail
@@ -40,10 +42,15 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 tmp=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
 keep_dir=${KEEP_DIR:-${OUT:-}}
-keep_hung() { # try rank
+keep_log() { # what try rank
   [ -n "$keep_dir" ] || return 0
   mkdir -p "$keep_dir"
-  cp "$tmp/out.$2" "$keep_dir/hung_try$1_rank$2.log"
+  cp "$tmp/out.$3" "$keep_dir/$1_try$2_rank$3.log"
+  echo "fault at $fault_s (epoch s)" >>"$keep_dir/$1_try$2_rank$3.log"
+}
+keep_hung() { # try rank
+  [ -n "$keep_dir" ] || return 0
+  keep_log hung "$1" "$2"
   command -v gdb >/dev/null &&
     timeout 60 gdb -p "${pids[$2]}" -batch -ex 'thread apply all bt' >"$keep_dir/hung_try$1_rank$2.stacks" 2>&1
 }
@@ -81,7 +88,7 @@ for ((t = 1; t <= tries; t++)); do
   for ((r = 0; r < n; r++)); do
     [ $((r % 2)) = 0 ] && g=a || g=b
     MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r HETCCL_GROUP=$g \
-      HETCCL_TIMEOUT=$timeout_env HETCCL_DEBUG=INFO HETCCL_DEBUG_SUBSYS=BOOT LD_PRELOAD=$lib "$py" "$root/tests/chaos/gpu_allreduce.py" >"$tmp/out.$r" 2>&1 &
+      HETCCL_TIMEOUT=$timeout_env HETCCL_DEBUG=INFO HETCCL_DEBUG_SUBSYS=${DEBUG_SUBSYS:-BOOT} LD_PRELOAD=$lib "$py" "$root/tests/chaos/gpu_allreduce.py" >"$tmp/out.$r" 2>&1 &
     pids+=($!)
     disown $!
   done
@@ -96,6 +103,7 @@ for ((t = 1; t <= tries; t++)); do
   [ $kind = 3 ] && sig=STOP what=stop
   kill -$sig "${pids[victim]}" 2>/dev/null
   fault=$(date +%s%N)
+  fault_s=$(awk -v ns="$fault" 'BEGIN{printf "%.3f", ns / 1e9}')
   limit=$hang_s
   [ $kind = 3 ] && limit=$((stop_timeout + hang_s))
   line="torch n=$n $what rank $victim:"
@@ -146,12 +154,13 @@ for ((t = 1; t <= tries; t++)); do
   total=$((total + 1))
   kill -9 "${pids[victim]}" 2>/dev/null
   kill -CONT "${pids[victim]}" 2>/dev/null
-  for ((r = 0; r < n; r++)); do
-    if grep -q WRONG "$tmp/out.$r"; then
-      wrong=$((wrong + 1))
-      line="$line $(grep WRONG "$tmp/out.$r" | head -1);"
-    fi
-  done
+  if grep -q WRONG "$tmp"/out.*; then
+    wrong=$((wrong + 1)) # tries, not ranks
+    for ((r = 0; r < n; r++)); do
+      keep_log wrong "$t" "$r"
+      grep -q WRONG "$tmp/out.$r" && line="$line $(grep WRONG "$tmp/out.$r" | head -1);"
+    done
+  fi
   culprit=$(grep -hoE 'rank [0-9]+ \(pid [0-9]+\) exited|waiting for rank [0-9]+|failed because of rank [0-9]+|rank [0-9]+ left|rank [0-9]+ closed its bootstrap' "$tmp"/out.* | sort | uniq -c | tr '\n' ';' | cut -c1-200)
   echo "$line survivors out after $ms ms; errors: $culprit"
 done

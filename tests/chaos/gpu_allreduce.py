@@ -35,6 +35,9 @@ for i in range(int(os.environ.get("ITERS", "20000"))):
         print("LOOP", flush=True)
     bad = (x != expect).sum().item()
     if bad:
+        # The wall clock, to set against the script's fault time and
+        # PyTorch's watchdog lines in a kept log.
+        print(f"BAD rank {rank} iteration {i} at {time.time():.3f}", flush=True)
         time.sleep(1)
         print(f"WRONG rank {rank} iteration {i}: {bad} elements", flush=True)
         sys.exit(3)
