@@ -57,6 +57,21 @@ static bool one_step_pays(const struct hc_plan_ctx *x, const struct hc_coll_args
   return !x->any_gpu && call_bytes(a) <= x->onestep_bytes;
 }
 
+/* An all-reduce of a power of two of CPU ranks above 2 with at most
+ * ONESTEP_BYTES: recursive doubling's log2(n) exchanges in sequence beat
+ * one step's n-1 messages into and out of every rank, and the direct
+ * algorithm's two rounds (16-core Xeon, 4 and 8 ranks bound, 8 B to 2K:
+ * 1.3-2.5x, docs/perf.md). The one-step and direct rows leave such calls
+ * to the table's last row, recursive doubling. Other rank counts keep one
+ * step: there the doubling's fold adds two hops in sequence. */
+static bool rd_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  return one_step_pays(x, a) && x->nranks > 2 && (x->nranks & (x->nranks - 1)) == 0;
+}
+
+static bool one_step_allreduce_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  return one_step_pays(x, a) && !rd_pays(x, a);
+}
+
 static bool large(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
   return call_bytes(a) >= x->ring_threshold;
 }
@@ -84,6 +99,10 @@ static bool direct_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *
   return x->nranks > 2 && vector <= x->direct_max_bytes;
 }
 
+static bool direct_allreduce_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  return direct_pays(x, a) && !rd_pays(x, a);
+}
+
 /* ---- the table ---- */
 
 #define HIER_APPLIES "a comm of several groups"
@@ -102,18 +121,21 @@ static const struct hc_algo_desc table[] = {
      .applies_doc = HIER_APPLIES,
      .chosen_doc = HIER_CHOSEN ", and the call has RING_THRESHOLD bytes or more, or some group runs the "
                    "vendor library and the call has an element per rank"},
-    {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_ONESTEP, .chosen = one_step_pays, .build = hc_onestep_allreduce,
-     .what = "every rank sends its input to every other at once and reduces alone", .chosen_doc = ONESTEP_CHOSEN},
-    {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_pays,
+    {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_ONESTEP, .chosen = one_step_allreduce_pays,
+     .build = hc_onestep_allreduce, .what = "every rank sends its input to every other at once and reduces alone",
+     .chosen_doc = ONESTEP_CHOSEN ", and the ranks are not a power of two above 2"},
+    {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_allreduce_pays,
      .build = hc_direct_allreduce,
      .what = "each block from every rank straight to the rank that reduces it, in cache-sized pieces, then "
              "from there to every rank: two rounds",
-     .applies_doc = FLAT_CPU, .chosen_doc = DIRECT_CHOSEN},
+     .applies_doc = FLAT_CPU, .chosen_doc = DIRECT_CHOSEN ", unless recursive doubling takes the call (below)"},
     {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_RING, .chosen = ring_allreduce_pays, .build = hc_ring_allreduce,
      .what = "ring reduce-scatter then ring all-gather, pipelined in chunks",
      .chosen_doc = "the call has RING_THRESHOLD bytes or more and an element per rank"},
     {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_RD, .build = hc_rd_allreduce,
-     .what = "recursive doubling: log2(n) exchanges of the whole buffer"},
+     .what = "recursive doubling: log2(n) exchanges of the whole buffer",
+     .chosen_doc = "no row above is chosen; these leave it the calls of at most ONESTEP_BYTES on CPU comms of a "
+                   "power of two of ranks above 2"},
 
     {.coll = HC_COLL_BROADCAST, .algo = HC_ALGO_HIER, .applies = grouped, .chosen = some_group_shared,
      .build = hc_hier,
