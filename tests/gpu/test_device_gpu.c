@@ -519,7 +519,10 @@ static void test_flags(hc_stream_t s1, hc_stream_t s2, bool host_funcs) {
   memset(pinned, 0, n);
   OK(hc_dev_copy(D, pinned, d1, n, s2));
   OK(hc_dev_flag_write(D, s2, &flags[1], 5));
-  CHECK(wait_flag(&flags[1], 5, 30), "flag_write(5) never arrived (flag %llu)", (unsigned long long)flags[1]);
+  /* CHECK formats its message every time: the flag is read atomically, as
+   * the stream writes it (a plain read is a race under TSan). */
+  CHECK(wait_flag(&flags[1], 5, 30), "flag_write(5) never arrived (flag %llu)",
+        (unsigned long long)__atomic_load_n(&flags[1], __ATOMIC_ACQUIRE));
   CHECK(memcmp(pinned, src, n) == 0, "the flag arrived before the copy it follows had landed");
   OK(drain(s2, 30));
 
