@@ -653,9 +653,8 @@ static void flush_choose(struct hc_ib_ctx *ctx, int device_id, char *path, size_
     char saved[256];
     snprintf(saved, sizeof(saved), "%s", hc_last_error());
     bool needed = true;
-    if (gpu == NULL || !HC_HAS_OP(gpu, struct hc_dev_ops, rdma_flush_needed) || gpu->rdma_flush_needed == NULL)
-      snprintf(why, sizeof(why), "the %s backend cannot say whether its GPU needs them", gpu ? gpu->name : "GPU");
-    else if (hc_dev_rdma_flush_needed(gpu, device_id, &needed, why, sizeof(why)) != HC_OK)
+    if (gpu == NULL) snprintf(why, sizeof(why), "no GPU backend to ask whether the GPU needs them");
+    else if (hc_dev_rdma_flush_needed(gpu, device_id, &needed, why, sizeof(why)) != HC_OK) /* the op absent too */
       snprintf(why, sizeof(why), "the GPU cannot say whether it needs them: %s", hc_last_error());
     hc_set_last_error(saved);
     ctx->flush.enabled = needed;
