@@ -35,7 +35,8 @@
  *                   and a large send: both fail with HC_ERR_REMOTE naming
  *                   rank 1;
  *   peer_killed     rank 1 (a process of its own) dies by SIGKILL in the
- *                   middle of large transfers: rank 0's requests fail with
+ *                   middle of large transfers (it sends, never receives,
+ *                   so rank 0's send cannot finish): rank 0's requests fail with
  *                   HC_ERR_REMOTE naming rank 1 before the deadline;
  *   garbage         before the pair connects, junk connections (one sends
  *                   an HTTP request, one stays silent, one sends two bytes
