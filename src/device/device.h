@@ -140,6 +140,12 @@ struct hc_dev_ops {
    * 8.0, before 9.0"). A fact of the architecture. Optional (NULL: assume
    * it must). */
   hc_result_t (*rdma_flush_needed)(void *ctx, int device, bool *needed, char *why, size_t len);
+  /* Once the work before it is done, the stream traps (a sticky error: the
+   * process's later driver calls fail, its streams never complete) if
+   * *word, mapped host memory, is not 0 by then. *launched = false, and
+   * nothing is enqueued, where the stream's device has no kernels (no
+   * runtime compiler). */
+  hc_result_t (*trap_if_set)(void *ctx, hc_stream_t s, const volatile uint64_t *word, bool *launched);
 }; /* append only */
 
 /* HC_ERR_DEVICE, with a message naming the backend and op: d lacks op (a
@@ -244,6 +250,11 @@ static inline hc_result_t hc_dev_pci_bus_id(const struct hc_dev_ops *d, int devi
 static inline hc_result_t hc_dev_rdma_flush_needed(const struct hc_dev_ops *d, int device, bool *needed, char *why,
                                                    size_t len) {
   return HC_DEV_CALL(d, rdma_flush_needed, device, needed, why, len);
+}
+
+static inline hc_result_t hc_dev_trap_if_set(const struct hc_dev_ops *d, hc_stream_t s, const volatile uint64_t *word,
+                                             bool *launched) {
+  return HC_DEV_CALL(d, trap_if_set, s, word, launched);
 }
 
 extern const struct hc_dev_ops hc_dev_host;

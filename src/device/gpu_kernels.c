@@ -25,8 +25,12 @@
  *   hc_reduce_<t>_<op>(void *dst, const void *src0, const void *src1, u64 n)
  *   hc_scale_<t>_<mul|div>(void *dst, const void *src, u64 n,
  *                          u64 u, double fd, float ff)
+ *   hc_trap_if_set(const volatile u64 *word)
  * with <t> one of i8 u8 i32 u32 i64 u64 f16 f32 f64 bf16 e4m3 e5m2 and
- * <op> sum prod max min. Scale arguments, prepared on the host
+ * <op> sum prod max min. hc_trap_if_set traps (a sticky error of the
+ * context: every later call of the process's driver fails) when *word,
+ * mapped host memory, is not 0: a stream that the progress engine released
+ * after a failure (exec/engine.c) fails there instead of completing. Scale arguments, prepared on the host
  * (gpu_reduce.c) as host_reduce.c computes them: u is the integer factor
  * (zero-extended bits) or integer divisor, ff / fd the float factor or
  * divisor.
@@ -47,13 +51,21 @@ const char hc_gpu_kernel_source[] =
     "#define HC_KERNEL extern \"C\" __global__ void\n"
     "#define HC_TID ((hc_u64)blockIdx.x * blockDim.x + threadIdx.x)\n"
     "#define HC_NTHREADS ((hc_u64)gridDim.x * blockDim.x)\n"
+    "#if defined(__HIPCC_RTC__) || defined(__HIP__)\n"
+    "#define HC_TRAP() __builtin_trap()\n"
     "#else\n"
-    "/* Host emulation (tests): the caller runs each thread in turn. */\n"
+    "#define HC_TRAP() __trap()\n"
+    "#endif\n"
+    "#else\n"
+    "/* Host emulation (tests): the caller runs each thread in turn, and sets\n"
+    " * the hook that stands for a trap (a fake driver's sticky error). */\n"
     "#define HC_DEV static inline\n"
     "#define HC_KERNEL void\n"
     "unsigned long long hc_emu_tid, hc_emu_nthreads;\n"
+    "void (*hc_emu_trap)(void);\n"
     "#define HC_TID hc_emu_tid\n"
     "#define HC_NTHREADS hc_emu_nthreads\n"
+    "#define HC_TRAP() do { if (hc_emu_trap) hc_emu_trap(); } while (0)\n"
     "#endif\n"
     "typedef unsigned char hc_u8;\n"
     "typedef signed char hc_i8;\n"
@@ -272,7 +284,12 @@ const char hc_gpu_kernel_source[] =
     "HC_SCALE(hc_scale_f64_div, double, HC_DIV_F64)\n"
     "HC_SCALE(hc_scale_bf16_div, hc_u16, HC_DIV_BF16)\n"
     "HC_SCALE(hc_scale_e4m3_div, hc_u8, HC_DIV_E4M3)\n"
-    "HC_SCALE(hc_scale_e5m2_div, hc_u8, HC_DIV_E5M2)\n";
+    "HC_SCALE(hc_scale_e5m2_div, hc_u8, HC_DIV_E5M2)\n"
+    "\n"
+    "/* ---- the end of a GPU plan (exec/enqueue.c) ---- */\n"
+    "HC_KERNEL hc_trap_if_set(const volatile hc_u64 *word) {\n"
+    "  if (HC_TID == 0 && *word != 0) HC_TRAP();\n"
+    "}\n";
 
 static const char *const dtype_tags[HC_DTYPE_COUNT] = {
     [HC_INT8] = "i8",     [HC_UINT8] = "u8",      [HC_INT32] = "i32",     [HC_UINT32] = "u32",

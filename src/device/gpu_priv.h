@@ -148,6 +148,7 @@ struct hc_gpu_vendor {
 extern const char hc_gpu_kernel_source[];
 /* Name of a kernel: "hc_reduce_f32_sum", "hc_scale_bf16_div". */
 void hc_gpu_kernel_name(char *buf, size_t n, bool scale, enum hc_dtype t, int op);
+#define HC_GPU_TRAP_KERNEL "hc_trap_if_set"
 
 /* Per-device reduction state: compiled once, lazily, under the gpu lock. */
 enum hc_gpu_rstate { HC_GPU_R_UNTRIED = 0, HC_GPU_R_KERNELS, HC_GPU_R_HOST };
@@ -157,6 +158,7 @@ struct hc_gpu_dev {
   void *module;
   void *fn_reduce[HC_DTYPE_COUNT][HC_AVG];
   void *fn_scale[HC_DTYPE_COUNT][2];
+  void *fn_trap; /* HC_GPU_TRAP_KERNEL */
   int sm_count;
 };
 
@@ -188,6 +190,7 @@ hc_result_t hc_gpu_mem_free(void *ctx, int device, void *p);
 hc_result_t hc_gpu_copy(void *ctx, void *dst, const void *src, size_t n, hc_stream_t s);
 hc_result_t hc_gpu_reduce(void *ctx, const struct hc_reduce_args *a, hc_stream_t s);
 hc_result_t hc_gpu_scale(void *ctx, const struct hc_scale_args *a, hc_stream_t s);
+hc_result_t hc_gpu_trap_if_set(void *ctx, hc_stream_t s, const volatile uint64_t *word, bool *launched);
 hc_result_t hc_gpu_ptr_query(void *ctx, const void *p, struct hc_ptr_info *out);
 hc_result_t hc_gpu_set_device(void *ctx, int device);
 hc_result_t hc_gpu_host_alloc(void *ctx, size_t n, void **p);
@@ -283,7 +286,7 @@ extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
     .stream_sync = hc_gpu_stream_sync, .stream_capturing = hc_gpu_stream_capturing,                                    \
     .current_device = hc_gpu_current_device, .flag_batch = hc_gpu_flag_batch, .fp8_layout = hc_gpu_fp8_layout,         \
     .thread_bound = hc_gpu_thread_bound, .dmabuf_export = hc_gpu_dmabuf_export, .pci_bus_id = hc_gpu_pci_bus_id,       \
-    .rdma_flush_needed = hc_gpu_rdma_flush_needed,                                                                     \
+    .rdma_flush_needed = hc_gpu_rdma_flush_needed, .trap_if_set = hc_gpu_trap_if_set,                                  \
   }
 
 #endif

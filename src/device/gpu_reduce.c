@@ -95,6 +95,15 @@ hc_result_t hc_gpu_rtc_compile(const struct hc_gpu_vendor *v, const char *target
   return rtc_build(v, target_opt, binary, image, image_size, log);
 }
 
+/* One kernel of a loaded module; unloads it on failure. */
+static hc_result_t module_function(struct hc_gpu *g, void *mod, const char *name, void **slot) {
+  int e = g->v->module_function(mod, name, slot);
+  if (e == 0) return HC_OK;
+  g->v->module_unload(mod);
+  return HC_FAIL(HC_ERR_DEVICE, "%s: kernel %s missing from the module: %s (%d)", g->v->name, name, g->v->err_str(e),
+                 e);
+}
+
 /* Resolves every kernel of a loaded module; unloads it on failure. */
 static hc_result_t module_functions(struct hc_gpu *g, struct hc_gpu_dev *d, void *mod) {
   char name[64];
@@ -103,15 +112,10 @@ static hc_result_t module_functions(struct hc_gpu *g, struct hc_gpu_dev *d, void
       bool scale = op >= HC_AVG;
       void **slot = scale ? &d->fn_scale[t][op - HC_AVG] : &d->fn_reduce[t][op];
       hc_gpu_kernel_name(name, sizeof(name), scale, (enum hc_dtype)t, scale ? op - HC_AVG : op);
-      int e = g->v->module_function(mod, name, slot);
-      if (e != 0) {
-        g->v->module_unload(mod);
-        return HC_FAIL(HC_ERR_DEVICE, "%s: kernel %s missing from the module: %s (%d)", g->v->name, name,
-                       g->v->err_str(e), e);
-      }
+      HC_TRY(module_function(g, mod, name, slot));
     }
   }
-  return HC_OK;
+  return module_function(g, mod, HC_GPU_TRAP_KERNEL, &d->fn_trap);
 }
 
 /* Compiles (or reuses) an image for each target the vendor proposes, until
@@ -408,4 +412,28 @@ hc_result_t hc_gpu_scale(void *ctx, const struct hc_scale_args *a, hc_stream_t s
     return HC_FAIL(HC_ERR_ARG, "%s: scale: unsupported dtype %d / kind %d", g->v->name, (int)a->dtype, (int)a->kind);
   if (a->count == 0) return HC_OK;
   return run_on_stream(g, NULL, a, s);
+}
+
+hc_result_t hc_gpu_trap_if_set(void *ctx, hc_stream_t s, const volatile uint64_t *word, bool *launched) {
+  struct hc_gpu *g = ctx;
+  struct hc_gpu_scope sc;
+  struct hc_gpu_dev *d;
+  int dev;
+  void *tok;
+  hc_result_t r = HC_OK;
+  *launched = false;
+  HC_TRY(hc_gpu_scope_stream(g, s, &sc));
+  HC_TRY_GOTO(stream_device(g, &dev, &tok), r, out);
+  if (use_kernels(g, dev, tok, &d)) {
+    void *params[] = {&word};
+    int e = g->v->launch(d->fn_trap, 1, 1, s, params);
+    if (e != 0) {
+      r = HC_FAIL(HC_ERR_DEVICE, "%s: launching the trap check kernel: %s (%d)", g->v->name, g->v->err_str(e), e);
+      goto out;
+    }
+    *launched = true;
+  }
+out:
+  hc_gpu_scope_exit(g, &sc);
+  return r;
 }

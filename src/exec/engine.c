@@ -18,12 +18,14 @@
 #define HC_ENGINE_STALE_NS 1000000000ull      /* a heartbeat this old: its engine is stopped or stuck */
 #define HC_ENGINE_VENDOR_POLL_NS 100000000ull /* vendor async error */
 /* After a failure the streams are released this much later (at once on
- * abort and destroy): a released stream completes its work with wrong
- * data, and a framework that polls the async error (PyTorch's watchdog)
- * must see the error while the work is still pending, as with NCCL, not a
- * completed collective. Measured on the H200 with immediate release: 1 try
- * in 8 of a 4-rank kill, the survivors read the wrong data of a work that
- * had completed before the watchdog looked. */
+ * abort and destroy): a framework that polls the async error (PyTorch's
+ * watchdog) must see the error while the work is still pending, as with
+ * NCCL, not a completed collective. Measured on the H200 with immediate
+ * release: 1 try in 8 of a 4-rank kill, the survivors read the wrong data
+ * of a work that had completed before the watchdog looked. A release after
+ * the grace arms the lanes' trap first (enqueue.h), so the work it lets go
+ * fails instead of completing; 2 tries in 48 had read wrong data with the
+ * grace alone. */
 #define HC_ENGINE_RELEASE_GRACE_NS 2000000000ull
 /* Window stall probes (window_probe): after this long without a piece,
  * looked at this often, as exec.c's host runs do. */
@@ -75,6 +77,7 @@ struct hc_engine_comm {
   uint32_t last_done; /* seq of the latest job that completed */
   int culprit;
   uint64_t release_at_ns; /* once failed: when the streams are released */
+  bool trap_armed;
 };
 
 static struct {
@@ -196,6 +199,21 @@ static void comm_fail(struct hc_engine_comm *c, hc_result_t r, int culprit) {
     job_drop(dropped);
   }
   if (aborted) hc_engine_release(c);
+}
+
+/* The grace ran out with nobody aborting the failed comm: what the streams
+ * run from here on ends in a trap (enqueue.h). The vendor sub-comm is
+ * aborted only now too: its kernels would also end without their data. */
+static void trap_arm(struct hc_engine_comm *c) {
+  c->trap_armed = true;
+  if (c->d.lanes == NULL) return;
+  hc_gpu_lanes_arm_trap(c->d.lanes);
+  if (hc_param_int(HC_P_RELEASE_TRAP))
+    HC_WARN(HC_EXEC,
+            "rank %d: nobody aborted the failed comm within %.0f s: its streams are released, and a GPU call still in "
+            "flight ends in a trap (a sticky device error) rather than complete without its data "
+            "(HETCCL_RELEASE_TRAP)",
+            c->rank, (double)HC_ENGINE_RELEASE_GRACE_NS / 1e9);
 }
 
 /* Once failed: a vendor kernel waiting for a dead peer ends only when its
@@ -597,9 +615,13 @@ static void comm_serve(struct hc_engine_comm *c, uint64_t now, struct engine_pas
   }
   if (atomic_load(&c->failed)) {
     const bool aborted = c->d.links->abort_flag && atomic_load(c->d.links->abort_flag);
+    if (!aborted && now < c->release_at_ns) {
+      pass->outstanding = true; /* tick soon */
+      return;
+    }
+    if (!aborted && !c->trap_armed) trap_arm(c);
     /* Again on each tick: a live peer may still write what was released. */
-    if (aborted || now >= c->release_at_ns) hc_engine_release(c);
-    else pass->outstanding = true; /* tick soon */
+    hc_engine_release(c);
     vendor_abort(c);
     return;
   }

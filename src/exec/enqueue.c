@@ -38,8 +38,10 @@ struct hc_gpu_lanes {
   size_t one_lane_bytes;
   hc_event_t *events; /* between lanes; grown as plans need */
   int nevents;
-  /* Pinned and mapped: HC_LANE_COUNT lane counters, then one per queue. */
+  /* Pinned and mapped: HC_LANE_COUNT lane counters, one per queue, then
+   * the trap word (hc_gpu_lanes_arm_trap). */
   atomic_ullong *counters;
+  bool trap_checks; /* HETCCL_RELEASE_TRAP, until the device turns out to have no kernels */
 
   /* Over the comm's life (the calling thread's): positions handed out, and
    * what each lane has waited for already, of each other lane and queue. */
@@ -74,6 +76,7 @@ struct hc_gpu_lanes {
 
 static atomic_ullong *lane_counter(struct hc_gpu_lanes *g, int l) { return &g->counters[l]; }
 static atomic_ullong *queue_counter(struct hc_gpu_lanes *g, int q) { return &g->counters[HC_LANE_COUNT + q]; }
+static atomic_ullong *trap_word(struct hc_gpu_lanes *g) { return &g->counters[HC_LANE_COUNT + g->nqueues]; }
 
 static void free_plan_arrays(struct hc_gpu_lanes *g) {
   free(g->cls);
@@ -167,7 +170,8 @@ hc_result_t hc_gpu_lanes_create(const struct hc_dev_ops *dev, int device, int ra
   HC_TRY_GOTO(hc_dev_stream_create(dev, device, &g->stream[HC_LANE_TO_HOST]), r, fail);
   HC_TRY_GOTO(hc_dev_event_create(dev, &g->entry), r, fail);
   for (int l = 0; l < HC_LANE_COUNT; l++) HC_TRY_GOTO(hc_dev_event_create(dev, &g->exit[l]), r, fail);
-  size_t bytes = (HC_LANE_COUNT + nq) * sizeof(atomic_ullong);
+  g->trap_checks = hc_param_int(HC_P_RELEASE_TRAP) != 0;
+  size_t bytes = (HC_LANE_COUNT + nq + 1) * sizeof(atomic_ullong);
   HC_TRY_GOTO(hc_dev_host_alloc(dev, bytes, (void **)&g->counters), r, fail);
   memset((void *)g->counters, 0, bytes);
   *out = g;
@@ -197,9 +201,13 @@ hc_result_t hc_gpu_lanes_wait_idle(struct hc_gpu_lanes *g, uint64_t deadline_ns)
 
 bool hc_gpu_lanes_idle(struct hc_gpu_lanes *g) {
   int done = 0;
-  return hc_dev_event_query(g->dev, g->exit[HC_LANE_TO_HOST], &done) == HC_OK && done &&
-         atomic_load(lane_counter(g, HC_LANE_MAIN)) >= g->lane_pos[HC_LANE_MAIN];
+  /* A query that fails (a sticky error: the trap fired) leaves nothing
+   * that will still run. */
+  return hc_dev_event_query(g->dev, g->exit[HC_LANE_TO_HOST], &done) != HC_OK ||
+         (done && atomic_load(lane_counter(g, HC_LANE_MAIN)) >= g->lane_pos[HC_LANE_MAIN]);
 }
+
+void hc_gpu_lanes_arm_trap(struct hc_gpu_lanes *g) { atomic_store(trap_word(g), 1); }
 
 void hc_gpu_lanes_release(struct hc_gpu_lanes *g, const uint64_t *xfer_end) {
   for (int q = 0; q < g->nqueues; q++) {
@@ -535,6 +543,23 @@ static hc_result_t run_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int
   return hc_exec_local_step(g->dev, st, g->stream[lane]);
 }
 
+/* The plan's last step on the main lane: a stream that waited on this
+ * comm's counters and was released after a failure must not complete as
+ * if its data had come (see hc_gpu_lanes_arm_trap). */
+static hc_result_t trap_check(struct hc_gpu_lanes *g, hc_stream_t s) {
+  if (!g->trap_checks || g->nranks == 1) return HC_OK;
+  bool launched = false;
+  HC_TRY(hc_dev_trap_if_set(g->dev, s, (const volatile uint64_t *)trap_word(g), &launched));
+  if (!launched) {
+    g->trap_checks = false;
+    HC_INFO(HC_EXEC,
+            "rank %d: no trap check at the end of GPU plans (the device has no kernels): streams released after a "
+            "failure complete with undefined data",
+            g->rank);
+  }
+  return HC_OK;
+}
+
 hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_stream_t *user, int nuser) {
   const struct hc_dev_ops *dev = g->dev;
   g->nbatch = 0;
@@ -591,10 +616,15 @@ hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_s
     if (g->flag_after[i]) HC_TRY(flag_op(g, lane, lane_counter(g, lane), g->pos[i], false));
   }
   HC_TRY(flush_flags(g));
+  /* The main lane joins the other, then checks the trap word; the caller's
+   * other streams wait for that. */
   for (int l = 0; l < HC_LANE_COUNT; l++) {
-    if (!started[l] || (l == HC_LANE_MAIN && nuser == 1)) continue;
+    if (l == HC_LANE_MAIN || !started[l]) continue;
     HC_TRY(hc_dev_event_record(dev, g->exit[l], g->stream[l]));
-    for (int u = l == HC_LANE_MAIN; u < nuser; u++) HC_TRY(hc_dev_stream_wait_event(dev, user[u], g->exit[l]));
+    HC_TRY(hc_dev_stream_wait_event(dev, user[0], g->exit[l]));
   }
+  HC_TRY(trap_check(g, user[0]));
+  if (nuser > 1) HC_TRY(hc_dev_event_record(dev, g->exit[HC_LANE_MAIN], user[0]));
+  for (int u = 1; u < nuser; u++) HC_TRY(hc_dev_stream_wait_event(dev, user[u], g->exit[HC_LANE_MAIN]));
   return HC_OK;
 }

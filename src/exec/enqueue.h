@@ -68,5 +68,10 @@ bool hc_gpu_lanes_idle(struct hc_gpu_lanes *g);
  * forever for a transfer that will not happen. */
 #define HC_GPU_RELEASED (1ull << 62) /* still >= under cuStreamWaitValue64's cyclic comparison */
 void hc_gpu_lanes_release(struct hc_gpu_lanes *g, const uint64_t *xfer_end);
+/* Before the engine releases the streams of a failed comm that nobody
+ * aborted (any thread): every plan ends with a one-thread kernel on the
+ * caller's stream (HETCCL_RELEASE_TRAP) that then traps, so that a stream
+ * released with its data missing fails instead of completing. */
+void hc_gpu_lanes_arm_trap(struct hc_gpu_lanes *g);
 
 #endif

@@ -11,7 +11,7 @@
 # after a stop. Kills at a random moment run under HETCCL_TIMEOUT =
 # RANDOM_TIMEOUT (default 20 s), so that one landing before the victim
 # joined costs 20 s of the budget, not 60.
-#   hetccl-native: tests/gpu/test_gpu_faults kill|stop|abort (2 ranks,
+#   hetccl-native: tests/gpu/test_gpu_faults kill|kill_abort|stop|abort (2 ranks,
 #                  windows only) on the real driver;
 #   torch:         tests/chaos/gpu_allreduce.py under LD_PRELOAD of
 #                  libhetccl.so, 2 and 4 ranks (PyTorch's watchdog polls
@@ -58,7 +58,7 @@ start=$(date +%s)
 total=0 hangs=0 wrong=0 exit_ms=()
 
 echo "== hetccl-native: tests/gpu/test_gpu_faults (2 GPU ranks, windows only)"
-for mode in kill stop abort; do
+for mode in kill kill_abort stop abort; do
   t=120
   [ $mode = stop ] && t=$stop_timeout
   out=$(HETCCL_TIMEOUT=$t HETCCL_VENDOR=0 timeout 200 "$build/tests/test_gpu_faults" $mode 2>&1)

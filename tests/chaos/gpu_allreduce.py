@@ -1,9 +1,10 @@
 """One rank of tests/chaos/gpu.sh: a loop of 16 MiB all-reduces on cuda:0
 under torch.distributed (hetccl through LD_PRELOAD). Prints LOOP once the
-first one is done, DONE after the last. A result that differs from the exact sum is reported as
-WRONG only if the process is still alive a second later: after a failure
-hetccl releases the streams with wrong data, and PyTorch's watchdog, which
-polls ncclCommGetAsyncError, tears the process down."""
+first one is done, DONE after the last. A result that differs from the exact
+sum is WRONG, whatever happens next: after a failure hetccl releases the
+streams only once its grace has passed, armed so that the call in flight
+ends in a trap (HETCCL_RELEASE_TRAP), and torch.cuda.synchronize() then
+raises instead of handing back a sum that never happened."""
 import datetime
 import os
 import sys
@@ -37,9 +38,7 @@ for i in range(int(os.environ.get("ITERS", "20000"))):
     if bad:
         # The wall clock, to set against the script's fault time and
         # PyTorch's watchdog lines in a kept log.
-        print(f"BAD rank {rank} iteration {i} at {time.time():.3f}", flush=True)
-        time.sleep(1)
-        print(f"WRONG rank {rank} iteration {i}: {bad} elements", flush=True)
+        print(f"WRONG rank {rank} iteration {i}: {bad} elements at {time.time():.3f}", flush=True)
         sys.exit(3)
 print("DONE", flush=True)
 dist.destroy_process_group()

@@ -59,6 +59,16 @@ foreach(mode kill stop abort)
   set_tests_properties(gpu_faults_${mode}_fake_cuda PROPERTIES LABELS "unit;gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
     ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;HETCCL_NVRTC_LIBRARY=none;HETCCL_TIMEOUT=${timeout};HETCCL_VENDOR=0")
 endforeach()
+# kill again where the device has kernels (NVRTC, as on a real machine):
+# the call in flight, released after the engine's grace, must end in the
+# trap check (the fake's sticky error); and kill_abort, whose survivor
+# aborts within the grace: its stream drains and the device still works.
+foreach(mode kill kill_abort)
+  add_test(NAME gpu_faults_${mode}_kernels_fake_cuda COMMAND test_gpu_faults ${mode})
+  set_tests_properties(gpu_faults_${mode}_kernels_fake_cuda PROPERTIES LABELS "unit;gpu" TIMEOUT 300
+    SKIP_RETURN_CODE 77
+    ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0")
+endforeach()
 # The same program, more faults: a CPU rank whose GPU peer (windows) is
 # killed mid-exchange (cpu_kill); the state dump of a receive stuck on a
 # peer that never sends, then abort (dump, sockets so that the engine runs

@@ -12,7 +12,10 @@
  * source (kernels_emu.c, generated from hc_gpu_kernel_source at build
  * time), run thread by thread; cuModuleLoadData only checks that it got a
  * cubin (ELF) or PTX. Events, stream waits and writes of 32-bit values and
- * host functions behave as CUDA documents them.
+ * host functions behave as CUDA documents them. A trap (hc_trap_if_set)
+ * is a sticky error, CUDA_ERROR_ILLEGAL_INSTRUCTION, for the whole
+ * process rather than its context: from then on work is dropped, waits
+ * end, and every stream operation, synchronize and event query fails.
  * Stream memory operations are the 64-bit ones (what hetccl uses).
  *
  * Stricter than CUDA where that finds bugs: allocating, creating streams and
@@ -55,9 +58,13 @@
 #define CUDA_ERROR_NOT_FOUND 500
 #define CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED 712
 #define CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED 713
+#define CUDA_ERROR_ILLEGAL_INSTRUCTION 715
 
-/* The emulated kernels (kernels_emu.c) and their thread index. */
+/* The emulated kernels (kernels_emu.c), their thread index and trap hook. */
 extern unsigned long long hc_emu_tid, hc_emu_nthreads;
+extern void (*hc_emu_trap)(void);
+static atomic_int sticky; /* CUDA_SUCCESS until a kernel traps */
+static void on_trap(void) { atomic_store(&sticky, CUDA_ERROR_ILLEGAL_INSTRUCTION); }
 
 struct CUctx_st {
   int dev;
@@ -127,10 +134,11 @@ struct CUevent_st {
   CUcontext ctx;
   atomic_ulong recorded, done; /* record generations */
 };
+enum kernel_kind { K_REDUCE, K_SCALE, K_TRAP };
 struct CUfunc_st {
   CUcontext ctx;
   void *fn;
-  bool scale;
+  enum kernel_kind kind;
 };
 struct op {
   struct op *next;
@@ -163,7 +171,7 @@ static pthread_once_t legacy_once = PTHREAD_ONCE_INIT;
 static void spin_until(bool (*cond)(struct op *), struct op *o, const char *what) {
   struct timespec t0, t;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  while (!cond(o)) {
+  while (!cond(o) && !atomic_load(&sticky)) {
     sched_yield();
     clock_gettime(CLOCK_MONOTONIC, &t);
     if (t.tv_sec - t0.tv_sec > 120) {
@@ -179,6 +187,7 @@ static bool value_reached(struct op *o) {
 static bool event_reached(struct op *o) { return atomic_load(&o->ev->done) >= o->gen; }
 
 static void run_op(struct op *o) {
+  if (atomic_load(&sticky) && o->k != OP_RECORD) return; /* a record still counts, for cuEventDestroy */
   switch (o->k) {
   case OP_COPY: memmove(o->dst, o->src, o->n); break;
   case OP_LAUNCH:
@@ -192,7 +201,9 @@ static void run_op(struct op *o) {
       float f;
       memcpy(&p0, o->params[0], 8);
       memcpy(&p1, o->params[1], 8);
-      if (o->f->scale) {
+      if (o->f->kind == K_TRAP) {
+        ((void (*)(const volatile void *))o->f->fn)(p0);
+      } else if (o->f->kind == K_SCALE) {
         memcpy(&u0, o->params[2], 8);
         memcpy(&u1, o->params[3], 8);
         memcpy(&d, o->params[4], 8);
@@ -271,7 +282,8 @@ static int stream_of(CUstream s, struct CUstream_st **out) {
 
 static int enqueue(CUstream stream, struct op *o) {
   struct CUstream_st *s;
-  int e = stream_of(stream, &s);
+  int e = atomic_load(&sticky);
+  if (e == CUDA_SUCCESS) e = stream_of(stream, &s);
   if (e != CUDA_SUCCESS) {
     free(o);
     return e;
@@ -308,6 +320,7 @@ EXPORT CUresult cuGetErrorString(CUresult e, const char **s) {
   case CUDA_ERROR_NOT_SUPPORTED: *s = "operation not supported (fake)"; break;
   case CUDA_ERROR_INVALID_IMAGE: *s = "device kernel image is invalid (fake)"; break;
   case CUDA_ERROR_INVALID_HANDLE: *s = "invalid resource handle (fake)"; break;
+  case CUDA_ERROR_ILLEGAL_INSTRUCTION: *s = "an illegal instruction was encountered (fake)"; break;
   default: *s = "some error (fake)"; break;
   }
   return CUDA_SUCCESS;
@@ -325,6 +338,7 @@ static void init_state(void) {
   if ((v = getenv("FAKE_CUDA_REJECT_CUBIN")) != NULL) reject_cubin = atoi(v) != 0;
   if ((v = getenv("FAKE_CUDA_CC")) != NULL && atoi(v) > 0) compute_capability = atoi(v);
   for (int i = 0; i < MAXDEV; i++) ctxs[i].dev = i;
+  hc_emu_trap = on_trap;
   inited = true;
 }
 
@@ -574,7 +588,7 @@ EXPORT CUresult cuStreamSynchronize(CUstream s) {
   struct CUstream_st *st;
   int e = stream_of(s, &st);
   if (e == CUDA_SUCCESS) drain(st);
-  return e;
+  return e == CUDA_SUCCESS ? atomic_load(&sticky) : e;
 }
 
 EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) {
@@ -604,6 +618,7 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
 
 EXPORT CUresult cuEventQuery(CUevent e) {
   if (e == NULL) return CUDA_ERROR_INVALID_HANDLE;
+  if (atomic_load(&sticky)) return atomic_load(&sticky);
   return atomic_load(&e->done) >= atomic_load(&e->recorded) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -717,7 +732,7 @@ EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
   struct CUfunc_st *x = &m->fns[m->nfns++];
   x->ctx = m->ctx;
   x->fn = fn;
-  x->scale = strncmp(name, "hc_scale_", 9) == 0;
+  x->kind = !strncmp(name, "hc_scale_", 9) ? K_SCALE : !strcmp(name, "hc_trap_if_set") ? K_TRAP : K_REDUCE;
   *f = x;
   return CUDA_SUCCESS;
 }
@@ -736,9 +751,9 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
   o->f = f;
   o->nthreads = (unsigned long long)gx * bx;
   /* CUDA copies the arguments at launch: the caller's locals may go. */
-  static const size_t reduce_sizes[] = {8, 8, 8, 8}, scale_sizes[] = {8, 8, 8, 8, 8, 4};
-  const size_t *sizes = f->scale ? scale_sizes : reduce_sizes;
-  size_t np = f->scale ? 6 : 4;
+  static const size_t reduce_sizes[] = {8, 8, 8, 8}, scale_sizes[] = {8, 8, 8, 8, 8, 4}, trap_sizes[] = {8};
+  const size_t *sizes = f->kind == K_SCALE ? scale_sizes : f->kind == K_TRAP ? trap_sizes : reduce_sizes;
+  size_t np = f->kind == K_SCALE ? 6 : f->kind == K_TRAP ? 1 : 4;
   for (size_t i = 0; i < np; i++) memcpy(o->params[i], params[i], sizes[i]);
   return enqueue(s, o);
 }

@@ -4,6 +4,8 @@
  * shm windows on the streams, with no transfer of the progress engine's.
  * Only the engine's watch can see a peer that fails there.
  *   kill:  rank 1 dies by SIGKILL in the middle of a loop of all-reduces;
+ *   kill_abort: as kill, but rank 0 aborts its comm as soon as it sees
+ *          the error (as a framework that recovers in-process would);
  *   stop:  the parent SIGSTOPs rank 1 in the middle of the loop (run it
  *          with a small HETCCL_TIMEOUT);
  *   abort: rank 0's stream waits on a window counter (rank 1 never calls)
@@ -22,14 +24,18 @@
  *          rank 1, which never sends; SIGUSR1 must print the call in
  *          flight, its step and the peer it waits for; then abort.
  * The survivor must see an error (hetcclCommGetAsyncError, as PyTorch's
- * watchdog polls it) that names the rank that failed, its stream must
- * drain, and destroy (abort) must return; the parent kills anything still
+ * watchdog polls it) that names the rank that failed, and destroy (abort)
+ * must return. Its stream must end: a call in flight that nobody aborted
+ * is released after the engine's grace, and where the device has kernels
+ * (HETCCL_RELEASE_TRAP) that release ends in a trap, a sticky error, so the
+ * synchronize must fail; without kernels, and after an abort, it drains
+ * (and after an abort the device still works); the parent kills anything still
  * running after a deadline that only a hang reaches, and prints the time
  * from the fault to the survivor's exit.
  *   recv_kill: sockets only (as between hosts): rank 0 receives from rank
  *          1, which dies without sending; the closed connection must fail
  *          rank 0's comm, naming it.
- *   test_gpu_faults kill|stop|abort|cpu_kill|init_kill|init_hang|dump|recv_kill
+ *   test_gpu_faults kill|kill_abort|stop|abort|cpu_kill|init_kill|init_hang|dump|recv_kill
  * Exits 77 (skip) where no CUDA device (real or fake) is found.
  */
 #include <errno.h>
@@ -46,6 +52,7 @@
 #include <unistd.h>
 
 #include "device/device.h"
+#include "device/gpu_priv.h"
 #include "testutil.h"
 
 #define HANG_S 60        /* far above what detection takes; only a hang reaches it */
@@ -109,6 +116,37 @@ static int wait_or_error(hetcclComm_t comm, hc_stream_t stream, hc_event_t ev) {
   }
 }
 
+/* The stream of a call in flight when the comm failed, nobody having
+ * aborted it: the engine releases it after its grace, into the trap check
+ * where the device has kernels. */
+static int released_stream_ends(int rank, hc_stream_t stream) {
+  const bool trap =
+      hc_param_int(HC_P_RELEASE_TRAP) != 0 && !strcmp(hc_gpu_reduce_path(hc_gpu_state(HC_MEM_CUDA), 0), "kernels");
+  double t0 = now_s();
+  hc_result_t r = hc_dev_stream_sync(gpu, stream);
+  if (trap && r == HC_OK) FAIL("the released stream completed: the trap check at the end of the call did not fire");
+  if (!trap && r != HC_OK) FAIL("the released stream did not drain: %s", hc_last_error());
+  printf("rank %d: the released stream %s after %.2f s%s%s\n", rank, trap ? "failed" : "drained", now_s() - t0,
+         trap ? ": " : "", trap ? hc_last_error() : "");
+  return 0;
+}
+
+/* hetcclCommAbort as soon as the error shows, within the engine's grace:
+ * the stream drains without a trap, and the device still works. */
+static int abort_and_go_on(int rank, hetcclComm_t comm, hc_stream_t stream, void *d) {
+  if (hetcclCommAbort(comm) != hetcclSuccess) FAIL("abort: %s", hetcclGetLastError(NULL));
+  if (hc_dev_stream_sync(gpu, stream) != HC_OK) FAIL("the stream did not drain after the abort: %s", hc_last_error());
+  float one = 1.0f, back = 0.0f;
+  if (hc_dev_copy(gpu, d, &one, sizeof(one), stream) != HC_OK ||
+      hc_dev_copy(gpu, &back, d, sizeof(back), stream) != HC_OK || hc_dev_stream_sync(gpu, stream) != HC_OK ||
+      back != 1.0f)
+    FAIL("the device does not work after the abort: %s", hc_last_error());
+  printf("rank %d: aborted; the stream drained and the device still works\n", rank);
+  hc_dev_mem_free(gpu, 0, d);
+  hc_dev_stream_destroy(gpu, stream);
+  return 0;
+}
+
 /* The error a later call reports names the culprit. */
 static int expect_error_naming(int rank, hetcclComm_t comm, void *d, hc_stream_t stream, const char *who) {
   hetcclResult_t r = hetcclAllReduce(d, d, COUNT, hetcclFloat, hetcclSum, comm, stream);
@@ -119,9 +157,9 @@ static int expect_error_naming(int rank, hetcclComm_t comm, void *d, hc_stream_t
   return 0;
 }
 
-/* kill and stop: all-reduces until the comm fails (the survivor) or the
- * parent stops it / it kills itself (rank 1). */
-static int rank_loop(int rank, struct shared *S, bool kill_self) {
+/* kill, kill_abort and stop: all-reduces until the comm fails (the
+ * survivor) or the parent stops it / it kills itself (rank 1). */
+static int rank_loop(int rank, struct shared *S, bool kill_self, bool abort_on_error) {
   hc_stream_t stream = NULL;
   hc_event_t ev = NULL;
   void *d = NULL;
@@ -131,6 +169,7 @@ static int rank_loop(int rank, struct shared *S, bool kill_self) {
     FAIL("device setup: %s", hc_last_error());
   hetcclComm_t comm = comm_make(rank, S);
   if (comm == NULL) return 1;
+  bool in_flight = false; /* the failure caught a call on the stream */
   for (int i = 0;; i++) {
     if (hetcclAllReduce(d, d, COUNT, hetcclFloat, hetcclSum, comm, stream) != hetcclSuccess) break;
     atomic_store(&S->calls[rank], i + 1);
@@ -138,10 +177,23 @@ static int rank_loop(int rank, struct shared *S, bool kill_self) {
       usleep(20000); /* the exchange is under way on both streams */
       raise(SIGKILL);
     }
-    if (!wait_or_error(comm, stream, ev)) break;
+    if (!wait_or_error(comm, stream, ev)) {
+      in_flight = true;
+      break;
+    }
   }
   if (rank == 1) FAIL("rank 1 saw its comm fail");
-  if (hc_dev_stream_sync(gpu, stream) != HC_OK) FAIL("the stream did not drain: %s", hc_last_error());
+  if (abort_on_error) {
+    int bad = abort_and_go_on(rank, comm, stream, d);
+    hc_dev_event_destroy(gpu, ev); /* after: the fake's destroy waits for a pending record */
+    atomic_store(&S->survivor_done, 1);
+    return bad;
+  }
+  if (in_flight) {
+    if (released_stream_ends(rank, stream)) return 1;
+  } else if (hc_dev_stream_sync(gpu, stream) != HC_OK) {
+    FAIL("the stream did not drain: %s", hc_last_error());
+  }
   int bad = expect_error_naming(rank, comm, d, stream, "rank 1");
   if (hetcclCommDestroy(comm) != hetcclSuccess) FAIL("destroy: %s", hetcclGetLastError(NULL));
   atomic_store(&S->survivor_done, 1);
@@ -236,7 +288,7 @@ static int rank_recv_kill(int rank, struct shared *S) {
     if (hetcclRecv(d, COUNT, hetcclFloat, 1, comm, stream) != hetcclSuccess) FAIL("recv: %s", hetcclGetLastError(comm));
     if (wait_or_error(comm, stream, ev) != (i == 0)) FAIL("receive %d: %s", i, i ? "completed" : "failed");
   }
-  if (hc_dev_stream_sync(gpu, stream) != HC_OK) FAIL("the stream did not drain: %s", hc_last_error());
+  if (released_stream_ends(rank, stream)) return 1;
   int bad = expect_error_naming(rank, comm, d, stream, "rank 1");
   if (hetcclCommDestroy(comm) != hetcclSuccess) FAIL("destroy: %s", hetcclGetLastError(NULL));
   hc_dev_event_destroy(gpu, ev);
@@ -337,7 +389,7 @@ static int rank_main(int rank, struct shared *S, const char *mode) {
   if (!strcmp(mode, "recv_kill")) return rank_recv_kill(rank, S);
   if (!strncmp(mode, "init_", 5)) return rank_init_fault(rank, S, !strcmp(mode, "init_kill"));
   if (cpu_rank0 && rank == 0) return cpu_rank_loop(S);
-  return rank_loop(rank, S, !strcmp(mode, "kill") || !strcmp(mode, "cpu_kill"));
+  return rank_loop(rank, S, strcmp(mode, "stop") != 0, !strcmp(mode, "kill_abort"));
 }
 
 /* Whether a CUDA device is there, asked in a child (the parent must not
@@ -358,19 +410,19 @@ static bool have_gpu(void) {
 int main(int argc, char **argv) {
   tu_init(argc, argv);
   const char *mode = argc > 1 ? argv[1] : "";
-  static const char *const modes[] = {"kill",      "stop",      "abort", "cpu_kill",
-                                      "init_kill", "init_hang", "dump",  "recv_kill"};
+  static const char *const modes[] = {"kill",      "kill_abort", "stop", "abort",    "cpu_kill",
+                                      "init_kill", "init_hang",  "dump", "recv_kill"};
   bool known = false;
   for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) known |= !strcmp(mode, modes[i]);
   if (!known) {
-    fprintf(stderr, "usage: %s kill|stop|abort|cpu_kill|init_kill|init_hang|dump|recv_kill\n", argv[0]);
+    fprintf(stderr, "usage: %s kill|kill_abort|stop|abort|cpu_kill|init_kill|init_hang|dump|recv_kill\n", argv[0]);
     return 2;
   }
   cpu_rank0 = !strcmp(mode, "cpu_kill");
   one_group = !strncmp(mode, "init_", 5);
   const bool rank1_ends_well = !strcmp(mode, "abort") || !strcmp(mode, "dump") || !strcmp(mode, "init_hang");
-  const bool killed =
-      !strcmp(mode, "kill") || !strcmp(mode, "cpu_kill") || !strcmp(mode, "init_kill") || !strcmp(mode, "recv_kill");
+  const bool killed = !strcmp(mode, "kill") || !strcmp(mode, "kill_abort") || !strcmp(mode, "cpu_kill") ||
+                      !strcmp(mode, "init_kill") || !strcmp(mode, "recv_kill");
   if (!have_gpu()) return 77; /* have_gpu said why */
   struct shared *S = mmap(NULL, sizeof(*S), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (!CHECK(S != MAP_FAILED, "mmap")) return tu_finish("test_gpu_faults");

@@ -210,6 +210,34 @@ static long emulate(void *h) {
   return cases;
 }
 
+static int traps;
+static void count_trap(void) { traps++; }
+
+/* hc_trap_if_set: the hook (a trap) runs once, from thread 0, when the word
+ * is set, and never when it is 0. */
+static long emulate_trap(void *h) {
+  void (*k)(const volatile uint64_t *) = (void (*)(const volatile uint64_t *))(uintptr_t)dlsym(h, HC_GPU_TRAP_KERNEL);
+  void (**hook)(void) = dlsym(h, "hc_emu_trap");
+  if (!CHECK(k != NULL && hook != NULL, "kernel %s or its hook hc_emu_trap missing", HC_GPU_TRAP_KERNEL)) return 0;
+  *hook = count_trap;
+  long cases = 0;
+  for (uint64_t word = 0; word < 3; word++) {
+    for (unsigned nt = 1; nt <= 4; nt *= 4) {
+      traps = 0;
+      *emu_nthreads = nt;
+      for (unsigned t = 0; t < nt; t++) {
+        *emu_tid = t;
+        k(&word);
+      }
+      CHECK(traps == (word != 0), "%s with word %llu, %u threads: %d traps, want %d", HC_GPU_TRAP_KERNEL,
+            (unsigned long long)word, nt, traps, word != 0);
+      cases++;
+    }
+  }
+  *hook = NULL;
+  return cases;
+}
+
 /* Mirrors gpu_reduce.c (static there); a disagreement shows as a failure. */
 static void scale_args(const struct hc_scale_args *a, uint64_t *u, double *fd, float *ff) {
   uint16_t h;
@@ -281,8 +309,11 @@ static void check_amdgpu_image(const struct hc_gpu_vendor *v, const char *opt, c
       else found++;
     }
   }
+  if (memmem(image, size, HC_GPU_TRAP_KERNEL, sizeof(HC_GPU_TRAP_KERNEL)) == NULL)
+    CHECK(false, "%s %s: no kernel %s in the code object", v->rtc_name, opt, HC_GPU_TRAP_KERNEL);
+  else found++;
   printf("%s %s: an EM_AMDGPU code object naming %d of %d kernels\n", machine == 224 ? "PASS" : "FAIL", v->rtc_name,
-         found, HC_DTYPE_COUNT * (HC_AVG + 2));
+         found, HC_DTYPE_COUNT * (HC_AVG + 2) + 1);
 }
 
 static void rtc_checks(const struct hc_gpu_vendor *v, const struct target *targets, size_t ntargets) {
@@ -347,9 +378,13 @@ static void rtc_checks(const struct hc_gpu_vendor *v, const struct target *targe
             if (strstr(p, entry) == NULL) CHECK(false, "%s %s: no kernel %s in the PTX", v->rtc_name, opt, name);
           }
         }
-        if (kernels != HC_DTYPE_COUNT * (HC_AVG + 2))
+        if (strstr(p, ".entry " HC_GPU_TRAP_KERNEL "(") == NULL)
+          CHECK(false, "%s %s: no kernel %s in the PTX", v->rtc_name, opt, HC_GPU_TRAP_KERNEL);
+        else if (strstr(p, "trap;") == NULL)
+          CHECK(false, "%s %s: %s has no trap instruction in the PTX", v->rtc_name, opt, HC_GPU_TRAP_KERNEL);
+        if (kernels != HC_DTYPE_COUNT * (HC_AVG + 2) + 1)
           CHECK(false, "%s %s: %zu kernels in the PTX, expected %d", v->rtc_name, opt, kernels,
-                HC_DTYPE_COUNT * (HC_AVG + 2));
+                HC_DTYPE_COUNT * (HC_AVG + 2) + 1);
       }
     }
     free(image);
@@ -368,8 +403,8 @@ int main(int argc, char **argv) {
   }
   void *h = load_emulation(cc, dir);
   if (h != NULL) {
-    long cases = emulate(h);
-    printf("%s emulation: %ld cases of every dtype x op (reduce, scale) on the host compiler\n",
+    long cases = emulate(h) + emulate_trap(h);
+    printf("%s emulation: %ld cases of every dtype x op (reduce, scale) and the trap check on the host compiler\n",
            tu_failures() ? "FAIL" : "PASS", cases);
     dlclose(h);
   }
