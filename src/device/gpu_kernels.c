@@ -27,13 +27,13 @@
  *                          u64 u, double fd, float ff)
  *   hc_trap_if_set(const volatile u64 *word)
  * with <t> one of i8 u8 i32 u32 i64 u64 f16 f32 f64 bf16 e4m3 e5m2 and
- * <op> sum prod max min. hc_trap_if_set traps (a sticky error of the
- * context: every later call of the process's driver fails) when *word,
- * mapped host memory, is not 0: a stream that the progress engine released
- * after a failure (exec/engine.c) fails there instead of completing. Scale arguments, prepared on the host
+ * <op> sum prod max min. Scale arguments, prepared on the host
  * (gpu_reduce.c) as host_reduce.c computes them: u is the integer factor
  * (zero-extended bits) or integer divisor, ff / fd the float factor or
- * divisor.
+ * divisor. hc_trap_if_set traps (a sticky error of the context: every
+ * later call of the process's driver fails) when *word, mapped host
+ * memory, is not 0: a stream that the progress engine released after a
+ * failure (exec/engine.c) fails there instead of completing.
  *
  * Work split: a grid-stride loop over 16-byte packs (16 / sizeof(T)
  * elements per thread and step) when the three pointers share their offset
