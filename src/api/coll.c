@@ -148,9 +148,10 @@ out:
  * staging or scratch allocation, which are most of the cost of a small
  * collective. With other buffers (applications and benchmarks rarely
  * reduce the same buffer twice in a row) the kept plan of an all-reduce,
- * all-gather or reduce-scatter moves onto them, where the two buffers lie
- * as they did (apart, or overlapping by the same offset): its steps' pointers
- * into the old buffers are rebased, scratch stays. A plan is kept only when
+ * all-gather, reduce-scatter, broadcast or reduce moves onto them, where
+ * the two buffers lie as they did (apart, or overlapping by the same
+ * offset): its steps' pointers into the old buffers are rebased, scratch
+ * stays. A plan is kept only when
  * running it again does the same thing: no window steps (their piece
  * numbers run on across plans) and no all-to-all-v (its counts live outside
  * the arguments). */
@@ -162,18 +163,22 @@ static bool same_shape(const struct hc_coll_args *a, const struct hc_coll_args *
          (a->op != HC_PREMULSUM || !memcmp(a->premul_factor, b->premul_factor, sizeof(a->premul_factor)));
 }
 
-/* The bytes of sendbuf and recvbuf a call uses, for the collectives that
- * use both on every rank; false for the others (their kept plan is reused
- * only with the same buffers). */
-static bool call_extents(const struct hc_coll_args *a, int nranks, uintptr_t *send_bytes, uintptr_t *recv_bytes) {
+/* The bytes of sendbuf and recvbuf that rank's part of a call uses (0: a
+ * buffer the rank ignores, as a broadcast's sendbuf off the root), for the
+ * collectives whose extents the arguments say; false for the others (their
+ * kept plan is reused only with the same buffers). */
+static bool call_extents(const struct hc_coll_args *a, int nranks, int rank, uintptr_t *send_bytes,
+                         uintptr_t *recv_bytes) {
   const uintptr_t bytes = a->count * hc_dtype_size(a->dtype);
   switch (a->coll) {
   case HC_COLL_ALLREDUCE: *send_bytes = *recv_bytes = bytes; break;
   case HC_COLL_ALLGATHER: *send_bytes = bytes, *recv_bytes = bytes * (uintptr_t)nranks; break;
   case HC_COLL_REDUCESCATTER: *send_bytes = bytes * (uintptr_t)nranks, *recv_bytes = bytes; break;
+  case HC_COLL_BROADCAST: *send_bytes = rank == a->root ? bytes : 0, *recv_bytes = bytes; break;
+  case HC_COLL_REDUCE: *send_bytes = bytes, *recv_bytes = rank == a->root ? bytes : 0; break;
   default: return false;
   }
-  return bytes > 0 && a->sendbuf != NULL && a->recvbuf != NULL;
+  return bytes > 0 && (*send_bytes == 0 || a->sendbuf != NULL) && (*recv_bytes == 0 || a->recvbuf != NULL);
 }
 
 /* Where the kept call's buffers are, and where the new call's. */
@@ -183,8 +188,9 @@ struct rebase {
 
 /* Whether the kept plan of old can run b: the same shape, and b's buffers
  * lie as old's did (its steps then address them the same way). */
-static bool rebase_fits(const struct hc_coll_args *old, const struct hc_coll_args *b, int nranks, struct rebase *rb) {
-  if (!same_shape(old, b) || !call_extents(b, nranks, &rb->send_bytes, &rb->recv_bytes)) return false;
+static bool rebase_fits(const struct hc_coll_args *old, const struct hc_coll_args *b, int nranks, int rank,
+                        struct rebase *rb) {
+  if (!same_shape(old, b) || !call_extents(b, nranks, rank, &rb->send_bytes, &rb->recv_bytes)) return false;
   *rb = (struct rebase){.old_send = (uintptr_t)old->sendbuf,
                         .old_recv = (uintptr_t)old->recvbuf,
                         .new_send = (uintptr_t)b->sendbuf,
@@ -225,7 +231,7 @@ static bool plan_cache_hit(struct hetcclComm *comm) {
   const struct hc_coll_args *old = &comm->plan_call;
   struct rebase rb;
   if (old->sendbuf != a->sendbuf || old->recvbuf != a->recvbuf || !same_shape(old, a)) {
-    if (!rebase_fits(old, a, comm->nranks, &rb)) return false;
+    if (!rebase_fits(old, a, comm->nranks, comm->rank, &rb)) return false;
     plan_rebase(&comm->plan, &rb);
     comm->plan_call = *a;
   }

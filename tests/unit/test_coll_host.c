@@ -937,11 +937,20 @@ static bool moving_call(int rank, int n, hetcclComm_t comm, enum hc_coll coll, i
       for (int i = 0; i < COUNT; i++) exp[v * COUNT + i] = (v + 1) * 1000 + (int32_t)(seed % 1000) + i;
     memcpy(in, exp + rank * COUNT, COUNT * sizeof(int32_t));
     res = hetcclAllGather(in, rb, COUNT, hetcclInt32, comm, NULL);
-  } else {
+  } else if (coll == HC_COLL_REDUCESCATTER) {
     tu_red_fill(&s, rank, 0, (size_t)COUNT * (size_t)n, in_place ? rb : sb);
     res = hetcclReduceScatter(in_place ? rb : sb, in_place ? rb + rank * COUNT : rb, COUNT, hetcclInt32, hetcclSum,
                               comm, NULL);
     expect_red(&s, (size_t)rank * COUNT, COUNT, exp);
+  } else if (coll == HC_COLL_BROADCAST) { /* from the last rank: every element seed % 1000 * 100 + i */
+    for (int i = 0; i < COUNT; i++) exp[i] = (int32_t)(seed % 1000) * 100 + i;
+    if (rank == n - 1) memcpy(in_place ? rb : sb, exp, sizeof(int32_t) * COUNT);
+    res = hetcclBroadcast(in_place ? rb : sb, rb, COUNT, hetcclInt32, n - 1, comm, NULL);
+  } else { /* Reduce to the last rank; the others' recvbuf (in place: their input) must stay as it was */
+    tu_red_fill(&s, rank, 0, COUNT, in_place ? rb : sb);
+    if (rank == n - 1) expect_red(&s, 0, COUNT, exp);
+    else memcpy(exp, rb, sizeof(int32_t) * COUNT);
+    res = hetcclReduce(in_place ? rb : sb, rb, COUNT, hetcclInt32, hetcclSum, n - 1, comm, NULL);
   }
   if (!call_ok(res, hc_coll_name(coll))) return false;
   const int32_t *out = coll == HC_COLL_REDUCESCATTER && in_place ? rb + rank * COUNT : rb;
@@ -957,7 +966,8 @@ static bool moving_call(int rank, int n, hetcclComm_t comm, enum hc_coll coll, i
  * place, four in place, four out of place, per collective. */
 static void moving_buffers(int rank, int n, hetcclComm_t comm) {
   enum { COUNT = 29, SLOTS = 4 };
-  static const enum hc_coll colls[] = {HC_COLL_ALLREDUCE, HC_COLL_ALLGATHER, HC_COLL_REDUCESCATTER};
+  static const enum hc_coll colls[] = {HC_COLL_ALLREDUCE, HC_COLL_ALLGATHER, HC_COLL_REDUCESCATTER,
+                                       HC_COLL_BROADCAST, HC_COLL_REDUCE};
   if (n > 8) return;
   int32_t *send = xmalloc(sizeof(int32_t) * COUNT * (size_t)n * SLOTS);
   int32_t *recv = xmalloc(sizeof(int32_t) * COUNT * (size_t)n * SLOTS);
