@@ -966,8 +966,8 @@ static bool moving_call(int rank, int n, hetcclComm_t comm, enum hc_coll coll, i
  * place, four in place, four out of place, per collective. */
 static void moving_buffers(int rank, int n, hetcclComm_t comm) {
   enum { COUNT = 29, SLOTS = 4 };
-  static const enum hc_coll colls[] = {HC_COLL_ALLREDUCE, HC_COLL_ALLGATHER, HC_COLL_REDUCESCATTER,
-                                       HC_COLL_BROADCAST, HC_COLL_REDUCE};
+  static const enum hc_coll colls[] = {HC_COLL_ALLREDUCE, HC_COLL_ALLGATHER, HC_COLL_REDUCESCATTER, HC_COLL_BROADCAST,
+                                       HC_COLL_REDUCE};
   if (n > 8) return;
   int32_t *send = xmalloc(sizeof(int32_t) * COUNT * (size_t)n * SLOTS);
   int32_t *recv = xmalloc(sizeof(int32_t) * COUNT * (size_t)n * SLOTS);
