@@ -76,6 +76,7 @@ struct hc_shm_side {
   int32_t seg_fd;      /* the owner's fd of the segment, for the peer's fd probe */
   uint32_t can_cma;    /* the owner can process_vm_readv the peer's memory */
   uint32_t can_fd;     /* the owner can open the peer's fds (/proc/<pid>/fd) */
+  uint32_t fences;     /* the owner's process sleeps through membarrier (shm.c, "Sleeping") */
   uint64_t probe_addr; /* address, in the owner, of probe_value */
   uint64_t probe_value;
   uint8_t proof[32]; /* HMAC(secret, role | segment name) */
@@ -197,6 +198,7 @@ struct hc_shm_conn {
   size_t slot_bytes, desc_stride;
   bool peer_cma, peer_fd; /* the peer can pull from this rank by CMA / fd */
   bool my_cma, my_fd;     /* this rank can pull from the peer */
+  bool light_publish;     /* both sides' fences: counters are published with release stores */
   /* Local copies of the counters; the shared ones are read only when these
    * say there is nothing (more) to do. */
   uint64_t tx_head, tx_tail, tx_slot_head, tx_slot_tail;
@@ -232,6 +234,7 @@ struct hc_shm_ctx {
   size_t pass_bytes; /* payload bytes one pass copies per direction */
   bool cma;
   bool lone_send_slots; /* HETCCL_SHM_LONE_SEND_SLOTS */
+  bool fences;          /* this process is registered for membarrier's global expedited fence */
   /* Requests posted and not complete, over every connection: a send
    * chooses its path by what else this rank waits for (lone_send). */
   int sends_pending, recvs_pending;

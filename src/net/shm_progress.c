@@ -10,13 +10,11 @@
  * descriptor (or a slot) and then stores head (slot_head); the receiver
  * loads it, reads, and stores tail (slot_tail), after which the sender may
  * reuse the entry. Descriptors are consumed in order, one message at a
- * time, so matching is FIFO per direction. Counters are stored and loaded
- * seq_cst, not just release/acquire: with the sleeper's seq_cst store of
- * its waiting flag and the publisher's seq_cst load of it (shm.c,
- * hc_net_shm_notify), either the sleeper's last pass sees the new counter
- * or the publisher sees the flag and rings; a release store could pass the
- * flag's load and lose the wakeup. On x86 that is one xchg per publish, on
- * a line the peer reads anyway.
+ * time, so matching is FIFO per direction. A counter store must not pass
+ * the publisher's load of the peer's waiting flag that follows it (shm.c,
+ * hc_net_shm_notify), or a wakeup is lost: either the sleeper's
+ * membarrier orders the two (light_publish: a release store) or the store
+ * is seq_cst (publish()).
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -37,6 +35,12 @@ static struct hc_shm_desc *desc_at(uint8_t *ring, const struct hc_shm_conn *c, u
 
 static uint8_t *slot_at(uint8_t *ring, const struct hc_shm_conn *c, uint64_t i) {
   return ring + (i % c->nslots) * c->slot_bytes;
+}
+
+/* Stores a counter the peer reads (see "Ordering" above). */
+static void publish(const struct hc_shm_conn *c, atomic_ullong *counter, uint64_t v) {
+  if (c->light_publish) atomic_store_explicit(counter, v, memory_order_release);
+  else atomic_store(counter, v);
 }
 
 /* Copy into a slot with non-temporal stores: the sender will not read the
@@ -100,7 +104,7 @@ static void send_progress(struct hc_shm_conn *c, bool *published) {
       }
       q->seq = c->tx_head++;
       q->posted = true;
-      atomic_store(&c->tx->head, c->tx_head);
+      publish(c, &c->tx->head, c->tx_head);
       *published = true;
       c->nsent[q->kind]++;
       if (q->kind == HC_SHM_INLINE) req_complete(c, q);
@@ -124,7 +128,7 @@ static void send_progress(struct hc_shm_conn *c, bool *published) {
         q->off += k;
         budget -= HC_MIN(budget, k);
         c->tx_slot_head++;
-        atomic_store(&c->tx->slot_head, c->tx_slot_head);
+        publish(c, &c->tx->slot_head, c->tx_slot_head);
         /* Wake a sleeping receiver at the first part, not the last. */
         hc_net_shm_notify(c);
       }
@@ -273,7 +277,7 @@ static hc_result_t recv_progress(struct hc_shm_conn *c, bool *published) {
         q->off += k;
         budget -= HC_MIN(budget, k);
         c->rx_slot_tail++;
-        atomic_store(&c->rx->slot_tail, c->rx_slot_tail);
+        publish(c, &c->rx->slot_tail, c->rx_slot_tail);
         hc_net_shm_notify(c); /* a sender waiting for room goes on now */
       }
       break;
@@ -292,7 +296,7 @@ static hc_result_t recv_progress(struct hc_shm_conn *c, bool *published) {
       break;
     }
     c->rx_tail++;
-    atomic_store(&c->rx->tail, c->rx_tail);
+    publish(c, &c->rx->tail, c->rx_tail);
     *published = true;
     req_complete(c, q);
     c->recv_cur = q->next;
