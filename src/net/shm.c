@@ -11,9 +11,9 @@
  *   ring of HC_SHM_NDESC descriptors, each with room for a small message
  *   inline, and a ring of HETCCL_SHM_SLOTS slots of HETCCL_SHM_SLOT_BYTES.
  *   Counters (head, tail, slot_head, slot_tail) sit on their own 128-byte
- *   lines and only grow; the writer stores them after the data, the reader
- *   loads them (seq_cst: see Sleeping), so the hot path is loads and
- *   stores, no locks, no syscalls. The segment is fallocated and mapped with
+ *   lines and only grow; the writer stores them after the data (a release
+ *   store, or seq_cst: see Sleeping), the reader loads them, so the hot
+ *   path is loads and stores, no locks, no syscalls. The segment is fallocated and mapped with
  *   MAP_POPULATE at connect: a full /dev/shm is an error there, not a
  *   SIGBUS later, and the hot path takes no page faults.
  *
