@@ -13,9 +13,10 @@
  *   Counters (head, tail, slot_head, slot_tail) sit on their own 128-byte
  *   lines and only grow; the writer stores them after the data (a release
  *   store, or seq_cst: see Sleeping), the reader loads them, so the hot
- *   path is loads and stores, no locks, no syscalls. The segment is fallocated and mapped with
- *   MAP_POPULATE at connect: a full /dev/shm is an error there, not a
- *   SIGBUS later, and the hot path takes no page faults.
+ *   path is loads and stores, no locks, no syscalls. The segment is
+ *   fallocated and mapped with MAP_POPULATE at connect: a full /dev/shm is
+ *   an error there, not a SIGBUS later, and the hot path takes no page
+ *   faults.
  *
  * - How a message travels (sender's choice, per message, in isend):
  *   INLINE  n <= HETCCL_SHM_INLINE_BYTES: copied into the descriptor. One
@@ -103,8 +104,10 @@
  *   open) pass a full fence, so the publisher's counter store is a plain
  *   release store (light_publish). Where the kernel has no such fence, or
  *   HETCCL_SHM_MEMBARRIER=0, on either side, both sides use seq_cst, an
- *   xchg per publish on x86 that stalls the publisher on the peer's line:
- *   0.82 against 0.28 us per 8 B all-reduce of 2 ranks on the 2-core VM.
+ *   xchg per publish on x86 that stalls the publisher on the peer's line
+ *   (2-core VM, 2 ranks, 8 B all-reduce: 0.60-0.66 us with release
+ *   stores, 0.76-1.07 with the xchg; docs/perf.md). A sleep costs the
+ *   membarrier (an IPI to every CPU running a rank: 10-12 us there).
  *   So while both sides spin, nothing but the counters and the payload
  *   crosses between the cores, and no syscall is made. Kernels without
  *   futex_waitv sleep on one doorbell in 1 ms slices.
