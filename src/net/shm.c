@@ -410,6 +410,14 @@ static void conn_bind(struct hc_shm_conn *c) {
   desc_rings_touch(c);
 }
 
+/* What the peer's side says it can do, once it has said so (its state is
+ * READY or OK): pulls from this rank, and the fence of its sleeps. */
+static void peer_side_take(struct hc_shm_conn *c) {
+  c->peer_cma = c->them->can_cma != 0;
+  c->peer_fd = c->them->can_fd != 0;
+  c->light_publish = c->ctx->fences && c->them->fences;
+}
+
 static void side_fill(struct hc_shm_conn *c, struct hc_shm_side *me) {
   me->pid = (int32_t)getpid();
   me->fences = c->ctx->fences;
@@ -478,9 +486,7 @@ static hc_result_t creator_poll(struct hc_shm_conn *c) {
                    c->name, c->peer, (int)c->them->pid);
   c->my_cma = probe_cma(c, c->them);
   c->my_fd = probe_fd(c, c->them);
-  c->peer_cma = c->them->can_cma != 0;
-  c->peer_fd = c->them->can_fd != 0;
-  c->light_publish = c->ctx->fences && c->them->fences;
+  peer_side_take(c);
   c->me->can_cma = c->my_cma;
   c->me->can_fd = c->my_fd;
   atomic_store(&c->me->state, HC_SHM_SIDE_OK);
@@ -555,9 +561,7 @@ static hc_result_t opener_poll_segment(struct hc_shm_conn *c) {
 /* Opener: up once the creator has probed back. */
 static void opener_poll_ok(struct hc_shm_conn *c) {
   if (atomic_load(&c->them->state) != HC_SHM_SIDE_OK) return;
-  c->peer_cma = c->them->can_cma != 0;
-  c->peer_fd = c->them->can_fd != 0;
-  c->light_publish = c->ctx->fences && c->them->fences;
+  peer_side_take(c);
   close(c->seg_fd);
   c->seg_fd = -1;
   c->state = HC_SHM_UP;
@@ -761,6 +765,9 @@ static bool sleep_waitv(struct hc_futex_waitv *wv, int n, uint64_t end_ns) {
   return false;
 }
 
+/* Whether c is still coming up (a connect() has begun and not finished). */
+static bool connecting(const struct hc_shm_conn *c) { return c->deadline_ns != 0 && c->state != HC_SHM_UP; }
+
 /* Connecting: whether the peer has taken the handshake step c waits for. */
 static bool peer_stepped(const struct hc_shm_conn *c) {
   unsigned st = atomic_load(&c->them->state);
@@ -775,7 +782,7 @@ static bool last_looks(struct hc_shm_conn **wc, int n) {
   bool ready = false;
   for (int i = 0; i < n && !ready; i++) {
     struct hc_shm_conn *c = wc[i];
-    if (c->deadline_ns != 0 && c->state != HC_SHM_UP) {
+    if (connecting(c)) {
       ready = peer_stepped(c);
       continue;
     }
@@ -804,8 +811,7 @@ static hc_result_t shm_net_wait_blocking(void *vctx, int timeout_ms) {
     for (int p = 0; p < ctx->nranks && !ready; p++) {
       struct hc_shm_conn *c = ctx->conns[p];
       if (c == NULL) continue;
-      bool connecting = c->deadline_ns != 0 && c->state != HC_SHM_UP;
-      if (!connecting && !hc_net_shm_conn_busy(c)) continue;
+      if (!connecting(c) && !hc_net_shm_conn_busy(c)) continue;
       /* Something for the caller to learn now. */
       if (c->failed != HC_OK || c->n_complete > 0 || c->more || hc_net_shm_check_alive(c, false) != HC_OK) {
         ready = true;
