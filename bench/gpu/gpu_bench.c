@@ -31,6 +31,7 @@
 
 #include "device/device.h"
 #include "hetccl.h"
+#include "util/util.h"
 
 static const struct hc_dev_ops *gpu; /* in the children only: the parent never touches the driver */
 static size_t max_bytes = 1ull << 30;
@@ -42,6 +43,7 @@ static struct shared {
   double times[64];
   int ntimes;
   double sync_us, call_us, d2h, h2d;
+  double small_us[2][8]; /* [in place][size]: call to stream done, median */
   bool no_gpu;
   /* Rank 0 makes the id: made in the parent, its bootstrap thread could
    * hold a lock (the allocator's) at the fork, and a child would inherit
@@ -143,6 +145,26 @@ static double sync_latency(hetcclComm_t comm, void *buf, size_t count, hc_stream
   return median(t, N);
 }
 
+/* Small sizes one call at a time, in place and out of place: the latency
+ * a size class or a buffer layout adds, which the busbw sweep hides. */
+static const size_t small_bytes[] = {4, 64, 1024, 2048, 8192, 65536};
+
+static void small_latencies(int rank, hetcclComm_t comm, void *const buf[2], hc_stream_t s) {
+  for (int in_place = 0; in_place < 2; in_place++)
+    for (size_t i = 0; i < HC_ARRAY_LEN(small_bytes); i++) {
+      enum { N = 50 };
+      double t[N];
+      for (int k = 0; k < N; k++) {
+        pthread_barrier_wait(&sh->bar);
+        double t0 = now();
+        hetcclAllReduce(buf[0], buf[in_place ? 0 : 1], small_bytes[i] / 4, hetcclFloat, hetcclSum, comm, s);
+        if (s) hc_dev_stream_sync(gpu, s);
+        t[k] = now() - t0;
+      }
+      if (rank == 0) sh->small_us[in_place][i] = median(t, N) * 1e6;
+    }
+}
+
 static void rank_main(int rank) {
   hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
   char group[8];
@@ -169,6 +191,7 @@ static void rank_main(int rank) {
   double call;
   double lat = sync_latency(comm, buf[0], 1, s, &call);
   if (rank == 0) sh->sync_us = lat * 1e6, sh->call_us = call * 1e6;
+  small_latencies(rank, comm, buf, s);
   sh->ntimes = 0;
   for (size_t bytes = 1024; bytes <= max_bytes; bytes *= 4) {
     int iters = bytes <= (1 << 20) ? 50 : bytes <= (64 << 20) ? 10 : 3;
@@ -238,9 +261,12 @@ static void run(const char *title, bool g0, bool g1, double bound) {
   }
   const double *times = sh->times;
   printf("\n%s, ranks as %s (bound %.1f GB/s)\n4-byte all-reduce, one at a time, call to stream done: median %.1f us "
-         "(the call itself: %.1f us)\n%12s %10s %10s %8s\n",
-         title, processes ? "processes" : "threads", bound, sh->sync_us, sh->call_us, "bytes", "time(us)", "busbw",
-         "eff");
+         "(the call itself: %.1f us)\n",
+         title, processes ? "processes" : "threads", bound, sh->sync_us, sh->call_us);
+  printf("one at a time, call to stream done, median (us):\n%12s %10s %12s\n", "bytes", "in place", "out of place");
+  for (size_t k = 0; k < HC_ARRAY_LEN(small_bytes); k++)
+    printf("%12zu %10.1f %12.1f\n", small_bytes[k], sh->small_us[1][k], sh->small_us[0][k]);
+  printf("back to back, out of place:\n%12s %10s %10s %8s\n", "bytes", "time(us)", "busbw", "eff");
   int i = 0;
   for (size_t bytes = 1024; bytes <= max_bytes; bytes *= 4, i++) {
     double busbw = (double)bytes / times[i] / 1e9;
