@@ -7,7 +7,8 @@
 # Each argument is one setting (comma-separated environment assignments,
 # "-" for the defaults); ranks own their cores (hetccl-run --bind core).
 # Prints, per collective and rank count, the out-of-place time per call in
-# us of every setting at every size (SIZES_MIN..SIZES_MAX, x4).
+# us of every setting at every size (SIZES_MIN..SIZES_MAX, x4), after WARMUP
+# untimed calls per size (default 5).
 set -euo pipefail
 BUILD_DIR=${BUILD_DIR:-build}
 NS=${NS:-"8 16"}
@@ -15,6 +16,7 @@ COLLS=${COLLS:-all_reduce}
 SIZES_MIN=${SIZES_MIN:-8}
 SIZES_MAX=${SIZES_MAX:-8M}
 ITERS=${ITERS:-50}
+WARMUP=${WARMUP:-5} # untimed calls before each size
 settings=("$@")
 [ ${#settings[@]} -gt 0 ] || settings=(-)
 
@@ -23,7 +25,7 @@ sweep() { # coll n setting -> "size time" lines
   [ "$setting" = - ] || IFS=, read -r -a envs <<<"$setting"
   env "${envs[@]}" "$BUILD_DIR/tools/hetccl-run" -n "$n" --bind core \
     "$BUILD_DIR/tools/hetccl-perf" "$coll" -b "$SIZES_MIN" -e "$SIZES_MAX" -f 4 \
-    -n "$ITERS" -w 5 -c 0 2>/dev/null |
+    -n "$ITERS" -w "$WARMUP" -c 0 2>/dev/null |
     awk '{ sub(/^\[ *0\]/, "[0]") } $1 == "[0]" && $2 ~ /^[0-9]+$/ { print $2, $7 }'
 }
 
