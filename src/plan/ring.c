@@ -164,7 +164,7 @@ hc_result_t hc_ring_allreduce_split(struct hc_plan *p, const struct hc_plan_ctx 
                       .next = hc_member(x, (r + 1) % n),
                       .prev = hc_member(x, (r + n - 1) % n),
                       .es = es,
-                      .nch = hc_nchunks(maxlen, es, x->chunk_bytes)};
+                      .nch = hc_ring_nchunks(x, maxlen, es)};
   const size_t nch = g.nch;
   struct slots sl;
   HC_TRY(chunk_refs_create(&g.t, n, nch));
@@ -211,7 +211,7 @@ hc_result_t hc_ring_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x
     return HC_OK;
   }
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
-  const size_t nch = hc_nchunks(count, es, x->chunk_bytes);
+  const size_t nch = hc_ring_nchunks(x, count, es);
   char *partial[2] = {NULL, NULL};
   if (n > 2) {
     partial[0] = hc_plan_scratch(p, 2 * count * es);
@@ -277,7 +277,7 @@ hc_result_t hc_ring_allgather(struct hc_plan *p, const struct hc_plan_ctx *x, co
   hc_push_copy(p, HC_PTR(io.out, (size_t)r * count, es), io.in, count * es, io.in_dep, 0);
   if (n == 1) return HC_OK;
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
-  const size_t nch = hc_nchunks(count, es, x->chunk_bytes);
+  const size_t nch = hc_ring_nchunks(x, count, es);
   hc_ref_t *received = calloc(nch, sizeof(hc_ref_t)); /* chunk c of the block received last */
   if (received == NULL) return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %zu chunk records", nch);
   size_t coff, clen;
