@@ -11,6 +11,9 @@
  *  4. hetccl-info --algos for the same shapes: each cell of its grid is
  *     the algorithm the planner builds that call with; a bad HETCCL_ALGO
  *     makes it fail naming the accepted names.
+ *  5. A ring's chunks: the sends of a 2-rank ring all-reduce (one per
+ *     chunk in each half) against the cut docs/params.md states for
+ *     HETCCL_GPU_CHUNK_BYTES and HETCCL_CHUNK_BYTES.
  * argv[1]: the hetccl-info binary.
  */
 #include <stdio.h>
@@ -283,6 +286,56 @@ static void check_info_refuses(const char *info) {
         out);
 }
 
+/* ---- 5 ---- */
+
+/* Sends in rank 0's plan of a 2-rank ring all-reduce of bytes of float32. */
+static int ring_sends(bool any_gpu, size_t chunk_bytes, size_t bytes, struct hc_scratch_pool *pool) {
+  struct hc_plan_ctx x = {
+      .rank = 0, .nranks = 2, .chunk_bytes = chunk_bytes, .any_gpu = any_gpu, .scratch_slots = 4, .ngroups = 1};
+  x.algo[HC_COLL_ALLREDUCE] = HC_ALGO_RING;
+  float *in = calloc(bytes / 4, 4), *out = calloc(bytes / 4, 4);
+  struct hc_coll_args a = {
+      .coll = HC_COLL_ALLREDUCE, .sendbuf = in, .recvbuf = out, .count = bytes / 4, .dtype = HC_FLOAT32, .op = HC_SUM};
+  struct hc_plan p = {.pool = pool};
+  int sends = -1;
+  if (in && out && CHECK_OK((hetcclResult_t)hc_plan_add(&p, &x, &a))) {
+    sends = 0;
+    for (int i = 0; i < p.nsteps; i++) sends += p.steps[i].kind == HC_STEP_SEND;
+  }
+  hc_plan_reset(&p);
+  free(in);
+  free(out);
+  return sends;
+}
+
+/* A comm with a GPU rank cuts a ring's block at the slot, except that a
+ * block of fewer than 4 slots goes in as many as 4 chunks of at least half
+ * a slot; a CPU-only comm cuts at its chunk. Each half of the 2-rank
+ * all-reduce sends its block once, so sends = 2 x chunks per block. */
+static void check_ring_chunks(struct hc_scratch_pool *pool) {
+  const size_t M = 1 << 20;
+  const struct {
+    bool gpu;
+    size_t chunk, bytes;
+    int chunks_per_block;
+  } cases[] = {
+      {true, 8 * M, 4 * M, 1},    /* block 2 MiB: under half a slot */
+      {true, 8 * M, 12 * M, 1},   /* block 6 MiB: one half slot fits once */
+      {true, 8 * M, 16 * M, 2},   /* block 8 MiB: two halves */
+      {true, 8 * M, 32 * M, 4},   /* block 16 MiB: four halves */
+      {true, 8 * M, 64 * M, 4},   /* block 32 MiB: four slots */
+      {true, 8 * M, 128 * M, 8},  /* block 64 MiB: eight slots */
+      {false, M / 2, 16 * M, 16}, /* CPU-only: 512 KiB chunks of an 8 MiB block */
+  };
+  for (size_t i = 0; i < HC_ARRAY_LEN(cases); i++) {
+    tu_set_case("ring all-reduce of %zu MiB, %s chunk %zu KiB", cases[i].bytes / M, cases[i].gpu ? "GPU" : "CPU",
+                cases[i].chunk >> 10);
+    const int got = ring_sends(cases[i].gpu, cases[i].chunk, cases[i].bytes, pool);
+    CHECK(got == 2 * cases[i].chunks_per_block, "%d sends, expected %d", got, 2 * cases[i].chunks_per_block);
+  }
+  tu_set_case("%s", "");
+}
+
 int main(int argc, char **argv) {
   tu_init(argc, argv);
   if (argc < 2) {
@@ -301,6 +354,7 @@ int main(int argc, char **argv) {
     check_info(argv[1], &shapes[i], pool);
   }
   check_info_refuses(argv[1]);
+  check_ring_chunks(pool);
   hc_scratch_pool_destroy(pool);
   return tu_finish("test_plan_algos");
 }
