@@ -11,8 +11,8 @@
 #    compiles bench/cpu/mpi_bench.c with mpicc into $BUILD_DIR/bench-cpu/.
 #    --no-install (no network, e.g. the GPU machine): installs nothing and
 #    uses what is there: mpicc and mpirun are required, Gloo runs only when
-#    python3 can import torch with gloo, the plot only when gnuplot exists
-#    (each skip is said in the results).
+#    python3 can import torch with gloo, the plot as an SVG where gnuplot
+#    is missing (each skip is said in the results).
 # 2. Local part, rank counts NS (default: those of 2 4 8 16 that fit the
 #    cores), float32 sum, sizes SIZES_MIN, x4 ... up to SIZES_MAX (and
 #    SIZES_MAX itself; default 8 B .. 256 MiB), collectives COLLS (default
@@ -62,8 +62,9 @@
 # 4. Prints one table per (collective, n): time per call in us of each
 #    library, and each other library's time over hetccl's ("x1.84": above 1,
 #    hetccl is faster), writes bench/cpu/results/compare-<date>.txt and .csv
-#    and, with gnuplot, the plot bench/cpu/results/compare.png (that ratio
-#    against Open MPI over size, one panel per collective, a line per n).
+#    and the plot bench/cpu/results/compare.png with gnuplot, else
+#    compare.svg (plot_ratio.py): that ratio against Open MPI over size,
+#    one panel per collective, a line per n.
 #
 # Environment: BUILD_DIR, PASSES (3), TARGET_BYTES (67108864), MIN_ITERS (2),
 # MAX_ITERS (1000), WARMUP (2), RUN_TIMEOUT (900 s per invocation),
@@ -154,7 +155,11 @@ if [[ " $LIBS " == *" gloo "* ]] && ! $PY -c 'import torch.distributed as d; ass
   SKIPPED+=("gloo: python3 cannot import torch with gloo here")
 fi
 HAVE_GNUPLOT=yes
-command -v gnuplot >/dev/null || { HAVE_GNUPLOT=no; SKIPPED+=("plot: gnuplot is not installed"); }
+if ! command -v gnuplot >/dev/null; then
+  HAVE_GNUPLOT=no
+  # Without gnuplot the plot is an SVG drawn by plot_ratio.py.
+  command -v python3 >/dev/null || SKIPPED+=("plot: neither gnuplot nor python3 is installed")
+fi
 
 WORK=$BUILD_DIR/bench-cpu
 mkdir -p "$WORK" "$RESULTS"
@@ -537,6 +542,14 @@ if [ $HAVE_GNUPLOT = yes ] && [ -s "$WORK/plot/series.txt" ]; then
   } >"$WORK/plot.gp"
   gnuplot "$WORK/plot.gp" 2>"$WORK/gnuplot.err" || log "gnuplot failed: $(cat "$WORK/gnuplot.err")"
   PLOT_TEXT=$PNG
+elif [ -s "$WORK/plot/series.txt" ] && command -v python3 >/dev/null; then
+  SVG=$RESULTS/compare.svg
+  if python3 "$HERE/plot_ratio.py" "$CSV" "$SVG" \
+    "Open MPI time / hetccl time per call, float32, $(nproc) cores, median of $PASSES pass(es), $stamp: above 1 = hetccl faster"; then
+    PLOT_TEXT=$SVG
+  else
+    PLOT_TEXT="none (plot_ratio.py failed)"
+  fi
 else
   PLOT_TEXT="none (${SKIPPED[*]:-no Open MPI rows to plot})"
 fi
