@@ -57,18 +57,20 @@ static bool one_step_pays(const struct hc_plan_ctx *x, const struct hc_coll_args
   return !x->any_gpu && call_bytes(a) <= x->onestep_bytes;
 }
 
-/* An all-reduce of a power of two of CPU ranks above 2 with at most
- * ONESTEP_BYTES: recursive doubling's log2(n) exchanges in sequence beat
- * one step's n-1 messages into and out of every rank, and the direct
- * algorithm's two rounds (16-core Xeon, 4 and 8 ranks bound, 8 B to 2K:
- * 1.3-2.5x, docs/perf.md). The one-step and direct rows leave such calls
- * to the table's last row, recursive doubling. Other rank counts keep one
- * step: there the doubling's fold adds two hops in sequence. */
+/* An all-reduce or all-gather of a power of two of CPU ranks above 2 with
+ * at most ONESTEP_BYTES (per rank): recursive doubling's log2(n) exchanges
+ * in sequence beat one step's n-1 messages into and out of every rank, and
+ * the direct algorithm's two rounds (16-core Xeon, all-reduce of 4 and 8
+ * ranks bound, 8 B to 2K: 1.3-2.5x; all-gather: docs/perf.md). The
+ * one-step and direct rows leave such calls to the recursive doubling row.
+ * Other rank counts keep one step: there the doubling's fold adds two
+ * hops in sequence (all-reduce), or the blocks are not aligned runs
+ * (all-gather). */
 static bool rd_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
   return one_step_pays(x, a) && x->nranks > 2 && (x->nranks & (x->nranks - 1)) == 0;
 }
 
-static bool one_step_allreduce_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+static bool one_step_not_rd(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
   return one_step_pays(x, a) && !rd_pays(x, a);
 }
 
@@ -89,6 +91,11 @@ static bool flat_cpu(const struct hc_plan_ctx *x, const struct hc_coll_args *a) 
   return !x->any_gpu && x->members == NULL;
 }
 
+/* Recursive doubling's all-gather swaps aligned runs of blocks. */
+static bool flat_cpu_pof2(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  return flat_cpu(x, a) && (x->nranks & (x->nranks - 1)) == 0;
+}
+
 /* Two rounds (one for all-gather and reduce-scatter) replace the ring's
  * 2(n-1) steps and recursive doubling's log2(n) in sequence; measured by
  * the whole vector. With 2 ranks they save no round: the ring is the same
@@ -99,7 +106,7 @@ static bool direct_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *
   return x->nranks > 2 && vector <= x->direct_max_bytes;
 }
 
-static bool direct_allreduce_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+static bool direct_not_rd(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
   return direct_pays(x, a) && !rd_pays(x, a);
 }
 
@@ -121,10 +128,10 @@ static const struct hc_algo_desc table[] = {
      .applies_doc = HIER_APPLIES,
      .chosen_doc = HIER_CHOSEN ", and the call has RING_THRESHOLD bytes or more, or some group runs the "
                    "vendor library and the call has an element per rank"},
-    {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_ONESTEP, .chosen = one_step_allreduce_pays,
+    {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_ONESTEP, .chosen = one_step_not_rd,
      .build = hc_onestep_allreduce, .what = "every rank sends its input to every other at once and reduces alone",
      .chosen_doc = ONESTEP_CHOSEN ", and the ranks are not a power of two above 2"},
-    {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_allreduce_pays,
+    {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_not_rd,
      .build = hc_direct_allreduce,
      .what = "each block from every rank straight to the rank that reduces it, in cache-sized pieces, then "
              "from there to every rank: two rounds",
@@ -164,11 +171,16 @@ static const struct hc_algo_desc table[] = {
      .build = hc_hier,
      .what = "each block to one member of every other group, which passes it on inside its group",
      .applies_doc = HIER_APPLIES, .chosen_doc = HIER_CHOSEN},
-    {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_ONESTEP, .chosen = one_step_pays, .build = hc_onestep_allgather,
-     .what = "every rank sends its block to every other at once", .chosen_doc = ONESTEP_CHOSEN},
-    {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_pays,
+    {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_ONESTEP, .chosen = one_step_not_rd, .build = hc_onestep_allgather,
+     .what = "every rank sends its block to every other at once",
+     .chosen_doc = ONESTEP_CHOSEN ", and the ranks are not a power of two above 2"},
+    {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_not_rd,
      .build = hc_onestep_allgather, .what = "each block straight from its owner to every rank (the one-step exchange)",
-     .applies_doc = FLAT_CPU, .chosen_doc = DIRECT_CHOSEN},
+     .applies_doc = FLAT_CPU, .chosen_doc = DIRECT_CHOSEN ", unless recursive doubling takes the call (below)"},
+    {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_RD, .applies = flat_cpu_pof2, .chosen = rd_pays,
+     .build = hc_rd_allgather, .what = "recursive doubling: log2(n) exchanges, each of the blocks gathered so far",
+     .applies_doc = "a comm of CPU ranks only, a power of two of them",
+     .chosen_doc = ONESTEP_CHOSEN ", and the ranks are a power of two above 2"},
     {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_RING, .build = hc_ring_allgather,
      .what = "a ring, n - 1 steps, pipelined in chunks"},
 

@@ -65,6 +65,27 @@ hc_result_t hc_rd_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, cons
   return HC_OK;
 }
 
+/* All-gather by recursive doubling, for a power of two of ranks: in
+ * round k each rank swaps the 2^k blocks it holds (aligned, so one run of
+ * out) with rank ^ 2^k. log2(n) exchanges in sequence instead of one
+ * step's n-1 messages into and out of every rank. A round's send reads
+ * what the round before received, and what it received itself it reads
+ * only after its own send of the round before (which waited for the rest). */
+hc_result_t hc_rd_allgather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                            struct hc_alg_io io) {
+  const int n = x->nranks, r = x->rank;
+  const size_t es = hc_dtype_size(a->dtype), block = a->count * es;
+  hc_ref_t held = hc_push_copy(p, HC_PTR(io.out, (size_t)r * a->count, es), io.in, block, io.in_dep, 0);
+  hc_ref_t got = 0;
+  for (int mask = 1; mask < n; mask <<= 1) {
+    const int peer = r ^ mask, mine = r & ~(mask - 1), theirs = peer & ~(mask - 1);
+    const size_t bytes = (size_t)mask * block;
+    held = hc_push_send(p, hc_member(x, peer), HC_PTR(io.out, (size_t)mine * a->count, es), bytes, held, got);
+    got = hc_push_recv(p, hc_member(x, peer), HC_PTR(io.out, (size_t)theirs * a->count, es), bytes, 0, 0);
+  }
+  return HC_OK;
+}
+
 hc_result_t hc_tree_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
                               struct hc_alg_io io) {
   const int n = x->nranks, root = a->root, v = (x->rank - root + n) % n;
