@@ -140,11 +140,11 @@ hc_result_t hc_ring_allreduce_split(struct hc_plan *p, const struct hc_plan_ctx 
 hc_result_t hc_hier(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a, struct hc_alg_io io);
 hc_result_t hc_rd_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
                             struct hc_alg_io io);
+hc_result_t hc_rd_allgather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                            struct hc_alg_io io);
 /* onestep.c */
 hc_result_t hc_onestep_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
                                  struct hc_alg_io io);
-hc_result_t hc_rd_allgather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
-                            struct hc_alg_io io);
 hc_result_t hc_onestep_allgather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
                                  struct hc_alg_io io);
 hc_result_t hc_onestep_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
