@@ -19,8 +19,11 @@ coll="$perf all_reduce -b 8 -e 8 -n 1 -w 0 -c 1"
 limit=$((timeout_s + margin_s))
 # The missing rank sleeps past the limit: hetccl-run ends it when a
 # survivor fails, so only survivors that wait too long reach --timeout.
+# A survivor lingers 2 s after its failure before it exits: hetccl-run
+# terminates the others as soon as one exits, and the other survivor,
+# told by the root, may not have printed its own verdict yet.
 HETCCL_TIMEOUT=$timeout_s "$run" -n 3 --timeout $limit -- sh -c \
-  "if [ \"\$RANK\" = 2 ]; then sleep $((limit + 5)); exit 0; fi; exec $coll" >"$tmp/missing" 2>&1 &
+  "if [ \"\$RANK\" = 2 ]; then sleep $((limit + 5)); exit 0; fi; $coll; rc=\$?; sleep 2; exit \$rc" >"$tmp/missing" 2>&1 &
 a=$!
 HETCCL_TIMEOUT=$timeout_s "$run" -n 2 --timeout $limit -- sh -c \
   "if [ \"\$RANK\" = 0 ]; then sleep $((limit + 5)); exit 0; fi; exec $coll" >"$tmp/noroot" 2>&1 &
