@@ -130,13 +130,13 @@ static void primitive_latency(void) {
 
 /* One synchronous all-reduce at a time (call, then wait for the stream);
  * *call_s: how long the call itself took (enqueueing, for a GPU rank). */
-static double sync_latency(hetcclComm_t comm, void *buf, size_t count, hc_stream_t s, double *call_s) {
+static double sync_latency(hetcclComm_t comm, const void *in, void *out, size_t count, hc_stream_t s, double *call_s) {
   enum { N = 100 };
   double t[N], c[N];
   for (int i = 0; i < N; i++) {
     pthread_barrier_wait(&sh->bar);
     double t0 = now();
-    hetcclAllReduce(buf, buf, count, hetcclFloat, hetcclSum, comm, s);
+    hetcclAllReduce(in, out, count, hetcclFloat, hetcclSum, comm, s);
     c[i] = now() - t0;
     if (s) hc_dev_stream_sync(gpu, s);
     t[i] = now() - t0;
@@ -152,16 +152,9 @@ static const size_t small_bytes[] = {4, 64, 1024, 2048, 8192, 65536};
 static void small_latencies(int rank, hetcclComm_t comm, void *const buf[2], hc_stream_t s) {
   for (int in_place = 0; in_place < 2; in_place++)
     for (size_t i = 0; i < HC_ARRAY_LEN(small_bytes); i++) {
-      enum { N = 50 };
-      double t[N];
-      for (int k = 0; k < N; k++) {
-        pthread_barrier_wait(&sh->bar);
-        double t0 = now();
-        hetcclAllReduce(buf[0], buf[in_place ? 0 : 1], small_bytes[i] / 4, hetcclFloat, hetcclSum, comm, s);
-        if (s) hc_dev_stream_sync(gpu, s);
-        t[k] = now() - t0;
-      }
-      if (rank == 0) sh->small_us[in_place][i] = median(t, N) * 1e6;
+      double call;
+      const double t = sync_latency(comm, buf[0], buf[in_place ? 0 : 1], small_bytes[i] / 4, s, &call);
+      if (rank == 0) sh->small_us[in_place][i] = t * 1e6;
     }
 }
 
@@ -189,7 +182,7 @@ static void rank_main(int rank) {
     else buf[b] = calloc(1, max_bytes);
   }
   double call;
-  double lat = sync_latency(comm, buf[0], 1, s, &call);
+  double lat = sync_latency(comm, buf[0], buf[0], 1, s, &call);
   if (rank == 0) sh->sync_us = lat * 1e6, sh->call_us = call * 1e6;
   small_latencies(rank, comm, buf, s);
   sh->ntimes = 0;

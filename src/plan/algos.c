@@ -66,8 +66,10 @@ static bool one_step_pays(const struct hc_plan_ctx *x, const struct hc_coll_args
  * Other rank counts keep one step: there the doubling's fold adds two
  * hops in sequence (all-reduce), or the blocks are not aligned runs
  * (all-gather). */
+static bool power_of_two_ranks(const struct hc_plan_ctx *x) { return (x->nranks & (x->nranks - 1)) == 0; }
+
 static bool rd_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
-  return one_step_pays(x, a) && x->nranks > 2 && (x->nranks & (x->nranks - 1)) == 0;
+  return one_step_pays(x, a) && x->nranks > 2 && power_of_two_ranks(x);
 }
 
 static bool one_step_not_rd(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
@@ -93,7 +95,7 @@ static bool flat_cpu(const struct hc_plan_ctx *x, const struct hc_coll_args *a) 
 
 /* Recursive doubling's all-gather swaps aligned runs of blocks. */
 static bool flat_cpu_pof2(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
-  return flat_cpu(x, a) && (x->nranks & (x->nranks - 1)) == 0;
+  return flat_cpu(x, a) && power_of_two_ranks(x);
 }
 
 /* Two rounds (one for all-gather and reduce-scatter) replace the ring's
