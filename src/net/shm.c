@@ -10,10 +10,12 @@
  * - One segment per pair, in /dev/shm, holding a channel per direction: a
  *   ring of HC_SHM_NDESC descriptors, each with room for a small message
  *   inline, and a ring of HETCCL_SHM_SLOTS slots of HETCCL_SHM_SLOT_BYTES.
- *   Counters (head, tail, slot_head, slot_tail) sit on their own 128-byte
- *   lines and only grow; the writer stores them after the data (a release
- *   store, or seq_cst: see Sleeping), the reader loads them, so the hot
- *   path is loads and stores, no locks, no syscalls. The segment is
+ *   A descriptor is handed over by a word in its own first line, which
+ *   the receiver polls (one line per small message: shm_progress.c);
+ *   the other counters (tail, slot_head, slot_tail) sit on their own
+ *   128-byte lines and only grow. The writer stores them after the data (a
+ *   release store, or seq_cst: see Sleeping), the reader loads them, so
+ *   the hot path is loads and stores, no locks, no syscalls. The segment is
  *   fallocated and mapped with MAP_POPULATE at connect: a full /dev/shm is
  *   an error there, not a SIGBUS later, and the hot path takes no page
  *   faults.
@@ -93,9 +95,10 @@
  *   busy pair wait_blocking sets the flag and reads the doorbell, then
  *   takes a last look (a progress pass) at each, and then sleeps in one
  *   futex_waitv over the doorbells of all of them (shared futexes, not
- *   private), in slices of HC_SHM_SLICE_MS. A publisher stores its counter
- *   and then reads the flag, and only when it can claim the flag (exchange
- *   to 0) bumps the doorbell and calls FUTEX_WAKE: one wake per sleep.
+ *   private), in slices of HC_SHM_SLICE_MS. A publisher stores its word
+ *   (a counter, or a descriptor's posted word) and then reads the flag,
+ *   and only when it can claim the flag (exchange to 0) bumps the
+ *   doorbell and calls FUTEX_WAKE: one wake per sleep.
  *   The store and the load must not pass each other on either side (store
  *   buffering: then one of the two sides sees the other's). The sleeper
  *   pays for that: between its flag stores and its last looks it calls
@@ -369,8 +372,8 @@ static bool probe_fd(const struct hc_shm_conn *c, const struct hc_shm_side *peer
 }
 
 /* Accesses every page of both descriptor rings once at connect: writes
- * each page of this side's ring (nothing is posted yet, and the peer reads
- * it only below the head this side publishes later) and reads each page of
+ * each page of this side's ring (nothing is posted yet, and the peer polls
+ * it only once the pair is up, after both sides did this) and reads each page of
  * the peer's. MAP_POPULATE maps the pages, but on the 2-core development VM
  * (Firecracker, AMD EPYC) the first access of a page in each process still
  * costs about 5 us (MADV_POPULATE_WRITE does not help, a store does; the

@@ -17,7 +17,9 @@
  *   desc     one message: its length and how its bytes travel (kind); a
  *            descriptor stays in the ring until the receiver has consumed
  *            the message, so the receiver's tail counter is also the ack.
- *   inline   a small message copied into its descriptor.
+ *   inline   a small message copied into its descriptor, from the
+ *            header's second half on: up to 32 bytes share the line of
+ *            the word that publishes them.
  *   slot     a fixed-size buffer of the slot ring; a SLOTS message is cut
  *            into parts of one slot each, written and read in order.
  *   pull     the receiver copies straight out of the sender's memory:
@@ -29,16 +31,17 @@
 #ifndef HC_NET_SHM_PRIV_H_
 #define HC_NET_SHM_PRIV_H_
 
+#include <stddef.h>
 #include <sys/types.h>
 
 #include "net.h"
 
 #define HC_SHM_MAGIC 0x4d534348u /* "HCSM": handles */
 #define HC_SHM_READY 0x59445248u /* segment header: the creator finished it */
-#define HC_SHM_VERSION 4
+#define HC_SHM_VERSION 5
 #define HC_SHM_LINE 128    /* two cache lines: the adjacent-line prefetcher pairs them */
 #define HC_SHM_NDESC 64    /* descriptors per channel */
-#define HC_SHM_DESC_HDR 64 /* descriptor bytes before its inline payload */
+#define HC_SHM_DESC_HDR 64 /* descriptor bytes: its header, whose second half is also an inline payload's start */
 #define HC_SHM_PAGE 4096
 #define HC_SHM_PREFIX "hetccl-" /* every segment name in /dev/shm starts so */
 #define HC_SHM_MAX_INLINE (64u << 10)
@@ -93,9 +96,10 @@ struct hc_shm_side {
   atomic_int notice;
 };
 
-/* One direction. Counters only grow; index = counter % ring size. */
+/* One direction. Counters only grow; index = counter % ring size. A
+ * descriptor is published by its own word (hc_shm_desc.posted), not by a
+ * counter: the receiver polls the line it reads next. */
 struct hc_shm_chan {
-  _Alignas(HC_SHM_LINE) atomic_ullong head;      /* sender: descriptors posted */
   _Alignas(HC_SHM_LINE) atomic_ullong tail;      /* receiver: messages consumed (the ack) */
   _Alignas(HC_SHM_LINE) atomic_ullong slot_head; /* sender: parts written */
   _Alignas(HC_SHM_LINE) atomic_ullong slot_tail; /* receiver: parts consumed */
@@ -125,16 +129,31 @@ enum hc_shm_kind { HC_SHM_INLINE = 0, HC_SHM_SLOTS = 1, HC_SHM_CMA = 2, HC_SHM_R
 
 struct hc_shm_desc {
   uint64_t len;
+  /* The low 32 bits of (the descriptor's counter + 1), stored last: the
+   * receiver waits for the value it expects in the descriptor itself, so
+   * that a small message is one line to fetch (an older value is the
+   * message 64 before, never this one). */
+  atomic_uint posted;
   uint32_t kind;
-  int32_t reg_fd;        /* REG: the sender's fd of the registered segment */
-  uint64_t addr;         /* CMA: the payload's address in the sender */
-  uint64_t reg_id;       /* REG: the segment's random id (its header says it too) */
-  uint64_t reg_bytes;    /* REG: size of the whole segment */
-  uint64_t reg_off;      /* REG: offset of the payload in the segment */
   struct hc_net_sig sig; /* of the send's call (net.h): checked before the length */
-  /* inline payload follows (inline_bytes) */
+  union {
+    uint64_t cma_addr; /* CMA: the payload's address in the sender */
+    struct {
+      int32_t fd; /* the sender's fd of the registered segment */
+      uint32_t unused;
+      uint64_t id;             /* the segment's random id (its header says it too) */
+      uint64_t bytes;          /* size of the whole segment */
+      uint64_t off;            /* of the payload in the segment */
+    } reg;                     /* REG */
+    uint8_t payload_start[32]; /* INLINE: the payload runs on past the header (hc_shm_inline_payload) */
+  } u;
 };
 _Static_assert(sizeof(struct hc_shm_desc) == HC_SHM_DESC_HDR, "descriptor header size");
+_Static_assert(offsetof(struct hc_shm_desc, u) == HC_SHM_DESC_HDR / 2, "inline payload starts mid-header");
+
+static inline uint8_t *hc_shm_inline_payload(struct hc_shm_desc *d) {
+  return (uint8_t *)d + offsetof(struct hc_shm_desc, u);
+}
 
 /* A registered buffer as isend sees it (shm_mem.c). */
 struct hc_shm_reg_ref {
@@ -202,7 +221,7 @@ struct hc_shm_conn {
   /* Local copies of the counters; the shared ones are read only when these
    * say there is nothing (more) to do. */
   uint64_t tx_head, tx_tail, tx_slot_head, tx_slot_tail;
-  uint64_t rx_head, rx_tail, rx_slot_head, rx_slot_tail;
+  uint64_t rx_tail, rx_slot_head, rx_slot_tail;
   bool more;                        /* progress stopped on its budget, not for want of the peer */
   int n_complete;                   /* requests complete but not yet freed by test() */
   int n_incomplete;                 /* requests posted and not complete */
@@ -266,7 +285,7 @@ hc_result_t hc_net_shm_conn_fail(struct hc_shm_conn *c, hc_result_t r);
 /* HC_OK, or c's sticky failure with its text made this thread's last error
  * again (without a second WARN line). */
 hc_result_t hc_net_shm_conn_check(const struct hc_shm_conn *c);
-/* After a seq_cst store the peer may wait for: wakes the peer if it
+/* After a publishing store the peer may wait for: wakes the peer if it
  * sleeps or is about to. */
 void hc_net_shm_notify(struct hc_shm_conn *c);
 /* HC_ERR_REMOTE (sticky) when the peer process has exited; rate-limited

@@ -7,14 +7,19 @@
  * the caller's reductions and other peers get their turn; see shm.c).
  *
  * Ordering: a channel has one writer per counter. The sender fills a
- * descriptor (or a slot) and then stores head (slot_head); the receiver
- * loads it, reads, and stores tail (slot_tail), after which the sender may
- * reuse the entry. Descriptors are consumed in order, one message at a
- * time, so matching is FIFO per direction. A counter store must not pass
- * the publisher's load of the peer's waiting flag that follows it (shm.c,
- * hc_net_shm_notify), or a wakeup is lost: either the sleeper's
- * membarrier orders the two (light_publish: a release store) or the store
- * is seq_cst (publish()).
+ * descriptor and then stores its posted word (a slot: then slot_head); the
+ * receiver loads it, reads, and stores tail (slot_tail), after which the
+ * sender may reuse the entry. The receiver polls the posted word of the
+ * descriptor it expects, not a counter beside the ring: the word shares
+ * the line of the header and of an inline payload's first 32 bytes, so an
+ * 8-byte message crosses between the cores in one line (with a head
+ * counter it took two dependent fetches, the counter then the
+ * descriptor). Descriptors are consumed in order, one message at a time,
+ * so matching is FIFO per direction. A publishing store must not pass the
+ * publisher's load of the peer's waiting flag that follows it (shm.c,
+ * hc_net_shm_notify), or a wakeup is lost: either the sleeper's membarrier
+ * orders the two (light_publish: a release store) or the store is seq_cst
+ * (publish()).
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -41,6 +46,16 @@ static uint8_t *slot_at(uint8_t *ring, const struct hc_shm_conn *c, uint64_t i) 
 static void publish(const struct hc_shm_conn *c, atomic_ullong *counter, uint64_t v) {
   if (c->light_publish) atomic_store_explicit(counter, v, memory_order_release);
   else atomic_store(counter, v);
+}
+
+/* Hands descriptor number seq, filled, to the receiver (as publish()). */
+static void publish_desc(const struct hc_shm_conn *c, struct hc_shm_desc *d, uint64_t seq) {
+  if (c->light_publish) atomic_store_explicit(&d->posted, (uint32_t)(seq + 1), memory_order_release);
+  else atomic_store(&d->posted, (uint32_t)(seq + 1));
+}
+
+static bool desc_posted(const struct hc_shm_desc *d, uint64_t seq) {
+  return atomic_load(&d->posted) == (uint32_t)(seq + 1);
 }
 
 /* Copy into a slot with non-temporal stores: the sender will not read the
@@ -94,17 +109,17 @@ static void send_progress(struct hc_shm_conn *c, bool *published) {
       d->len = q->n;
       d->kind = q->kind;
       d->sig = q->sig;
-      if (q->kind == HC_SHM_INLINE && q->n > 0) memcpy(d + 1, q->buf, q->n);
-      if (q->kind == HC_SHM_CMA) d->addr = (uint64_t)(uintptr_t)q->buf;
+      if (q->kind == HC_SHM_INLINE && q->n > 0) memcpy(hc_shm_inline_payload(d), q->buf, q->n);
+      if (q->kind == HC_SHM_CMA) d->u.cma_addr = (uint64_t)(uintptr_t)q->buf;
       if (q->kind == HC_SHM_REG) {
-        d->reg_fd = q->reg.fd;
-        d->reg_id = q->reg.id;
-        d->reg_bytes = q->reg.seg_bytes;
-        d->reg_off = q->reg.off;
+        d->u.reg.fd = q->reg.fd;
+        d->u.reg.id = q->reg.id;
+        d->u.reg.bytes = q->reg.seg_bytes;
+        d->u.reg.off = q->reg.off;
       }
       q->seq = c->tx_head++;
       q->posted = true;
-      publish(c, &c->tx->head, c->tx_head);
+      publish_desc(c, d, q->seq);
       *published = true;
       c->nsent[q->kind]++;
       if (q->kind == HC_SHM_INLINE) req_complete(c, q);
@@ -161,7 +176,7 @@ static hc_result_t pull_cma(struct hc_shm_conn *c, struct hc_shm_req *q, const s
   while (q->off<q->n && * budget> 0) {
     size_t want = HC_MIN(q->n - q->off, *budget);
     struct iovec l = {.iov_base = q->buf + q->off, .iov_len = want};
-    struct iovec r = {.iov_base = (void *)(uintptr_t)(d->addr + q->off), .iov_len = want};
+    struct iovec r = {.iov_base = (void *)(uintptr_t)(d->u.cma_addr + q->off), .iov_len = want};
     ssize_t k = process_vm_readv(c->peer_handle.pid, &l, 1, &r, 1, 0);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) {
@@ -171,7 +186,7 @@ static hc_result_t pull_cma(struct hc_shm_conn *c, struct hc_shm_req *q, const s
         return HC_FAIL(HC_ERR_REMOTE, "shm: rank %d (pid %d) exited while rank %d was reading a message from it",
                        c->peer, (int)c->peer_handle.pid, c->ctx->rank);
       return HC_FAIL(e == EFAULT ? HC_ERR_REMOTE : HC_ERR_SYSTEM, "shm: reading %zu bytes at 0x%llx of rank %d: %s%s",
-                     want, (unsigned long long)(d->addr + q->off), c->peer, strerror(e),
+                     want, (unsigned long long)(d->u.cma_addr + q->off), c->peer, strerror(e),
                      e == EFAULT ? " (the send buffer was freed before its send completed?)" : "");
     }
     q->off += (size_t)k;
@@ -185,12 +200,12 @@ static hc_result_t reg_map(struct hc_shm_conn *c, const struct hc_shm_desc *d, c
   struct hc_shm_reg_map *slot = NULL;
   for (int i = 0; i < HC_SHM_REG_CACHE; i++) {
     struct hc_shm_reg_map *m = &c->regs[i];
-    if (m->fd == d->reg_fd && m->id == d->reg_id && m->bytes == d->reg_bytes) {
+    if (m->fd == d->u.reg.fd && m->id == d->u.reg.id && m->bytes == d->u.reg.bytes) {
       m->last_use = ++c->reg_clock;
       *base = m->base;
       return HC_OK;
     }
-    if (m->fd == d->reg_fd) { /* the peer freed that buffer and reused the fd */
+    if (m->fd == d->u.reg.fd) { /* the peer freed that buffer and reused the fd */
       munmap((void *)m->base, m->bytes);
       m->fd = -1;
     }
@@ -199,35 +214,35 @@ static hc_result_t reg_map(struct hc_shm_conn *c, const struct hc_shm_desc *d, c
   if (slot->fd >= 0) munmap((void *)slot->base, slot->bytes);
   slot->fd = -1;
   char path[64];
-  snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)c->peer_handle.pid, (int)d->reg_fd);
+  snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)c->peer_handle.pid, (int)d->u.reg.fd);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return HC_FAIL(HC_ERR_REMOTE, "shm: cannot open the registered buffer (fd %d) of rank %d: %s", (int)d->reg_fd,
+    return HC_FAIL(HC_ERR_REMOTE, "shm: cannot open the registered buffer (fd %d) of rank %d: %s", (int)d->u.reg.fd,
                    c->peer, strerror(errno));
   struct stat st;
   void *p = MAP_FAILED;
-  if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == d->reg_bytes)
-    p = mmap(NULL, d->reg_bytes, PROT_READ, MAP_SHARED, fd, 0);
+  if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == d->u.reg.bytes)
+    p = mmap(NULL, d->u.reg.bytes, PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   const struct hc_shm_reg_hdr *h = p;
-  if (p == MAP_FAILED || h->magic != HC_SHM_REG_MAGIC || h->id != d->reg_id) {
-    if (p != MAP_FAILED) munmap(p, d->reg_bytes);
+  if (p == MAP_FAILED || h->magic != HC_SHM_REG_MAGIC || h->id != d->u.reg.id) {
+    if (p != MAP_FAILED) munmap(p, d->u.reg.bytes);
     return HC_FAIL(HC_ERR_REMOTE, "shm: fd %d of rank %d is not the registered buffer its message names",
-                   (int)d->reg_fd, c->peer);
+                   (int)d->u.reg.fd, c->peer);
   }
   *slot = (struct hc_shm_reg_map){
-      .fd = d->reg_fd, .id = d->reg_id, .bytes = d->reg_bytes, .last_use = ++c->reg_clock, .base = p};
+      .fd = d->u.reg.fd, .id = d->u.reg.id, .bytes = d->u.reg.bytes, .last_use = ++c->reg_clock, .base = p};
   *base = p;
   return HC_OK;
 }
 
 static hc_result_t pull_reg(struct hc_shm_conn *c, struct hc_shm_req *q, const struct hc_shm_desc *d, size_t *budget) {
   const uint8_t *base = NULL;
-  if (d->reg_off < HC_SHM_PAGE || d->reg_off > d->reg_bytes || q->n > d->reg_bytes - d->reg_off)
+  if (d->u.reg.off < HC_SHM_PAGE || d->u.reg.off > d->u.reg.bytes || q->n > d->u.reg.bytes - d->u.reg.off)
     return HC_FAIL(HC_ERR_REMOTE, "shm: rank %d sent a registered-buffer message outside its buffer", c->peer);
   HC_TRY(reg_map(c, d, &base));
   size_t k = HC_MIN(q->n - q->off, *budget);
-  memcpy(q->buf + q->off, base + d->reg_off + q->off, k);
+  memcpy(q->buf + q->off, base + d->u.reg.off + q->off, k);
   q->off += k;
   *budget -= k;
   return HC_OK;
@@ -237,12 +252,9 @@ static hc_result_t recv_progress(struct hc_shm_conn *c, bool *published) {
   size_t budget = c->ctx->pass_bytes;
   struct hc_shm_req *q;
   while ((q = c->recv_cur) != NULL) {
-    if (c->rx_tail == c->rx_head) {
-      c->rx_head = atomic_load(&c->rx->head);
-      if (c->rx_tail == c->rx_head) return HC_OK;
-    }
-    const struct hc_shm_desc *d = desc_at(c->rx_desc, c, c->rx_tail);
+    struct hc_shm_desc *d = desc_at(c->rx_desc, c, c->rx_tail);
     if (!q->matched) {
+      if (!desc_posted(d, c->rx_tail)) return HC_OK;
       if (!hc_net_sig_equal(&d->sig, &q->sig)) {
         /* Before closed (hc_net_shm_conn_fail), which publishes it. */
         hc_net_mismatch_publish(&c->me->mismatch, &d->sig, &q->sig);
@@ -260,7 +272,7 @@ static hc_result_t recv_progress(struct hc_shm_conn *c, bool *published) {
     }
     switch (q->kind) {
     case HC_SHM_INLINE:
-      if (q->n > 0) memcpy(q->buf, d + 1, q->n);
+      if (q->n > 0) memcpy(q->buf, hc_shm_inline_payload(d), q->n);
       break;
     case HC_SHM_SLOTS:
       while (q->off < q->n) {
