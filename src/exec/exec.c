@@ -603,7 +603,7 @@ static hc_result_t run_timed_out(struct job_state *const *each, int njobs) {
  * on the stack. */
 #define RUN_STACK_JOBS 4
 
-hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t deadline_ns) {
+hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t timeout_ns) {
   if (njobs == 0) return HC_OK; /* a group of GPU calls only: the engine runs their transfers */
   struct job_state stack_states[RUN_STACK_JOBS], *stack_each[RUN_STACK_JOBS];
   struct job_state *states = stack_states, **each = stack_each;
@@ -624,8 +624,8 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
   struct wait_state wait;
   wait_state_init(&wait, jobs, njobs);
   wait.links->waits.runs++;
-  uint64_t next_look_ns = 0; /* stall probes */
-  uint64_t next_window_look = hc_now_ns() + WINDOW_PEER_LOOK_NS;
+  uint64_t next_look_ns = 0;                      /* stall probes */
+  uint64_t deadline_ns = 0, next_window_look = 0; /* from the first pass that moved nothing */
   for (;;) {
     bool moved = false, all_done = true;
     for (int j = 0; j < njobs; j++) {
@@ -643,6 +643,10 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t d
       continue;
     }
     uint64_t now = hc_now_ns();
+    if (deadline_ns == 0) {
+      deadline_ns = now + timeout_ns;
+      next_window_look = now + WINDOW_PEER_LOOK_NS;
+    }
     for (int j = 0; j < njobs; j++) {
       const struct hc_links *l = each[j]->job->links;
       if (l->abort_flag && atomic_load(l->abort_flag)) {

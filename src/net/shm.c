@@ -117,8 +117,9 @@
  *
  * - A dead peer: a pidfd of the peer (pollable, readable once it exits,
  *   zombie included) is checked after every sleep slice and by test() when
- *   nothing moves (at most every HC_SHM_ALIVE_NS), so a SIGKILLed rank is
- *   HC_ERR_REMOTE naming it within a slice. A rank that closes or fails its
+ *   nothing moves (every HC_SHM_ALIVE_PASSES-th such pass, at most every
+ *   HC_SHM_ALIVE_NS), so a SIGKILLed rank is HC_ERR_REMOTE naming it
+ *   within a slice. A rank that closes or fails its
  *   connection sets its side's closed flag: the other side's pending
  *   requests fail with HC_ERR_REMOTE, like a socket's EOF, after it has
  *   consumed whatever was published before.

@@ -45,7 +45,8 @@
 #define HC_SHM_PAGE 4096
 #define HC_SHM_PREFIX "hetccl-" /* every segment name in /dev/shm starts so */
 #define HC_SHM_MAX_INLINE (64u << 10)
-#define HC_SHM_REG_CACHE 32 /* mappings of a peer's registered buffers kept per conn */
+#define HC_SHM_REG_CACHE 32    /* mappings of a peer's registered buffers kept per conn */
+#define HC_SHM_ALIVE_PASSES 64 /* empty progress passes per look at the peer's pid (and the clock) */
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_LLONG_LOCK_FREE == 2,
                "shm needs lock-free (address-free) 32- and 64-bit atomics");
@@ -207,6 +208,7 @@ struct hc_shm_conn {
   char name[96]; /* "/hetccl-..." */
   bool linked;   /* creator: the name may still exist in /dev/shm */
   uint64_t deadline_ns, last_alive_ns;
+  uint64_t empty_passes; /* progress passes that moved nothing */
   uint8_t *seg;
   size_t seg_bytes;
   struct hc_shm_seg_hdr *hdr;

@@ -19,7 +19,8 @@ uint64_t hc_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t hc_deadline_ns(void) { return hc_now_ns() + (uint64_t)hc_param_int(HC_P_TIMEOUT) * 1000000000ull; }
+uint64_t hc_timeout_ns(void) { return (uint64_t)hc_param_int(HC_P_TIMEOUT) * 1000000000ull; }
+uint64_t hc_deadline_ns(void) { return hc_now_ns() + hc_timeout_ns(); }
 
 static const struct {
   size_t size;

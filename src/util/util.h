@@ -162,7 +162,8 @@ void hc_params_reset(void);
 
 /* ---- clocks ---- */
 uint64_t hc_now_ns(void); /* CLOCK_MONOTONIC */
-/* Absolute deadline HETCCL_TIMEOUT seconds from now. */
+/* HETCCL_TIMEOUT, and the absolute deadline that far from now. */
+uint64_t hc_timeout_ns(void);
 uint64_t hc_deadline_ns(void);
 
 /* ---- datatypes and reduction ops (values of ncclDataType_t / ncclRedOp_t) ---- */
