@@ -372,26 +372,36 @@ static bool probe_fd(const struct hc_shm_conn *c, const struct hc_shm_side *peer
   return same;
 }
 
-/* Accesses every page of both descriptor rings once at connect: writes
- * each page of this side's ring (nothing is posted yet, and the peer polls
- * it only once the pair is up, after both sides did this) and reads each page of
- * the peer's. MAP_POPULATE maps the pages, but on the 2-core development VM
- * (Firecracker, AMD EPYC) the first access of a page in each process still
- * costs about 5 us (MADV_POPULATE_WRITE does not help, a store does; the
- * reader's first load costs too), and a descriptor takes more than a page:
- * each of the first 64 messages over a connection paid it, and an 8-byte
- * all-reduce of 2 ranks took 10-12 us for its first 63 calls instead of
- * 0.3-0.7 (docs/perf.md). The slot rings are left to their first use: 2 MiB
- * per direction would cost milliseconds per connection at init, paid once
- * per slot against a message of more than the inline size. */
-static void desc_rings_touch(const struct hc_shm_conn *c) {
-  const size_t bytes = round_up((uint64_t)c->ndesc * c->desc_stride, HC_SHM_PAGE);
-  for (size_t off = 0; off < bytes; off += HC_SHM_PAGE) {
-    volatile uint8_t *mine = c->tx_desc + off;
-    const volatile uint8_t *theirs = c->rx_desc + off;
-    *mine = *mine;
-    (void)*theirs;
-  }
+/* Accesses every page of both directions' rings (descriptors, slots) once
+ * at connect: writes each page of this side's rings (nothing is posted yet,
+ * and the peer looks at them only once the pair is up, after both sides did
+ * this) and reads each page of the peer's. MAP_POPULATE maps the pages, but
+ * on the 2-core development VM (Firecracker, AMD EPYC) the first access of
+ * a page in each process still costs about 5 us (MADV_POPULATE_WRITE does
+ * not help, a store does; the reader's first load costs too). A descriptor
+ * takes more than a page: each of the first 64 messages over a connection
+ * paid it, and an 8-byte all-reduce of 2 ranks took 10-12 us for its first
+ * 63 calls instead of 0.3-0.7. The slot rings (2 MiB per direction) were
+ * left to their first use, where the first pass through the ring paid
+ * about 5 ms: 2-rank all-gather of 1 MiB took 75 us per call over its
+ * first 64 calls, 49 us with the rings touched here (docs/perf.md). Here
+ * it costs about 5 ms per connection on that VM, once, at connect. */
+static void rings_touch(const struct hc_shm_conn *c) {
+  const struct {
+    uint8_t *mine;
+    const uint8_t *theirs;
+    size_t bytes;
+  } rings[2] = {
+      {c->tx_desc, c->rx_desc, round_up((uint64_t)c->ndesc * c->desc_stride, HC_SHM_PAGE)},
+      {c->tx_slots, c->rx_slots, (size_t)c->nslots * c->slot_bytes},
+  };
+  for (int i = 0; i < 2; i++)
+    for (size_t off = 0; off < rings[i].bytes; off += HC_SHM_PAGE) {
+      volatile uint8_t *mine = rings[i].mine + off;
+      const volatile uint8_t *theirs = rings[i].theirs + off;
+      *mine = *mine;
+      (void)*theirs;
+    }
 }
 
 /* Pointers into a mapped segment, from its header. */
@@ -411,7 +421,7 @@ static void conn_bind(struct hc_shm_conn *c) {
   c->rx_desc = c->seg + h->desc_off[o];
   c->tx_slots = c->seg + h->slot_off[s];
   c->rx_slots = c->seg + h->slot_off[o];
-  desc_rings_touch(c);
+  rings_touch(c);
 }
 
 /* What the peer's side says it can do, once it has said so (its state is
