@@ -603,7 +603,7 @@ static hc_result_t run_timed_out(struct job_state *const *each, int njobs) {
  * on the stack. */
 #define RUN_STACK_JOBS 4
 
-hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t timeout_ns) {
+hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs) {
   if (njobs == 0) return HC_OK; /* a group of GPU calls only: the engine runs their transfers */
   struct job_state stack_states[RUN_STACK_JOBS], *stack_each[RUN_STACK_JOBS];
   struct job_state *states = stack_states, **each = stack_each;
@@ -644,7 +644,7 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t t
     }
     uint64_t now = hc_now_ns();
     if (deadline_ns == 0) {
-      deadline_ns = now + timeout_ns;
+      deadline_ns = now + hc_timeout_ns();
       next_window_look = now + WINDOW_PEER_LOOK_NS;
     }
     for (int j = 0; j < njobs; j++) {

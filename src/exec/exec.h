@@ -77,11 +77,12 @@ struct hc_exec_memo;
 void hc_exec_memo_free(struct hc_exec_memo *memo); /* takes NULL */
 
 /* Runs every job to completion, or fails: HC_ERR_REMOTE when a peer dies,
- * timeout_ns pass from the first pass that moved nothing (naming a peer
- * still awaited) or an abort flag is set; the transports' errors as they
- * are. Blocks the calling thread. The clock is first read at that pass: a
- * call that never waits (an inline send, a broadcast's root) reads none. */
-hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs, uint64_t timeout_ns);
+ * HETCCL_TIMEOUT passes from the first pass that moved nothing (naming a
+ * peer still awaited) or an abort flag is set; the transports' errors as
+ * they are. Blocks the calling thread. The clock (and the setting) is first
+ * read at that pass: a call that never waits (an inline send, a broadcast's
+ * root) reads neither. */
+hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs);
 
 /* The same one plan at a time, for a thread that serves several (the
  * progress engine, engine.h): start, then poll until *done (a poll never
