@@ -57,15 +57,18 @@ static bool one_step_pays(const struct hc_plan_ctx *x, const struct hc_coll_args
   return !x->any_gpu && call_bytes(a) <= x->onestep_bytes;
 }
 
-/* An all-reduce or all-gather of a power of two of CPU ranks above 2 with
- * at most ONESTEP_BYTES (per rank): recursive doubling's log2(n) exchanges
- * in sequence beat one step's n-1 messages into and out of every rank, and
- * the direct algorithm's two rounds (16-core Xeon, all-reduce of 4 and 8
- * ranks bound, 8 B to 2K: 1.3-2.5x; all-gather: docs/perf.md). The
- * one-step and direct rows leave such calls to the recursive doubling row.
- * Other rank counts keep one step: there the doubling's fold adds two
- * hops in sequence (all-reduce), or the blocks are not aligned runs
- * (all-gather). */
+/* An all-reduce, all-gather or reduce-scatter of a power of two of CPU
+ * ranks above 2 with at most ONESTEP_BYTES (per rank): recursive doubling's
+ * log2(n) exchanges in sequence beat one step's n-1 messages into and out
+ * of every rank, and the direct algorithm's two rounds (16-core Xeon,
+ * all-reduce of 4 and 8 ranks bound, 8 B to 2K: 1.3-2.5x; all-gather:
+ * docs/perf.md). Reduce-scatter takes the same exchanges backwards
+ * (recursive halving) in place of the direct algorithm's one round of n-1
+ * messages per rank, which had the same gap (not yet measured on 16
+ * cores). The one-step and direct rows leave such calls to the recursive
+ * doubling row. Other rank counts keep one step: there the doubling's fold
+ * adds two hops in sequence (all-reduce), or the blocks are not aligned
+ * runs (all-gather, reduce-scatter). */
 static bool power_of_two_ranks(const struct hc_plan_ctx *x) { return (x->nranks & (x->nranks - 1)) == 0; }
 
 static bool rd_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
@@ -190,10 +193,15 @@ static const struct hc_algo_desc table[] = {
      .build = hc_hier,
      .what = "block b summed on one member of each group, whose partial goes to rank b",
      .applies_doc = HIER_APPLIES, .chosen_doc = HIER_CHOSEN},
-    {.coll = HC_COLL_REDUCESCATTER, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_pays,
+    {.coll = HC_COLL_REDUCESCATTER, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_not_rd,
      .build = hc_direct_reducescatter,
      .what = "each block from every rank straight to the rank that owns it, reduced there in cache-sized pieces",
-     .applies_doc = FLAT_CPU, .chosen_doc = DIRECT_CHOSEN},
+     .applies_doc = FLAT_CPU, .chosen_doc = DIRECT_CHOSEN ", unless recursive halving takes the call (below)"},
+    {.coll = HC_COLL_REDUCESCATTER, .algo = HC_ALGO_RD, .applies = flat_cpu_pof2, .chosen = rd_pays,
+     .build = hc_rh_reducescatter,
+     .what = "recursive halving: log2(n) exchanges, each of half the blocks still summed",
+     .applies_doc = "a comm of CPU ranks only, a power of two of them",
+     .chosen_doc = ONESTEP_CHOSEN ", and the ranks are a power of two above 2"},
     {.coll = HC_COLL_REDUCESCATTER, .algo = HC_ALGO_RING, .build = hc_ring_reducescatter,
      .what = "a ring, n - 1 steps, pipelined in chunks"},
 

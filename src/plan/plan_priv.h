@@ -142,6 +142,8 @@ hc_result_t hc_rd_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, cons
                             struct hc_alg_io io);
 hc_result_t hc_rd_allgather(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
                             struct hc_alg_io io);
+hc_result_t hc_rh_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                struct hc_alg_io io);
 /* onestep.c */
 hc_result_t hc_onestep_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
                                  struct hc_alg_io io);

@@ -86,6 +86,47 @@ hc_result_t hc_rd_allgather(struct hc_plan *p, const struct hc_plan_ctx *x, cons
   return HC_OK;
 }
 
+/* Reduce-scatter by recursive halving, for a power of two of ranks: in the
+ * round of mask (n/2, n/4 ... 1) a rank holds partial sums of the 2*mask
+ * aligned blocks around its own; it sends the half that holds rank ^
+ * mask's block to that rank and adds the peer's half that holds its own.
+ * log2(n) exchanges in sequence, each half the size of the one before,
+ * instead of the direct algorithm's n-1 messages into and out of every
+ * rank at once: all-gather's recursive doubling run backwards. The first
+ * round reads the input, the last writes the output; between them the
+ * partial sums live in work (n/2 blocks, from the first round's half on). */
+hc_result_t hc_rh_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                struct hc_alg_io io) {
+  const int n = x->nranks, r = x->rank;
+  const size_t es = hc_dtype_size(a->dtype), block = a->count * es;
+  const enum hc_redop op = hc_step_op(a->op);
+  if (n == 1) {
+    hc_push_avg(p, a, io.out, a->count, n, hc_push_copy(p, io.out, io.in, block, io.in_dep, 0));
+    return HC_OK;
+  }
+  uint8_t *tmp = hc_plan_scratch(p, (size_t)(n / 2) * block);
+  uint8_t *work = n > 2 ? hc_plan_scratch(p, (size_t)(n / 2) * block) : NULL;
+  if (tmp == NULL || (n > 2 && work == NULL)) return HC_OK; /* the plan reports out of memory */
+  const int work_first = r & ~(n / 2 - 1);                  /* the first block of the first round's half */
+  const uint8_t *held = io.in;                              /* where block held_first + i lies, at i * block */
+  int held_first = 0;
+  hc_ref_t cur = io.in_dep, tmp_free = 0;
+  for (int mask = n / 2; mask >= 1; mask >>= 1) {
+    const int peer = r ^ mask, mine = r & ~(mask - 1), theirs = peer & ~(mask - 1);
+    const size_t bytes = (size_t)mask * block;
+    const uint8_t *own = held + (size_t)(mine - held_first) * block;
+    void *dst = mask == 1 ? io.out : work + (size_t)(mine - work_first) * block;
+    hc_push_send(p, hc_member(x, peer), held + (size_t)(theirs - held_first) * block, bytes, cur, 0);
+    hc_ref_t got = hc_push_recv(p, hc_member(x, peer), tmp, bytes, tmp_free, 0);
+    const void *lo = peer < r ? tmp : own, *hi = peer < r ? own : tmp;
+    cur = tmp_free = hc_push_reduce(p, dst, lo, hi, (size_t)mask * a->count, a->dtype, op, got, cur, 0);
+    held = work;
+    held_first = work_first;
+  }
+  hc_push_avg(p, a, io.out, a->count, n, cur);
+  return HC_OK;
+}
+
 hc_result_t hc_tree_broadcast(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
                               struct hc_alg_io io) {
   const int n = x->nranks, root = a->root, v = (x->rank - root + n) % n;

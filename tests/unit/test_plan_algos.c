@@ -38,8 +38,8 @@ struct shape {
   const char *expect[3]; /* per size: the algorithms of choosy[] */
 };
 
-/* The rules: one step up to 4K on CPU-only comms (all-reduce, broadcast, all-gather; all-reduce and
- * all-gather of a power of two of ranks above 2: recursive doubling); from the ring threshold
+/* The rules: one step up to 4K on CPU-only comms (all-reduce, broadcast, all-gather; all-reduce,
+ * all-gather and reduce-scatter of a power of two of ranks above 2: recursive doubling, or halving); from the ring threshold
  * the ring (all-reduce: given an element per rank) or the chain; below,
  * recursive doubling or the tree; with several groups one of which has
  * several ranks, the hierarchy (all-reduce: from the threshold, or with a
@@ -52,7 +52,7 @@ static const struct shape shapes[] = {
      "",
      64 << 10,
      {4, 4096, 8192},
-     {"RD ONESTEP TREE RD RING", "RD ONESTEP TREE RD RING", "RD TREE TREE RING RING"}},
+     {"RD ONESTEP TREE RD RD", "RD ONESTEP TREE RD RD", "RD TREE TREE RING RING"}},
     {"aaaaaaaa", "", false, "", 64 << 10, {65536}, {"RING RING RING RING RING"}},
     {"aaaaaaaa", "", true, "", 64 << 10, {4, 65536}, {"RD TREE TREE RING RING", "RING RING RING RING RING"}},
     {"aaaaaaaa", "", true, "", 16, {16, 32}, {"RD RING RING RING RING", "RING RING RING RING RING"}},
