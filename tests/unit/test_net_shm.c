@@ -79,8 +79,10 @@ static void check_no_segments(int pid0, int pid1) {
   CHECK(shm_entries(pid0, pid1, false) == 0, "hetccl-* entries of pids %d, %d left in /dev/shm", pid0, pid1);
 }
 
-/* Inline limit, CMA threshold, slot size (the defaults). */
-static const size_t shm_edges[] = {4096, 65536, 256 * 1024};
+/* The inline bytes that share the publishing line (the descriptor header's
+ * second half), then the defaults' inline limit, CMA threshold and slot
+ * size. */
+static const size_t shm_edges[] = {HC_SHM_DESC_HDR / 2, 4096, 65536, 256 * 1024};
 static const struct nc_transport shm = {
     .name = "shm",
     .ops = &hc_net_shm,
