@@ -65,6 +65,15 @@ enum hc_comm_state {
   HC_COMM_FINALIZED,
 };
 
+/* Calls of one collective and size class on a host comm, while the comm
+ * times pulls against copies for them (pull_choice.c). */
+struct hc_pull_class {
+  uint8_t calls;       /* trial calls made so far (pull_choice.c) */
+  bool copies;         /* after the trials: this rank's sends go through copies */
+  uint64_t best_ns[2]; /* the shortest trial with pulls allowed [0], with copies only [1] */
+};
+#define HC_PULL_CLASSES 64 /* log2 of a call's bytes */
+
 struct hetcclComm {
   uint64_t magic_head;
   int rank, nranks;
@@ -92,6 +101,10 @@ struct hetcclComm {
   bool plan_kept;
   struct hc_coll_args plan_call;
   struct hc_exec_memo *plan_memo; /* exec's tables of plan, while it is unchanged */
+  /* Calls from this many bytes may pull, and time pulls against copies
+   * (pull_choice.c); 0: none (HETCCL_SHM_CMA_TUNE=0, no transport pulls). */
+  size_t pull_min_bytes;
+  struct hc_pull_class pull_classes[HC_COLL_COUNT][HC_PULL_CLASSES];
   struct hc_premul_op premul[HC_MAX_PREMUL_OPS];
   atomic_bool abort_flag;
   atomic_int active_calls; /* calls inside the library on this comm */
@@ -138,6 +151,19 @@ void hc_comm_free(struct hetcclComm *comm);
  * into a working one. On failure comm is half-built: hc_comm_free takes it.
  * Runs on the caller's thread, or a nonblocking comm's init thread. */
 hc_result_t hc_comm_build(struct hetcclComm *comm);
+
+/* pull_choice.c. Runs job, the plan of a (a call made alone on a host
+ * comm), with pulls allowed or withheld as a's class has chosen, or in
+ * one of its trials. */
+hc_result_t hc_pull_choice_run(struct hetcclComm *comm, const struct hc_coll_args *a, struct hc_exec_job *job);
+/* a's class, or NULL where there is no choice to make (HETCCL_SHM_CMA_TUNE
+ * off, no transport pulls, a call too small to be pulled). */
+struct hc_pull_class *hc_pull_class_of(struct hetcclComm *comm, const struct hc_coll_args *a);
+/* Whether this call of c lets peers pull; *trial: it is one of c's first
+ * calls, which hc_pull_class_record must see. */
+bool hc_pull_class_allows(const struct hc_pull_class *c, bool *trial);
+/* A trial call of c took ns; true when it was the last, and c has chosen. */
+bool hc_pull_class_record(struct hc_pull_class *c, bool pulled, uint64_t ns);
 
 /* ---- nonblocking comms (comm_async.c) ---- */
 

@@ -293,7 +293,8 @@ static hc_result_t group_run(void) {
       if (&group_calls[i].comm->plan == jobs[j].plan) comm = group_calls[i].comm;
     if (!comm->plan_kept) HC_TRY_GOTO(hc_plan_stage(jobs[j].plan, &comm->plan_ctx, comm->stage_device), r, out);
   }
-  r = hc_exec_run_blocking(jobs, njobs);
+  r = njobs == 1 && group_ncalls == 1 ? hc_pull_choice_run(group_calls[0].comm, &group_calls[0].args, jobs)
+                                      : hc_exec_run_blocking(jobs, njobs);
 out:
   for (int j = 0; j < njobs; j++) {
     struct hetcclComm *comm = NULL;

@@ -509,6 +509,7 @@ static hc_result_t phase_plans(struct hetcclComm *comm) {
       .ngroups = 1,
   };
   memcpy(comm->plan_ctx.algo, forced, sizeof(forced));
+  comm->pull_min_bytes = hc_param_int(HC_P_SHM_CMA_TUNE) ? hc_net_set_pull_min_bytes(&comm->nets) : 0;
   if (comm->ngroups == 1) return HC_OK;
   const struct hc_peer_info *me = &comm->peers[comm->rank];
   HC_TRY(hc_calloc(&comm->group_of, (size_t)comm->nranks, sizeof(int), "group table"));

@@ -232,3 +232,19 @@ hc_result_t hc_net_missing_op(const struct hc_net_ops *net, const char *op) {
   if (net == NULL) return HC_FAIL(HC_ERR_INTERNAL, "net: %s on a rank's link to itself, which has no transport", op);
   return HC_FAIL(HC_ERR_INTERNAL, "transport %s has no %s", net->name, op);
 }
+
+size_t hc_net_set_pull_min_bytes(const struct hc_net_set *s) {
+  size_t least = 0;
+  for (int t = 0; t < HC_NET_NTRANSPORTS; t++) {
+    const size_t n = s->ctx[t] != NULL ? s->caps[t].pull_min_bytes : 0;
+    if (n > 0 && (least == 0 || n < least)) least = n;
+  }
+  return least;
+}
+
+void hc_net_set_allow_pulls(const struct hc_net_set *s, bool allow) {
+  for (int t = 0; t < HC_NET_NTRANSPORTS; t++) {
+    const struct hc_net_ops *ops = hc_transports[t].ops;
+    if (s->ctx[t] != NULL && HC_HAS_OP(ops, struct hc_net_ops, allow_pulls)) ops->allow_pulls(s->ctx[t], allow);
+  }
+}

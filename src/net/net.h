@@ -132,6 +132,10 @@ struct hc_net_caps {
   /* How GPU memory goes ("dma-buf on mlx5_0") or why it is staged, for
    * the comm's INFO line; "" where the transport has nothing to say. */
   char device_path[200];
+  /* Sends from this size may be pulled: the receiver reads the sender's
+   * buffer, one copy (shm's CMA, where the pair's probe allows it). 0:
+   * never. */
+  size_t pull_min_bytes;
 };
 
 #define HC_NET_ABI 2 /* 2: isend / irecv take the signature (isend_sig / irecv_sig gone) */
@@ -169,6 +173,11 @@ struct hc_net_ops {
   void (*stall_publish)(void *conn, const struct hc_net_sig *mine);
   void (*stall_peek)(void *conn, struct hc_net_sig *theirs, uint64_t *gen);
   void (*mismatch_found)(void *conn, const struct hc_net_sig *got, const struct hc_net_sig *want);
+  /* Optional (NULL: the transport never lets a peer pull; caps
+   * pull_min_bytes). false: this rank's sends go through the transport's
+   * own copies until allow_pulls(true); the comm times both ways
+   * (api/pull_choice.c). */
+  void (*allow_pulls)(void *ctx, bool allow);
 }; /* append only; a change of meaning bumps HC_NET_ABI */
 
 extern const struct hc_net_ops hc_net_socket;
@@ -315,6 +324,12 @@ struct hc_net_set {
   void *ctx[HC_NET_NTRANSPORTS];
   struct hc_net_caps caps[HC_NET_NTRANSPORTS];
 };
+
+/* Over the transports of s: the smallest send a peer may pull, 0 where
+ * none may (caps); and whether sends may be pulled from now on (the op
+ * allow_pulls). */
+size_t hc_net_set_pull_min_bytes(const struct hc_net_set *s);
+void hc_net_set_allow_pulls(const struct hc_net_set *s, bool allow);
 
 /* One entry of hc_transports[]: how a comm uses a transport. */
 enum hc_net_use { HC_NET_USE_OFF, HC_NET_USE_OPTIONAL, HC_NET_USE_REQUIRED };

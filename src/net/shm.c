@@ -684,7 +684,10 @@ static hc_result_t shm_net_open(const struct hc_net_args *a, struct hc_net_caps 
   sweep_stale((uint32_t)h->pidns);
   memset(handle, 0, sizeof(*handle));
   memcpy(handle->bytes, h, sizeof(*h));
-  if (caps) caps->device_memory = false;
+  if (caps) {
+    caps->device_memory = false;
+    caps->pull_min_bytes = ctx->cma ? HC_MAX(ctx->cma_min, (size_t)ctx->inline_bytes + 1) : 0;
+  }
   HC_INFO(HC_NET, "shm: rank %d open: inline %u, %u slots of %zu, CMA %s from %zu", ctx->rank, ctx->inline_bytes,
           ctx->nslots, ctx->slot_bytes, ctx->cma ? "on" : "off", ctx->cma_min);
   *out = ctx;
@@ -889,6 +892,8 @@ void hc_net_shm_notice(void *vctx, int culprit) {
   }
 }
 
+static void shm_allow_pulls(void *vctx, bool allow) { ((struct hc_shm_ctx *)vctx)->pulls_withheld = !allow; }
+
 static void shm_net_window(void *vconn, struct hc_net_window *w) {
   struct hc_shm_conn *c = vconn;
   const struct hc_shm_seg_hdr *h = c->hdr;
@@ -960,4 +965,5 @@ const struct hc_net_ops hc_net_shm = {
     .wait_blocking = shm_net_wait_blocking,
     .close = shm_net_close,
     .window = shm_net_window,
+    .allow_pulls = shm_allow_pulls,
 };

@@ -386,7 +386,7 @@ static hc_result_t post(struct hc_shm_conn *c, void *buf, size_t n, const struct
     const struct hc_shm_ctx *ctx = c->ctx;
     if (n <= c->inline_bytes) q->kind = HC_SHM_INLINE;
     else if (c->peer_fd && hc_net_shm_reg_lookup(buf, n, &q->reg)) q->kind = HC_SHM_REG;
-    else if (c->peer_cma && n >= ctx->cma_min && !lone_send(c)) q->kind = HC_SHM_CMA;
+    else if (c->peer_cma && n >= ctx->cma_min && !ctx->pulls_withheld && !lone_send(c)) q->kind = HC_SHM_CMA;
     else q->kind = HC_SHM_SLOTS;
   }
   struct hc_shm_queue *fifo = is_send ? &c->sendq : &c->recvq;
