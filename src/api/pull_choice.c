@@ -7,10 +7,10 @@
  * Which is faster depends on the machine and the collective more than on
  * the bytes: on the 16-core Xeon pulls won the all-reduce but lost the
  * 2-rank broadcast by 1.8x; on the 2-core VM a 2-rank all-reduce of
- * 1 MiB takes 1.8x as long with pulls (its reduce then reads the pulled
- * block at a fifth of the speed), while all-gather and reduce-scatter run
- * the same either way (docs/perf.md). A calibration at init predicted
- * none of it, so a comm times its own calls: the first calls of each
+ * 1 MiB takes 1.8x as long with pulls (the reduce that follows takes 5x
+ * the cycles), while all-gather and reduce-scatter run the same either
+ * way (docs/perf.md). A copy-speed calibration at init did not predict
+ * that, so a comm times its own calls: the first calls of each
  * (collective, log2 bytes) class run one way, then the other, and the
  * way with the shorter best time carries the class's later calls.
  *
