@@ -73,6 +73,13 @@ struct hc_pull_class {
   uint64_t best_ns[2]; /* the shortest trial with pulls allowed [0], with copies only [1] */
 };
 #define HC_PULL_CLASSES 64 /* log2 of a call's bytes */
+/* Timed calls of each way, in a run: the first HC_PULL_TRIALS calls of a
+ * class allow pulls, as many after them do not. Runs rather than
+ * alternate calls: on the 2-core VM a way runs slower for up to 4 calls
+ * after the other, pages it has not touched for a while costing much
+ * more on their next touch (docs/perf.md). The best of a run discounts
+ * that, a call's first touch of fresh scratch, and a disturbed call. */
+#define HC_PULL_TRIALS 3
 
 struct hetcclComm {
   uint64_t magic_head;
@@ -156,9 +163,6 @@ hc_result_t hc_comm_build(struct hetcclComm *comm);
  * comm), with pulls allowed or withheld as a's class has chosen, or in
  * one of its trials. */
 hc_result_t hc_pull_choice_run(struct hetcclComm *comm, const struct hc_coll_args *a, struct hc_exec_job *job);
-/* a's class, or NULL where there is no choice to make (HETCCL_SHM_CMA_TUNE
- * off, no transport pulls, a call too small to be pulled). */
-struct hc_pull_class *hc_pull_class_of(struct hetcclComm *comm, const struct hc_coll_args *a);
 /* Whether this call of c lets peers pull; *trial: it is one of c's first
  * calls, which hc_pull_class_record must see. */
 bool hc_pull_class_allows(const struct hc_pull_class *c, bool *trial);

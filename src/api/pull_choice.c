@@ -21,15 +21,9 @@
  */
 #include "api_priv.h"
 
-/* Timed calls of each way, in a run: the first HC_PULL_TRIALS calls of a
- * class allow pulls, as many after them do not. Runs rather than
- * alternate calls: on the 2-core VM a way runs slower for up to 4 calls
- * after the other, pages it has not touched for a while costing much
- * more on their next touch (docs/perf.md). The best of a run discounts
- * that, a call's first touch of fresh scratch, and a disturbed call. */
-#define HC_PULL_TRIALS 3
-
-struct hc_pull_class *hc_pull_class_of(struct hetcclComm *comm, const struct hc_coll_args *a) {
+/* a's class, or NULL where there is no choice to make (HETCCL_SHM_CMA_TUNE
+ * off, no transport pulls, a call too small to be pulled). */
+static struct hc_pull_class *pull_class_of(struct hetcclComm *comm, const struct hc_coll_args *a) {
   const size_t bytes = a->count * hc_dtype_size(a->dtype);
   /* Every message of a call is at most its buffer (the per-rank one for
    * all-gather and the like): smaller calls have nothing to pull. */
@@ -63,7 +57,7 @@ static void pull_choice_log(const struct hetcclComm *comm, const struct hc_coll_
 }
 
 hc_result_t hc_pull_choice_run(struct hetcclComm *comm, const struct hc_coll_args *a, struct hc_exec_job *job) {
-  struct hc_pull_class *c = hc_pull_class_of(comm, a);
+  struct hc_pull_class *c = pull_class_of(comm, a);
   if (c == NULL) return hc_exec_run_blocking(job, 1);
   bool trial, allow = hc_pull_class_allows(c, &trial);
   if (!allow) hc_net_set_allow_pulls(&comm->nets, false);
