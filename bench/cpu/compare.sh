@@ -20,8 +20,10 @@
 #    (default hetccl ompi-shm ompi-tcp gloo; ompi-tcp and gloo run
 #    all_reduce only):
 #    hetccl   = hetccl-run -n N --bind core hetccl-perf COLL -b .. -e .. -f 4 -c 0 -n ITERS -w W
-#               (its out-of-place time column; local ranks use whatever
-#               transport hetccl picks)
+#               (its out-of-place time column; for broadcast its in-place
+#               one, as MPI_Bcast and torch.distributed.broadcast work, with
+#               the out-of-place time beside it as hetccl-oop; local ranks
+#               use whatever transport hetccl picks)
 #    ompi-shm = mpirun --allow-run-as-root --use-hwthread-cpus --map-by hwthread
 #               --bind-to hwthread -n N
 #               mpi_bench (Open MPI's defaults: pml ob1, btl vader, i.e. shared
@@ -214,12 +216,13 @@ failures=()
 
 # Rows of an nccl-tests style table on stdin (optionally "[0] " prefixed):
 # append "part,pass,coll,lib,n,size,time_us" to $RAW, from the size column
-# and the first (out-of-place) time column, in microseconds. Sizes are the
+# and a time column (by default the first, out of place), in microseconds. Sizes are the
 # printed ones (for all_gather and reduce_scatter nccl-tests' total, which
 # can round down to 0 for tiny sizes: those rows are dropped).
-collect() { # part pass coll lib n
+collect() { # part pass coll lib n [time column: 6 out of place (default), 10 in place]
+  local col=${6:-6}
   sed -e 's/^\[ *[0-9]*\] //' |
-    awk -v p="$1,$2,$3,$4,$5" '$1 ~ /^[0-9]+$/ && $1 + 0 > 0 && NF >= 8 && $6 + 0 > 0 { printf "%s,%s,%s\n", p, $1, $6 }' >>"$RAW"
+    awk -v p="$1,$2,$3,$4,$5" -v c="$col" '$1 ~ /^[0-9]+$/ && $1 + 0 > 0 && NF >= c + 2 && $c + 0 > 0 { printf "%s,%s,%s\n", p, $1, $c }' >>"$RAW"
 }
 
 MPIRUN_BASE=(mpirun --allow-run-as-root)
@@ -249,7 +252,14 @@ run_one() { # pass coll lib n
       OMP_NUM_THREADS=1 timeout "$RUN_TIMEOUT" $PY "$GLOOB" -n "$n" -G "$GROUPS_LOCAL" -f 4 -w "$WARMUP" \
         >"$out" 2>"$err" || rc=$? ;;
   esac
-  collect local "$pass" "$coll" "$lib" "$n" <"$out"
+  if [ "$lib" = hetccl ] && [ "$coll" = broadcast ]; then
+    # MPI_Bcast (and torch.distributed.broadcast) work in place; hetccl's
+    # out-of-place broadcast also copies the root's input to its output.
+    collect local "$pass" "$coll" hetccl "$n" 10 <"$out"
+    collect local "$pass" "$coll" hetccl-oop "$n" <"$out"
+  else
+    collect local "$pass" "$coll" "$lib" "$n" <"$out"
+  fi
   if [ $rc != 0 ]; then
     failures+=("pass $pass $coll $lib n=$n: exit $rc")
     log "   FAILED ($lib $coll n=$n, exit $rc): $(tail -3 "$err" | tr '\n' ' ')"
@@ -412,7 +422,7 @@ bind_text="ranks bound one per CPU (hetccl-run --bind core, mpirun --use-hwthrea
 {
   echo "# hetccl vs Open MPI on CPU, $(date -u '+%Y-%m-%d %H:%M UTC'), host $(hostname), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
   echo "# hetccl $commit$dirty; $(mpirun --version 2>/dev/null | head -1)$([[ " $LIBS " == *" gloo "* ]] && echo "; torch $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null) (gloo)")"
-  echo "# float32, sum; time per call in us (out-of-place for hetccl-perf, as mpi_bench); median over $PASSES passes"
+  echo "# float32, sum; time per call in us (out-of-place for hetccl-perf, as mpi_bench; broadcast in place, as MPI_Bcast, with hetccl's out-of-place time as hetccl-oop); median over $PASSES passes"
   echo "# iterations per size: $ITER_TEXT(TARGET_BYTES=$TARGET_BYTES clamped to [$MIN_ITERS,$MAX_ITERS]); warm-up $WARMUP; one untimed op + barrier before each timed loop"
   echo "# libraries: $LIBS; ompi-shm: Open MPI defaults (ob1/vader); ompi-tcp: --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo; gloo: torch.distributed gloo, in place"
   echo "# $bind_text"
@@ -445,7 +455,7 @@ def fmt_t(v, key=None):
         return "-"
     s = "%.2f" % v if v < 100 else "%.1f" % v if v < 1000 else "%.0f" % v
     return s + ("~" if key in noisy else " ")
-order = ["hetccl", "ompi-shm", "ompi-tcp", "gloo", "hetccl-netns", "ompi-tcp-netns"]
+order = ["hetccl", "hetccl-oop", "ompi-shm", "ompi-tcp", "gloo", "hetccl-netns", "ompi-tcp-netns"]
 colls = ["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
 tables = {}
 for (part, coll, lib, n, size) in med:
@@ -462,7 +472,7 @@ summary = []
 for t in sorted(tables, key=sort_key):
     part, coll, n = t
     libs = [l for l in order if l in tables[t]]
-    base, others = libs[0], libs[1:]
+    base, others = libs[0], [l for l in libs[1:] if l != "hetccl-oop"]
     sizes = sorted({k[4] for k in med if k[:2] == (part, coll) and k[3] == n})
     title = "%s, %d ranks%s" % (coll, n, " (one rank per network namespace, socket over veth)" if part == "netns" else "")
     print()
