@@ -57,6 +57,16 @@ static bool one_step_pays(const struct hc_plan_ctx *x, const struct hc_coll_args
   return !x->any_gpu && call_bytes(a) <= x->onestep_bytes;
 }
 
+/* A broadcast's one step makes the root post n-1 messages per call, the
+ * binomial tree's root log2(n): back to back, the tree's calls ran 1.5-3.5x
+ * faster at 4-16 ranks from 8 B to 2K (16-core Xeon, docs/perf.md), and
+ * with 2 ranks both are one send. So broadcast takes it only when forced. */
+static bool never_chosen(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  (void)x;
+  (void)a;
+  return false;
+}
+
 /* An all-reduce, all-gather or reduce-scatter of a power of two of CPU
  * ranks above 2 with at most ONESTEP_BYTES (per rank): recursive doubling's
  * log2(n) exchanges in sequence beat one step's n-1 messages into and out
@@ -154,8 +164,9 @@ static const struct hc_algo_desc table[] = {
      .what = "from RING_THRESHOLD bytes without a vendor group: a chain through the ranks ordered by group; "
              "else a tree among one leader per group, then one inside each group",
      .applies_doc = HIER_APPLIES, .chosen_doc = HIER_CHOSEN},
-    {.coll = HC_COLL_BROADCAST, .algo = HC_ALGO_ONESTEP, .chosen = one_step_pays, .build = hc_onestep_broadcast,
-     .what = "the root sends its message to every other rank at once", .chosen_doc = ONESTEP_CHOSEN},
+    {.coll = HC_COLL_BROADCAST, .algo = HC_ALGO_ONESTEP, .chosen = never_chosen, .build = hc_onestep_broadcast,
+     .what = "the root sends its message to every other rank at once",
+     .chosen_doc = "only where forced (the tree's calls run faster back to back)"},
     {.coll = HC_COLL_BROADCAST, .algo = HC_ALGO_RING, .chosen = large, .build = hc_chain_broadcast,
      .what = "a pipelined chain from the root through every rank",
      .chosen_doc = "the call has RING_THRESHOLD bytes or more"},

@@ -14,7 +14,9 @@
  * straight into block r of its output.
  * Broadcast: the root sends its message to every peer, which receives it
  * straight into its output: one hop for every rank, where the binomial
- * tree takes log2(n) hops in sequence.
+ * tree takes log2(n) hops in sequence; only where forced (algos.c), since
+ * the root's n-1 posts per call made calls back to back slower than the
+ * tree's.
  * Sends go in the order r+1, r+2, ... (mod n) and receives in the order
  * r-1, r-2, ..., so that the first message every rank waits for is the
  * first one its sender posts.

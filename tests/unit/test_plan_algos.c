@@ -38,7 +38,7 @@ struct shape {
   const char *expect[3]; /* per size: the algorithms of choosy[] */
 };
 
-/* The rules: one step up to 4K on CPU-only comms (all-reduce, broadcast, all-gather; all-reduce,
+/* The rules: one step up to 4K on CPU-only comms (all-reduce, all-gather; all-reduce,
  * all-gather and reduce-scatter of a power of two of ranks above 2: recursive doubling, or halving); from the ring threshold
  * the ring (all-reduce: given an element per rank) or the chain; below,
  * recursive doubling or the tree; with several groups one of which has
@@ -52,7 +52,7 @@ static const struct shape shapes[] = {
      "",
      64 << 10,
      {4, 4096, 8192},
-     {"RD ONESTEP TREE RD RD", "RD ONESTEP TREE RD RD", "RD TREE TREE RING RING"}},
+     {"RD TREE TREE RD RD", "RD TREE TREE RD RD", "RD TREE TREE RING RING"}},
     {"aaaaaaaa", "", false, "", 64 << 10, {65536}, {"RING RING RING RING RING"}},
     {"aaaaaaaa", "", true, "", 64 << 10, {4, 65536}, {"RD TREE TREE RING RING", "RING RING RING RING RING"}},
     {"aaaaaaaa", "", true, "", 16, {16, 32}, {"RD RING RING RING RING", "RING RING RING RING RING"}},
@@ -63,7 +63,7 @@ static const struct shape shapes[] = {
      64 << 10,
      {4, 8192, 65536},
      {"RD HIER HIER HIER HIER", "RD HIER HIER HIER HIER", "HIER HIER HIER HIER HIER"}},
-    {"ab", "", false, "", 64 << 10, {4, 65536}, {"ONESTEP ONESTEP TREE ONESTEP RING", "RING RING RING RING RING"}},
+    {"ab", "", false, "", 64 << 10, {4, 65536}, {"ONESTEP TREE TREE ONESTEP RING", "RING RING RING RING RING"}},
     {"aabbc", "ab", false, "", 64 << 10, {16, 20}, {"RD HIER HIER HIER HIER", "HIER HIER HIER HIER HIER"}},
     {"aabb", "", false, "RING,broadcast:tree", 64 << 10, {4}, {"RING TREE RING RING RING"}},
     {"aabb", "", false, "allreduce:onestep", 64 << 10, {65536}, {"ONESTEP HIER HIER HIER HIER"}},
