@@ -12,7 +12,10 @@
  * way (docs/perf.md). A copy-speed calibration at init did not predict
  * that, so a comm times its own calls: the first calls of each
  * (collective, log2 bytes) class run one way, then the other, and the
- * way with the shorter best time carries the class's later calls.
+ * way with the shorter best time carries the class's later calls. "Pulls"
+ * means every send that can be pulled, a lone send too (the root of a
+ * 2-rank broadcast, which shm otherwise sends through slots): the timing
+ * decides there as well.
  *
  * Either way moves the same bytes into the same places, so the choice
  * changes no result. Each rank chooses for its own sends: ranks make the
@@ -60,10 +63,10 @@ hc_result_t hc_pull_choice_run(struct hetcclComm *comm, const struct hc_coll_arg
   struct hc_pull_class *c = pull_class_of(comm, a);
   if (c == NULL) return hc_exec_run_blocking(job, 1);
   bool trial, allow = hc_pull_class_allows(c, &trial);
-  if (!allow) hc_net_set_allow_pulls(&comm->nets, false);
+  hc_net_set_choose_pulls(&comm->nets, allow ? HC_NET_PULLS_ALL : HC_NET_PULLS_NONE);
   const uint64_t start_ns = trial ? hc_now_ns() : 0;
   hc_result_t r = hc_exec_run_blocking(job, 1);
   if (trial && r == HC_OK && hc_pull_class_record(c, allow, hc_now_ns() - start_ns)) pull_choice_log(comm, a, c);
-  if (!allow) hc_net_set_allow_pulls(&comm->nets, true);
+  hc_net_set_choose_pulls(&comm->nets, HC_NET_PULLS_DEFAULT);
   return r;
 }

@@ -242,9 +242,9 @@ size_t hc_net_set_pull_min_bytes(const struct hc_net_set *s) {
   return least;
 }
 
-void hc_net_set_allow_pulls(const struct hc_net_set *s, bool allow) {
+void hc_net_set_choose_pulls(const struct hc_net_set *s, enum hc_net_pulls way) {
   for (int t = 0; t < HC_NET_NTRANSPORTS; t++) {
     const struct hc_net_ops *ops = hc_transports[t].ops;
-    if (s->ctx[t] != NULL && HC_HAS_OP(ops, struct hc_net_ops, allow_pulls)) ops->allow_pulls(s->ctx[t], allow);
+    if (s->ctx[t] != NULL && HC_HAS_OP(ops, struct hc_net_ops, choose_pulls)) ops->choose_pulls(s->ctx[t], way);
   }
 }

@@ -138,7 +138,14 @@ struct hc_net_caps {
   size_t pull_min_bytes;
 };
 
-#define HC_NET_ABI 2 /* 2: isend / irecv take the signature (isend_sig / irecv_sig gone) */
+/* Which sends a peer may pull (choose_pulls). */
+enum hc_net_pulls {
+  HC_NET_PULLS_DEFAULT, /* the transport's own rules (shm: a lone send goes through slots) */
+  HC_NET_PULLS_ALL,     /* every send that can be pulled */
+  HC_NET_PULLS_NONE,    /* none: the transport's own copies */
+};
+
+#define HC_NET_ABI 3 /* 3: choose_pulls replaces allow_pulls; 2: isend / irecv take the signature */
 struct hc_net_ops {
   uint32_t size, abi;
   const char *name; /* "socket" */
@@ -174,10 +181,9 @@ struct hc_net_ops {
   void (*stall_peek)(void *conn, struct hc_net_sig *theirs, uint64_t *gen);
   void (*mismatch_found)(void *conn, const struct hc_net_sig *got, const struct hc_net_sig *want);
   /* Optional (NULL: the transport never lets a peer pull; caps
-   * pull_min_bytes). false: this rank's sends go through the transport's
-   * own copies until allow_pulls(true); the comm times both ways
-   * (api/pull_choice.c). */
-  void (*allow_pulls)(void *ctx, bool allow);
+   * pull_min_bytes). How this rank's sends travel from now on, as the comm
+   * chose by timing both ways (api/pull_choice.c). */
+  void (*choose_pulls)(void *ctx, enum hc_net_pulls way);
 }; /* append only; a change of meaning bumps HC_NET_ABI */
 
 extern const struct hc_net_ops hc_net_socket;
@@ -326,10 +332,10 @@ struct hc_net_set {
 };
 
 /* Over the transports of s: the smallest send a peer may pull, 0 where
- * none may (caps); and whether sends may be pulled from now on (the op
- * allow_pulls). */
+ * none may (caps); and how sends travel from now on (the op
+ * choose_pulls). */
 size_t hc_net_set_pull_min_bytes(const struct hc_net_set *s);
-void hc_net_set_allow_pulls(const struct hc_net_set *s, bool allow);
+void hc_net_set_choose_pulls(const struct hc_net_set *s, enum hc_net_pulls way);
 
 /* One entry of hc_transports[]: how a comm uses a transport. */
 enum hc_net_use { HC_NET_USE_OFF, HC_NET_USE_OPTIONAL, HC_NET_USE_REQUIRED };

@@ -892,7 +892,7 @@ void hc_net_shm_notice(void *vctx, int culprit) {
   }
 }
 
-static void shm_allow_pulls(void *vctx, bool allow) { ((struct hc_shm_ctx *)vctx)->pulls_withheld = !allow; }
+static void shm_choose_pulls(void *vctx, enum hc_net_pulls way) { ((struct hc_shm_ctx *)vctx)->pulls = way; }
 
 static void shm_net_window(void *vconn, struct hc_net_window *w) {
   struct hc_shm_conn *c = vconn;
@@ -965,5 +965,5 @@ const struct hc_net_ops hc_net_shm = {
     .wait_blocking = shm_net_wait_blocking,
     .close = shm_net_close,
     .window = shm_net_window,
-    .allow_pulls = shm_allow_pulls,
+    .choose_pulls = shm_choose_pulls,
 };

@@ -254,9 +254,9 @@ struct hc_shm_ctx {
   size_t slot_bytes, cma_min, nt_min;
   size_t pass_bytes; /* payload bytes one pass copies per direction */
   bool cma;
-  bool lone_send_slots; /* HETCCL_SHM_LONE_SEND_SLOTS */
-  bool pulls_withheld;  /* the comm's choice for now (net.h, allow_pulls) */
-  bool fences;          /* this process is registered for membarrier's global expedited fence */
+  bool lone_send_slots;    /* HETCCL_SHM_LONE_SEND_SLOTS */
+  enum hc_net_pulls pulls; /* the comm's choice for now (net.h, choose_pulls) */
+  bool fences;             /* this process is registered for membarrier's global expedited fence */
   /* Requests posted and not complete, over every connection: a send
    * chooses its path by what else this rank waits for (lone_send). */
   int sends_pending, recvs_pending;

@@ -352,10 +352,13 @@ hc_result_t hc_net_shm_conn_progress(struct hc_shm_conn *c, bool *moved) {
 /* A send from a rank that waits for nothing else: no receive pending, no
  * send to another peer. A pull leaves all of a message's copying to the
  * receiver; the slot pipeline shares it with the sender, whose CPU would
- * otherwise idle, and is then the faster path one way (shm.c). */
+ * otherwise idle, and is then the faster path one way (shm.c). That is
+ * the rule where the comm has not timed the call (HC_NET_PULLS_DEFAULT);
+ * where it has, its choice decides lone sends too. */
 static bool lone_send(const struct hc_shm_conn *c) {
   const struct hc_shm_ctx *ctx = c->ctx;
-  return ctx->lone_send_slots && ctx->recvs_pending == 0 && ctx->sends_pending == c->sends_pending;
+  return ctx->lone_send_slots && ctx->pulls == HC_NET_PULLS_DEFAULT && ctx->recvs_pending == 0 &&
+         ctx->sends_pending == c->sends_pending;
 }
 
 static hc_result_t post(struct hc_shm_conn *c, void *buf, size_t n, const struct hc_net_sig *sig, bool is_send,
@@ -386,7 +389,7 @@ static hc_result_t post(struct hc_shm_conn *c, void *buf, size_t n, const struct
     const struct hc_shm_ctx *ctx = c->ctx;
     if (n <= c->inline_bytes) q->kind = HC_SHM_INLINE;
     else if (c->peer_fd && hc_net_shm_reg_lookup(buf, n, &q->reg)) q->kind = HC_SHM_REG;
-    else if (c->peer_cma && n >= ctx->cma_min && !ctx->pulls_withheld && !lone_send(c)) q->kind = HC_SHM_CMA;
+    else if (c->peer_cma && n >= ctx->cma_min && ctx->pulls != HC_NET_PULLS_NONE && !lone_send(c)) q->kind = HC_SHM_CMA;
     else q->kind = HC_SHM_SLOTS;
   }
   struct hc_shm_queue *fifo = is_send ? &c->sendq : &c->recvq;

@@ -169,12 +169,14 @@ static void body_latency(struct nc_end *e) {
 }
 
 /* The sender's path by what else it waits for (HETCCL_SHM_LONE_SEND_SLOTS,
- * lone_slots_expected) and by the comm's choice (allow_pulls,
- * pulls_withheld): rank 0 sends a pulled-size message while it waits for
- * nothing else (slots, where the setting is on), then another with a
- * receive pending (pulled, where the peer can pull and pulls are not
- * withheld). Rank 1 checks both messages' bytes. */
-static bool lone_slots_expected, pulls_withheld;
+ * lone_slots_expected) and by the comm's choice (choose_pulls, way):
+ * rank 0 sends a pulled-size message while it waits for nothing else
+ * (slots, where the setting is on and the comm has not chosen, or chose
+ * none), then another with a receive pending (pulled, where the peer can
+ * pull and the comm did not choose none). Rank 1 checks both messages'
+ * bytes. */
+static bool lone_slots_expected;
+static enum hc_net_pulls way;
 static void body_lone_send(struct nc_end *e) {
   const size_t n = MIB;
   uint8_t *a = malloc(n), *b = malloc(n), ack = 0;
@@ -185,19 +187,20 @@ static void body_lone_send(struct nc_end *e) {
   memset(b, e->me ? 0 : 0xa5, n);
   if (e->me == 0) {
     const struct hc_shm_conn *c = e->conn;
-    e->ops->allow_pulls(e->ctx, !pulls_withheld);
+    e->ops->choose_pulls(e->ctx, way);
     r = e->ops->isend(e->conn, a, n, NULL, &reqs[0]);
     if (r == HC_OK) r = nc_complete(e, reqs, 1);
     if (r == HC_OK) r = e->ops->irecv(e->conn, &ack, 1, NULL, &reqs[1]);
     if (r == HC_OK) r = e->ops->isend(e->conn, b, n, NULL, &reqs[2]);
     if (r == HC_OK) r = nc_complete(e, &reqs[1], 2);
-    e->ops->allow_pulls(e->ctx, true);
-    const bool no_pulls = !c->peer_cma || pulls_withheld;
-    const uint64_t first_slots = lone_slots_expected || no_pulls, slots = first_slots + no_pulls;
+    e->ops->choose_pulls(e->ctx, HC_NET_PULLS_DEFAULT);
+    const bool no_pulls = !c->peer_cma || way == HC_NET_PULLS_NONE;
+    const bool lone_slots = lone_slots_expected && way == HC_NET_PULLS_DEFAULT;
+    const uint64_t first_slots = lone_slots || no_pulls, slots = first_slots + no_pulls;
     CHECK(r != HC_OK || (c->nsent[HC_SHM_SLOTS] == slots && c->nsent[HC_SHM_CMA] == 2 - slots),
-          "paths: slots %llu, cma %llu (peer can pull: %d; lone sends through slots: %d; pulls withheld: %d)",
+          "paths: slots %llu, cma %llu (peer can pull: %d; lone sends through slots: %d; the comm's choice: %d)",
           (unsigned long long)c->nsent[HC_SHM_SLOTS], (unsigned long long)c->nsent[HC_SHM_CMA], c->peer_cma,
-          lone_slots_expected, pulls_withheld);
+          lone_slots_expected, (int)way);
   } else {
     r = e->ops->irecv(e->conn, a, n, NULL, &reqs[0]);
     if (r == HC_OK) r = e->ops->irecv(e->conn, b, n, NULL, &reqs[1]);
@@ -410,15 +413,16 @@ int main(int argc, char **argv) {
   set_env(NULL, NULL, NULL, NULL, NULL);
   failed += run_as("threads_exchange", "sizes", NC_THREADS);
   for (int on = 1; on >= 0; on--)
-    for (int withheld = 0; withheld <= 1; withheld++) {
-      const char *names[2][2] = {{"lone_send_pulled", "lone_send_pulled_withheld"},
-                                 {"lone_send_slots", "lone_send_slots_withheld"}};
-      const struct nc_case c = {.name = names[on][withheld], .body = body_lone_send};
+    for (int w = HC_NET_PULLS_DEFAULT; w <= HC_NET_PULLS_NONE; w++) {
+      /* [setting on][way]: the comm not choosing, choosing pulls, choosing none */
+      const char *names[2][3] = {{"lone_send_pulled", "lone_send_pulled_chosen", "lone_send_pulled_withheld"},
+                                 {"lone_send_slots", "lone_send_slots_chosen", "lone_send_slots_withheld"}};
+      const struct nc_case c = {.name = names[on][w], .body = body_lone_send};
       if (!wanted(c.name)) continue;
       setenv("HETCCL_SHM_LONE_SEND_SLOTS", on ? "1" : "0", 1);
       hc_params_reset();
       lone_slots_expected = on;
-      pulls_withheld = withheld;
+      way = (enum hc_net_pulls)w;
       failed += !nc_run_pair(&shm, &c, NC_PROCESSES);
     }
   unsetenv("HETCCL_SHM_LONE_SEND_SLOTS");

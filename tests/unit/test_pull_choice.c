@@ -11,7 +11,10 @@
  * expected sums are exact, and all must be right. The 1 MiB class must
  * have made its six trials, the connection's counters must show no send
  * pulled in the three with pulls withheld, and some pulled where they are
- * allowed. Under HETCCL_SHM_CMA_TUNE=0 no class is timed.
+ * allowed. Then eight in-place broadcasts of 1 MiB from rank 0, checked:
+ * the root's lone send is pulled in the three trials that allow pulls and
+ * in none other, and never under HETCCL_SHM_CMA_TUNE=0 (no class is timed
+ * there, and shm sends lone sends through slots).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +91,51 @@ static bool allreduce_checked(hetcclComm_t comm, int rank, int nranks, size_t co
   return ok;
 }
 
+static uint64_t sends_of(const struct hc_shm_conn *conn) {
+  uint64_t n = 0;
+  for (int k = 0; k < HC_SHM_NKINDS; k++) n += conn->nsent[k];
+  return n;
+}
+
+/* CALLS in-place broadcasts of count int32 from rank 0, checked against
+ * the root's pattern; per call, the messages sent to the peer (sent) and
+ * of them those pulled by CMA (pulled). */
+static bool broadcast_checked(hetcclComm_t comm, int rank, size_t count, const struct hc_shm_conn *conn,
+                              uint64_t sent[CALLS], uint64_t pulled[CALLS]) {
+  int32_t *buf = malloc(count * sizeof(int32_t));
+  bool ok = CHECK(buf != NULL, "out of memory");
+  for (int call = 0; ok && call < CALLS; call++) {
+    for (size_t i = 0; i < count; i++) buf[i] = rank == 0 ? (int32_t)(i % 997) + call : -1;
+    const uint64_t sent_before = sends_of(conn), pulled_before = conn->nsent[HC_SHM_CMA];
+    ok = CHECK_OK(hetcclBroadcast(buf, buf, count, hetcclInt32, 0, comm, NULL));
+    sent[call] = sends_of(conn) - sent_before;
+    pulled[call] = conn->nsent[HC_SHM_CMA] - pulled_before;
+    for (size_t i = 0; ok && i < count; i++)
+      ok = CHECK(buf[i] == (int32_t)(i % 997) + call, "broadcast call %d: buf[%zu] = %d, want %d", call, i, buf[i],
+                 (int32_t)(i % 997) + call);
+  }
+  free(buf);
+  return ok;
+}
+
+/* The root of a 2-rank broadcast sends alone, which shm sends through
+ * slots by its own rule (HETCCL_SHM_LONE_SEND_SLOTS); a timed class pulls
+ * every piece in the trials that allow pulls, and none in the others. */
+static bool lone_send_timed(hetcclComm_t comm, int rank, const struct hc_shm_conn *conn) {
+  uint64_t sent[CALLS], pulled[CALLS];
+  bool ok = broadcast_checked(comm, rank, BIG_COUNT, conn, sent, pulled);
+  if (rank != 0 || !ok) return ok;
+  for (int k = 0; k < 2 * TRIALS; k++) {
+    const bool allowed = tune_on && k < TRIALS && conn->peer_cma;
+    const char *way = !tune_on ? "untimed" : k < TRIALS ? "allowed" : "withheld";
+    ok = CHECK(sent[k] > 0 && pulled[k] == (allowed ? sent[k] : 0),
+               "broadcast call %d (pulls %s): %llu of %llu sends pulled", k, way, (unsigned long long)pulled[k],
+               (unsigned long long)sent[k]) &&
+         ok;
+  }
+  return ok;
+}
+
 static int comm_rank(int rank, int nranks, hetcclUniqueId id, void *arg) {
   (void)arg;
   hetcclComm_t comm;
@@ -123,6 +171,7 @@ static int comm_rank(int rank, int nranks, hetcclUniqueId id, void *arg) {
                c->pull_min_bytes, big->calls) &&
          ok;
   }
+  ok = lone_send_timed(comm, rank, conn) && ok;
 out:
   CHECK_OK(hetcclCommDestroy(comm));
   return !ok;
