@@ -109,10 +109,10 @@ static hc_result_t vendor_call(struct hetcclComm *comm, const struct hc_coll_arg
 /* comm->active_calls, which CommAbort and the engine only read. Only the
  * thread that calls collectives on a comm writes it (NCCL's rule: one
  * thread at a time per comm), so plain stores do: a locked add is a full
- * fence, and on the 2-rank 8-byte broadcast the root then waited for the
- * store of the descriptor it had just posted to reach the receiver
- * (0.25 -> 0.23 us per call, docs/perf.md). The release orders every
- * access to the comm before the count that lets an abort free it. */
+ * fence, at which the root of a 2-rank 8-byte broadcast waited for the
+ * descriptor it had just posted to reach the receiver (docs/perf.md). The
+ * release orders every access to the comm before the count that lets an
+ * abort free it. */
 static void calls_enter(struct hetcclComm *comm) {
   int n = atomic_load_explicit(&comm->active_calls, memory_order_relaxed);
   atomic_store_explicit(&comm->active_calls, n + 1, memory_order_relaxed);
