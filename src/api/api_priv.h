@@ -111,7 +111,7 @@ struct hetcclComm {
   /* Calls from this many bytes may pull, and time pulls against copies
    * (pull_choice.c); 0: none (HETCCL_SHM_CMA_TUNE=0, no transport pulls). */
   size_t pull_min_bytes;
-  struct hc_pull_class pull_classes[HC_COLL_COUNT][HC_PULL_CLASSES];
+  struct hc_pull_class pull_classes[HC_COLL_COUNT][2][HC_PULL_CLASSES]; /* [coll][in place][log2 bytes] */
   struct hc_premul_op premul[HC_MAX_PREMUL_OPS];
   atomic_bool abort_flag;
   atomic_int active_calls; /* calls inside the library on this comm */

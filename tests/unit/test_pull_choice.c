@@ -125,6 +125,13 @@ static bool lone_send_timed(hetcclComm_t comm, int rank, const struct hc_shm_con
   uint64_t sent[CALLS], pulled[CALLS];
   bool ok = broadcast_checked(comm, rank, BIG_COUNT, conn, sent, pulled);
   if (rank != 0 || !ok) return ok;
+  const struct hetcclComm *c = (const struct hetcclComm *)comm;
+  const struct hc_pull_class *in_place = &c->pull_classes[HC_COLL_BROADCAST][1][20];
+  const struct hc_pull_class *out_of_place = &c->pull_classes[HC_COLL_BROADCAST][0][20];
+  ok = CHECK(in_place->calls == (tune_on ? 2 * TRIALS : 0) && out_of_place->calls == 0,
+             "the 1 MiB broadcast's classes: %d calls timed in place, %d out of place", in_place->calls,
+             out_of_place->calls) &&
+       ok;
   for (int k = 0; k < 2 * TRIALS; k++) {
     const bool allowed = tune_on && k < TRIALS && conn->peer_cma;
     const char *way = !tune_on ? "untimed" : k < TRIALS ? "allowed" : "withheld";
@@ -141,8 +148,8 @@ static int comm_rank(int rank, int nranks, hetcclUniqueId id, void *arg) {
   hetcclComm_t comm;
   if (!CHECK_OK(hetcclCommInitRank(&comm, nranks, id, rank))) return 1;
   struct hetcclComm *c = (struct hetcclComm *)comm;
-  const struct hc_pull_class *big = &c->pull_classes[HC_COLL_ALLREDUCE][20];
-  const struct hc_pull_class *small = &c->pull_classes[HC_COLL_ALLREDUCE][12];
+  const struct hc_pull_class *big = &c->pull_classes[HC_COLL_ALLREDUCE][0][20];
+  const struct hc_pull_class *small = &c->pull_classes[HC_COLL_ALLREDUCE][0][12];
   uint64_t pulled[CALLS];
   /* The first call connects the pair. */
   bool ok = allreduce_checked(comm, rank, nranks, SMALL_COUNT, NULL, pulled);
