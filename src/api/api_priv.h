@@ -186,8 +186,9 @@ void hc_comm_task_join(struct hetcclComm *comm);
 /* "OCP (e4m3fn, e5m2)" or "fnuz (e4m3fnuz, e5m2fnuz)" for an enum hc_fp8_layout. */
 const char *hc_fp8_layout_name(int layout);
 
-/* Runs calls recorded for the current group, or one call right away. */
+/* Records a call in the current group, or runs it right away; sets its
+ * seq. */
 struct hc_coll_args;
-hc_result_t hc_coll_enqueue(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t stream, const char *fn);
+hc_result_t hc_coll_enqueue(struct hetcclComm *comm, struct hc_coll_args *a, hc_stream_t stream, const char *fn);
 
 #endif

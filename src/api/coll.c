@@ -2,7 +2,9 @@
  * Collectives, point-to-point and groups: argument checks as NCCL makes
  * them, then one path for everything: a call is recorded in the calling
  * thread's group (a call outside any group is a group of one), and
- * hetcclGroupEnd builds one plan per comm and runs them together.
+ * hetcclGroupEnd builds one plan per comm and runs them together. A call
+ * alone on a host comm skips the recording and runs at once
+ * (host_call_run), as a group of one would.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,13 +53,19 @@ static hc_result_t group_grow(void) {
   return HC_OK;
 }
 
+/* The number a call made now carries (plan.h, hc_coll_args.seq). */
+static uint32_t call_seq_take(struct hetcclComm *comm, enum hc_coll coll) {
+  const uint32_t seq = comm->coll_seq;
+  if (coll != HC_COLL_SEND && coll != HC_COLL_RECV) comm->coll_seq++;
+  return seq;
+}
+
 static hc_result_t group_record(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t stream) {
   if (group_ncalls == group_cap) HC_TRY(group_grow());
   struct group_call *c = &group_calls[group_ncalls];
   *c = (struct group_call){.comm = comm, .args = *a, .stream = stream};
   /* Numbered when made, so a group's calls keep the order of the calls. */
-  c->args.seq = comm->coll_seq;
-  if (a->coll != HC_COLL_SEND && a->coll != HC_COLL_RECV) comm->coll_seq++;
+  c->args.seq = call_seq_take(comm, a->coll);
   if (a->coll == HC_COLL_ALLTOALLV) {
     /* The caller may reuse its arrays before GroupEnd. */
     HC_TRY(hc_calloc(&c->v_arrays, 4 * (size_t)comm->nranks, sizeof(size_t), "alltoallv counts"));
@@ -239,12 +247,11 @@ static void plan_rebase(struct hc_plan *p, const struct rebase *rb) {
   }
 }
 
-/* Whether comm's plan is, or becomes, the plan of the group's one call.
- * On a hit, its transfers take this call's signature (the seq moved on; a
- * peer whose own cache missed builds it afresh and compares). */
-static bool plan_cache_hit(struct hetcclComm *comm) {
-  const struct hc_coll_args *a = &group_calls[0].args;
-  if (group_ncalls != 1 || !comm->plan_kept || comm->plan.nsigs > 1) return false;
+/* Whether comm's kept plan is, or becomes, the plan of a, a call made
+ * alone. On a hit, its transfers take this call's signature (the seq moved
+ * on; a peer whose own cache missed builds it afresh and compares). */
+static bool plan_cache_hit(struct hetcclComm *comm, const struct hc_coll_args *a) {
+  if (!comm->plan_kept || comm->plan.nsigs > 1) return false;
   const struct hc_coll_args *old = &comm->plan_call;
   struct rebase rb;
   if (old->sendbuf != a->sendbuf || old->recvbuf != a->recvbuf || !same_shape(old, a)) {
@@ -264,25 +271,55 @@ static void plan_drop(struct hetcclComm *comm) {
   comm->plan_kept = false;
 }
 
-/* After a run: keeps the plan for the next call, or frees it. */
-static void plan_cache_keep_or_reset(struct hetcclComm *comm, hc_result_t r) {
-  bool keep = r == HC_OK && group_ncalls == 1 && group_calls[0].args.coll != HC_COLL_ALLTOALLV;
+/* After the first run of a's fresh plan: keeps it for the next call where
+ * running it again does the same thing, or frees it. */
+static void plan_cache_keep_or_drop(struct hetcclComm *comm, const struct hc_coll_args *a) {
+  bool keep = a->coll != HC_COLL_ALLTOALLV;
   for (int i = 0; keep && i < comm->plan.nsteps; i++)
     keep = comm->plan.steps[i].kind != HC_STEP_WAIT && comm->plan.steps[i].kind != HC_STEP_SIGNAL;
   comm->plan_kept = keep;
   if (keep) {
-    comm->plan_call = group_calls[0].args;
+    comm->plan_call = *a;
     return;
   }
   plan_drop(comm);
 }
 
-/* Builds one plan per comm (calls in the order made) and runs them all. */
+/* A call alone on a host comm (made outside any group, or a group's only
+ * call): its kept plan where it fits, else a fresh one, run now. Most
+ * small collectives come this way, so it records nothing in the group. */
+static hc_result_t host_call_run(struct hetcclComm *comm, const struct hc_coll_args *a) {
+  struct hc_exec_job job = {.links = &comm->links, .plan = &comm->plan, .memo = &comm->plan_memo};
+  hc_result_t r = HC_OK;
+  calls_enter(comm);
+  const bool hit = plan_cache_hit(comm, a);
+  if (!hit) {
+    plan_drop(comm);
+    comm->plan.mem = comm->config.device_kind;
+    r = hc_plan_add(&comm->plan, &comm->plan_ctx, a);
+    if (r == HC_OK) r = hc_plan_stage(&comm->plan, &comm->plan_ctx, comm->stage_device);
+  }
+  if (r == HC_OK) r = hc_pull_choice_run(comm, a, &job);
+  if (r != HC_OK) {
+    hc_comm_fail(comm, r);
+    plan_drop(comm);
+  } else if (!hit) {
+    plan_cache_keep_or_drop(comm, a);
+  }
+  calls_leave(comm);
+  return r;
+}
+
+/* Builds one plan per comm (calls in the order made) and runs them all.
+ * Only a call alone has its plan kept (host_call_run). */
 static hc_result_t group_run(void) {
   hc_result_t r = HC_OK;
-  struct hc_exec_job one_job, *jobs = &one_job; /* a group of one call allocates nothing */
+  struct hc_exec_job one_job, *jobs = &one_job; /* a group of one comm's calls allocates nothing */
   int njobs = 0;
   if (group_ncalls == 0) return HC_OK;
+  struct hetcclComm *const first_comm = group_calls[0].comm;
+  if (group_ncalls == 1 && !first_comm->proxy && !first_comm->vendor_comm)
+    return host_call_run(first_comm, &group_calls[0].args);
   mark_staged_sends();
   if (group_ncalls > 1) HC_TRY_GOTO(hc_calloc(&jobs, (size_t)group_ncalls, sizeof(*jobs), "group jobs"), r, out);
   for (int i = 0; i < group_ncalls; i++) {
@@ -298,7 +335,6 @@ static hc_result_t group_run(void) {
     if (j == njobs) {
       jobs[njobs++] = (struct hc_exec_job){.links = &comm->links, .plan = &comm->plan, .memo = &comm->plan_memo};
       calls_enter(comm);
-      if (plan_cache_hit(comm)) continue;
       plan_drop(comm);
       comm->plan.mem = comm->config.device_kind;
     }
@@ -308,17 +344,16 @@ static hc_result_t group_run(void) {
     struct hetcclComm *comm = NULL;
     for (int i = 0; i < group_ncalls && comm == NULL; i++)
       if (&group_calls[i].comm->plan == jobs[j].plan) comm = group_calls[i].comm;
-    if (!comm->plan_kept) HC_TRY_GOTO(hc_plan_stage(jobs[j].plan, &comm->plan_ctx, comm->stage_device), r, out);
+    HC_TRY_GOTO(hc_plan_stage(jobs[j].plan, &comm->plan_ctx, comm->stage_device), r, out);
   }
-  r = njobs == 1 && group_ncalls == 1 ? hc_pull_choice_run(group_calls[0].comm, &group_calls[0].args, jobs)
-                                      : hc_exec_run_blocking(jobs, njobs);
+  r = hc_exec_run_blocking(jobs, njobs);
 out:
   for (int j = 0; j < njobs; j++) {
     struct hetcclComm *comm = NULL;
     for (int i = 0; i < group_ncalls && comm == NULL; i++)
       if (&group_calls[i].comm->plan == jobs[j].plan) comm = group_calls[i].comm;
     if (r != HC_OK) hc_comm_fail(comm, r);
-    plan_cache_keep_or_reset(comm, r);
+    plan_drop(comm);
     calls_leave(comm);
   }
   if (jobs != &one_job) free(jobs);
@@ -338,11 +373,15 @@ static hc_result_t api_GroupEnd(void) {
   return r;
 }
 
-hc_result_t hc_coll_enqueue(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t stream, const char *fn) {
+hc_result_t hc_coll_enqueue(struct hetcclComm *comm, struct hc_coll_args *a, hc_stream_t stream, const char *fn) {
   hc_result_t async = (hc_result_t)atomic_load(&comm->async_error);
   if (async != HC_OK)
     return HC_FAIL(async, "%s: the communicator failed earlier and must be destroyed: %s", fn, comm->async_error_text);
   if (atomic_load(&comm->abort_flag)) return HC_FAIL(HC_ERR_USAGE, "%s: the communicator was aborted", fn);
+  if (group_depth == 0 && !comm->proxy && !comm->vendor_comm) {
+    a->seq = call_seq_take(comm, a->coll);
+    return host_call_run(comm, a);
+  }
   HC_TRY(api_GroupStart());
   hc_result_t r = group_record(comm, a, stream);
   if (r != HC_OK) {
@@ -474,9 +513,9 @@ static const struct coll_rule {
 };
 
 static hc_result_t check_buf_rule(const struct hetcclComm *comm, const struct hc_coll_args *a, enum buf_rule rule,
-                                  const void *p, size_t count, const char *what) {
+                                  const void *p, size_t count, const char *what, const char *fn) {
   if (rule == BUF_UNUSED || (rule == BUF_ROOT_ONLY && comm->rank != a->root)) return HC_OK;
-  return check_buf(p, count, what, hc_coll_name(a->coll));
+  return check_buf(p, count, what, fn);
 }
 
 /* All-to-all-v's arrays; *send_any / *recv_any: whether any count is not 0. */
@@ -499,8 +538,7 @@ static hc_result_t check_v_arrays(const struct hetcclComm *comm, const struct hc
 
 /* Every argument check of a collective call, once, from coll_rules; fills
  * a's op from the caller's op where the collective combines. */
-static hc_result_t check_call(struct hetcclComm *comm, struct hc_coll_args *a, hetcclRedOp_t op) {
-  const char *fn = hc_coll_name(a->coll);
+static hc_result_t check_call(struct hetcclComm *comm, struct hc_coll_args *a, hetcclRedOp_t op, const char *fn) {
   const struct coll_rule *rule = &coll_rules[a->coll];
   HC_TRY(hc_comm_check(comm, fn));
   HC_TRY(check_dtype((hetcclDataType_t)a->dtype, fn));
@@ -512,16 +550,17 @@ static hc_result_t check_call(struct hetcclComm *comm, struct hc_coll_args *a, h
     HC_TRY(check_v_arrays(comm, a, &send_any, &recv_any));
     send_count = send_any, recv_count = recv_any;
   }
-  HC_TRY(check_buf_rule(comm, a, rule->send, a->sendbuf, send_count, "sendbuff"));
-  HC_TRY(check_buf_rule(comm, a, rule->recv, a->recvbuf, recv_count, "recvbuff"));
+  HC_TRY(check_buf_rule(comm, a, rule->send, a->sendbuf, send_count, "sendbuff", fn));
+  HC_TRY(check_buf_rule(comm, a, rule->recv, a->recvbuf, recv_count, "recvbuff", fn));
   HC_TRY(check_size(a->count, (hetcclDataType_t)a->dtype, comm->nranks, fn));
   return check_fp8(comm, a, fn);
 }
 
 /* A collective call: checked, then recorded in the group or run. */
 static hetcclResult_t coll_call(hetcclComm_t comm, struct hc_coll_args a, hetcclRedOp_t op, hetcclStream_t stream) {
-  hc_result_t r = check_call(comm, &a, op);
-  if (r == HC_OK) r = hc_coll_enqueue(comm, &a, stream, hc_coll_name(a.coll));
+  const char *fn = hc_coll_name(a.coll);
+  hc_result_t r = check_call(comm, &a, op, fn);
+  if (r == HC_OK) r = hc_coll_enqueue(comm, &a, stream, fn);
   return (hetcclResult_t)r;
 }
 
