@@ -557,10 +557,10 @@ static hc_result_t check_call(struct hetcclComm *comm, struct hc_coll_args *a, h
 }
 
 /* A collective call: checked, then recorded in the group or run. */
-static hetcclResult_t coll_call(hetcclComm_t comm, struct hc_coll_args a, hetcclRedOp_t op, hetcclStream_t stream) {
-  const char *fn = hc_coll_name(a.coll);
-  hc_result_t r = check_call(comm, &a, op, fn);
-  if (r == HC_OK) r = hc_coll_enqueue(comm, &a, stream, fn);
+static hetcclResult_t coll_call(hetcclComm_t comm, struct hc_coll_args *a, hetcclRedOp_t op, hetcclStream_t stream) {
+  const char *fn = hc_coll_name(a->coll);
+  hc_result_t r = check_call(comm, a, op, fn);
+  if (r == HC_OK) r = hc_coll_enqueue(comm, a, stream, fn);
   return (hetcclResult_t)r;
 }
 
@@ -575,7 +575,7 @@ static hetcclResult_t buffers_call(enum hc_coll coll, const void *sendbuff, void
                            .count = count,
                            .dtype = (enum hc_dtype)datatype,
                            .root = root};
-  return coll_call(comm, a, op, stream);
+  return coll_call(comm, &a, op, stream);
 }
 
 /* ---- collectives ---- */
@@ -611,7 +611,7 @@ HC_EXPORT hetcclResult_t hetcclAlltoAllv(const void *sendbuff, const size_t send
                            .sdispls = sdispls,
                            .recvcounts = recvcounts,
                            .rdispls = rdispls};
-  return coll_call(comm, a, NO_OP, stream);
+  return coll_call(comm, &a, NO_OP, stream);
 }
 HC_EXPORT hetcclResult_t hetcclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                                              hetcclDataType_t datatype, hetcclRedOp_t op, hetcclComm_t comm,
