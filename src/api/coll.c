@@ -443,10 +443,12 @@ static hc_result_t check_buf(const void *p, size_t count, const char *what, cons
   return HC_OK;
 }
 
-/* count * esize * factor must fit a size_t. */
+/* count * esize * factor must fit a size_t (checked without a division:
+ * every call makes this check). */
 static hc_result_t check_size(size_t count, hetcclDataType_t t, int factor, const char *fn) {
-  size_t es = hc_dtype_size((enum hc_dtype)t);
-  if (count > SIZE_MAX / es / (size_t)factor)
+  size_t bytes;
+  if (__builtin_mul_overflow(count, hc_dtype_size((enum hc_dtype)t), &bytes) ||
+      __builtin_mul_overflow(bytes, (size_t)factor, &bytes))
     return HC_FAIL(HC_ERR_ARG, "%s: count %zu of %s overflows the address space", fn, count,
                    hc_dtype_name((enum hc_dtype)t));
   return HC_OK;

@@ -32,8 +32,9 @@ struct job_state {
   int nqueues;
   int *q_peer, *q_dir, *q_tail, *q_head, *q_end; /* indices into q_items */
   int *q_items;
-  int peer_at;     /* the peer of the transport call in progress: whom a failure concerns */
-  int window_look; /* window_peers_check's looks so far (where the next starts) */
+  int q_self_send, q_self_recv; /* the queues of sends to and receives from itself (-1: none) */
+  int peer_at;                  /* the peer of the transport call in progress: whom a failure concerns */
+  int window_look;              /* window_peers_check's looks so far (where the next starts) */
   hc_result_t result;
   uint64_t *probe_seen; /* per peer: 1 + the generation of its stall probe seen last (stall_look) */
   bool probed;          /* this run published a stall probe */
@@ -128,11 +129,13 @@ static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *s
   st->q_items = calloc((size_t)ntransfers + 1, sizeof(int));
   if (!st->q_peer || !st->q_dir || !st->q_tail || !st->q_head || !st->q_end || !st->q_items) goto oom;
   int nq = 0, at = 0;
+  st->q_self_send = st->q_self_recv = -1;
   for (int q = 0; q < nr * 2; q++) {
     if (qsize[q] == 0) continue;
     qid[q] = nq;
     st->q_peer[nq] = q / 2;
     st->q_dir[nq] = q % 2;
+    if (q / 2 == job->links->rank) *(q % 2 == DIR_SEND ? &st->q_self_send : &st->q_self_recv) = nq;
     st->q_end[nq] = at;
     at += qsize[q];
     nq++;
@@ -235,10 +238,7 @@ static hc_result_t run_ready_local(struct job_state *st, bool *moved) {
  * copy; they never reach a transport. */
 static hc_result_t match_self(struct job_state *st, bool *moved) {
   const struct hc_plan *p = st->job->plan;
-  const int me = st->job->links->rank;
-  int qs = -1, qr = -1;
-  for (int q = 0; q < st->nqueues; q++)
-    if (st->q_peer[q] == me) *(st->q_dir[q] == DIR_SEND ? &qs : &qr) = q;
+  const int me = st->job->links->rank, qs = st->q_self_send, qr = st->q_self_recv;
   while (qs >= 0 && qr >= 0 && st->q_head[qs] < st->q_end[qs] && st->q_head[qr] < st->q_end[qr]) {
     int si = st->q_items[st->q_head[qs]], ri = st->q_items[st->q_head[qr]];
     if (st->pending_deps[si] > 0 || st->pending_deps[ri] > 0) break;
@@ -621,8 +621,9 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs) {
   hc_blame(-1);
   for (; built < njobs; built++) HC_TRY_GOTO(job_state_get(&jobs[built], &states[built], &each[built]), r, out);
 
-  struct wait_state wait;
-  wait_state_init(&wait, jobs, njobs);
+  /* Set up at the first pass that moves nothing: most small calls never
+   * wait. */
+  struct wait_state wait = {.links = jobs[0].links};
   wait.links->waits.runs++;
   uint64_t next_look_ns = 0;                      /* stall probes */
   uint64_t deadline_ns = 0, next_window_look = 0; /* from the first pass that moved nothing */
@@ -644,6 +645,7 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs) {
     }
     uint64_t now = hc_now_ns();
     if (deadline_ns == 0) {
+      wait_state_init(&wait, jobs, njobs);
       deadline_ns = now + hc_timeout_ns();
       next_window_look = now + WINDOW_PEER_LOOK_NS;
     }
