@@ -21,10 +21,12 @@ struct job_state {
   const struct hc_dev_ops *dev;
   int *waits, nwaits; /* WAIT steps whose counter has not got there yet */
   int nsteps, ndone;
-  int *pending_deps;      /* per step: dependencies not done */
-  int *succ_start, *succ; /* CSR: steps that depend on step i */
-  int *ready, nready;     /* local steps whose dependencies are done */
-  void **req;             /* per step: the transport request while in flight */
+  int *pending_deps;                    /* per step: dependencies not done */
+  int *deps_at_start;                   /* per step: its dependencies (what a rewind restores) */
+  int *ready_at_start, nready_at_start; /* the local steps that depend on nothing */
+  int *succ_start, *succ;               /* CSR: steps that depend on step i */
+  int *ready, nready;                   /* local steps whose dependencies are done */
+  void **req;                           /* per step: the transport request while in flight */
   /* Queues, one per (peer, direction) that has transfers, in plan order.
    * Items [q_tail, q_head) are posted and in flight, [q_head, q_end) wait.
    * A transport completes a queue's requests in order, so only the oldest
@@ -46,6 +48,8 @@ static void job_state_destroy(struct job_state *st) {
   free(st->probe_seen);
   free(st->waits);
   free(st->pending_deps);
+  free(st->deps_at_start);
+  free(st->ready_at_start);
   free(st->succ_start);
   free(st->succ);
   free(st->ready);
@@ -60,22 +64,57 @@ static void job_state_destroy(struct job_state *st) {
 
 /* The start of a run: every dependency pending, the local steps that have
  * none ready, every queue at its first transfer. A plan that runs again
- * unchanged (a kept memo) starts here without allocating. */
+ * unchanged (a kept memo) starts here without allocating or looking at its
+ * steps. */
 static void job_state_rewind(struct job_state *st) {
-  const struct hc_plan *p = st->job->plan;
-  st->ndone = st->nwaits = st->nready = st->window_look = 0;
+  st->ndone = st->nwaits = st->window_look = 0;
   st->peer_at = -1;
   st->result = HC_OK;
   st->probed = false;
+  /* Loops, not memcpy: most kept plans are a few steps long. */
   for (int i = 0; i < st->nsteps; i++) {
-    const struct hc_step *s = &p->steps[i];
-    st->pending_deps[i] = 0;
-    for (int d = 0; d < HC_STEP_MAX_DEPS; d++) st->pending_deps[i] += s->deps[d] != 0;
+    st->pending_deps[i] = st->deps_at_start[i];
     st->req[i] = NULL;
-    if (!is_transfer(s) && st->pending_deps[i] == 0) st->ready[st->nready++] = i;
   }
+  st->nready = st->nready_at_start;
+  for (int k = 0; k < st->nready; k++) st->ready[k] = st->ready_at_start[k];
   for (int q = 0; q < st->nqueues; q++) st->q_tail[q] = st->q_head[q] = q == 0 ? 0 : st->q_end[q - 1];
   if (st->probe_seen) memset(st->probe_seen, 0, (size_t)st->job->links->nranks * sizeof(*st->probe_seen));
+}
+
+/* The transfer queues, one per (peer, direction) that has transfers
+ * (qsize: per peer * 2 + direction, their counts), each in plan order;
+ * false when out of memory. */
+static bool job_queues_build(struct job_state *st, const int *qsize, int *qid, int ntransfers) {
+  const struct hc_links *links = st->job->links;
+  for (int q = 0; q < 2 * links->nranks; q++) st->nqueues += qsize[q] > 0;
+  st->q_peer = calloc((size_t)st->nqueues + 1, sizeof(int));
+  st->q_dir = calloc((size_t)st->nqueues + 1, sizeof(int));
+  st->q_tail = calloc((size_t)st->nqueues + 1, sizeof(int));
+  st->q_head = calloc((size_t)st->nqueues + 1, sizeof(int));
+  st->q_end = calloc((size_t)st->nqueues + 1, sizeof(int));
+  st->q_items = calloc((size_t)ntransfers + 1, sizeof(int));
+  if (!st->q_peer || !st->q_dir || !st->q_tail || !st->q_head || !st->q_end || !st->q_items) return false;
+  int nq = 0, at = 0;
+  st->q_self_send = st->q_self_recv = -1;
+  for (int q = 0; q < 2 * links->nranks; q++) {
+    if (qsize[q] == 0) continue;
+    qid[q] = nq;
+    st->q_peer[nq] = q / 2;
+    st->q_dir[nq] = q % 2;
+    if (q / 2 == links->rank) *(q % 2 == DIR_SEND ? &st->q_self_send : &st->q_self_recv) = nq;
+    st->q_end[nq] = at;
+    at += qsize[q];
+    nq++;
+  }
+  for (int i = 0; i < st->nsteps; i++) {
+    const struct hc_step *s = &st->job->plan->steps[i];
+    if (is_transfer(s)) {
+      int q = qid[s->peer * 2 + (s->kind == HC_STEP_RECV)];
+      st->q_items[st->q_end[q]++] = i;
+    }
+  }
+  return true;
 }
 
 static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *st) {
@@ -88,19 +127,25 @@ static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *s
   int *qsize = calloc((size_t)nr * 2, sizeof(int));
   int *qid = calloc((size_t)nr * 2, sizeof(int));
   st->pending_deps = calloc((size_t)n + 1, sizeof(int));
+  st->deps_at_start = calloc((size_t)n + 1, sizeof(int));
+  st->ready_at_start = calloc((size_t)n + 1, sizeof(int));
   st->succ_start = calloc((size_t)n + 2, sizeof(int));
   st->ready = calloc((size_t)n + 1, sizeof(int));
   st->req = calloc((size_t)n + 1, sizeof(void *));
   st->waits = calloc((size_t)n + 1, sizeof(int));
-  if (!qsize || !qid || !st->pending_deps || !st->succ_start || !st->ready || !st->req || !st->waits) goto oom;
+  if (!qsize || !qid || !st->pending_deps || !st->deps_at_start || !st->ready_at_start || !st->succ_start ||
+      !st->ready || !st->req || !st->waits)
+    goto oom;
   int nedges = 0, ntransfers = 0;
   for (int i = 0; i < n; i++) {
     const struct hc_step *s = &p->steps[i];
     for (int d = 0; d < HC_STEP_MAX_DEPS; d++) {
       if (s->deps[d] == 0) continue;
       st->succ_start[s->deps[d] - 1 + 1]++;
+      st->deps_at_start[i]++;
       nedges++;
     }
+    if (!is_transfer(s) && st->deps_at_start[i] == 0) st->ready_at_start[st->nready_at_start++] = i;
     if (is_transfer(s)) {
       qsize[s->peer * 2 + (s->kind == HC_STEP_RECV)]++;
       ntransfers++;
@@ -120,33 +165,7 @@ static hc_result_t job_state_create(struct hc_exec_job *job, struct job_state *s
     }
   free(fill);
 
-  for (int q = 0; q < nr * 2; q++) st->nqueues += qsize[q] > 0;
-  st->q_peer = calloc((size_t)st->nqueues + 1, sizeof(int));
-  st->q_dir = calloc((size_t)st->nqueues + 1, sizeof(int));
-  st->q_tail = calloc((size_t)st->nqueues + 1, sizeof(int));
-  st->q_head = calloc((size_t)st->nqueues + 1, sizeof(int));
-  st->q_end = calloc((size_t)st->nqueues + 1, sizeof(int));
-  st->q_items = calloc((size_t)ntransfers + 1, sizeof(int));
-  if (!st->q_peer || !st->q_dir || !st->q_tail || !st->q_head || !st->q_end || !st->q_items) goto oom;
-  int nq = 0, at = 0;
-  st->q_self_send = st->q_self_recv = -1;
-  for (int q = 0; q < nr * 2; q++) {
-    if (qsize[q] == 0) continue;
-    qid[q] = nq;
-    st->q_peer[nq] = q / 2;
-    st->q_dir[nq] = q % 2;
-    if (q / 2 == job->links->rank) *(q % 2 == DIR_SEND ? &st->q_self_send : &st->q_self_recv) = nq;
-    st->q_end[nq] = at;
-    at += qsize[q];
-    nq++;
-  }
-  for (int i = 0; i < n; i++) {
-    const struct hc_step *s = &p->steps[i];
-    if (is_transfer(s)) {
-      int q = qid[s->peer * 2 + (s->kind == HC_STEP_RECV)];
-      st->q_items[st->q_end[q]++] = i;
-    }
-  }
+  if (!job_queues_build(st, qsize, qid, ntransfers)) goto oom;
   free(qsize);
   free(qid);
   job_state_rewind(st);
