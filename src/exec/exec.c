@@ -304,9 +304,9 @@ static hc_result_t job_progress(struct job_state *st, bool *moved) {
       *moved = true;
     }
     while (st->q_tail[q] < st->q_head[q]) {
-      int i = st->q_items[st->q_tail[q]], done = 0;
+      int i = st->q_items[st->q_tail[q]], done = 1; /* no request: done when posted (net.h) */
       st->peer_at = st->q_peer[q];
-      HC_TRY(hc_link_test(&links->peer[st->q_peer[q]], st->req[i], &done));
+      if (st->req[i] != NULL) HC_TRY(hc_link_test(&links->peer[st->q_peer[q]], st->req[i], &done));
       if (!done) break;
       st->req[i] = NULL;
       st->q_tail[q]++;

@@ -145,7 +145,9 @@ enum hc_net_pulls {
   HC_NET_PULLS_NONE,    /* none: the transport's own copies */
 };
 
-#define HC_NET_ABI 3 /* 3: choose_pulls replaces allow_pulls; 2: isend / irecv take the signature */
+/* 4: isend / irecv may complete at once (*req NULL); 3: choose_pulls
+ * replaces allow_pulls; 2: isend / irecv take the signature */
+#define HC_NET_ABI 4
 struct hc_net_ops {
   uint32_t size, abi;
   const char *name; /* "socket" */
@@ -156,7 +158,9 @@ struct hc_net_ops {
   hc_result_t (*connect)(void *ctx, int peer, const struct hc_net_handle *peer_handle, void **conn);
   /* The buffer must stay valid until test reports done. sig: the
    * signature of the transfer's call (see the top of this file), copied;
-   * NULL: none (all zeroes). */
+   * NULL: none (all zeroes). A transfer that completed within the call
+   * (shm: a small send with the ring free) returns no request: *req is
+   * NULL, the buffer is free again, and there is nothing to test. */
   hc_result_t (*isend)(void *conn, const void *buf, size_t n, const struct hc_net_sig *sig, void **req);
   hc_result_t (*irecv)(void *conn, void *buf, size_t n, const struct hc_net_sig *sig, void **req);
   /* Makes progress; done = 1 frees req. A peer that closed is HC_ERR_REMOTE

@@ -216,6 +216,62 @@ out:
   free(b);
 }
 
+/* A small send on a connection with no send queued and room in the ring
+ * completes within isend and returns no request (net.h); behind a queued
+ * send, or with the ring full, it gets one. Rank 1 receives only after
+ * rank 0 has posted everything, and checks every message and the order. */
+static void body_inline_now(struct nc_end *e) {
+  enum { NBURST = HC_SHM_NDESC + 6 };
+  const size_t big = MIB;
+  uint8_t *a = malloc(big);
+  uint64_t x[NBURST + 1], y[NBURST + 1];
+  void *reqs[NBURST + 2] = {NULL};
+  hc_result_t r = HC_OK;
+  if (!CHECK(a, "out of memory")) goto out;
+  memset(a, e->me ? 0 : 0x77, big);
+  for (int i = 0; i <= NBURST; i++) x[i] = 1000 + (uint64_t)i, y[i] = 0;
+  if (e->me == 0) {
+    const struct hc_shm_conn *c = e->conn;
+    e->ops->choose_pulls(e->ctx, HC_NET_PULLS_NONE); /* a through slots: queued until rank 1 drains them */
+    r = e->ops->isend(e->conn, a, big, NULL, &reqs[0]);
+    if (r == HC_OK) r = e->ops->isend(e->conn, &x[0], 8, NULL, &reqs[1]);
+    CHECK(r != HC_OK || (reqs[0] != NULL && reqs[1] != NULL), "a small send behind a queued one has no request");
+    if (r == HC_OK) r = nc_complete(e, reqs, 2);
+    CHECK(e->link->sync(e->link->arg, e->me), "sync: rank 1 has both");
+    const uint64_t inline_before = c->nsent[HC_SHM_INLINE];
+    int no_request = 0;
+    for (int i = 1; i <= NBURST && r == HC_OK; i++) {
+      r = e->ops->isend(e->conn, &x[i], 8, NULL, &reqs[1 + i]);
+      no_request += r == HC_OK && reqs[1 + i] == NULL;
+    }
+    /* Rank 1 has consumed a and x[0]: the ring has room for all its
+     * descriptors, and the burst is longer. */
+    CHECK(r != HC_OK || no_request == HC_SHM_NDESC, "%d of %d sends into a free ring of %d completed at once",
+          no_request, NBURST, HC_SHM_NDESC);
+    CHECK(r != HC_OK || c->nsent[HC_SHM_INLINE] - inline_before == (uint64_t)no_request,
+          "inline sends counted: %llu, want %d", (unsigned long long)(c->nsent[HC_SHM_INLINE] - inline_before),
+          no_request);
+    e->ops->choose_pulls(e->ctx, HC_NET_PULLS_DEFAULT);
+    CHECK(e->link->sync(e->link->arg, e->me), "sync: the burst is posted");
+    if (r == HC_OK) r = nc_complete(e, &reqs[2], NBURST);
+  } else {
+    r = e->ops->irecv(e->conn, a, big, NULL, &reqs[0]);
+    if (r == HC_OK) r = e->ops->irecv(e->conn, &y[0], 8, NULL, &reqs[1]);
+    if (r == HC_OK) r = nc_complete(e, reqs, 2);
+    CHECK(e->link->sync(e->link->arg, e->me), "sync: rank 1 has both");
+    CHECK(e->link->sync(e->link->arg, e->me), "sync: the burst is posted");
+    for (int i = 1; i <= NBURST && r == HC_OK; i++) r = e->ops->irecv(e->conn, &y[i], 8, NULL, &reqs[1 + i]);
+    if (r == HC_OK) r = nc_complete(e, &reqs[2], NBURST);
+    CHECK(r != HC_OK || (a[0] == 0x77 && a[big - 1] == 0x77), "the queued large send's bytes are wrong");
+    for (int i = 0; i <= NBURST && r == HC_OK; i++)
+      CHECK(y[i] == 1000 + (uint64_t)i, "message %d: %llu, want %llu", i, (unsigned long long)y[i],
+            (unsigned long long)(1000 + i));
+  }
+  CHECK(r == HC_OK, "inline sends: %s", hc_last_error());
+out:
+  free(a);
+}
+
 /* Rank 0's sends complete once their bytes are in its slots, and it closes
  * at once; rank 1 posts its receives only after that and must still get
  * every byte: the slots a closed sender filled take many progress passes
@@ -406,6 +462,10 @@ int main(int argc, char **argv) {
   expect_kind = -1;
   failed += run_as("mismatch_slots", "mismatch_counts_large", NC_PROCESSES);
   failed += run_as("kill_slots", "peer_killed", NC_PROCESSES);
+  if (wanted("inline_now")) {
+    const struct nc_case c = {.name = "inline_now", .body = body_inline_now};
+    failed += !nc_run_pair(&shm, &c, NC_PROCESSES);
+  }
   if (wanted("closed_after_send")) {
     const struct nc_case c = {.name = "closed_after_send", .body = body_closed_after_send};
     failed += !nc_run_pair(&shm, &c, NC_PROCESSES);
