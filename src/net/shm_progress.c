@@ -94,8 +94,6 @@ bool hc_net_shm_conn_busy(const struct hc_shm_conn *c) { return c->n_incomplete 
 
 static size_t part_bytes(const struct hc_shm_conn *c, size_t n, size_t off) { return HC_MIN(c->slot_bytes, n - off); }
 
-/* Posts descriptors and writes slot parts for sends in order; completes
- * pulled sends the receiver has acked. */
 /* The descriptor the next send fills, or NULL while the ring is full. */
 static struct hc_shm_desc *desc_free(struct hc_shm_conn *c) {
   if (c->tx_head - c->tx_tail >= c->ndesc) {
@@ -105,6 +103,8 @@ static struct hc_shm_desc *desc_free(struct hc_shm_conn *c) {
   return desc_at(c->tx_desc, c, c->tx_head);
 }
 
+/* Posts descriptors and writes slot parts for sends in order; completes
+ * pulled sends the receiver has acked. */
 static void send_progress(struct hc_shm_conn *c, bool *published) {
   size_t budget = c->ctx->pass_bytes;
   struct hc_shm_req *q;
