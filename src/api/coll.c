@@ -131,6 +131,10 @@ static void calls_leave(struct hetcclComm *comm) {
   atomic_store_explicit(&comm->active_calls, n - 1, memory_order_release);
 }
 
+/* A comm whose calls the calling thread runs itself on the host engine
+ * (not a vendor's pass-through, not a GPU comm's proxy). */
+static bool runs_on_host(const struct hetcclComm *comm) { return !comm->proxy && !comm->vendor_comm; }
+
 /* A pass-through comm's calls of this group, in one vendor group. */
 static hc_result_t group_submit_vendor(struct hetcclComm *comm) {
   HC_TRY(hc_vendor_group_start(comm->vendor, comm->vendor_comm));
@@ -318,13 +322,12 @@ static hc_result_t group_run(void) {
   int njobs = 0;
   if (group_ncalls == 0) return HC_OK;
   struct hetcclComm *const first_comm = group_calls[0].comm;
-  if (group_ncalls == 1 && !first_comm->proxy && !first_comm->vendor_comm)
-    return host_call_run(first_comm, &group_calls[0].args);
+  if (group_ncalls == 1 && runs_on_host(first_comm)) return host_call_run(first_comm, &group_calls[0].args);
   mark_staged_sends();
   if (group_ncalls > 1) HC_TRY_GOTO(hc_calloc(&jobs, (size_t)group_ncalls, sizeof(*jobs), "group jobs"), r, out);
   for (int i = 0; i < group_ncalls; i++) {
     struct hetcclComm *comm = group_calls[i].comm;
-    if (comm->proxy || comm->vendor_comm) {
+    if (!runs_on_host(comm)) {
       bool first = true;
       for (int k = 0; k < i && first; k++) first = group_calls[k].comm != comm;
       if (first) HC_TRY_GOTO(comm->vendor_comm ? group_submit_vendor(comm) : group_submit_gpu(comm), r, out);
@@ -378,7 +381,7 @@ hc_result_t hc_coll_enqueue(struct hetcclComm *comm, struct hc_coll_args *a, hc_
   if (async != HC_OK)
     return HC_FAIL(async, "%s: the communicator failed earlier and must be destroyed: %s", fn, comm->async_error_text);
   if (atomic_load(&comm->abort_flag)) return HC_FAIL(HC_ERR_USAGE, "%s: the communicator was aborted", fn);
-  if (group_depth == 0 && !comm->proxy && !comm->vendor_comm) {
+  if (group_depth == 0 && runs_on_host(comm)) {
     a->seq = call_seq_take(comm, a->coll);
     return host_call_run(comm, a);
   }

@@ -103,6 +103,21 @@ static struct hc_shm_desc *desc_free(struct hc_shm_conn *c) {
   return desc_at(c->tx_desc, c, c->tx_head);
 }
 
+/* Fills d's header (and an inline message's payload) and hands it to the
+ * receiver, numbered; a pulled message's address fields are filled
+ * before. */
+static uint64_t desc_post(struct hc_shm_conn *c, struct hc_shm_desc *d, enum hc_shm_kind kind, const void *buf,
+                          size_t n, const struct hc_net_sig *sig) {
+  d->len = n;
+  d->kind = kind;
+  d->sig = *sig;
+  if (kind == HC_SHM_INLINE && n > 0) memcpy(hc_shm_inline_payload(d), buf, n);
+  const uint64_t seq = c->tx_head++;
+  publish_desc(c, d, seq);
+  c->nsent[kind]++;
+  return seq;
+}
+
 /* Posts descriptors and writes slot parts for sends in order; completes
  * pulled sends the receiver has acked. */
 static void send_progress(struct hc_shm_conn *c, bool *published) {
@@ -112,10 +127,6 @@ static void send_progress(struct hc_shm_conn *c, bool *published) {
     if (!q->posted) {
       struct hc_shm_desc *d = desc_free(c);
       if (d == NULL) break;
-      d->len = q->n;
-      d->kind = q->kind;
-      d->sig = q->sig;
-      if (q->kind == HC_SHM_INLINE && q->n > 0) memcpy(hc_shm_inline_payload(d), q->buf, q->n);
       if (q->kind == HC_SHM_CMA) d->u.cma_addr = (uint64_t)(uintptr_t)q->buf;
       if (q->kind == HC_SHM_REG) {
         d->u.reg.fd = q->reg.fd;
@@ -123,11 +134,9 @@ static void send_progress(struct hc_shm_conn *c, bool *published) {
         d->u.reg.bytes = q->reg.seg_bytes;
         d->u.reg.off = q->reg.off;
       }
-      q->seq = c->tx_head++;
+      q->seq = desc_post(c, d, q->kind, q->buf, q->n, &q->sig);
       q->posted = true;
-      publish_desc(c, d, q->seq);
       *published = true;
-      c->nsent[q->kind]++;
       if (q->kind == HC_SHM_INLINE) req_complete(c, q);
       if (q->kind == HC_SHM_CMA || q->kind == HC_SHM_REG) c->n_unacked++;
     }
@@ -375,12 +384,8 @@ static bool send_inline_now(struct hc_shm_conn *c, const void *buf, size_t n, co
   if (n > c->inline_bytes || c->send_cur != NULL) return false;
   struct hc_shm_desc *d = desc_free(c);
   if (d == NULL) return false;
-  d->len = n;
-  d->kind = HC_SHM_INLINE;
-  d->sig = sig != NULL ? *sig : (struct hc_net_sig){{0, 0}};
-  if (n > 0) memcpy(hc_shm_inline_payload(d), buf, n);
-  publish_desc(c, d, c->tx_head++);
-  c->nsent[HC_SHM_INLINE]++;
+  const struct hc_net_sig none = {{0, 0}};
+  desc_post(c, d, HC_SHM_INLINE, buf, n, sig != NULL ? sig : &none);
   hc_net_shm_notify(c);
   return true;
 }
