@@ -622,8 +622,72 @@ static hc_result_t run_timed_out(struct job_state *const *each, int njobs) {
  * on the stack. */
 #define RUN_STACK_JOBS 4
 
+/* The one transfer of a plan that moves nothing else: one send or receive
+ * with another rank, and copies, reductions or scalings, no step waiting
+ * for another. That is a 2-rank broadcast's root (its send and, out of
+ * place, the copy of its input to its output) and other rank, a lone send
+ * or receive. -1 for any other plan. */
+static int lone_transfer(const struct hc_exec_job *job) {
+  const struct hc_plan *p = job->plan;
+  int t = -1;
+  if (p->mem != HC_MEM_HOST) return -1;
+  for (int i = 0; i < p->nsteps; i++) {
+    const struct hc_step *s = &p->steps[i];
+    for (int d = 0; d < HC_STEP_MAX_DEPS; d++)
+      if (s->deps[d] != 0) return -1;
+    if (is_transfer(s)) {
+      if (t >= 0) return -1;
+      t = i;
+    } else if (s->kind != HC_STEP_COPY && s->kind != HC_STEP_REDUCE && s->kind != HC_STEP_SCALE) {
+      return -1;
+    }
+  }
+  if (t < 0 || p->steps[t].peer == job->links->rank || job->links->peer[p->steps[t].peer].conn == NULL) return -1;
+  return t;
+}
+
+/* Posts a lone transfer and tests it once. Most small ones are then done
+ * (shm sends a small message within isend, net.h, and its receive finds
+ * a message already there), and so is the run, with the local steps run
+ * here: it needs none of its tables. For the root of a back-to-back 2-rank
+ * broadcast, the tables' rewind, passes and bookkeeping made a third of
+ * the stores of its call, and each store after the post waits for the
+ * line the receiver polls (docs/perf.md). *posted: the request still in
+ * flight (NULL: the run is done). */
+static hc_result_t lone_transfer_try(struct hc_exec_job *job, int t, void **posted) {
+  const struct hc_plan *p = job->plan;
+  const struct hc_step *s = &p->steps[t];
+  const struct hc_link *l = &job->links->peer[s->peer];
+  const struct hc_net_sig *sig = s->call < p->nsigs ? &p->sigs[s->call] : &no_sig;
+  int done = 1; /* no request: done when posted (net.h) */
+  hc_blame(-1);
+  if (s->kind == HC_STEP_SEND) HC_TRY(hc_link_isend(l, s->src0, s->count, sig, posted));
+  else HC_TRY(hc_link_irecv(l, s->dst, s->count, sig, posted));
+  if (*posted != NULL) HC_TRY(hc_link_test(l, *posted, &done));
+  if (!done) return HC_OK;
+  *posted = NULL;
+  for (int i = 0; i < p->nsteps; i++)
+    if (i != t) HC_TRY(hc_exec_local_step(&hc_dev_host, &p->steps[i], NULL));
+  return HC_OK;
+}
+
+static hc_result_t run_blocking(struct hc_exec_job *jobs, int njobs, int posted_step, void *posted);
+
 hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs) {
   if (njobs == 0) return HC_OK; /* a group of GPU calls only: the engine runs their transfers */
+  jobs[0].links->waits.runs++;
+  const int lone = njobs == 1 ? lone_transfer(jobs) : -1;
+  void *posted = NULL;
+  if (lone >= 0) {
+    HC_TRY(lone_transfer_try(jobs, lone, &posted));
+    if (posted == NULL) return HC_OK;
+  }
+  return run_blocking(jobs, njobs, lone, posted);
+}
+
+/* posted: the request of step posted_step, a lone transfer posted above,
+ * or NULL. */
+static hc_result_t run_blocking(struct hc_exec_job *jobs, int njobs, int posted_step, void *posted) {
   struct job_state stack_states[RUN_STACK_JOBS], *stack_each[RUN_STACK_JOBS];
   struct job_state *states = stack_states, **each = stack_each;
   if (njobs > RUN_STACK_JOBS) {
@@ -639,11 +703,14 @@ hc_result_t hc_exec_run_blocking(struct hc_exec_job *jobs, int njobs) {
   int built = 0;
   hc_blame(-1);
   for (; built < njobs; built++) HC_TRY_GOTO(job_state_get(&jobs[built], &states[built], &each[built]), r, out);
+  if (posted != NULL) { /* the plan's one queue, at its one transfer */
+    each[0]->req[posted_step] = posted;
+    each[0]->q_head[0]++;
+  }
 
   /* Set up at the first pass that moves nothing: most small calls never
    * wait. */
   struct wait_state wait = {.links = jobs[0].links};
-  wait.links->waits.runs++;
   uint64_t next_look_ns = 0;                      /* stall probes */
   uint64_t deadline_ns = 0, next_window_look = 0; /* from the first pass that moved nothing */
   for (;;) {
