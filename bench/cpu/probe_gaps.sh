@@ -5,6 +5,7 @@
 # root after a build (BUILD_DIR, default build-gpu):
 #  1. the 2-rank broadcast at 8 B - 2K, in place against out of place,
 #     three runs of many calls (in place was slower from 128 B in the sweep);
+#     then the broadcast of 2 and 4 ranks at 8 B - 2K against Open MPI;
 #  2. the 16-rank all-reduce at 128K - 2M: the timed pull-or-copy choice
 #     against pulls only and copies only (HETCCL_SHM_CMA_TUNE=0, HETCCL_SHM_CMA=0),
 #     and the ring against the direct algorithm, and the choice each rank made.
