@@ -265,7 +265,7 @@ static bool plan_cache_hit(struct hetcclComm *comm, const struct hc_coll_args *a
     comm->plan_call.sendbuf = a->sendbuf;
     comm->plan_call.recvbuf = a->recvbuf;
   }
-  if (comm->plan.nsigs == 1) comm->plan.sigs[0] = hc_plan_sig(a, comm->plan_ctx.rank);
+  if (comm->plan.nsigs == 1) hc_plan_sig_renumber(&comm->plan.sigs[0], a->seq);
   return true;
 }
 

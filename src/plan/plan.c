@@ -284,6 +284,11 @@ struct hc_net_sig hc_plan_sig(const struct hc_coll_args *a, int rank) {
   return sig;
 }
 
+void hc_plan_sig_renumber(struct hc_net_sig *sig, uint32_t seq) {
+  if (sig->w[1] != 0) /* no signature (HETCCL_SIGNATURES=0) stays none */
+    sig->w[1] = (sig->w[1] & 0xffffffffu) | (uint64_t)seq << 32;
+}
+
 /* One side's call, as the user made it: p2p from the point of view of me,
  * which is one end of the pair (me and other). */
 static void sig_describe(char *buf, size_t len, const struct hc_net_sig *sig, int me, int other) {

@@ -68,6 +68,9 @@ struct hc_coll_args {
  * collective, count, datatype, op, root and seq, in 16 bytes. Both ends of
  * a send/recv pair carry the same one (kind SEND, root = the sender). */
 struct hc_net_sig hc_plan_sig(const struct hc_coll_args *a, int rank);
+/* sig, of an earlier call of the same shape, becomes that of the call
+ * numbered seq: what a kept plan's transfers carry when it runs again. */
+void hc_plan_sig_renumber(struct hc_net_sig *sig, uint32_t seq);
 /* Reads HETCCL_SIGNATURES (0: hc_plan_sig returns no signature). */
 void hc_plan_sig_configure(void);
 /* hc_net_sig_explain_fn: "rank 1 called Broadcast(root 0, 1000 float) #4,

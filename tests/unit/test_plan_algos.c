@@ -336,6 +336,39 @@ static void check_ring_chunks(struct hc_scratch_pool *pool) {
   tu_set_case("%s", "");
 }
 
+/* A kept plan's signature renumbered for a later call of the same shape
+ * must be the one that call plans afresh (the peer whose cache missed
+ * compares them), for every part of it that a call sets; no signature
+ * stays none. */
+static void check_sig_renumber(void) {
+  static const struct hc_coll_args calls[] = {
+      {.coll = HC_COLL_ALLREDUCE, .count = 1000, .dtype = HC_FLOAT32, .op = HC_MAX},
+      {.coll = HC_COLL_BROADCAST, .count = 7, .dtype = HC_INT8, .root = 3},
+      {.coll = HC_COLL_SEND, .count = 1, .dtype = HC_FLOAT64, .root = 2},
+      {.coll = HC_COLL_RECV, .count = 1, .dtype = HC_FLOAT64, .root = 2},
+  };
+  static const uint32_t seqs[][2] = {{0, 1}, {5, 4}, {7, 0xffffffffu}, {0xffffffffu, 0}};
+  for (size_t i = 0; i < HC_ARRAY_LEN(calls); i++)
+    for (size_t k = 0; k < HC_ARRAY_LEN(seqs); k++) {
+      tu_set_case("signature of %s, seq %u renumbered to %u", hc_coll_name(calls[i].coll), seqs[k][0], seqs[k][1]);
+      struct hc_coll_args earlier = calls[i], later = calls[i];
+      earlier.seq = seqs[k][0];
+      later.seq = seqs[k][1];
+      struct hc_net_sig sig = hc_plan_sig(&earlier, 1);
+      const struct hc_net_sig want = hc_plan_sig(&later, 1);
+      hc_plan_sig_renumber(&sig, later.seq);
+      CHECK(hc_net_sig_equal(&sig, &want), "got %016llx %016llx, planned afresh %016llx %016llx",
+            (unsigned long long)sig.w[0], (unsigned long long)sig.w[1], (unsigned long long)want.w[0],
+            (unsigned long long)want.w[1]);
+    }
+  tu_set_case("no signature renumbered");
+  struct hc_net_sig none = {{0, 0}};
+  hc_plan_sig_renumber(&none, 9);
+  CHECK(none.w[0] == 0 && none.w[1] == 0, "no signature became %016llx %016llx", (unsigned long long)none.w[0],
+        (unsigned long long)none.w[1]);
+  tu_set_case("%s", "");
+}
+
 int main(int argc, char **argv) {
   tu_init(argc, argv);
   if (argc < 2) {
@@ -355,6 +388,7 @@ int main(int argc, char **argv) {
   }
   check_info_refuses(argv[1]);
   check_ring_chunks(pool);
+  check_sig_renumber();
   hc_scratch_pool_destroy(pool);
   return tu_finish("test_plan_algos");
 }
