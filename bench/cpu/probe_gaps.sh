@@ -2,7 +2,8 @@
 # bench/cpu/probe_gaps.sh: the cells of the 16-core sweep that stay below
 # Open MPI (docs/perf.md, "16 cores, 5 Dec 2026 (night)"), each probed
 # with the knobs it may depend on. Run on the GPU machine from the repo
-# root after a build (BUILD_DIR, default build-gpu):
+# root after a build (BUILD_DIR, default build-gpu; BASE_BUILD_DIR: another
+# build that part 1 alternates with):
 #  1. the 2-rank broadcast at 8 B - 2K, in place against out of place,
 #     three runs of many calls (in place was slower from 128 B in the sweep);
 #     then the broadcast of 2 and 4 ranks at 8 B - 2K against Open MPI;
@@ -12,12 +13,14 @@
 set -uo pipefail
 b=${BUILD_DIR:-build-gpu}
 run=$b/tools/hetccl-run perf=$b/tools/hetccl-perf
-echo "== 1. broadcast, 2 ranks: us per call, out of place / in place"
+echo "== 1. broadcast, 2 ranks: us per call, out of place / in place${BASE_BUILD_DIR:+ (and the build in $BASE_BUILD_DIR, alternating)}"
 for pass in 1 2 3; do
   for iters in 1000 20000; do
-    echo "-- pass $pass, $iters calls per size, warm-up 6"
-    $run -n 2 --bind core $perf broadcast -b 8 -e 2K -f 4 -n $iters -w 6 -c 0 2>/dev/null |
-      awk '$2 ~ /^[0-9]+$/ { printf "%8s B  %6s / %6s\n", $2, $7, $11 }'
+    for d in $b ${BASE_BUILD_DIR:-}; do
+      echo "-- pass $pass, $iters calls per size, warm-up 6, $d"
+      $d/tools/hetccl-run -n 2 --bind core $d/tools/hetccl-perf broadcast -b 8 -e 2K -f 4 -n $iters -w 6 -c 0 2>/dev/null |
+        awk '$2 ~ /^[0-9]+$/ { printf "%8s B  %6s / %6s\n", $2, $7, $11 }'
+    done
   done
 done
 echo "== 1b. broadcast, 2 and 4 ranks, against Open MPI"
