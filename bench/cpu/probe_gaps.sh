@@ -3,7 +3,7 @@
 # Open MPI (docs/perf.md, "16 cores, 5 Dec 2026 (night)"), each probed
 # with the knobs it may depend on. Run on the GPU machine from the repo
 # root after a build (BUILD_DIR, default build-gpu; BASE_BUILD_DIR: another
-# build that part 1 alternates with):
+# build that part 1b alternates with):
 #  1. the broadcast of 2 and 4 ranks at 8 B - 2K against Open MPI; then
 #     the 2-rank one in place against out of place, three runs of
 #     ITERS_LIST calls per size (default 1000 20000; in place was slower
