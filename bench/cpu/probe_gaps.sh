@@ -10,7 +10,8 @@
 #     from 128 B in the sweep);
 #  2. the 16-rank all-reduce at 128K - 2M: the timed pull-or-copy choice
 #     against pulls only and copies only (HETCCL_SHM_CMA_TUNE=0, HETCCL_SHM_CMA=0),
-#     and the ring against the direct algorithm, and the choice each rank made.
+#     the ring against the direct algorithm, pulls from 16 KiB (the direct
+#     algorithm's pieces are 32 KiB there), and the choice each rank made.
 set -uo pipefail
 b=${BUILD_DIR:-build-gpu}
 run=$b/tools/hetccl-run perf=$b/tools/hetccl-perf
@@ -30,7 +31,7 @@ done
 echo "== 2. all_reduce, 16 ranks, 128K - 2M"
 for pass in 1 2; do
   BUILD_DIR=$b NS=16 COLLS=all_reduce SIZES_MIN=128K SIZES_MAX=2M ITERS=200 WARMUP=20 bench/cpu/knobs.sh \
-    - HETCCL_SHM_CMA_TUNE=0 HETCCL_SHM_CMA=0 HETCCL_ALGO=allreduce:ring
+    - HETCCL_SHM_CMA_TUNE=0 HETCCL_SHM_CMA=0 HETCCL_ALGO=allreduce:ring HETCCL_SHM_CMA_MIN_BYTES=16K
 done
 echo "-- the choices of rank 0 and rank 15 (HETCCL_DEBUG=INFO)"
 HETCCL_DEBUG=INFO HETCCL_DEBUG_SUBSYS=API $run -n 16 --bind core $perf all_reduce -b 128K -e 2M -f 4 -n 200 -w 20 -c 0 2>&1 |
