@@ -11,7 +11,8 @@
 #  2. the 16-rank all-reduce at 128K - 2M: the timed pull-or-copy choice
 #     against pulls only and copies only (HETCCL_SHM_CMA_TUNE=0, HETCCL_SHM_CMA=0),
 #     the ring against the direct algorithm, pulls from 16 KiB (the direct
-#     algorithm's pieces are 32 KiB there), and the choice each rank made.
+#     algorithm's pieces are 32 KiB there), KNOB_PASSES passes (default 2),
+#     and the choice each rank made.
 set -uo pipefail
 b=${BUILD_DIR:-build-gpu}
 run=$b/tools/hetccl-run perf=$b/tools/hetccl-perf
@@ -29,7 +30,7 @@ for pass in 1 2 3; do
   done
 done
 echo "== 2. all_reduce, 16 ranks, 128K - 2M"
-for pass in 1 2; do
+for pass in $(seq ${KNOB_PASSES:-2}); do
   BUILD_DIR=$b NS=16 COLLS=all_reduce SIZES_MIN=128K SIZES_MAX=2M ITERS=200 WARMUP=20 bench/cpu/knobs.sh \
     - HETCCL_SHM_CMA_TUNE=0 HETCCL_SHM_CMA=0 HETCCL_ALGO=allreduce:ring HETCCL_SHM_CMA_MIN_BYTES=16K
 done
