@@ -19,7 +19,7 @@
 struct group_call {
   struct hetcclComm *comm;
   struct hc_coll_args args;
-  size_t *v_arrays; /* alltoallv: our copy of the four arrays */
+  struct hc_alltoallv_kept *v_kept; /* alltoallv: our copy of the four arrays */
   hc_stream_t stream;
 };
 
@@ -31,7 +31,7 @@ static _Thread_local int group_ncalls, group_cap;
 static _Thread_local struct group_call group_first;
 
 static void group_clear(void) {
-  for (int i = 0; i < group_ncalls; i++) free(group_calls[i].v_arrays);
+  for (int i = 0; i < group_ncalls; i++) free(group_calls[i].v_kept);
   if (group_calls != &group_first) free(group_calls);
   group_calls = NULL;
   group_ncalls = group_cap = 0;
@@ -66,11 +66,8 @@ static hc_result_t group_record(struct hetcclComm *comm, const struct hc_coll_ar
   *c = (struct group_call){.comm = comm, .args = *a, .stream = stream};
   /* Numbered when made, so a group's calls keep the order of the calls. */
   c->args.seq = call_seq_take(comm, a->coll);
-  if (a->coll == HC_COLL_ALLTOALLV) {
-    /* The caller may reuse its arrays before GroupEnd. */
-    HC_TRY(hc_calloc(&c->v_arrays, 4 * (size_t)comm->nranks, sizeof(size_t), "alltoallv counts"));
-    hc_coll_args_keep_counts(&c->args, comm->nranks, c->v_arrays);
-  }
+  /* The caller may reuse its arrays before GroupEnd. */
+  if (a->coll == HC_COLL_ALLTOALLV) HC_TRY(hc_coll_args_keep_counts(&c->args, comm->nranks, &c->v_kept));
   group_ncalls++;
   return HC_OK;
 }
@@ -106,10 +103,10 @@ static hc_result_t vendor_call(struct hetcclComm *comm, const struct hc_coll_arg
                                    .dtype = (int)a->dtype,
                                    .op = (int)a->op,
                                    .root = a->root,
-                                   .sendcounts = a->sendcounts,
-                                   .sdispls = a->sdispls,
-                                   .recvcounts = a->recvcounts,
-                                   .rdispls = a->rdispls,
+                                   .sendcounts = a->v ? a->v->sendcounts : NULL,
+                                   .sdispls = a->v ? a->v->sdispls : NULL,
+                                   .recvcounts = a->v ? a->v->recvcounts : NULL,
+                                   .rdispls = a->v ? a->v->rdispls : NULL,
                                    .premul_factor = a->op == HC_PREMULSUM ? a->premul_factor : NULL};
   return hc_vendor_run(comm->vendor, comm->vendor_comm, comm->rank, comm->nranks, &c, st);
 }
@@ -529,17 +526,18 @@ static hc_result_t check_buf_rule(const struct hetcclComm *comm, const struct hc
 static hc_result_t check_v_arrays(const struct hetcclComm *comm, const struct hc_coll_args *a, bool *send_any,
                                   bool *recv_any) {
   const char *fn = hc_coll_name(a->coll);
-  if (!a->sendcounts || !a->sdispls || !a->recvcounts || !a->rdispls)
+  const struct hc_alltoallv_args *v = a->v;
+  if (!v->sendcounts || !v->sdispls || !v->recvcounts || !v->rdispls)
     return HC_FAIL(HC_ERR_ARG, "%s: a count or displacement array is NULL", fn);
   for (int i = 0; i < comm->nranks; i++) {
-    HC_TRY(check_size(a->sendcounts[i], (hetcclDataType_t)a->dtype, 1, fn));
-    HC_TRY(check_size(a->recvcounts[i], (hetcclDataType_t)a->dtype, 1, fn));
-    *send_any |= a->sendcounts[i] != 0;
-    *recv_any |= a->recvcounts[i] != 0;
+    HC_TRY(check_size(v->sendcounts[i], (hetcclDataType_t)a->dtype, 1, fn));
+    HC_TRY(check_size(v->recvcounts[i], (hetcclDataType_t)a->dtype, 1, fn));
+    *send_any |= v->sendcounts[i] != 0;
+    *recv_any |= v->recvcounts[i] != 0;
   }
-  if (a->sendcounts[comm->rank] != a->recvcounts[comm->rank])
+  if (v->sendcounts[comm->rank] != v->recvcounts[comm->rank])
     return HC_FAIL(HC_ERR_ARG, "%s: rank %d sends %zu elements to itself but expects %zu", fn, comm->rank,
-                   a->sendcounts[comm->rank], a->recvcounts[comm->rank]);
+                   v->sendcounts[comm->rank], v->recvcounts[comm->rank]);
   return HC_OK;
 }
 
@@ -610,14 +608,10 @@ HC_EXPORT hetcclResult_t hetcclReduce(const void *sendbuff, void *recvbuff, size
 HC_EXPORT hetcclResult_t hetcclAlltoAllv(const void *sendbuff, const size_t sendcounts[], const size_t sdispls[],
                                          void *recvbuff, const size_t recvcounts[], const size_t rdispls[],
                                          hetcclDataType_t datatype, hetcclComm_t comm, hetcclStream_t stream) {
-  struct hc_coll_args a = {.coll = HC_COLL_ALLTOALLV,
-                           .sendbuf = sendbuff,
-                           .recvbuf = recvbuff,
-                           .dtype = (enum hc_dtype)datatype,
-                           .sendcounts = sendcounts,
-                           .sdispls = sdispls,
-                           .recvcounts = recvcounts,
-                           .rdispls = rdispls};
+  const struct hc_alltoallv_args v = {
+      .sendcounts = sendcounts, .sdispls = sdispls, .recvcounts = recvcounts, .rdispls = rdispls};
+  struct hc_coll_args a = {
+      .coll = HC_COLL_ALLTOALLV, .sendbuf = sendbuff, .recvbuf = recvbuff, .dtype = (enum hc_dtype)datatype, .v = &v};
   return coll_call(comm, &a, NO_OP, stream);
 }
 HC_EXPORT hetcclResult_t hetcclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,

@@ -62,10 +62,10 @@ hc_result_t hc_p2p_alltoallv(struct hc_plan *p, const struct hc_plan_ctx *x, con
   const int n = x->nranks, r = x->rank;
   const size_t es = hc_dtype_size(a->dtype);
   const bool equal = a->coll == HC_COLL_ALLTOALL;
-#define SCOUNT(i) (equal ? a->count : a->sendcounts[i])
-#define SDISPL(i) (equal ? a->count * (size_t)(i) : a->sdispls[i])
-#define RCOUNT(i) (equal ? a->count : a->recvcounts[i])
-#define RDISPL(i) (equal ? a->count * (size_t)(i) : a->rdispls[i])
+#define SCOUNT(i) (equal ? a->count : a->v->sendcounts[i])
+#define SDISPL(i) (equal ? a->count * (size_t)(i) : a->v->sdispls[i])
+#define RCOUNT(i) (equal ? a->count : a->v->recvcounts[i])
+#define RDISPL(i) (equal ? a->count * (size_t)(i) : a->v->rdispls[i])
   size_t send_span = 0, recv_span = 0;
   for (int i = 0; i < n; i++) {
     send_span = HC_MAX(send_span, (SDISPL(i) + SCOUNT(i)) * es);

@@ -228,11 +228,17 @@ void hc_plan_reset(struct hc_plan *p) {
   *p = (struct hc_plan){.pool = p->pool, .dev_pool = p->dev_pool};
 }
 
-void hc_coll_args_keep_counts(struct hc_coll_args *a, int nranks, size_t *store) {
+hc_result_t hc_coll_args_keep_counts(struct hc_coll_args *a, int nranks, struct hc_alltoallv_kept **kept) {
   const size_t n = (size_t)nranks;
-  const size_t *src[4] = {a->sendcounts, a->sdispls, a->recvcounts, a->rdispls};
-  for (int k = 0; k < 4; k++) memcpy(store + (size_t)k * n, src[k], n * sizeof(size_t));
-  a->sendcounts = store, a->sdispls = store + n, a->recvcounts = store + 2 * n, a->rdispls = store + 3 * n;
+  struct hc_alltoallv_kept *k = malloc(sizeof(*k) + 4 * n * sizeof(size_t));
+  *kept = k;
+  if (k == NULL) return HC_FAIL(HC_ERR_SYSTEM, "out of host memory for the alltoallv counts of %d ranks", nranks);
+  const size_t *src[4] = {a->v->sendcounts, a->v->sdispls, a->v->recvcounts, a->v->rdispls};
+  for (int i = 0; i < 4; i++) memcpy(k->arrays + (size_t)i * n, src[i], n * sizeof(size_t));
+  k->v = (struct hc_alltoallv_args){
+      .sendcounts = k->arrays, .sdispls = k->arrays + n, .recvcounts = k->arrays + 2 * n, .rdispls = k->arrays + 3 * n};
+  a->v = &k->v;
+  return HC_OK;
 }
 
 /* ---- the vendor's library inside groups ---- */

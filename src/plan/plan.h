@@ -45,24 +45,33 @@ const char *hc_algo_name(enum hc_algo a);
  * accepted. */
 hc_result_t hc_algo_parse(const char *s, enum hc_algo forced[HC_COLL_COUNT]);
 
+/* All-to-all-v's arrays, nranks each, in elements. */
+struct hc_alltoallv_args {
+  const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
+};
+
 /* One call, validated by api/. Counts are in elements. */
 struct hc_coll_args {
   enum hc_coll coll;
+  enum hc_dtype dtype;
+  enum hc_redop op; /* SUM, PROD, MAX, MIN, AVG or PREMULSUM */
+  int root;         /* broadcast, reduce, gather, scatter; the peer of send/recv */
   const void *sendbuf;
   void *recvbuf;
-  size_t count; /* per-rank count for allgather/reducescatter/alltoall/gather/scatter */
-  enum hc_dtype dtype;
-  enum hc_redop op;         /* SUM, PROD, MAX, MIN, AVG or PREMULSUM */
-  uint8_t premul_factor[8]; /* PREMULSUM: one element of dtype */
-  int root;                 /* broadcast, reduce, gather, scatter; the peer of send/recv */
-  const size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* alltoallv */
-  bool stage_send;                                           /* SEND: copy the data aside first (a receive of the same
-                      group overwrites the buffer: in-place send/recv) */
+  size_t count;                      /* per-rank count for allgather/reducescatter/alltoall/gather/scatter */
+  uint8_t premul_factor[8];          /* PREMULSUM: one element of dtype */
+  const struct hc_alltoallv_args *v; /* ALLTOALLV */
   /* Collectives made on the comm before this call (api/): a collective's
    * own number; send and receive carry the count they follow. Every rank
    * makes the same collectives in the same order, so the numbers agree. */
   uint32_t seq;
+  bool stage_send; /* SEND: copy the data aside first (a receive of the same group overwrites the buffer: in-place
+                      send/recv) */
 };
+/* Every call builds one: up to 64 bytes, compilers zero it in a few vector
+ * stores, above with rep stos (each store counts on the path of a small
+ * call, docs/perf.md). */
+_Static_assert(sizeof(struct hc_coll_args) <= 64, "hc_coll_args grew past 64 bytes");
 
 /* The signature of a's transfers on rank `rank` (net.h, hc_net_sig):
  * collective, count, datatype, op, root and seq, in 16 bytes. Both ends of
@@ -229,10 +238,16 @@ hc_ref_t hc_plan_join(struct hc_plan *p, hc_ref_t *refs, int n);
  * with p->cap < 0, when out of memory). */
 uint32_t hc_plan_sig_add(struct hc_plan *p, const struct hc_net_sig *sig);
 
-/* Copies an ALLTOALLV call's four count arrays (nranks each) into store
- * (4 * nranks) and points the call at the copies: the caller may reuse its
- * arrays once the call has returned. */
-void hc_coll_args_keep_counts(struct hc_coll_args *a, int nranks, size_t *store);
+/* An ALLTOALLV call's arrays, copied (hc_coll_args_keep_counts). */
+struct hc_alltoallv_kept {
+  struct hc_alltoallv_args v;
+  size_t arrays[]; /* 4 * nranks */
+};
+
+/* Copies an ALLTOALLV call's four arrays into a new hc_alltoallv_kept
+ * (*kept, the caller's to free) and points the call at the copies: the
+ * caller may reuse its arrays once the call has returned. */
+hc_result_t hc_coll_args_keep_counts(struct hc_coll_args *a, int nranks, struct hc_alltoallv_kept **kept);
 
 /* Appends the steps of one call to plan (a group appends several calls to
  * one plan). Allocates scratch as needed; hc_plan_reset frees everything. */

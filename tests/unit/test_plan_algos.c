@@ -166,6 +166,7 @@ static enum hc_algo planned(const struct shape *s, const struct comm_shape *cs, 
   const size_t count = bytes / 4;
   size_t counts[16], displs[16];
   for (int i = 0; i < n; i++) counts[i] = count, displs[i] = (size_t)i * count;
+  const struct hc_alltoallv_args v = {.sendcounts = counts, .sdispls = displs, .recvcounts = counts, .rdispls = displs};
   char *in = calloc((size_t)n, bytes), *out = calloc((size_t)n, bytes);
   struct hc_coll_args a = {.coll = coll,
                            .sendbuf = in,
@@ -174,10 +175,7 @@ static enum hc_algo planned(const struct shape *s, const struct comm_shape *cs, 
                            .dtype = HC_FLOAT32,
                            .op = HC_SUM,
                            .root = coll == HC_COLL_SEND || coll == HC_COLL_RECV ? (r + 1) % n : 0,
-                           .sendcounts = counts,
-                           .sdispls = displs,
-                           .recvcounts = counts,
-                           .rdispls = displs};
+                           .v = &v};
   struct hc_plan p = {.pool = pool};
   enum hc_algo algo = HC_ALGO_AUTO;
   if (in && out && CHECK_OK((hetcclResult_t)hc_plan_add(&p, &x, &a))) algo = p.algo;
