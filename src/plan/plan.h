@@ -68,9 +68,9 @@ struct hc_coll_args {
   bool stage_send; /* SEND: copy the data aside first (a receive of the same group overwrites the buffer: in-place
                       send/recv) */
 };
-/* Every call builds one: up to 64 bytes, compilers zero it in a few vector
- * stores, above with rep stos (each store counts on the path of a small
- * call, docs/perf.md). */
+/* Every call builds one. Up to 64 bytes, GCC -O2 on x86-64 zeroes it with
+ * four vector stores; at 96 it took a rep stos of 11 words, on the path of
+ * every small call, where each store counts (docs/perf.md). */
 _Static_assert(sizeof(struct hc_coll_args) <= 64, "hc_coll_args grew past 64 bytes");
 
 /* The signature of a's transfers on rank `rank` (net.h, hc_net_sig):
