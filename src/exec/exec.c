@@ -16,6 +16,19 @@ enum { DIR_SEND = 0, DIR_RECV = 1 };
 
 static const struct hc_net_sig no_sig;
 
+/* The signature of the call a transfer step belongs to. */
+static const struct hc_net_sig *step_sig(const struct hc_plan *p, const struct hc_step *s) {
+  return s->call < p->nsigs ? &p->sigs[s->call] : &no_sig;
+}
+
+/* Posts transfer step s over l. The signature travels with the bytes; the
+ * receiving transport checks it before it delivers any (net.h). */
+static hc_result_t transfer_post(const struct hc_link *l, const struct hc_plan *p, const struct hc_step *s,
+                                 void **req) {
+  if (s->kind == HC_STEP_SEND) return hc_link_isend(l, s->src0, s->count, step_sig(p, s), req);
+  return hc_link_irecv(l, s->dst, s->count, step_sig(p, s), req);
+}
+
 struct job_state {
   struct hc_exec_job *job;
   const struct hc_dev_ops *dev;
@@ -211,7 +224,7 @@ static hc_result_t window_sig_check(const struct job_state *st, const struct hc_
   const atomic_ullong *words = s->src1;
   const struct hc_net_sig got = {
       {atomic_load_explicit(&words[0], memory_order_relaxed), atomic_load_explicit(&words[1], memory_order_relaxed)}};
-  const struct hc_net_sig *want = s->call < p->nsigs ? &p->sigs[s->call] : &no_sig;
+  const struct hc_net_sig *want = step_sig(p, s);
   if (hc_net_sig_equal(&got, want)) return HC_OK;
   /* The sender may be a GPU rank whose calls have returned: its progress
    * engine learns it from the window (exec/engine.c). */
@@ -294,12 +307,7 @@ static hc_result_t job_progress(struct job_state *st, bool *moved) {
         if (l->conn == NULL) break;
         *moved = true;
       }
-      const struct hc_step *s = &p->steps[i];
-      /* The signature travels with the bytes; the receiving transport
-       * checks it before it delivers any (net.h). */
-      const struct hc_net_sig *sig = s->call < p->nsigs ? &p->sigs[s->call] : &no_sig;
-      if (st->q_dir[q] == DIR_SEND) HC_TRY(hc_link_isend(l, s->src0, s->count, sig, &st->req[i]));
-      else HC_TRY(hc_link_irecv(l, s->dst, s->count, sig, &st->req[i]));
+      HC_TRY(transfer_post(l, p, &p->steps[i], &st->req[i]));
       st->q_head[q]++;
       *moved = true;
     }
@@ -537,8 +545,8 @@ static hc_result_t stall_look(struct job_state *st) {
     const struct hc_link *l = &links->peer[peer];
     if (peer == me || st->q_dir[q] != DIR_RECV || st->q_tail[q] == st->q_head[q] || !hc_link_probes(l)) continue;
     const struct hc_step *s = &p->steps[st->q_items[st->q_tail[q]]];
-    const struct hc_net_sig mine = s->call < p->nsigs ? p->sigs[s->call] : no_sig;
-    hc_link_stall_publish(l, &mine);
+    const struct hc_net_sig *mine = step_sig(p, s);
+    hc_link_stall_publish(l, mine);
     st->probed = true;
     struct hc_net_sig theirs;
     uint64_t gen;
@@ -546,9 +554,9 @@ static hc_result_t stall_look(struct job_state *st) {
     const bool confirmed = st->probe_seen[peer] == gen + 1;
     st->probe_seen[peer] = gen + 1;
     if (hc_net_sig_equal(&theirs, &no_sig) || job_has_sig(p, &theirs) || !confirmed) continue;
-    hc_link_mismatch_found(l, &theirs, &mine);
+    hc_link_mismatch_found(l, &theirs, mine);
     st->peer_at = peer;
-    return hc_net_sig_fail(hc_plan_sig_explain, me, &mine, peer, &theirs, false);
+    return hc_net_sig_fail(hc_plan_sig_explain, me, mine, peer, &theirs, false);
   }
   return HC_OK;
 }
@@ -658,11 +666,9 @@ static hc_result_t lone_transfer_try(struct hc_exec_job *job, int t, void **post
   const struct hc_plan *p = job->plan;
   const struct hc_step *s = &p->steps[t];
   const struct hc_link *l = &job->links->peer[s->peer];
-  const struct hc_net_sig *sig = s->call < p->nsigs ? &p->sigs[s->call] : &no_sig;
   int done = 1; /* no request: done when posted (net.h) */
   hc_blame(-1);
-  if (s->kind == HC_STEP_SEND) HC_TRY(hc_link_isend(l, s->src0, s->count, sig, posted));
-  else HC_TRY(hc_link_irecv(l, s->dst, s->count, sig, posted));
+  HC_TRY(transfer_post(l, p, s, posted));
   if (*posted != NULL) HC_TRY(hc_link_test(l, *posted, &done));
   if (!done) return HC_OK;
   *posted = NULL;
