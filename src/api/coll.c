@@ -96,6 +96,8 @@ static void mark_staged_sends(void) {
 
 /* One call on a pass-through comm, as the vendor's own call. */
 static hc_result_t vendor_call(struct hetcclComm *comm, const struct hc_coll_args *a, hc_stream_t st) {
+  static const struct hc_alltoallv_args not_alltoallv; /* every array NULL */
+  const struct hc_alltoallv_args *v = a->v != NULL ? a->v : &not_alltoallv;
   const struct hc_vendor_call c = {.coll = a->coll,
                                    .sendbuf = a->sendbuf,
                                    .recvbuf = a->recvbuf,
@@ -103,10 +105,10 @@ static hc_result_t vendor_call(struct hetcclComm *comm, const struct hc_coll_arg
                                    .dtype = (int)a->dtype,
                                    .op = (int)a->op,
                                    .root = a->root,
-                                   .sendcounts = a->v ? a->v->sendcounts : NULL,
-                                   .sdispls = a->v ? a->v->sdispls : NULL,
-                                   .recvcounts = a->v ? a->v->recvcounts : NULL,
-                                   .rdispls = a->v ? a->v->rdispls : NULL,
+                                   .sendcounts = v->sendcounts,
+                                   .sdispls = v->sdispls,
+                                   .recvcounts = v->recvcounts,
+                                   .rdispls = v->rdispls,
                                    .premul_factor = a->op == HC_PREMULSUM ? a->premul_factor : NULL};
   return hc_vendor_run(comm->vendor, comm->vendor_comm, comm->rank, comm->nranks, &c, st);
 }
