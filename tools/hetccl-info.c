@@ -3,7 +3,7 @@
  *   hetccl-info            version, device backends (and why any is off), transports
  *   hetccl-info --params   every HETCCL_* variable as a Markdown table
  *                          (docs/params.md is this output; a test diffs them)
- *   hetccl-info --algos [--nranks N | --groups A,A,B,B] [--vendor B] [--gpu] [--sizes 4,64K,1M]
+ *   hetccl-info --algos [--nranks N | --groups A,A,B,B] [--vendor B] [--gpu | --all-gpu] [--sizes 4,64K,1M]
  *                          the algorithm table (plan/algos.c), and the
  *                          algorithm each collective gets at each size on a
  *                          comm of that shape under the HETCCL_* variables set
@@ -60,6 +60,7 @@ struct shape {
   char group_name[INFO_MAX_RANKS][32]; /* per group */
   bool vendor[INFO_MAX_RANKS];         /* per group: runs the vendor library */
   bool gpu;                            /* some rank is a GPU */
+  bool all_gpu;                        /* every rank is */
   int64_t sizes[INFO_MAX_SIZES];
   int nsizes;
 };
@@ -105,11 +106,12 @@ static bool parse_sizes(struct shape *sh, const char *list) {
 static int algos_usage(const char *why) {
   fprintf(stderr,
           "hetccl-info --algos: %s\n"
-          "usage: hetccl-info --algos [--nranks N | --groups NAME,NAME,...] [--vendor GROUP,...] [--gpu]\n"
-          "                           [--sizes BYTES,...]\n"
+          "usage: hetccl-info --algos [--nranks N | --groups NAME,NAME,...] [--vendor GROUP,...]\n"
+          "                           [--gpu | --all-gpu] [--sizes BYTES,...]\n"
           "  --groups   the group of each rank (HETCCL_GROUP), one name per rank; default one group\n"
           "  --vendor   these groups run the vendor library (NCCL, RCCL); implies --gpu\n"
           "  --gpu      some rank is a GPU\n"
+          "  --all-gpu  every rank is a GPU\n"
           "  --sizes    bytes of a float32 buffer (multiples of 4, K, M, G suffixes), as the call counts\n"
           "             them (per rank for all-gather, reduce-scatter, all-to-all, gather, scatter)\n",
           why);
@@ -124,8 +126,9 @@ static int parse_shape(int argc, char **argv, struct shape *sh) {
   parse_sizes(sh, "4,1K,4K,8K,64K,1M,16M");
   for (int i = 2; i < argc; i++) {
     const char *opt = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(opt, "--gpu")) {
+    if (!strcmp(opt, "--gpu") || !strcmp(opt, "--all-gpu")) {
       sh->gpu = true;
+      sh->all_gpu |= !strcmp(opt, "--all-gpu");
       continue;
     }
     if (val == NULL) return algos_usage("an option without its value");
@@ -188,8 +191,10 @@ static void print_choices(const struct shape *sh, const struct hc_plan_ctx *x) {
   }
   printf(", %s\nHETCCL_ALGO %s, HETCCL_RING_THRESHOLD %zu, HETCCL_ONESTEP_BYTES %zu, HETCCL_DIRECT_MAX_BYTES %zu; "
          "float32 buffers\n\n",
-         sh->gpu ? "a GPU rank" : "CPU ranks only", algo_env[0] ? algo_env : "(unset)", x->ring_threshold,
-         x->onestep_bytes, x->direct_max_bytes);
+         sh->all_gpu ? "GPU ranks only"
+         : sh->gpu   ? "a GPU rank"
+                     : "CPU ranks only",
+         algo_env[0] ? algo_env : "(unset)", x->ring_threshold, x->onestep_bytes, x->direct_max_bytes);
   printf("%12s", "bytes");
   for (int c = 0; c < HC_COLL_COUNT; c++)
     printf(c + 1 < HC_COLL_COUNT ? "  %-9s" : "  %s", hc_coll_name((enum hc_coll)c));
@@ -213,6 +218,7 @@ static int print_algos(int argc, char **argv) {
                           .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
                           .onestep_bytes = (size_t)hc_param_int(HC_P_ONESTEP_BYTES),
                           .any_gpu = sh.gpu,
+                          .all_gpu = sh.all_gpu,
                           .direct_max_bytes = sh.gpu ? 0 : (size_t)hc_param_int(HC_P_DIRECT_MAX_BYTES),
                           .ngroups = sh.ngroups,
                           .group_of = sh.ngroups > 1 ? sh.group_of : NULL,

@@ -486,8 +486,11 @@ static hc_result_t phase_links(struct hetcclComm *comm) {
  * scratch pools. */
 static hc_result_t phase_plans(struct hetcclComm *comm) {
   const struct hc_config *config = &comm->config;
-  bool any_gpu = false;
-  for (int i = 0; i < comm->nranks; i++) any_gpu |= comm->peers[i].device_kind != HC_MEM_HOST;
+  bool any_gpu = false, all_gpu = true;
+  for (int i = 0; i < comm->nranks; i++) {
+    any_gpu |= comm->peers[i].device_kind != HC_MEM_HOST;
+    all_gpu &= comm->peers[i].device_kind != HC_MEM_HOST;
+  }
   enum hc_algo forced[HC_COLL_COUNT];
   HC_TRY(hc_algo_parse(hc_param_str(HC_P_ALGO), forced));
   hc_plan_sig_configure();
@@ -501,6 +504,7 @@ static hc_result_t phase_plans(struct hetcclComm *comm) {
       .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
       .onestep_bytes = (size_t)hc_param_int(HC_P_ONESTEP_BYTES),
       .any_gpu = any_gpu,
+      .all_gpu = all_gpu,
       /* The direct algorithms trade the ring's steps for n-1 transfers at
        * once, which GPU ranks would each stage. */
       .direct_max_bytes = any_gpu ? 0 : (size_t)hc_param_int(HC_P_DIRECT_MAX_BYTES),

@@ -10,6 +10,11 @@
  * All-reduce: rank r sends its input to every peer and receives peer p's
  * input into scratch part p; it then reduces the n inputs in rank order,
  * ((in_0 op in_1) op in_2) ..., so that every rank computes the same bits.
+ * With two ranks the exchange goes in pieces, cut as the ring cuts a block
+ * (hc_ring_nchunks), each received into one of a few scratch slots and
+ * reduced as soon as it lands: scratch stays a few pieces at any size, and
+ * on GPU ranks the copies of the next piece overlap this one's reduction
+ * (algos.c chooses it for every all-reduce of two GPU ranks).
  * All-gather: rank r sends its block to every peer, which receives it
  * straight into block r of its output.
  * Broadcast: the root sends its message to every peer, which receives it
@@ -25,6 +30,40 @@
 
 #include "plan_priv.h"
 
+static hc_result_t pair_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
+                                  struct hc_alg_io io) {
+  const int r = x->rank, peer = hc_member(x, 1 - r);
+  const size_t es = hc_dtype_size(a->dtype), nch = hc_ring_nchunks(x, a->count, es);
+  const size_t slot_bytes = HC_DIV_UP(a->count, nch) * es;
+  const int nslots = (int)HC_MIN((size_t)HC_MAX(x->scratch_slots, 1), nch);
+  char *slots = hc_plan_scratch(p, (size_t)nslots * slot_bytes);
+  hc_ref_t *slot_free = calloc((size_t)nslots, sizeof(hc_ref_t)); /* per slot: its last reduction */
+  if (slots == NULL || slot_free == NULL) {
+    free(slot_free);
+    return slots == NULL ? HC_OK /* the plan reports out of memory */
+                         : HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d slot records", nslots);
+  }
+  const enum hc_redop op = hc_step_op(a->op);
+  for (size_t c = 0; c < nch; c++) {
+    size_t off, len;
+    hc_chunk(a->count, nch, c, &off, &len);
+    if (len == 0) continue;
+    const int si = (int)(c % (size_t)nslots);
+    char *slot = slots + (size_t)si * slot_bytes;
+    const void *mine = HC_PTR(io.in, off, es);
+    void *out = HC_PTR(io.out, off, es);
+    const hc_ref_t sent = hc_push_send(p, peer, mine, len * es, io.in_dep, 0);
+    const hc_ref_t got = hc_push_recv(p, peer, slot, len * es, slot_free[si], 0);
+    /* After its send: out may be the input. Rank 0's piece first on both
+     * ranks, so that both compute the same bits. */
+    slot_free[si] =
+        hc_push_reduce(p, out, r == 0 ? mine : slot, r == 0 ? slot : mine, len, a->dtype, op, sent, got, io.in_dep);
+    hc_push_avg(p, a, out, len, 2, slot_free[si]);
+  }
+  free(slot_free);
+  return HC_OK;
+}
+
 hc_result_t hc_onestep_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
                                  struct hc_alg_io io) {
   const int n = x->nranks, r = x->rank;
@@ -34,6 +73,7 @@ hc_result_t hc_onestep_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x,
     hc_push_avg(p, a, io.out, a->count, n, hc_push_copy(p, io.out, io.in, bytes, io.in_dep, 0));
     return HC_OK;
   }
+  if (n == 2) return pair_allreduce(p, x, a, io);
   char *parts = hc_plan_scratch(p, (size_t)n * bytes); /* part v: rank v's input */
   hc_ref_t *refs = calloc((size_t)n * 2, sizeof(hc_ref_t));
   if (parts == NULL || refs == NULL) {

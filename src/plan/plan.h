@@ -184,6 +184,7 @@ struct hc_plan_ctx {
   size_t ring_threshold;            /* HETCCL_RING_THRESHOLD */
   size_t onestep_bytes;             /* HETCCL_ONESTEP_BYTES */
   bool any_gpu;                     /* some rank's buffers are GPU memory: one step is never chosen by size */
+  bool all_gpu;                     /* every rank's buffers are GPU memory */
   /* All-reduce, all-gather and reduce-scatter of flat comms whose whole
    * vector (all-reduce's buffer, all-gather's output, reduce-scatter's
    * input) has up to this many bytes exchange directly (direct.c); 0: never. */

@@ -8,8 +8,9 @@
  * min, avg, PreMulSum with the scalar on the "device" and host-immediate) x
  * count (0, 1, 7, 1023, 1 Mi + 3) x in-place / out-of-place x algorithm
  * (a comm made under HETCCL_ALGO unset, RING, RING with 1 KiB chunks and
- * 2 scratch slots, RD, TREE, ONESTEP, DIRECT, DIRECT with 1 KiB pieces and
- * one slot set), for one rank count per run (--ranks).
+ * 2 scratch slots, RD, TREE, ONESTEP, ONESTEP with 1 KiB chunks and 2
+ * slots (pieces with two ranks), DIRECT, DIRECT with 1 KiB pieces and one
+ * slot set), for one rank count per run (--ranks).
  * The full product is far too slow, so the cases form a covering array: a
  * greedy generator picks cases until every pair of values of two dimensions
  * that can occur together occurs in some case (op only matters for the
@@ -78,7 +79,18 @@ static bool big_dtype(int t) { return t == HC_INT8 || t == HC_FP8_E4M3 || t == H
 
 /* Comm configurations: HETCCL_* values set while the comm is made ("" =
  * what the environment had at start). */
-enum cfgv { CFG_AUTO, CFG_RING, CFG_RING_SMALL, CFG_RD, CFG_TREE, CFG_ONESTEP, CFG_DIRECT, CFG_DIRECT_SMALL, CFG_N };
+enum cfgv {
+  CFG_AUTO,
+  CFG_RING,
+  CFG_RING_SMALL,
+  CFG_RD,
+  CFG_TREE,
+  CFG_ONESTEP,
+  CFG_ONESTEP_SMALL,
+  CFG_DIRECT,
+  CFG_DIRECT_SMALL,
+  CFG_N
+};
 static const struct {
   const char *name, *algo, *chunk, *slots, *direct_chunk;
 } cfgs[CFG_N] = {
@@ -88,6 +100,8 @@ static const struct {
     {"RD", "RD", "", "", ""},
     {"TREE", "TREE", "", "", ""},
     {"ONESTEP", "ONESTEP", "", "", ""},
+    /* With two ranks: many pieces through 2 receive slots. */
+    {"ONESTEP_CHUNK1K", "ONESTEP", "1K", "2", ""},
     {"DIRECT", "DIRECT", "", "", ""},
     /* Many pieces per block, one slot set (pieces reuse it one by one). */
     {"DIRECT_PIECE1K", "DIRECT", "", "1", "1K"},
@@ -143,7 +157,8 @@ static int build_cases(int nranks, bool quick, struct tcase **out, int *nextra) 
   struct tcase *cases;
   int n = build_pairwise(!quick && nranks <= 4, &cases);
   static const int xdtypes[] = {HC_FLOAT16, HC_FLOAT32, HC_FLOAT64, HC_BFLOAT16, HC_FP8_E4M3};
-  static const int xcfgs[] = {CFG_AUTO, CFG_RING, CFG_RING_SMALL, CFG_RD, CFG_ONESTEP, CFG_DIRECT, CFG_DIRECT_SMALL};
+  static const int xcfgs[] = {CFG_AUTO,    CFG_RING,          CFG_RING_SMALL, CFG_RD,
+                              CFG_ONESTEP, CFG_ONESTEP_SMALL, CFG_DIRECT,     CFG_DIRECT_SMALL};
   int extra = (int)(HC_ARRAY_LEN(xdtypes) * HC_ARRAY_LEN(xcfgs));
   *nextra = extra;
   cases = realloc(cases, (size_t)(n + extra) * sizeof(*cases));
@@ -160,10 +175,10 @@ static int build_cases(int nranks, bool quick, struct tcase **out, int *nextra) 
       x->v[D_CFG] = xcfgs[c];
     }
   /* Many chunks per block and more chunks than scratch slots (1 KiB
-   * chunks and 2 slots; 1 KiB direct pieces and 1 slot set): every chunked
-   * algorithm, 8 KiB per rank. */
+   * chunks and 2 slots, the ring's and two ranks' one step; 1 KiB direct
+   * pieces and 1 slot set): every chunked algorithm, 8 KiB per rank. */
   static const int ccolls[] = {C_ALLREDUCE, C_REDUCESCATTER, C_ALLGATHER, C_BROADCAST, C_REDUCE};
-  static const int ccfgs[] = {CFG_RING_SMALL, CFG_DIRECT_SMALL};
+  static const int ccfgs[] = {CFG_RING_SMALL, CFG_ONESTEP_SMALL, CFG_DIRECT_SMALL};
   const int nchunked = 2 * (int)HC_ARRAY_LEN(ccolls) * (int)HC_ARRAY_LEN(ccfgs);
   cases = realloc(cases, (size_t)(n + extra + nchunked) * sizeof(*cases));
   for (size_t f = 0; f < HC_ARRAY_LEN(ccfgs); f++)

@@ -13,7 +13,8 @@
  *     makes it fail naming the accepted names.
  *  5. A ring's chunks: the sends of a 2-rank ring all-reduce (one per
  *     chunk in each half) against the cut docs/params.md states for
- *     HETCCL_GPU_CHUNK_BYTES and HETCCL_CHUNK_BYTES.
+ *     HETCCL_GPU_CHUNK_BYTES and HETCCL_CHUNK_BYTES; the same cut of the
+ *     one step of two GPU ranks, and its bounded receive slots.
  * argv[1]: the hetccl-info binary.
  */
 #include <stdio.h>
@@ -28,10 +29,12 @@
 static const enum hc_coll choosy[] = {HC_COLL_ALLREDUCE, HC_COLL_BROADCAST, HC_COLL_REDUCE, HC_COLL_ALLGATHER,
                                       HC_COLL_REDUCESCATTER};
 
+enum gpus { CPU_ONLY, A_GPU, ALL_GPU };
+
 struct shape {
-  const char *groups;    /* one letter per rank: its group */
-  const char *vendor;    /* groups that run the vendor library ("" none; implies a GPU rank) */
-  bool gpu;              /* some rank is a GPU */
+  const char *groups; /* one letter per rank: its group */
+  const char *vendor; /* groups that run the vendor library ("" none; implies A_GPU) */
+  enum gpus gpus;
   const char *algo;      /* HETCCL_ALGO */
   size_t ring_threshold; /* ONESTEP_BYTES is 4K throughout; DIRECT_MAX_BYTES 0 (test_coll_host forces DIRECT) */
   size_t bytes[3];       /* 0: none */
@@ -48,27 +51,37 @@ struct shape {
 static const struct shape shapes[] = {
     {"aaaaaaaa",
      "",
-     false,
+     CPU_ONLY,
      "",
      64 << 10,
      {4, 4096, 8192},
      {"RD TREE TREE RD RD", "RD TREE TREE RD RD", "RD TREE TREE RING RING"}},
-    {"aaaaaaaa", "", false, "", 64 << 10, {65536}, {"RING RING RING RING RING"}},
-    {"aaaaaaaa", "", true, "", 64 << 10, {4, 65536}, {"RD TREE TREE RING RING", "RING RING RING RING RING"}},
-    {"aaaaaaaa", "", true, "", 16, {16, 32}, {"RD RING RING RING RING", "RING RING RING RING RING"}},
+    {"aaaaaaaa", "", CPU_ONLY, "", 64 << 10, {65536}, {"RING RING RING RING RING"}},
+    {"aaaaaaaa", "", A_GPU, "", 64 << 10, {4, 65536}, {"RD TREE TREE RING RING", "RING RING RING RING RING"}},
+    {"aaaaaaaa", "", A_GPU, "", 16, {16, 32}, {"RD RING RING RING RING", "RING RING RING RING RING"}},
     {"aabb",
      "",
-     false,
+     CPU_ONLY,
      "",
      64 << 10,
      {4, 8192, 65536},
      {"RD HIER HIER HIER HIER", "RD HIER HIER HIER HIER", "HIER HIER HIER HIER HIER"}},
-    {"ab", "", false, "", 64 << 10, {4, 65536}, {"ONESTEP TREE TREE ONESTEP RING", "RING RING RING RING RING"}},
-    {"aabbc", "ab", false, "", 64 << 10, {16, 20}, {"RD HIER HIER HIER HIER", "HIER HIER HIER HIER HIER"}},
-    {"aabb", "", false, "RING,broadcast:tree", 64 << 10, {4}, {"RING TREE RING RING RING"}},
-    {"aabb", "", false, "allreduce:onestep", 64 << 10, {65536}, {"ONESTEP HIER HIER HIER HIER"}},
-    {"aaaa", "", false, "HIER", 64 << 10, {65536}, {"RING RING RING RING RING"}},
-    {"abab", "", false, "TREE", 64 << 10, {65536}, {"HIER TREE TREE HIER HIER"}},
+    {"ab", "", CPU_ONLY, "", 64 << 10, {4, 65536}, {"ONESTEP TREE TREE ONESTEP RING", "RING RING RING RING RING"}},
+    {"ab", "", A_GPU, "", 64 << 10, {4, 65536}, {"RD TREE TREE RING RING", "RING RING RING RING RING"}},
+    {"ab",
+     "",
+     ALL_GPU,
+     "",
+     64 << 10,
+     {4, 65536, 1 << 24},
+     {"ONESTEP TREE TREE RING RING", "ONESTEP RING RING RING RING", "ONESTEP RING RING RING RING"}},
+    {"aa", "", ALL_GPU, "allreduce:ring", 64 << 10, {65536}, {"RING RING RING RING RING"}},
+    {"aaa", "", ALL_GPU, "", 64 << 10, {4, 65536}, {"RD TREE TREE RING RING", "RING RING RING RING RING"}},
+    {"aabbc", "ab", CPU_ONLY, "", 64 << 10, {16, 20}, {"RD HIER HIER HIER HIER", "HIER HIER HIER HIER HIER"}},
+    {"aabb", "", CPU_ONLY, "RING,broadcast:tree", 64 << 10, {4}, {"RING TREE RING RING RING"}},
+    {"aabb", "", CPU_ONLY, "allreduce:onestep", 64 << 10, {65536}, {"ONESTEP HIER HIER HIER HIER"}},
+    {"aaaa", "", CPU_ONLY, "HIER", 64 << 10, {65536}, {"RING RING RING RING RING"}},
+    {"abab", "", CPU_ONLY, "TREE", 64 << 10, {65536}, {"HIER TREE TREE HIER HIER"}},
 };
 
 /* ---- 1, 2 ---- */
@@ -156,7 +169,8 @@ static enum hc_algo planned(const struct shape *s, const struct comm_shape *cs, 
                           .chunk_bytes = 64 << 10,
                           .ring_threshold = s->ring_threshold,
                           .onestep_bytes = 4096,
-                          .any_gpu = s->gpu || s->vendor[0],
+                          .any_gpu = s->gpus != CPU_ONLY || s->vendor[0],
+                          .all_gpu = s->gpus == ALL_GPU,
                           .scratch_slots = 4,
                           .ngroups = cs->ngroups,
                           .group_of = cs->ngroups > 1 ? cs->group_of : NULL,
@@ -198,8 +212,8 @@ static void check_planner(const struct shape *s, struct hc_scratch_pool *pool) {
       }
       for (int r = 0; r < cs.n; r++) {
         tu_set_case("groups %s vendor '%s'%s HETCCL_ALGO=%s threshold %zu: %s of %zu bytes on rank %d", s->groups,
-                    s->vendor, s->gpu ? " gpu" : "", s->algo, s->ring_threshold, hc_coll_name((enum hc_coll)c),
-                    s->bytes[k], r);
+                    s->vendor, (const char *const[]){"", " a gpu", " all gpu"}[s->gpus], s->algo, s->ring_threshold,
+                    hc_coll_name((enum hc_coll)c), s->bytes[k], r);
         const enum hc_algo got = planned(s, &cs, r, (enum hc_coll)c, s->bytes[k], pool);
         CHECK(!strcmp(hc_algo_name(got), want), "planned with %s, expected %s", hc_algo_name(got), want);
       }
@@ -227,8 +241,8 @@ static bool run_info(const char *info, const struct shape *s, char *out, size_t 
            "HETCCL_ALGO='%s' HETCCL_RING_THRESHOLD=%zu HETCCL_ONESTEP_BYTES=4K HETCCL_DIRECT_MAX_BYTES=0 '%s' --algos "
            "--groups %s%s%s%s "
            "--sizes %s 2>&1",
-           s->algo, s->ring_threshold, info, groups, vendor[0] ? " --vendor " : "", vendor, s->gpu ? " --gpu" : "",
-           sizes);
+           s->algo, s->ring_threshold, info, groups, vendor[0] ? " --vendor " : "", vendor,
+           (const char *const[]){"", " --gpu", " --all-gpu"}[s->gpus], sizes);
   FILE *f = popen(cmd, "r");
   if (!CHECK(f != NULL, "popen: %s", cmd)) return false;
   const size_t got = fread(out, 1, len - 1, f);
@@ -286,50 +300,79 @@ static void check_info_refuses(const char *info) {
 
 /* ---- 5 ---- */
 
-/* Sends in rank 0's plan of a 2-rank ring all-reduce of bytes of float32. */
-static int ring_sends(bool any_gpu, size_t chunk_bytes, size_t bytes, struct hc_scratch_pool *pool) {
-  struct hc_plan_ctx x = {
-      .rank = 0, .nranks = 2, .chunk_bytes = chunk_bytes, .any_gpu = any_gpu, .scratch_slots = 4, .ngroups = 1};
-  x.algo[HC_COLL_ALLREDUCE] = HC_ALGO_RING;
+/* Rank 0's plan of a 2-rank all-reduce of bytes of float32 (algorithm
+ * forced, or the table's with AUTO): its sends, and the distinct places
+ * its receives land in. */
+struct pair_plan {
+  int sends, recv_places;
+};
+
+static struct pair_plan pair_plan(enum hc_algo algo, bool gpus, size_t chunk_bytes, size_t bytes,
+                                  struct hc_scratch_pool *pool) {
+  struct hc_plan_ctx x = {.rank = 0,
+                          .nranks = 2,
+                          .chunk_bytes = chunk_bytes,
+                          .any_gpu = gpus,
+                          .all_gpu = gpus,
+                          .scratch_slots = 4,
+                          .ngroups = 1};
+  x.algo[HC_COLL_ALLREDUCE] = algo;
   float *in = calloc(bytes / 4, 4), *out = calloc(bytes / 4, 4);
   struct hc_coll_args a = {
       .coll = HC_COLL_ALLREDUCE, .sendbuf = in, .recvbuf = out, .count = bytes / 4, .dtype = HC_FLOAT32, .op = HC_SUM};
   struct hc_plan p = {.pool = pool};
-  int sends = -1;
+  struct pair_plan got = {-1, -1};
   if (in && out && CHECK_OK((hetcclResult_t)hc_plan_add(&p, &x, &a))) {
-    sends = 0;
-    for (int i = 0; i < p.nsteps; i++) sends += p.steps[i].kind == HC_STEP_SEND;
+    got = (struct pair_plan){0, 0};
+    for (int i = 0; i < p.nsteps; i++) {
+      got.sends += p.steps[i].kind == HC_STEP_SEND;
+      if (p.steps[i].kind != HC_STEP_RECV) continue;
+      int j = 0;
+      while (j < i && !(p.steps[j].kind == HC_STEP_RECV && p.steps[j].dst == p.steps[i].dst)) j++;
+      got.recv_places += j == i;
+    }
   }
   hc_plan_reset(&p);
   free(in);
   free(out);
-  return sends;
+  return got;
 }
 
 /* A comm with a GPU rank cuts a ring's block at the slot, except that a
  * block of fewer than 4 slots goes in as many as 4 chunks of at least half
  * a slot; a CPU-only comm cuts at its chunk. Each half of the 2-rank
- * all-reduce sends its block once, so sends = 2 x chunks per block. */
+ * all-reduce sends its block once, so sends = 2 x chunks per block. Two
+ * GPU ranks take one step, which cuts the whole vector the same way and
+ * receives into at most HETCCL_SCRATCH_SLOTS (4 here) places. */
 static void check_ring_chunks(struct hc_scratch_pool *pool) {
   const size_t M = 1 << 20;
   const struct {
+    enum hc_algo algo;
     bool gpu;
     size_t chunk, bytes;
-    int chunks_per_block;
+    int sends, recv_places; /* -1: not checked */
   } cases[] = {
-      {true, 8 * M, 4 * M, 1},    /* block 2 MiB: under half a slot */
-      {true, 8 * M, 12 * M, 1},   /* block 6 MiB: one half slot fits once */
-      {true, 8 * M, 16 * M, 2},   /* block 8 MiB: two halves */
-      {true, 8 * M, 32 * M, 4},   /* block 16 MiB: four halves */
-      {true, 8 * M, 64 * M, 4},   /* block 32 MiB: four slots */
-      {true, 8 * M, 128 * M, 8},  /* block 64 MiB: eight slots */
-      {false, M / 2, 16 * M, 16}, /* CPU-only: 512 KiB chunks of an 8 MiB block */
+      {HC_ALGO_RING, true, 8 * M, 4 * M, 2, -1},    /* block 2 MiB: under half a slot */
+      {HC_ALGO_RING, true, 8 * M, 12 * M, 2, -1},   /* block 6 MiB: one half slot fits once */
+      {HC_ALGO_RING, true, 8 * M, 16 * M, 4, -1},   /* block 8 MiB: two halves */
+      {HC_ALGO_RING, true, 8 * M, 32 * M, 8, -1},   /* block 16 MiB: four halves */
+      {HC_ALGO_RING, true, 8 * M, 64 * M, 8, -1},   /* block 32 MiB: four slots */
+      {HC_ALGO_RING, true, 8 * M, 128 * M, 16, -1}, /* block 64 MiB: eight slots */
+      {HC_ALGO_RING, false, M / 2, 16 * M, 32, -1}, /* CPU-only: 512 KiB chunks of an 8 MiB block */
+      {HC_ALGO_AUTO, true, 8 * M, 4, 1, 1},         /* two GPU ranks: one step */
+      {HC_ALGO_AUTO, true, 8 * M, 4 * M, 1, 1},     /* under half a slot */
+      {HC_ALGO_AUTO, true, 8 * M, 12 * M, 3, 3},    /* three halves */
+      {HC_ALGO_AUTO, true, 8 * M, 16 * M, 4, 4},    /* four halves */
+      {HC_ALGO_AUTO, true, 8 * M, 128 * M, 16, 4},  /* sixteen slots, through 4 receive places */
+      {HC_ALGO_ONESTEP, false, M / 2, 4 * M, 8, 4}, /* CPU-only, forced: 512 KiB pieces */
   };
   for (size_t i = 0; i < HC_ARRAY_LEN(cases); i++) {
-    tu_set_case("ring all-reduce of %zu MiB, %s chunk %zu KiB", cases[i].bytes / M, cases[i].gpu ? "GPU" : "CPU",
-                cases[i].chunk >> 10);
-    const int got = ring_sends(cases[i].gpu, cases[i].chunk, cases[i].bytes, pool);
-    CHECK(got == 2 * cases[i].chunks_per_block, "%d sends, expected %d", got, 2 * cases[i].chunks_per_block);
+    tu_set_case("%s all-reduce of %zu bytes, %s chunk %zu KiB", hc_algo_name(cases[i].algo), cases[i].bytes,
+                cases[i].gpu ? "GPU" : "CPU", cases[i].chunk >> 10);
+    const struct pair_plan got = pair_plan(cases[i].algo, cases[i].gpu, cases[i].chunk, cases[i].bytes, pool);
+    CHECK(got.sends == cases[i].sends, "%d sends, expected %d", got.sends, cases[i].sends);
+    CHECK(cases[i].recv_places < 0 || got.recv_places == cases[i].recv_places, "receives into %d places, expected %d",
+          got.recv_places, cases[i].recv_places);
   }
   tu_set_case("%s", "");
 }
