@@ -13,8 +13,8 @@
  *     makes it fail naming the accepted names.
  *  5. A ring's chunks: the sends of a 2-rank ring all-reduce (one per
  *     chunk in each half) against the cut docs/params.md states for
- *     HETCCL_GPU_CHUNK_BYTES and HETCCL_CHUNK_BYTES; the same cut of the
- *     one step of two GPU ranks, and its bounded receive slots.
+ *     HETCCL_GPU_CHUNK_BYTES and HETCCL_CHUNK_BYTES; the cut of the one
+ *     step of two GPU ranks, and its bounded receive slots.
  * argv[1]: the hetccl-info binary.
  */
 #include <stdio.h>
@@ -342,7 +342,7 @@ static struct pair_plan pair_plan(enum hc_algo algo, bool gpus, size_t chunk_byt
  * block of fewer than 4 slots goes in as many as 4 chunks of at least half
  * a slot; a CPU-only comm cuts at its chunk. Each half of the 2-rank
  * all-reduce sends its block once, so sends = 2 x chunks per block. Two
- * GPU ranks take one step, which cuts the whole vector the same way and
+ * GPU ranks take one step, which cuts the whole vector at the slot and
  * receives into at most HETCCL_SCRATCH_SLOTS (4 here) places. */
 static void check_ring_chunks(struct hc_scratch_pool *pool) {
   const size_t M = 1 << 20;
@@ -360,9 +360,9 @@ static void check_ring_chunks(struct hc_scratch_pool *pool) {
       {HC_ALGO_RING, true, 8 * M, 128 * M, 16, -1}, /* block 64 MiB: eight slots */
       {HC_ALGO_RING, false, M / 2, 16 * M, 32, -1}, /* CPU-only: 512 KiB chunks of an 8 MiB block */
       {HC_ALGO_AUTO, true, 8 * M, 4, 1, 1},         /* two GPU ranks: one step */
-      {HC_ALGO_AUTO, true, 8 * M, 4 * M, 1, 1},     /* under half a slot */
-      {HC_ALGO_AUTO, true, 8 * M, 12 * M, 3, 3},    /* three halves */
-      {HC_ALGO_AUTO, true, 8 * M, 16 * M, 4, 4},    /* four halves */
+      {HC_ALGO_AUTO, true, 8 * M, 4 * M, 1, 1},     /* under a slot */
+      {HC_ALGO_AUTO, true, 8 * M, 12 * M, 2, 2},    /* two slots, the last one partly */
+      {HC_ALGO_AUTO, true, 8 * M, 16 * M, 2, 2},    /* two slots: not the ring's four halves */
       {HC_ALGO_AUTO, true, 8 * M, 128 * M, 16, 4},  /* sixteen slots, through 4 receive places */
       {HC_ALGO_ONESTEP, false, M / 2, 4 * M, 8, 4}, /* CPU-only, forced: 512 KiB pieces */
   };
