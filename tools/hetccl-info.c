@@ -217,6 +217,7 @@ static int print_algos(int argc, char **argv) {
   struct hc_plan_ctx x = {.nranks = sh.nranks,
                           .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
                           .onestep_bytes = (size_t)hc_param_int(HC_P_ONESTEP_BYTES),
+                          .chunk_bytes = hc_plan_chunk_bytes(sh.gpu),
                           .any_gpu = sh.gpu,
                           .all_gpu = sh.all_gpu,
                           .direct_max_bytes = sh.gpu ? 0 : (size_t)hc_param_int(HC_P_DIRECT_MAX_BYTES),

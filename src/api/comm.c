@@ -74,10 +74,6 @@ void hc_comm_fail(struct hetcclComm *comm, hc_result_t r) {
   comm->boot = NULL;
 }
 
-static size_t gpu_chunk_bytes(void) {
-  return (size_t)HC_MAX(HC_DIV_UP(hc_param_int(HC_P_GPU_CHUNK_BYTES), 4096) * 4096, 4096);
-}
-
 /* Registers (or unregisters) the mapping of every window with this rank's
  * GPU driver, so that its streams copy into the slots at full speed and
  * wait on and write the counters. */
@@ -411,7 +407,7 @@ static hc_result_t phase_transports_open(struct hetcclComm *comm) {
                                  .sig_explain = hc_plan_sig_explain};
   HC_TRY(hc_bootstrap_id_secret(comm->id, net_args.secret));
   if (config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_SHM_WINDOW))
-    net_args.window_bytes = HC_WINDOW_SLOTS * gpu_chunk_bytes();
+    net_args.window_bytes = HC_WINDOW_SLOTS * hc_plan_chunk_bytes(true);
   HC_TRY(hc_calloc(&comm->peers, (size_t)comm->nranks, sizeof(*comm->peers), "peer table"));
   return hc_net_set_open(&comm->nets, &net_args, &comm->peers[comm->rank].net);
 }
@@ -500,7 +496,7 @@ static hc_result_t phase_plans(struct hetcclComm *comm) {
   comm->plan_ctx = (struct hc_plan_ctx){
       .rank = comm->rank,
       .nranks = comm->nranks,
-      .chunk_bytes = any_gpu ? gpu_chunk_bytes() : (size_t)HC_MAX(hc_param_int(HC_P_CHUNK_BYTES), 64),
+      .chunk_bytes = hc_plan_chunk_bytes(any_gpu),
       .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
       .onestep_bytes = (size_t)hc_param_int(HC_P_ONESTEP_BYTES),
       .any_gpu = any_gpu,

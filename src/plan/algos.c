@@ -92,17 +92,22 @@ static bool one_step_not_rd(const struct hc_plan_ctx *x, const struct hc_coll_ar
 /* Two GPU ranks move the same bytes either way (each stages its whole
  * vector out and the peer's in), but the ring's all-gather waits for its
  * reduce-scatter, and each of its waits on the peer is one more that two
- * processes on one GPU pay a switch of contexts for. One step in pieces
- * has one wait per piece and no second half: on the H100 (bench/gpu, two
- * groups) ranks as processes took 216 against 442 us at 64 KiB, 260
- * against 466 at 1 MiB and 890 against 1263 at 16 MiB (18.9 against 13.3
- * GB/s), ranks as threads 43 against 74 us at 64 KiB and 346 against 376
- * at 4 MiB. A CPU rank would reduce the whole vector instead of half:
- * with one, the ring stays. */
-static bool gpu_pair(const struct hc_plan_ctx *x) { return x->nranks == 2 && x->all_gpu; }
+ * processes on one GPU pay a switch of contexts for. A vector of one
+ * window slot (chunk_bytes) goes in one step instead: one wait, no second
+ * half. On the H100 (bench/gpu, two groups, three runs) ranks as processes
+ * took 216-238 against 430-461 us at 64 KiB, 258-263 against 461-482 at 1
+ * MiB and 425-428 against 613-702 at 4 MiB; as threads 43 against 74-75
+ * at 64 KiB and 116-120 against 143-147 at 1 MiB. Larger vectors go in
+ * pieces and the ring stays: at 64 MiB it was ahead either way (3170-3340
+ * against 3250-3650 us), at 16 MiB ahead as threads (927-965 against
+ * 954-1041). A CPU rank would reduce the whole vector instead of half: with
+ * one, the ring stays at every size. */
+static bool gpu_pair(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  return x->nranks == 2 && x->all_gpu && call_bytes(a) <= x->chunk_bytes;
+}
 
 static bool one_step_allreduce_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
-  return one_step_not_rd(x, a) || gpu_pair(x);
+  return one_step_not_rd(x, a) || gpu_pair(x, a);
 }
 
 static bool large(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
@@ -163,7 +168,7 @@ static const struct hc_algo_desc table[] = {
      .build = hc_onestep_allreduce,
      .what = "every rank sends its input to every other at once and reduces alone (two ranks: in pieces, each "
              "reduced as it lands)",
-     .chosen_doc = "the comm is two GPU ranks; or " ONESTEP_CHOSEN ", and the ranks are not a power of two above 2"},
+     .chosen_doc = "the comm is two GPU ranks and the call fits one chunk; or " ONESTEP_CHOSEN ", and the ranks are not a power of two above 2"},
     {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_not_rd,
      .build = hc_direct_allreduce,
      .what = "each block from every rank straight to the rank that reduces it, in cache-sized pieces, then "

@@ -12,11 +12,11 @@
  * ((in_0 op in_1) op in_2) ..., so that every rank computes the same bits.
  * With two ranks the exchange goes in pieces of the comm's chunk (a GPU
  * comm's window slot), each received into one of a few scratch slots and
- * reduced as soon as it lands: scratch stays a few pieces at any size
- * (algos.c chooses it for every all-reduce of two GPU ranks). Not the
- * ring's cut into halves of a slot: on the H100, ranks as processes (each
- * piece one more switch between their contexts) took 1500 us at 16 MiB in
- * 4 MiB pieces against 890 in 8 MiB ones; as threads 954 against 1036.
+ * reduced as soon as it lands: scratch stays a few pieces at any size.
+ * Not the ring's cut into halves of a slot: on the H100, two GPU ranks as
+ * processes (each piece one more switch between their contexts) took 1500
+ * us at 16 MiB in 4 MiB pieces against 1052 in 8 MiB ones. algos.c chooses
+ * one step for two GPU ranks up to one piece.
  * All-gather: rank r sends its block to every peer, which receives it
  * straight into block r of its output.
  * Broadcast: the root sends its message to every peer, which receives it

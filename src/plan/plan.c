@@ -376,6 +376,11 @@ static size_t input_count(const struct hc_coll_args *a, int nranks) {
   return a->coll == HC_COLL_REDUCESCATTER ? a->count * (size_t)nranks : a->count;
 }
 
+size_t hc_plan_chunk_bytes(bool any_gpu) {
+  if (any_gpu) return (size_t)HC_MAX(HC_DIV_UP(hc_param_int(HC_P_GPU_CHUNK_BYTES), 4096) * 4096, 4096);
+  return (size_t)HC_MAX(hc_param_int(HC_P_CHUNK_BYTES), 64);
+}
+
 hc_result_t hc_plan_add(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
   struct hc_alg_io io = {.in = a->sendbuf, .out = a->recvbuf};
   bool reducing = hc_coll_reduces(a->coll);

@@ -250,6 +250,11 @@ struct hc_alltoallv_kept {
  * caller may reuse its arrays once the call has returned. */
 hc_result_t hc_coll_args_keep_counts(struct hc_coll_args *a, int nranks, struct hc_alltoallv_kept **kept);
 
+/* The pipeline chunk of a comm's plans (hc_plan_ctx.chunk_bytes): with a
+ * GPU rank, the window slot (HETCCL_GPU_CHUNK_BYTES in whole pages), else
+ * HETCCL_CHUNK_BYTES. */
+size_t hc_plan_chunk_bytes(bool any_gpu);
+
 /* Appends the steps of one call to plan (a group appends several calls to
  * one plan). Allocates scratch as needed; hc_plan_reset frees everything. */
 hc_result_t hc_plan_add(struct hc_plan *plan, const struct hc_plan_ctx *ctx, const struct hc_coll_args *a);

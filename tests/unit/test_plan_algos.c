@@ -46,8 +46,10 @@ struct shape {
  * the ring (all-reduce: given an element per rank) or the chain; below,
  * recursive doubling or the tree; with several groups one of which has
  * several ranks, the hierarchy (all-reduce: from the threshold, or with a
- * vendor group and an element per rank). A forced name applies where the
- * collective has it and it applies; elsewhere the table chooses. */
+ * vendor group and an element per rank); an all-reduce of two GPU ranks
+ * takes one step up to one window slot (HETCCL_GPU_CHUNK_BYTES, 8 MiB).
+ * A forced name applies where the collective has it and it applies;
+ * elsewhere the table chooses. */
 static const struct shape shapes[] = {
     {"aaaaaaaa",
      "",
@@ -73,8 +75,8 @@ static const struct shape shapes[] = {
      ALL_GPU,
      "",
      64 << 10,
-     {4, 65536, 1 << 24},
-     {"ONESTEP TREE TREE RING RING", "ONESTEP RING RING RING RING", "ONESTEP RING RING RING RING"}},
+     {4, 65536, (8 << 20) + 4},
+     {"ONESTEP TREE TREE RING RING", "ONESTEP RING RING RING RING", "RING RING RING RING RING"}},
     {"aa", "", ALL_GPU, "allreduce:ring", 64 << 10, {65536}, {"RING RING RING RING RING"}},
     {"aaa", "", ALL_GPU, "", 64 << 10, {4, 65536}, {"RD TREE TREE RING RING", "RING RING RING RING RING"}},
     {"aabbc", "ab", CPU_ONLY, "", 64 << 10, {16, 20}, {"RD HIER HIER HIER HIER", "HIER HIER HIER HIER HIER"}},
@@ -166,7 +168,7 @@ static enum hc_algo planned(const struct shape *s, const struct comm_shape *cs, 
   const int n = cs->n;
   struct hc_plan_ctx x = {.rank = r,
                           .nranks = n,
-                          .chunk_bytes = 64 << 10,
+                          .chunk_bytes = hc_plan_chunk_bytes(s->gpus != CPU_ONLY || s->vendor[0]),
                           .ring_threshold = s->ring_threshold,
                           .onestep_bytes = 4096,
                           .any_gpu = s->gpus != CPU_ONLY || s->vendor[0],
@@ -342,8 +344,9 @@ static struct pair_plan pair_plan(enum hc_algo algo, bool gpus, size_t chunk_byt
  * block of fewer than 4 slots goes in as many as 4 chunks of at least half
  * a slot; a CPU-only comm cuts at its chunk. Each half of the 2-rank
  * all-reduce sends its block once, so sends = 2 x chunks per block. Two
- * GPU ranks take one step, which cuts the whole vector at the slot and
- * receives into at most HETCCL_SCRATCH_SLOTS (4 here) places. */
+ * GPU ranks take one step up to one slot; forced above, it cuts the whole
+ * vector at the slot and receives into at most HETCCL_SCRATCH_SLOTS (4
+ * here) places. */
 static void check_ring_chunks(struct hc_scratch_pool *pool) {
   const size_t M = 1 << 20;
   const struct {
@@ -352,19 +355,20 @@ static void check_ring_chunks(struct hc_scratch_pool *pool) {
     size_t chunk, bytes;
     int sends, recv_places; /* -1: not checked */
   } cases[] = {
-      {HC_ALGO_RING, true, 8 * M, 4 * M, 2, -1},    /* block 2 MiB: under half a slot */
-      {HC_ALGO_RING, true, 8 * M, 12 * M, 2, -1},   /* block 6 MiB: one half slot fits once */
-      {HC_ALGO_RING, true, 8 * M, 16 * M, 4, -1},   /* block 8 MiB: two halves */
-      {HC_ALGO_RING, true, 8 * M, 32 * M, 8, -1},   /* block 16 MiB: four halves */
-      {HC_ALGO_RING, true, 8 * M, 64 * M, 8, -1},   /* block 32 MiB: four slots */
-      {HC_ALGO_RING, true, 8 * M, 128 * M, 16, -1}, /* block 64 MiB: eight slots */
-      {HC_ALGO_RING, false, M / 2, 16 * M, 32, -1}, /* CPU-only: 512 KiB chunks of an 8 MiB block */
-      {HC_ALGO_AUTO, true, 8 * M, 4, 1, 1},         /* two GPU ranks: one step */
-      {HC_ALGO_AUTO, true, 8 * M, 4 * M, 1, 1},     /* under a slot */
-      {HC_ALGO_AUTO, true, 8 * M, 12 * M, 2, 2},    /* two slots, the last one partly */
-      {HC_ALGO_AUTO, true, 8 * M, 16 * M, 2, 2},    /* two slots: not the ring's four halves */
-      {HC_ALGO_AUTO, true, 8 * M, 128 * M, 16, 4},  /* sixteen slots, through 4 receive places */
-      {HC_ALGO_ONESTEP, false, M / 2, 4 * M, 8, 4}, /* CPU-only, forced: 512 KiB pieces */
+      {HC_ALGO_RING, true, 8 * M, 4 * M, 2, -1},      /* block 2 MiB: under half a slot */
+      {HC_ALGO_RING, true, 8 * M, 12 * M, 2, -1},     /* block 6 MiB: one half slot fits once */
+      {HC_ALGO_RING, true, 8 * M, 16 * M, 4, -1},     /* block 8 MiB: two halves */
+      {HC_ALGO_RING, true, 8 * M, 32 * M, 8, -1},     /* block 16 MiB: four halves */
+      {HC_ALGO_RING, true, 8 * M, 64 * M, 8, -1},     /* block 32 MiB: four slots */
+      {HC_ALGO_RING, true, 8 * M, 128 * M, 16, -1},   /* block 64 MiB: eight slots */
+      {HC_ALGO_RING, false, M / 2, 16 * M, 32, -1},   /* CPU-only: 512 KiB chunks of an 8 MiB block */
+      {HC_ALGO_AUTO, true, 8 * M, 4, 1, 1},           /* two GPU ranks: one step up to a slot */
+      {HC_ALGO_AUTO, true, 8 * M, 8 * M, 1, 1},       /* a slot */
+      {HC_ALGO_AUTO, true, 8 * M, 8 * M + 4, 2, -1},  /* over it: the ring, a chunk per half */
+      {HC_ALGO_ONESTEP, true, 8 * M, 12 * M, 2, 2},   /* two slots, the last one partly */
+      {HC_ALGO_ONESTEP, true, 8 * M, 16 * M, 2, 2},   /* two slots: not the ring's four halves */
+      {HC_ALGO_ONESTEP, true, 8 * M, 128 * M, 16, 4}, /* sixteen slots, through 4 receive places */
+      {HC_ALGO_ONESTEP, false, M / 2, 4 * M, 8, 4},   /* CPU-only, forced: 512 KiB pieces */
   };
   for (size_t i = 0; i < HC_ARRAY_LEN(cases); i++) {
     tu_set_case("%s all-reduce of %zu bytes, %s chunk %zu KiB", hc_algo_name(cases[i].algo), cases[i].bytes,
