@@ -97,10 +97,11 @@ static bool one_step_not_rd(const struct hc_plan_ctx *x, const struct hc_coll_ar
  * half. On the H100 (bench/gpu, two groups, three runs) ranks as processes
  * took 216-238 against 430-461 us at 64 KiB, 258-263 against 461-482 at 1
  * MiB and 425-428 against 613-702 at 4 MiB; as threads 43 against 74-75
- * at 64 KiB and 116-120 against 143-147 at 1 MiB. Larger vectors go in
- * pieces and the ring stays: at 64 MiB it was ahead either way (3170-3340
- * against 3250-3650 us), at 16 MiB ahead as threads (927-965 against
- * 954-1041). A CPU rank would reduce the whole vector instead of half: with
+ * at 64 KiB and 116-120 against 143-147 at 1 MiB. Larger vectors would go
+ * in pieces, and there the ring stays: at 64 MiB it was ahead as threads
+ * and as processes (3162-3337 against 3248-3649 us), at 16 MiB as threads
+ * (927-965 against 954-1041) though not as processes (1121-1263 against
+ * 1052). A CPU rank would reduce the whole vector instead of half: with
  * one, the ring stays at every size. */
 static bool gpu_pair(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
   return x->nranks == 2 && x->all_gpu && call_bytes(a) <= x->chunk_bytes;
@@ -168,7 +169,8 @@ static const struct hc_algo_desc table[] = {
      .build = hc_onestep_allreduce,
      .what = "every rank sends its input to every other at once and reduces alone (two ranks: in pieces, each "
              "reduced as it lands)",
-     .chosen_doc = "the comm is two GPU ranks and the call fits one chunk; or " ONESTEP_CHOSEN ", and the ranks are not a power of two above 2"},
+     .chosen_doc = "the comm is two GPU ranks and the call fits one chunk; or " ONESTEP_CHOSEN
+                   ", and the ranks are not a power of two above 2"},
     {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_not_rd,
      .build = hc_direct_allreduce,
      .what = "each block from every rank straight to the rank that reduces it, in cache-sized pieces, then "
