@@ -11,8 +11,10 @@
  *     with efficiency = busbw / bound. The bound: hetccl's 2-rank ring moves,
  *     per rank, B bytes device->host (its half for the peer's reduction,
  *     then its reduced half for the all-gather) and B bytes host->device
- *     (the peer's halves, the same way) for an all-reduce of B bytes; the
- *     shm window between the ranks adds no host copy.
+ *     (the peer's halves, the same way) for an all-reduce of B bytes, as
+ *     does the one step that two GPU ranks take up to a window slot (its
+ *     whole vector out, the peer's in); the shm window between the ranks
+ *     adds no host copy.
  *     In A both ranks share one device's link, so time >= 2B / min(D2H, H2D)
  *     and busbw (= algbw for 2 ranks) <= min(D2H, H2D) / 2; in B only one
  *     rank copies: busbw <= min(D2H, H2D).
