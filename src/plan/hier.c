@@ -487,24 +487,14 @@ out:
 }
 #undef BLOCK
 
-/* Receive slots of chunk size, used round-robin; a receive into a slot
- * waits for the reduction that last read it. */
-struct rs_slots {
-  char *base;
-  size_t bytes;
-  int count, next;
-  hc_ref_t *last_reader;
-};
-
 /* acc[0..len) = acc op (a chunk received from peer), where acc starts as
  * *cur (this rank's input) and is dst from the first reduction on. */
-static void sum_from(struct hc_plan *p, struct rs_slots *s, int peer, void *dst, const void **cur, hc_ref_t *cur_ref,
+static void sum_from(struct hc_plan *p, struct hc_slots *s, int peer, void *dst, const void **cur, hc_ref_t *cur_ref,
                      size_t len, enum hc_dtype t, enum hc_redop op) {
-  const int i = s->next;
-  s->next = (s->next + 1) % s->count;
-  void *slot = s->base + (size_t)i * s->bytes;
-  hc_ref_t got = hc_push_recv(p, peer, slot, len * hc_dtype_size(t), s->last_reader[i], 0);
-  *cur_ref = s->last_reader[i] = hc_push_reduce(p, dst, *cur, slot, len, t, op, got, *cur_ref, 0);
+  hc_ref_t *slot_user;
+  void *slot = hc_slot_take(s, &slot_user);
+  hc_ref_t got = hc_push_recv(p, peer, slot, len * hc_dtype_size(t), *slot_user, 0);
+  *cur_ref = *slot_user = hc_push_reduce(p, dst, *cur, slot, len, t, op, got, *cur_ref, 0);
   *cur = dst;
 }
 
@@ -517,7 +507,7 @@ static void sum_from(struct hc_plan *p, struct rs_slots *s, int peer, void *dst,
  * and this rank's own block sums the other groups' partials. */
 static hc_result_t vendor_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
                                         struct hc_alg_io io, const struct groups *gr, const int *summer,
-                                        struct rs_slots *s) {
+                                        struct hc_slots *s) {
   const int n = x->nranks, me = x->rank, mine = x->group_of[me], m = group_size(gr, mine), pos = gr->pos[me];
   const size_t es = hc_dtype_size(a->dtype), count = a->count, nch = hc_nchunks(count, es, x->chunk_bytes);
   const enum hc_redop op = hc_step_op(a->op);
@@ -598,13 +588,12 @@ static hc_result_t reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x,
   const size_t es = hc_dtype_size(a->dtype), count = a->count;
   const enum hc_redop op = hc_step_op(a->op);
   const size_t nch = hc_nchunks(count, es, x->chunk_bytes);
-  struct rs_slots s = {.count = x->scratch_slots > 0 ? x->scratch_slots : 1, .bytes = HC_DIV_UP(count, nch) * es};
-  s.base = hc_plan_scratch(p, (size_t)s.count * s.bytes);
-  s.last_reader = calloc((size_t)s.count, sizeof(hc_ref_t));
+  struct hc_slots s;
+  HC_TRY(hc_slots_create(p, x, HC_DIV_UP(count, nch) * es, SIZE_MAX, &s));
   int *summer = designees_in(gr, n, mine); /* per block: the member of this group that sums it */
   hc_result_t r = HC_OK;
-  if (s.base == NULL || s.last_reader == NULL || summer == NULL) {
-    r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d receive slots of %zu bytes", s.count, s.bytes);
+  if (summer == NULL) {
+    r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for the summers of %d blocks", n);
     goto out;
   }
   if (hc_runs_vendor(x, mine)) {
@@ -644,7 +633,7 @@ static hc_result_t reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x,
     }
   }
 out:
-  free(s.last_reader);
+  hc_slots_destroy(&s);
   free(summer);
   return r;
 }

@@ -36,33 +36,26 @@ static hc_result_t pair_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x
                                   struct hc_alg_io io) {
   const int r = x->rank, peer = hc_member(x, 1 - r);
   const size_t es = hc_dtype_size(a->dtype), nch = hc_nchunks(a->count, es, x->chunk_bytes);
-  const size_t slot_bytes = HC_DIV_UP(a->count, nch) * es;
-  const int nslots = (int)HC_MIN((size_t)HC_MAX(x->scratch_slots, 1), nch);
-  char *slots = hc_plan_scratch(p, (size_t)nslots * slot_bytes);
-  hc_ref_t *slot_free = calloc((size_t)nslots, sizeof(hc_ref_t)); /* per slot: its last reduction */
-  if (slots == NULL || slot_free == NULL) {
-    free(slot_free);
-    return slots == NULL ? HC_OK /* the plan reports out of memory */
-                         : HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d slot records", nslots);
-  }
+  struct hc_slots sl;
+  HC_TRY(hc_slots_create(p, x, HC_DIV_UP(a->count, nch) * es, nch, &sl));
   const enum hc_redop op = hc_step_op(a->op);
   for (size_t c = 0; c < nch; c++) {
     size_t off, len;
     hc_chunk(a->count, nch, c, &off, &len);
     if (len == 0) continue;
-    const int si = (int)(c % (size_t)nslots);
-    char *slot = slots + (size_t)si * slot_bytes;
+    hc_ref_t *slot_user; /* the slot's last reduction */
+    void *slot = hc_slot_take(&sl, &slot_user);
     const void *mine = HC_PTR(io.in, off, es);
     void *out = HC_PTR(io.out, off, es);
     const hc_ref_t sent = hc_push_send(p, peer, mine, len * es, io.in_dep, 0);
-    const hc_ref_t got = hc_push_recv(p, peer, slot, len * es, slot_free[si], 0);
+    const hc_ref_t got = hc_push_recv(p, peer, slot, len * es, *slot_user, 0);
     /* After its send: out may be the input. Rank 0's piece first on both
      * ranks, so that both compute the same bits. */
-    slot_free[si] =
+    *slot_user =
         hc_push_reduce(p, out, r == 0 ? mine : slot, r == 0 ? slot : mine, len, a->dtype, op, sent, got, io.in_dep);
-    hc_push_avg(p, a, out, len, 2, slot_free[si]);
+    hc_push_avg(p, a, out, len, 2, *slot_user);
   }
-  free(slot_free);
+  hc_slots_destroy(&sl);
   return HC_OK;
 }
 

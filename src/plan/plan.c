@@ -199,6 +199,24 @@ void *hc_plan_scratch(struct hc_plan *p, size_t bytes) {
   return take_scratch(p, p->dev_pool ? p->dev_pool : p->pool, bytes);
 }
 
+hc_result_t hc_slots_create(struct hc_plan *p, const struct hc_plan_ctx *x, size_t slot_bytes, size_t max_count,
+                            struct hc_slots *s) {
+  *s = (struct hc_slots){.count = (int)HC_MIN((size_t)HC_MAX(x->scratch_slots, 1), HC_MAX(max_count, 1)),
+                         .slot_bytes = slot_bytes};
+  s->base = hc_plan_scratch(p, (size_t)s->count * slot_bytes);
+  s->last_user = calloc((size_t)s->count, sizeof(hc_ref_t));
+  if (s->base == NULL || s->last_user == NULL) {
+    hc_slots_destroy(s);
+    return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d receive slots of %zu bytes", s->count, slot_bytes);
+  }
+  return HC_OK;
+}
+
+void hc_slots_destroy(struct hc_slots *s) {
+  free(s->last_user);
+  s->last_user = NULL;
+}
+
 void *hc_plan_host_scratch(struct hc_plan *p, size_t bytes) { return take_scratch(p, p->pool, bytes); }
 
 bool hc_plan_in_host_scratch(const struct hc_plan *p, const void *ptr) {

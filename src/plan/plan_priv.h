@@ -106,6 +106,27 @@ static inline size_t hc_ring_nchunks(const struct hc_plan_ctx *x, size_t maxlen,
   return HC_MIN(HC_MAX(n, HC_MIN(halves, 4)), HC_MAX(maxlen, 1));
 }
 
+/* Receive slots in the plan's scratch, used round-robin: a receive into a
+ * slot waits for the step that last read it (its user). */
+struct hc_slots {
+  char *base;
+  size_t slot_bytes;
+  int count, next;
+  hc_ref_t *last_user;
+};
+/* x->scratch_slots slots (at least one, at most max_count) of slot_bytes. */
+hc_result_t hc_slots_create(struct hc_plan *p, const struct hc_plan_ctx *x, size_t slot_bytes, size_t max_count,
+                            struct hc_slots *s);
+void hc_slots_destroy(struct hc_slots *s);
+/* The next slot; *user points at its last user's record: a receive into
+ * the slot waits for *user, and the caller sets it to the slot's new user. */
+static inline void *hc_slot_take(struct hc_slots *s, hc_ref_t **user) {
+  const int i = s->next;
+  s->next = (s->next + 1) % s->count;
+  *user = &s->last_user[i];
+  return s->base + (size_t)i * s->slot_bytes;
+}
+
 #define HC_PTR(base, elems, esize) ((char *)(base) + (size_t)(elems) * (esize))
 
 /* The reduction every algorithm applies step by step: SUM for AVG and

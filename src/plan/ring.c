@@ -41,36 +41,6 @@ static void chunk_refs_destroy(struct chunk_refs *t) {
   free(t->reader);
 }
 
-/* Receive slots in the plan's scratch, used round-robin. */
-struct slots {
-  char *base;
-  size_t slot_bytes;
-  int count, next;
-  hc_ref_t *last_user;
-};
-
-static hc_result_t slots_create(struct hc_plan *p, const struct hc_plan_ctx *x, size_t slot_bytes, struct slots *s) {
-  s->count = x->scratch_slots > 0 ? x->scratch_slots : 1;
-  s->slot_bytes = slot_bytes;
-  s->next = 0;
-  s->base = hc_plan_scratch(p, (size_t)s->count * slot_bytes);
-  s->last_user = calloc((size_t)s->count, sizeof(hc_ref_t));
-  if (s->base == NULL || s->last_user == NULL) {
-    free(s->last_user);
-    return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for %d receive slots of %zu bytes", s->count, slot_bytes);
-  }
-  return HC_OK;
-}
-
-/* The next slot; *wait is the step that must be done before it is reused. */
-static int slot_take(struct slots *s, void **ptr, hc_ref_t *wait) {
-  int i = s->next;
-  s->next = (s->next + 1) % s->count;
-  *ptr = s->base + (size_t)i * s->slot_bytes;
-  *wait = s->last_user[i];
-  return i;
-}
-
 hc_result_t hc_ring_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
                               struct hc_alg_io io) {
   return hc_ring_allreduce_split(p, x, a, io, NULL, NULL, NULL);
@@ -88,7 +58,7 @@ struct ring_ar {
 };
 
 /* The reduce-scatter half: after it, block r of io.out holds the sum. */
-static void ring_ar_reduce_scatter(struct ring_ar *g, struct slots *sl) {
+static void ring_ar_reduce_scatter(struct ring_ar *g, struct hc_slots *sl) {
   const struct hc_coll_args *a = g->a;
   const struct hc_alg_io io = g->io;
   const int n = g->n, r = g->r;
@@ -109,14 +79,12 @@ static void ring_ar_reduce_scatter(struct ring_ar *g, struct slots *sl) {
       hc_block(a->count, n, rb, &boff, &blen);
       hc_chunk(blen, nch, c, &coff, &clen);
       if (clen) {
-        void *slot;
-        hc_ref_t slot_free;
-        int si = slot_take(sl, &slot, &slot_free);
-        hc_ref_t got = hc_push_recv(g->p, g->prev, slot, clen * es, slot_free, 0);
+        hc_ref_t *slot_user;
+        void *slot = hc_slot_take(sl, &slot_user);
+        hc_ref_t got = hc_push_recv(g->p, g->prev, slot, clen * es, *slot_user, 0);
         hc_ref_t red = hc_push_reduce(g->p, HC_PTR(io.out, boff + coff, es), slot, HC_PTR(io.in, boff + coff, es), clen,
                                       a->dtype, op, got, io.in_dep, 0);
-        g->t.writer[rb * nch + c] = red;
-        sl->last_user[si] = red;
+        g->t.writer[rb * nch + c] = *slot_user = red;
       }
     }
   }
@@ -166,9 +134,9 @@ hc_result_t hc_ring_allreduce_split(struct hc_plan *p, const struct hc_plan_ctx 
                       .es = es,
                       .nch = hc_ring_nchunks(x, maxlen, es)};
   const size_t nch = g.nch;
-  struct slots sl;
+  struct hc_slots sl;
   HC_TRY(chunk_refs_create(&g.t, n, nch));
-  hc_result_t res = slots_create(p, x, HC_DIV_UP(maxlen, nch) * es, &sl);
+  hc_result_t res = hc_slots_create(p, x, HC_DIV_UP(maxlen, nch) * es, SIZE_MAX, &sl);
   if (res != HC_OK) {
     chunk_refs_destroy(&g.t);
     return res;
@@ -191,7 +159,7 @@ hc_result_t hc_ring_allreduce_split(struct hc_plan *p, const struct hc_plan_ctx 
     hc_ref_t written = hc_plan_join(p, g.t.writer, n * (int)nch), sent = hc_plan_join(p, g.t.reader, n * (int)nch);
     *done = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_NOP, HC_DEPS(written, sent)});
   }
-  free(sl.last_user);
+  hc_slots_destroy(&sl);
   chunk_refs_destroy(&g.t);
   return HC_OK;
 }

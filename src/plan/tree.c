@@ -220,14 +220,8 @@ hc_result_t hc_chain_reduce(struct hc_plan *p, const struct hc_plan_ctx *x, cons
     return HC_OK;
   }
   const size_t nch = hc_nchunks(a->count, es, x->chunk_bytes);
-  const size_t slot_bytes = HC_DIV_UP(a->count, nch) * es;
-  const int nslots = x->scratch_slots > 0 ? x->scratch_slots : 1;
-  char *slots = v == n - 1 ? NULL : hc_plan_scratch(p, slot_bytes * (size_t)nslots);
-  hc_ref_t *slot_user = calloc((size_t)nslots, sizeof(hc_ref_t));
-  if ((v != n - 1 && slots == NULL) || slot_user == NULL) {
-    free(slot_user);
-    return HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory for reduce slots");
-  }
+  struct hc_slots sl = {0}; /* the chain's last rank only sends */
+  if (v != n - 1) HC_TRY(hc_slots_create(p, x, HC_DIV_UP(a->count, nch) * es, nch, &sl));
   for (size_t c = 0; c < nch; c++) {
     size_t off, len;
     hc_chunk(a->count, nch, c, &off, &len);
@@ -237,14 +231,14 @@ hc_result_t hc_chain_reduce(struct hc_plan *p, const struct hc_plan_ctx *x, cons
       hc_push_send(p, real_rank(x, v - 1, root), mine, len * es, io.in_dep, 0);
       continue;
     }
-    int si = (int)(c % (size_t)nslots);
-    void *slot = slots + (size_t)si * slot_bytes;
-    hc_ref_t got = hc_push_recv(p, real_rank(x, v + 1, root), slot, len * es, slot_user[si], 0);
+    hc_ref_t *slot_user;
+    void *slot = hc_slot_take(&sl, &slot_user);
+    hc_ref_t got = hc_push_recv(p, real_rank(x, v + 1, root), slot, len * es, *slot_user, 0);
     void *dst = v == 0 ? HC_PTR(io.out, off, es) : slot;
     hc_ref_t red = hc_push_reduce(p, dst, mine, slot, len, a->dtype, op, got, io.in_dep, 0);
-    if (v == 0) slot_user[si] = hc_push_avg(p, a, dst, len, n, red);
-    else slot_user[si] = hc_push_send(p, real_rank(x, v - 1, root), slot, len * es, red, 0);
+    if (v == 0) *slot_user = hc_push_avg(p, a, dst, len, n, red);
+    else *slot_user = hc_push_send(p, real_rank(x, v - 1, root), slot, len * es, red, 0);
   }
-  free(slot_user);
+  hc_slots_destroy(&sl);
   return HC_OK;
 }
