@@ -21,6 +21,10 @@ struct hc_reduce_args {
   size_t count;
   enum hc_dtype dtype;
   enum hc_redop op;
+  /* Optional, GPU backends: check trap_word first, as trap_if_set does;
+   * *trap_checked says whether it was (a kernel ran, not the host). */
+  const volatile uint64_t *trap_word;
+  bool *trap_checked;
 };
 
 /* Scaling, for PREMULSUM (multiply by one element of dtype) and AVG

@@ -22,7 +22,8 @@
  * one macro without newlines).
  *
  * Kernels (extern "C", so unmangled):
- *   hc_reduce_<t>_<op>(void *dst, const void *src0, const void *src1, u64 n)
+ *   hc_reduce_<t>_<op>(void *dst, const void *src0, const void *src1, u64 n,
+ *                      const volatile u64 *trap)
  *   hc_scale_<t>_<mul|div>(void *dst, const void *src, u64 n,
  *                          u64 u, double fd, float ff)
  *   hc_trap_if_set(const volatile u64 *word)
@@ -33,7 +34,9 @@
  * divisor. hc_trap_if_set traps (a sticky error of the context: every
  * later call of the process's driver fails) when *word, mapped host
  * memory, is not 0: a stream that the progress engine released after a
- * failure (exec/engine.c) fails there instead of completing.
+ * failure (exec/engine.c) fails there instead of completing. A reduction
+ * given a trap word makes the same check first, so that a plan ending in a
+ * reduction needs no launch of its own for it (exec/enqueue.c).
  *
  * Work split: a grid-stride loop over 16-byte packs (16 / sizeof(T)
  * elements per thread and step) when the three pointers share their offset
@@ -159,10 +162,11 @@ const char hc_gpu_kernel_source[] =
     "\n"
     "/* T: storage type; CT: compute type; LOAD: T -> CT; STORE: CT -> T. */\n"
     "#define HC_REDUCE(NAME, T, CT, LOAD, OP, STORE) "
-    "HC_KERNEL NAME(void *dst_, const void *src0_, const void *src1_, hc_u64 n) { "
+    "HC_KERNEL NAME(void *dst_, const void *src0_, const void *src1_, hc_u64 n, const volatile hc_u64 *trap) { "
     "  T *dst = (T *)dst_; "
     "  const T *a = (const T *)src0_, *b = (const T *)src1_; "
     "  hc_u64 tid = HC_TID, nt = HC_NTHREADS, i, v; "
+    "  if (trap && tid == 0 && *trap != 0) HC_TRAP(); "
     "  hc_u64 head = hc_head(dst_, src0_, src1_, sizeof(T), n); "
     "  hc_u64 vn = (n - head) / (16 / sizeof(T)); "
     "  const hc_pack *ap = (const hc_pack *)(a + head), *bp = (const hc_pack *)(b + head); "

@@ -325,8 +325,11 @@ static hc_result_t launch_reduce(struct hc_gpu *g, struct hc_gpu_dev *d, const s
   void *dst = a->dst;
   const void *src0 = a->src0, *src1 = a->src1;
   uint64_t n = a->count;
-  void *params[] = {&dst, &src0, &src1, &n};
-  return launch(g, d, d->fn_reduce[a->dtype][a->op], a->count, hc_dtype_size(a->dtype), s, params, "reduce");
+  const volatile uint64_t *trap = a->trap_word;
+  void *params[] = {&dst, &src0, &src1, &n, &trap};
+  HC_TRY(launch(g, d, d->fn_reduce[a->dtype][a->op], a->count, hc_dtype_size(a->dtype), s, params, "reduce"));
+  if (a->trap_checked) *a->trap_checked = trap != NULL;
+  return HC_OK;
 }
 
 static hc_result_t launch_scale(struct hc_gpu *g, struct hc_gpu_dev *d, const struct hc_scale_args *a, hc_stream_t s);

@@ -198,12 +198,19 @@ static void step_done(struct job_state *st, int i) {
   }
 }
 
-hc_result_t hc_exec_local_step(const struct hc_dev_ops *dev, const struct hc_step *s, hc_stream_t stream) {
+hc_result_t hc_exec_local_step(const struct hc_dev_ops *dev, const struct hc_step *s, hc_stream_t stream,
+                               const volatile uint64_t *trap_word, bool *trap_checked) {
   switch (s->kind) {
   case HC_STEP_COPY: return hc_dev_copy(dev, s->dst, s->src0, s->count, stream);
   case HC_STEP_REDUCE: {
-    struct hc_reduce_args a = {
-        .dst = s->dst, .src0 = s->src0, .src1 = s->src1, .count = s->count, .dtype = s->dtype, .op = s->redop};
+    struct hc_reduce_args a = {.dst = s->dst,
+                               .src0 = s->src0,
+                               .src1 = s->src1,
+                               .count = s->count,
+                               .dtype = s->dtype,
+                               .op = s->redop,
+                               .trap_word = trap_word,
+                               .trap_checked = trap_checked};
     return hc_dev_reduce(dev, &a, stream);
   }
   case HC_STEP_SCALE: {
@@ -259,7 +266,7 @@ static hc_result_t run_ready_local(struct job_state *st, bool *moved) {
     case HC_STEP_WAIT: st->waits[st->nwaits++] = i; continue;
     case HC_STEP_NOP: break;
     case HC_STEP_SIGNAL: atomic_store_explicit((atomic_ullong *)s->src0, s->count, memory_order_release); break;
-    default: HC_TRY(hc_exec_local_step(st->dev, s, NULL)); break;
+    default: HC_TRY(hc_exec_local_step(st->dev, s, NULL, NULL, NULL)); break;
     }
     step_done(st, i);
   }
@@ -673,7 +680,7 @@ static hc_result_t lone_transfer_try(struct hc_exec_job *job, int t, void **post
   if (!done) return HC_OK;
   *posted = NULL;
   for (int i = 0; i < p->nsteps; i++)
-    if (i != t) HC_TRY(hc_exec_local_step(&hc_dev_host, &p->steps[i], NULL));
+    if (i != t) HC_TRY(hc_exec_local_step(&hc_dev_host, &p->steps[i], NULL, NULL, NULL));
   return HC_OK;
 }
 

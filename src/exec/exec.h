@@ -104,7 +104,10 @@ struct hc_exec_state {
 };
 void hc_exec_describe(const struct hc_exec_run *run, struct hc_exec_state *out);
 
-/* A COPY, REDUCE or SCALE step on dev, ordered on stream. */
-hc_result_t hc_exec_local_step(const struct hc_dev_ops *dev, const struct hc_step *s, hc_stream_t stream);
+/* A COPY, REDUCE or SCALE step on dev, ordered on stream. A REDUCE given
+ * a trap word checks it first where it runs as a kernel, and says so in
+ * *trap_checked (hc_reduce_args); NULL, NULL for none. */
+hc_result_t hc_exec_local_step(const struct hc_dev_ops *dev, const struct hc_step *s, hc_stream_t stream,
+                               const volatile uint64_t *trap_word, bool *trap_checked);
 
 #endif

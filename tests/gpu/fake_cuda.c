@@ -211,9 +211,11 @@ static void run_op(struct op *o) {
         ((void (*)(void *, void *, unsigned long long, unsigned long long, double, float))o->f->fn)(p0, p1, u0, u1, d,
                                                                                                     f);
       } else {
+        void *trap;
         memcpy(&p2, o->params[2], 8);
         memcpy(&u0, o->params[3], 8);
-        ((void (*)(void *, void *, void *, unsigned long long))o->f->fn)(p0, p1, p2, u0);
+        memcpy(&trap, o->params[4], 8);
+        ((void (*)(void *, void *, void *, unsigned long long, const volatile void *))o->f->fn)(p0, p1, p2, u0, trap);
       }
     }
     pthread_mutex_unlock(&launch_lock);
@@ -751,9 +753,9 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
   o->f = f;
   o->nthreads = (unsigned long long)gx * bx;
   /* CUDA copies the arguments at launch: the caller's locals may go. */
-  static const size_t reduce_sizes[] = {8, 8, 8, 8}, scale_sizes[] = {8, 8, 8, 8, 8, 4}, trap_sizes[] = {8};
+  static const size_t reduce_sizes[] = {8, 8, 8, 8, 8}, scale_sizes[] = {8, 8, 8, 8, 8, 4}, trap_sizes[] = {8};
   const size_t *sizes = f->kind == K_SCALE ? scale_sizes : f->kind == K_TRAP ? trap_sizes : reduce_sizes;
-  size_t np = f->kind == K_SCALE ? 6 : f->kind == K_TRAP ? 1 : 4;
+  size_t np = f->kind == K_SCALE ? 6 : f->kind == K_TRAP ? 1 : 5;
   for (size_t i = 0; i < np; i++) memcpy(o->params[i], params[i], sizes[i]);
   return enqueue(s, o);
 }

@@ -24,7 +24,7 @@
 #include "gpu_test_common.h"
 #include "testutil.h"
 
-typedef void (*reduce_kernel)(void *, const void *, const void *, unsigned long long);
+typedef void (*reduce_kernel)(void *, const void *, const void *, unsigned long long, const volatile uint64_t *);
 typedef void (*scale_kernel)(void *, const void *, unsigned long long, unsigned long long, double, float);
 
 static unsigned long long *emu_tid, *emu_nthreads;
@@ -90,7 +90,7 @@ static void run_reduce(reduce_kernel k, unsigned nt, void *d, const void *a, con
   *emu_nthreads = nt;
   for (unsigned t = 0; t < nt; t++) {
     *emu_tid = t;
-    k(d, a, b, n);
+    k(d, a, b, n, NULL);
   }
 }
 
@@ -213,25 +213,39 @@ static long emulate(void *h) {
 static int traps;
 static void count_trap(void) { traps++; }
 
-/* hc_trap_if_set: the hook (a trap) runs once, from thread 0, when the word
- * is set, and never when it is 0. */
+/* hc_trap_if_set, and a reduction given the trap word: the hook (a trap)
+ * runs once, from thread 0, when the word is set, and never when it is 0;
+ * the reduction still reduces (the trap is the context's sticky error, not
+ * an exit of the kernel), and never traps without a word. */
 static long emulate_trap(void *h) {
   void (*k)(const volatile uint64_t *) = (void (*)(const volatile uint64_t *))(uintptr_t)dlsym(h, HC_GPU_TRAP_KERNEL);
+  reduce_kernel red = (reduce_kernel)(uintptr_t)kernel(h, false, HC_INT32, HC_SUM);
   void (**hook)(void) = dlsym(h, "hc_emu_trap");
-  if (!CHECK(k != NULL && hook != NULL, "kernel %s or its hook hc_emu_trap missing", HC_GPU_TRAP_KERNEL)) return 0;
+  if (!CHECK(k != NULL && red != NULL && hook != NULL, "kernel %s or its hook hc_emu_trap missing", HC_GPU_TRAP_KERNEL))
+    return 0;
   *hook = count_trap;
   long cases = 0;
   for (uint64_t word = 0; word < 3; word++) {
     for (unsigned nt = 1; nt <= 4; nt *= 4) {
-      traps = 0;
-      *emu_nthreads = nt;
-      for (unsigned t = 0; t < nt; t++) {
-        *emu_tid = t;
-        k(&word);
+      for (int reduction = 0; reduction < 3; reduction++) {
+        const bool with_word = reduction < 2;
+        int32_t a[5] = {1, 2, 3, 4, 5}, b[5] = {10, 20, 30, 40, 50}, sum[5] = {0};
+        traps = 0;
+        *emu_nthreads = nt;
+        for (unsigned t = 0; t < nt; t++) {
+          *emu_tid = t;
+          if (reduction == 0) k(&word);
+          else red(sum, a, b, 5, reduction == 1 ? &word : NULL);
+        }
+        const int traps_wanted = with_word && word != 0;
+        CHECK(traps == traps_wanted, "%s with word %llu, %u threads: %d traps, want %d",
+              reduction == 0 ? HC_GPU_TRAP_KERNEL
+              : with_word    ? "a reduction given the word"
+                             : "a reduction without it",
+              (unsigned long long)word, nt, traps, traps_wanted);
+        if (reduction > 0) CHECK(sum[0] == 11 && sum[4] == 55, "the reduction gave %d, %d", sum[0], sum[4]);
+        cases++;
       }
-      CHECK(traps == (word != 0), "%s with word %llu, %u threads: %d traps, want %d", HC_GPU_TRAP_KERNEL,
-            (unsigned long long)word, nt, traps, word != 0);
-      cases++;
     }
   }
   *hook = NULL;
