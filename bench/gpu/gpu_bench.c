@@ -179,9 +179,10 @@ static void rank_main(int rank) {
     exit(1);
   }
   void *buf[2];
+  const size_t buf_bytes = HC_MAX(max_bytes, small_bytes[HC_ARRAY_LEN(small_bytes) - 1]);
   for (int b = 0; b < 2; b++) {
-    if (gpu_rank[rank]) hc_dev_mem_alloc(gpu, 0, max_bytes, &buf[b]);
-    else buf[b] = calloc(1, max_bytes);
+    if (gpu_rank[rank]) hc_dev_mem_alloc(gpu, 0, buf_bytes, &buf[b]);
+    else buf[b] = calloc(1, buf_bytes);
   }
   double call;
   double lat = sync_latency(comm, buf[0], buf[0], 1, s, &call);

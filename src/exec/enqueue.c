@@ -622,8 +622,8 @@ hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_s
       struct qref qr = g->qrefs[need->q_first + x];
       HC_TRY(wait_queue(g, lane, qr.queue, g->pos[qr.step]));
     }
-    HC_TRACE(HC_EXEC, "step %d (kind %d, %zu) on lane %d at %llu", i, p->steps[i].kind, p->steps[i].count, lane,
-             (unsigned long long)g->pos[i]);
+    HC_TRACE(HC_EXEC, "step %d (kind %d, %zu) on lane %d at %llu%s", i, p->steps[i].kind, p->steps[i].count, lane,
+             (unsigned long long)g->pos[i], i == carrier ? ", with the trap check" : "");
     HC_TRY(run_step(g, p, i, lane, i == carrier ? &trap_checked : NULL));
     if (g->event[i] >= 0) {
       HC_TRY(flush_flags(g));
