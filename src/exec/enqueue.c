@@ -39,7 +39,7 @@ struct hc_gpu_lanes {
   hc_event_t *events; /* between lanes; grown as plans need */
   int nevents;
   /* Pinned and mapped: HC_LANE_COUNT lane counters, one per queue, then
-   * the trap word (hc_gpu_lanes_arm_trap). */
+   * on the next cache line the trap word (hc_gpu_lanes_arm_trap). */
   atomic_ullong *counters;
   bool trap_checks; /* HETCCL_RELEASE_TRAP, until the device turns out to have no kernels */
 
@@ -76,7 +76,11 @@ struct hc_gpu_lanes {
 
 static atomic_ullong *lane_counter(struct hc_gpu_lanes *g, int l) { return &g->counters[l]; }
 static atomic_ullong *queue_counter(struct hc_gpu_lanes *g, int q) { return &g->counters[HC_LANE_COUNT + q]; }
-static atomic_ullong *trap_word(struct hc_gpu_lanes *g) { return &g->counters[HC_LANE_COUNT + g->nqueues]; }
+/* On a cache line of its own, so that a kernel's read of it over the bus
+ * does not contend with the engine's thread writing and polling the
+ * counters (a precaution: the H100 runs could not tell the two apart). */
+#define TRAP_WORD_INDEX(nqueues) HC_DIV_UP(HC_LANE_COUNT + (size_t)(nqueues), 8) * 8
+static atomic_ullong *trap_word(struct hc_gpu_lanes *g) { return &g->counters[TRAP_WORD_INDEX(g->nqueues)]; }
 
 static void free_plan_arrays(struct hc_gpu_lanes *g) {
   free(g->cls);
@@ -171,7 +175,7 @@ hc_result_t hc_gpu_lanes_create(const struct hc_dev_ops *dev, int device, int ra
   HC_TRY_GOTO(hc_dev_event_create(dev, &g->entry), r, fail);
   for (int l = 0; l < HC_LANE_COUNT; l++) HC_TRY_GOTO(hc_dev_event_create(dev, &g->exit[l]), r, fail);
   g->trap_checks = hc_param_int(HC_P_RELEASE_TRAP) != 0;
-  size_t bytes = (HC_LANE_COUNT + nq + 1) * sizeof(atomic_ullong);
+  size_t bytes = (TRAP_WORD_INDEX(nq) + 8) * sizeof(atomic_ullong);
   HC_TRY_GOTO(hc_dev_host_alloc(dev, bytes, (void **)&g->counters), r, fail);
   memset((void *)g->counters, 0, bytes);
   *out = g;
