@@ -570,7 +570,7 @@ static hc_result_t trap_check(struct hc_gpu_lanes *g, hc_stream_t s) {
 /* The step whose kernel can make the plan's trap check (-1: none): the
  * last, a reduction on the main lane, with no other lane to join after it.
  * Its kernel checks the word before it reduces, after every wait of the
- * plan: a launch less per call, about 5 us (bench/gpu/README.md). */
+ * plan: a launch less per call, 3-6 us of the call (bench/gpu/README.md). */
 static int trap_carrier(const struct hc_gpu_lanes *g, const struct hc_plan *p) {
   if (!g->trap_checks || g->nranks == 1 || g->norder == 0) return -1;
   for (int l = 0; l < HC_LANE_COUNT; l++)
