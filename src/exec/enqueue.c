@@ -79,8 +79,8 @@ static atomic_ullong *queue_counter(struct hc_gpu_lanes *g, int q) { return &g->
 /* On a cache line of its own, so that a kernel's read of it over the bus
  * does not contend with the engine's thread writing and polling the
  * counters (a precaution: the H100 runs could not tell the two apart). */
-#define TRAP_WORD_INDEX(nqueues) HC_DIV_UP(HC_LANE_COUNT + (size_t)(nqueues), 8) * 8
-static atomic_ullong *trap_word(struct hc_gpu_lanes *g) { return &g->counters[TRAP_WORD_INDEX(g->nqueues)]; }
+static size_t trap_word_index(int nqueues) { return HC_DIV_UP(HC_LANE_COUNT + (size_t)nqueues, 8) * 8; }
+static atomic_ullong *trap_word(struct hc_gpu_lanes *g) { return &g->counters[trap_word_index(g->nqueues)]; }
 
 static void free_plan_arrays(struct hc_gpu_lanes *g) {
   free(g->cls);
@@ -175,7 +175,7 @@ hc_result_t hc_gpu_lanes_create(const struct hc_dev_ops *dev, int device, int ra
   HC_TRY_GOTO(hc_dev_event_create(dev, &g->entry), r, fail);
   for (int l = 0; l < HC_LANE_COUNT; l++) HC_TRY_GOTO(hc_dev_event_create(dev, &g->exit[l]), r, fail);
   g->trap_checks = hc_param_int(HC_P_RELEASE_TRAP) != 0;
-  size_t bytes = (TRAP_WORD_INDEX(nq) + 8) * sizeof(atomic_ullong);
+  size_t bytes = (trap_word_index(g->nqueues) + 8) * sizeof(atomic_ullong);
   HC_TRY_GOTO(hc_dev_host_alloc(dev, bytes, (void **)&g->counters), r, fail);
   memset((void *)g->counters, 0, bytes);
   *out = g;
@@ -568,15 +568,16 @@ static hc_result_t trap_check(struct hc_gpu_lanes *g, hc_stream_t s) {
 }
 
 /* The step whose kernel can make the plan's trap check (-1: none): the
- * last, a reduction on the main lane, with no other lane to join after it.
- * Its kernel checks the word before it reduces, after every wait of the
- * plan: a launch less per call, 3-6 us of the call (bench/gpu/README.md). */
+ * last, a reduction, in a plan that runs on the main lane alone (no other
+ * lane to join after it). Its kernel checks the word before it reduces,
+ * after every wait of the plan: a launch less per call, 3-6 us of the call
+ * (bench/gpu/README.md). */
 static int trap_carrier(const struct hc_gpu_lanes *g, const struct hc_plan *p) {
   if (!g->trap_checks || g->nranks == 1 || g->norder == 0) return -1;
   for (int l = 0; l < HC_LANE_COUNT; l++)
     if (l != HC_LANE_MAIN && g->last_on_lane[l] >= 0) return -1;
   const int i = g->order[g->norder - 1];
-  return g->lane[i] == HC_LANE_MAIN && g->partner[i] < 0 && p->steps[i].kind == HC_STEP_REDUCE ? i : -1;
+  return p->steps[i].kind == HC_STEP_REDUCE ? i : -1;
 }
 
 hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_stream_t *user, int nuser) {

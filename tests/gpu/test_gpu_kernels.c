@@ -227,23 +227,22 @@ static long emulate_trap(void *h) {
   long cases = 0;
   for (uint64_t word = 0; word < 3; word++) {
     for (unsigned nt = 1; nt <= 4; nt *= 4) {
-      for (int reduction = 0; reduction < 3; reduction++) {
-        const bool with_word = reduction < 2;
+      enum { TRAP_KERNEL, REDUCE_WITH_WORD, REDUCE_WITHOUT_WORD, FORMS };
+      static const char *const form_name[FORMS] = {HC_GPU_TRAP_KERNEL, "a reduction given the word",
+                                                   "a reduction without it"};
+      for (int form = 0; form < FORMS; form++) {
         int32_t a[5] = {1, 2, 3, 4, 5}, b[5] = {10, 20, 30, 40, 50}, sum[5] = {0};
         traps = 0;
         *emu_nthreads = nt;
         for (unsigned t = 0; t < nt; t++) {
           *emu_tid = t;
-          if (reduction == 0) k(&word);
-          else red(sum, a, b, 5, reduction == 1 ? &word : NULL);
+          if (form == TRAP_KERNEL) k(&word);
+          else red(sum, a, b, 5, form == REDUCE_WITH_WORD ? &word : NULL);
         }
-        const int traps_wanted = with_word && word != 0;
-        CHECK(traps == traps_wanted, "%s with word %llu, %u threads: %d traps, want %d",
-              reduction == 0 ? HC_GPU_TRAP_KERNEL
-              : with_word    ? "a reduction given the word"
-                             : "a reduction without it",
+        const int traps_wanted = form != REDUCE_WITHOUT_WORD && word != 0;
+        CHECK(traps == traps_wanted, "%s with word %llu, %u threads: %d traps, want %d", form_name[form],
               (unsigned long long)word, nt, traps, traps_wanted);
-        if (reduction > 0) CHECK(sum[0] == 11 && sum[4] == 55, "the reduction gave %d, %d", sum[0], sum[4]);
+        if (form != TRAP_KERNEL) CHECK(sum[0] == 11 && sum[4] == 55, "the reduction gave %d, %d", sum[0], sum[4]);
         cases++;
       }
     }
