@@ -20,6 +20,7 @@
  *     rank copies: busbw <= min(D2H, H2D).
  * Exits 77 where there is no CUDA device.
  *   gpu_bench [max_bytes]      default 1 GiB
+ * GPU_BENCH_ONLY=A or B runs that case alone.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -302,7 +303,9 @@ int main(int argc, char **argv) {
   double d2h = sh->d2h, h2d = sh->h2d;
   double link = d2h < h2d ? d2h : h2d;
   printf("pinned copies, 1 GiB: device->host %.1f GB/s, host->device %.1f GB/s\n", d2h, h2d);
-  run("A: all-reduce, 2 GPU ranks on device 0, two groups", true, true, link / 2);
-  run("B: all-reduce, 1 GPU rank + 1 CPU rank", true, false, link);
+  const char *only = getenv("GPU_BENCH_ONLY");
+  if (only == NULL || strcmp(only, "A") == 0)
+    run("A: all-reduce, 2 GPU ranks on device 0, two groups", true, true, link / 2);
+  if (only == NULL || strcmp(only, "B") == 0) run("B: all-reduce, 1 GPU rank + 1 CPU rank", true, false, link);
   return 0;
 }

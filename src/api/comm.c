@@ -228,6 +228,7 @@ void hc_comm_free(struct hetcclComm *comm) {
   hc_net_set_close(&comm->nets, NULL, 0, false);
   hc_bootstrap_destroy(comm->boot);
   hc_exec_links_log_waits(&comm->links);
+  hc_host_pool_destroy(comm->links.host_pool);
   free(comm->links.peer);
   free(comm->peers);
   pthread_mutex_destroy(&comm->error_lock);
@@ -473,6 +474,14 @@ static hc_result_t phase_links(struct hetcclComm *comm) {
     if (comm->peers[i].net.host == me->net.host) comm->links.peer[i].pid = comm->peers[i].pid;
   }
   hc_exec_links_check_cpus(&comm->links);
+  if (comm->config.device_kind == HC_MEM_HOST) {
+    int helpers = hc_param_int(HC_P_HOST_HELPERS);
+    if (helpers < 0) helpers = hc_host_pool_auto_helpers(local_ranks);
+    HC_TRY(hc_host_pool_create(helpers, (size_t)hc_param_int(HC_P_HOST_SPLIT_BYTES), &comm->links.host_pool));
+    if (helpers > 0)
+      HC_INFO(HC_EXEC, "rank %d: %d helper threads for copies and reductions from %lld bytes", comm->rank, helpers,
+              (long long)hc_param_int(HC_P_HOST_SPLIT_BYTES));
+  }
   comm->stage_device =
       comm->config.device_kind != HC_MEM_HOST && !hc_net_links_reach_device(comm->links.peer, comm->nranks);
   return HC_OK;

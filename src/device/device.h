@@ -10,7 +10,8 @@
 
 enum hc_mem_kind { HC_MEM_HOST = 0, HC_MEM_CUDA = 1, HC_MEM_HIP = 2, HC_MEM_KIND_COUNT };
 
-/* Opaque device stream (cudaStream_t, hipStream_t); NULL for host. */
+/* Opaque device stream (cudaStream_t, hipStream_t). For host: its helper
+ * pool (struct hc_host_pool, below) or NULL. */
 typedef void *hc_stream_t;
 
 /* dst[i] = src0[i] op src1[i] for i < count; dst may equal src0 or src1.
@@ -262,6 +263,23 @@ static inline hc_result_t hc_dev_trap_if_set(const struct hc_dev_ops *d, hc_stre
 }
 
 extern const struct hc_dev_ops hc_dev_host;
+
+/* Helper threads for the host backend's large copies, reductions and
+ * scalings (host_pool.c); given to it as its stream. */
+struct hc_host_pool;
+/* Runs part(job, begin, end) over [0, n) in units of unit bytes. */
+typedef void (*hc_host_part_fn)(const void *job, size_t begin, size_t end);
+/* *pool: NULL when helpers <= 0 (the backend then works alone). Threads
+ * start with the first job that is split. */
+hc_result_t hc_host_pool_create(int helpers, size_t split_bytes, struct hc_host_pool **pool);
+void hc_host_pool_destroy(struct hc_host_pool *pool);
+/* Runs fn over [0, n) split among the helpers and the calling thread, when
+ * n units are at least the pool's split_bytes and no other job runs;
+ * returns false, having run nothing, otherwise. */
+bool hc_host_pool_run(struct hc_host_pool *pool, hc_host_part_fn fn, const void *job, size_t n, size_t unit);
+/* HETCCL_HOST_HELPERS' default: the CPUs this process may run on, shared
+ * among the comm's local_ranks ranks of this host, less the rank's own. */
+int hc_host_pool_auto_helpers(int local_ranks);
 
 /* The backend for a memory kind, or NULL when it is not loaded (the first
  * call loads it; a backend that fails to load says why at INFO, once). */

@@ -1,5 +1,7 @@
-/* Device backend "host": ordinary memory, work done on the calling thread. */
+/* Device backend "host": ordinary memory, work done on the calling thread,
+ * with the stream's helper threads for large pieces (host_pool.c). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "device.h"
 
@@ -24,24 +26,58 @@ static hc_result_t host_mem_free(void *ctx, int device, void *p) {
   return HC_OK;
 }
 
+struct copy_job {
+  char *dst;
+  const char *src;
+};
+
+static void copy_part(const void *job, size_t begin, size_t end) {
+  const struct copy_job *j = job;
+  memcpy(j->dst + begin, j->src + begin, end - begin);
+}
+
 static hc_result_t host_copy(void *ctx, void *dst, const void *src, size_t n, hc_stream_t s) {
   (void)ctx;
-  (void)s;
-  if (dst != src && n) memmove(dst, src, n);
+  if (dst == src || n == 0) return HC_OK;
+  const char *d = dst, *from = src;
+  const bool overlap = d < from + n && from < d + n;
+  if (!overlap && hc_host_pool_run(s, copy_part, &(struct copy_job){dst, src}, n, 1)) return HC_OK;
+  memmove(dst, src, n);
   return HC_OK;
+}
+
+/* Elements are independent (dst may equal a source, never overlap one
+ * shifted), so a reduction or scaling splits into ranges of elements. */
+static void reduce_part(const void *job, size_t begin, size_t end) {
+  struct hc_reduce_args a = *(const struct hc_reduce_args *)job;
+  const size_t at = begin * hc_dtype_size(a.dtype);
+  a.dst = (char *)a.dst + at;
+  a.src0 = (const char *)a.src0 + at;
+  a.src1 = (const char *)a.src1 + at;
+  a.count = end - begin;
+  hc_host_reduce(&a);
 }
 
 static hc_result_t host_reduce(void *ctx, const struct hc_reduce_args *a, hc_stream_t s) {
   (void)ctx;
-  (void)s;
-  hc_host_reduce(a);
+  if ((unsigned)a->dtype >= HC_DTYPE_COUNT || !hc_host_pool_run(s, reduce_part, a, a->count, hc_dtype_size(a->dtype)))
+    hc_host_reduce(a);
   return HC_OK;
+}
+
+static void scale_part(const void *job, size_t begin, size_t end) {
+  struct hc_scale_args a = *(const struct hc_scale_args *)job;
+  const size_t at = begin * hc_dtype_size(a.dtype);
+  a.dst = (char *)a.dst + at;
+  a.src = (const char *)a.src + at;
+  a.count = end - begin;
+  hc_host_scale(&a);
 }
 
 static hc_result_t host_scale(void *ctx, const struct hc_scale_args *a, hc_stream_t s) {
   (void)ctx;
-  (void)s;
-  hc_host_scale(a);
+  if ((unsigned)a->dtype >= HC_DTYPE_COUNT || !hc_host_pool_run(s, scale_part, a, a->count, hc_dtype_size(a->dtype)))
+    hc_host_scale(a);
   return HC_OK;
 }
 

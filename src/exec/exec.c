@@ -266,7 +266,7 @@ static hc_result_t run_ready_local(struct job_state *st, bool *moved) {
     case HC_STEP_WAIT: st->waits[st->nwaits++] = i; continue;
     case HC_STEP_NOP: break;
     case HC_STEP_SIGNAL: atomic_store_explicit((atomic_ullong *)s->src0, s->count, memory_order_release); break;
-    default: HC_TRY(hc_exec_local_step(st->dev, s, NULL, NULL, NULL)); break;
+    default: HC_TRY(hc_exec_local_step(st->dev, s, st->job->links->host_pool, NULL, NULL)); break;
     }
     step_done(st, i);
   }
@@ -285,7 +285,7 @@ static hc_result_t match_self(struct job_state *st, bool *moved) {
     if (send->count != recv->count)
       return HC_FAIL(HC_ERR_USAGE, "rank %d: mismatched counts: sends %zu bytes to itself, receives %zu", me,
                      send->count, recv->count);
-    HC_TRY(hc_dev_copy(st->dev, recv->dst, send->src0, send->count, NULL));
+    HC_TRY(hc_dev_copy(st->dev, recv->dst, send->src0, send->count, st->job->links->host_pool));
     st->q_tail[qs] = ++st->q_head[qs];
     st->q_tail[qr] = ++st->q_head[qr];
     step_done(st, si);
@@ -680,7 +680,7 @@ static hc_result_t lone_transfer_try(struct hc_exec_job *job, int t, void **post
   if (!done) return HC_OK;
   *posted = NULL;
   for (int i = 0; i < p->nsteps; i++)
-    if (i != t) HC_TRY(hc_exec_local_step(&hc_dev_host, &p->steps[i], NULL, NULL, NULL));
+    if (i != t) HC_TRY(hc_exec_local_step(&hc_dev_host, &p->steps[i], job->links->host_pool, NULL, NULL));
   return HC_OK;
 }
 

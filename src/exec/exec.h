@@ -21,11 +21,12 @@
 /* A comm's links, as exec sees them. */
 struct hc_links {
   int rank, nranks;
-  struct hc_link *peer;          /* nranks entries */
-  const atomic_bool *abort_flag; /* set by hetcclCommAbort from any thread */
-  uint64_t spin_ns;              /* how long to poll before sleeping (HETCCL_SPIN_US) */
-  bool cores_shared;             /* local ranks outnumber cores: never poll without yielding */
-  bool own_cpu;                  /* bound to one CPU that no local peer may run on (below) */
+  struct hc_link *peer;           /* nranks entries */
+  const atomic_bool *abort_flag;  /* set by hetcclCommAbort from any thread */
+  uint64_t spin_ns;               /* how long to poll before sleeping (HETCCL_SPIN_US) */
+  bool cores_shared;              /* local ranks outnumber cores: never poll without yielding */
+  bool own_cpu;                   /* bound to one CPU that no local peer may run on (below) */
+  struct hc_host_pool *host_pool; /* helpers of the local steps of host plans (HETCCL_HOST_HELPERS); may be NULL */
   /* The wait policy's memory (exec.c), written by the thread that runs
    * this comm's plans: how soon peers answered lately, and for how many
    * more waits a yield that ran another thread here still counts. */

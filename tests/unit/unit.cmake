@@ -22,6 +22,12 @@ add_test(NAME coll_host_n3_chunk4k COMMAND test_coll_host --ranks 3)
 set_tests_properties(coll_host_n3_chunk4k PROPERTIES LABELS unit TIMEOUT 240
   ENVIRONMENT "HETCCL_TIMEOUT=60;HETCCL_CHUNK_BYTES=4K;HETCCL_SCRATCH_SLOTS=3")
 
+# Copies and reductions from 4 KiB split among 2 helper threads per rank
+# (device/host_pool.c), which the 2 cores here would otherwise not get.
+add_test(NAME coll_host_n3_helpers COMMAND test_coll_host --ranks 3)
+set_tests_properties(coll_host_n3_helpers PROPERTIES LABELS unit TIMEOUT 240
+  ENVIRONMENT "HETCCL_TIMEOUT=60;HETCCL_HOST_HELPERS=2;HETCCL_HOST_SPLIT_BYTES=4K")
+
 # Sets HETCCL_TIMEOUT=3 itself: some cases time out on purpose.
 add_test(NAME api_errors COMMAND test_api_errors)
 set_tests_properties(api_errors PROPERTIES LABELS unit TIMEOUT 120)
