@@ -26,14 +26,27 @@ static hc_result_t host_mem_free(void *ctx, int device, void *p) {
   return HC_OK;
 }
 
+/* A copy or reduction from this size leaves the caches whatever its
+ * stores do; stored non-temporally, its output costs one pass over memory
+ * instead of two (a cached store reads its line first). glibc's memcpy
+ * makes the same choice by size, but would see only one helper's part. */
+#ifndef HC_HOST_NT_BYTES
+#define HC_HOST_NT_BYTES (4u << 20)
+#endif
+/* A reduction stored non-temporally goes through a block of this size,
+ * reduced in cache, then streamed out. */
+#define HC_HOST_NT_BLOCK 16384
+
 struct copy_job {
   char *dst;
   const char *src;
+  bool nt;
 };
 
 static void copy_part(const void *job, size_t begin, size_t end) {
   const struct copy_job *j = job;
-  memcpy(j->dst + begin, j->src + begin, end - begin);
+  if (j->nt) hc_copy_nt(j->dst + begin, j->src + begin, end - begin);
+  else memcpy(j->dst + begin, j->src + begin, end - begin);
 }
 
 static hc_result_t host_copy(void *ctx, void *dst, const void *src, size_t n, hc_stream_t s) {
@@ -41,26 +54,50 @@ static hc_result_t host_copy(void *ctx, void *dst, const void *src, size_t n, hc
   if (dst == src || n == 0) return HC_OK;
   const char *d = dst, *from = src;
   const bool overlap = d < from + n && from < d + n;
-  if (!overlap && hc_host_pool_run(s, copy_part, &(struct copy_job){dst, src}, n, 1)) return HC_OK;
+  if (!overlap && hc_host_pool_run(s, copy_part, &(struct copy_job){dst, src, n >= HC_HOST_NT_BYTES}, n, 1))
+    return HC_OK;
   memmove(dst, src, n);
   return HC_OK;
 }
 
 /* Elements are independent (dst may equal a source, never overlap one
  * shifted), so a reduction or scaling splits into ranges of elements. */
+struct reduce_job {
+  const struct hc_reduce_args *args;
+  bool nt;
+};
+
 static void reduce_part(const void *job, size_t begin, size_t end) {
-  struct hc_reduce_args a = *(const struct hc_reduce_args *)job;
-  const size_t at = begin * hc_dtype_size(a.dtype);
-  a.dst = (char *)a.dst + at;
+  const struct reduce_job *j = job;
+  struct hc_reduce_args a = *j->args;
+  const size_t es = hc_dtype_size(a.dtype), at = begin * es;
+  char *dst = (char *)a.dst + at;
   a.src0 = (const char *)a.src0 + at;
   a.src1 = (const char *)a.src1 + at;
   a.count = end - begin;
-  hc_host_reduce(&a);
+  if (!j->nt) {
+    a.dst = dst;
+    hc_host_reduce(&a);
+    return;
+  }
+  _Alignas(64) unsigned char block[HC_HOST_NT_BLOCK];
+  const size_t per_block = sizeof(block) / es, count = a.count;
+  for (size_t i = 0; i < count; i += per_block) {
+    struct hc_reduce_args b = a;
+    b.dst = block;
+    b.src0 = (const char *)a.src0 + i * es;
+    b.src1 = (const char *)a.src1 + i * es;
+    b.count = HC_MIN(per_block, count - i);
+    hc_host_reduce(&b);
+    hc_copy_nt(dst + i * es, block, b.count * es);
+  }
 }
 
 static hc_result_t host_reduce(void *ctx, const struct hc_reduce_args *a, hc_stream_t s) {
   (void)ctx;
-  if ((unsigned)a->dtype >= HC_DTYPE_COUNT || !hc_host_pool_run(s, reduce_part, a, a->count, hc_dtype_size(a->dtype)))
+  if ((unsigned)a->dtype >= HC_DTYPE_COUNT ||
+      !hc_host_pool_run(s, reduce_part, &(struct reduce_job){a, a->count * hc_dtype_size(a->dtype) >= HC_HOST_NT_BYTES},
+                        a->count, hc_dtype_size(a->dtype)))
     hc_host_reduce(a);
   return HC_OK;
 }

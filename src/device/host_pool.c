@@ -15,7 +15,9 @@
  * job's own.
  *
  * Idle helpers poll for HC_HOST_POOL_SPIN_NS (the copies and reductions of
- * one plan come back to back), then sleep on a condition variable until
+ * one plan come back to back), pausing, not yielding: a yield is a system
+ * call, and a polling helper shares its core with the caller's threads
+ * where cores are hyperthreads. Then they sleep on a condition variable until
  * the next job or the pool's end; a sleeping helper waits for work, not for
  * a peer, so that wait has no deadline.
  */
@@ -29,7 +31,9 @@
 
 #include "device.h"
 
-#define HC_HOST_POOL_SPIN_NS 200000ull
+#ifndef HC_HOST_POOL_SPIN_NS
+#define HC_HOST_POOL_SPIN_NS 50000ull
+#endif
 /* Parts per thread of a job: a helper that wakes late still finds some. */
 #define HC_HOST_POOL_PARTS_PER_THREAD 4
 #define HC_HOST_POOL_MIN_PART_BYTES (128u << 10)

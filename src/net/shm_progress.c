@@ -28,10 +28,6 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
-
 #include "shm_priv.h"
 
 static struct hc_shm_desc *desc_at(uint8_t *ring, const struct hc_shm_conn *c, uint64_t i) {
@@ -56,28 +52,6 @@ static void publish_desc(const struct hc_shm_conn *c, struct hc_shm_desc *d, uin
 
 static bool desc_posted(const struct hc_shm_desc *d, uint64_t seq) {
   return atomic_load(&d->posted) == (uint32_t)(seq + 1);
-}
-
-/* Copy into a slot with non-temporal stores: the sender will not read the
- * slot again, and the receiver reads it after it left any cache. dst is
- * 64-byte aligned (a slot start). */
-static void copy_nt(void *dst, const void *src, size_t n) {
-#ifdef __SSE2__
-  uint8_t *d = dst;
-  const uint8_t *s = src;
-  for (; n >= 64; n -= 64, d += 64, s += 64) {
-    __m128i a = _mm_loadu_si128((const __m128i_u *)s), b = _mm_loadu_si128((const __m128i_u *)(s + 16));
-    __m128i e = _mm_loadu_si128((const __m128i_u *)(s + 32)), f = _mm_loadu_si128((const __m128i_u *)(s + 48));
-    _mm_stream_si128((__m128i *)d, a);
-    _mm_stream_si128((__m128i *)(d + 16), b);
-    _mm_stream_si128((__m128i *)(d + 32), e);
-    _mm_stream_si128((__m128i *)(d + 48), f);
-  }
-  if (n) memcpy(d, s, n);
-  _mm_sfence(); /* the streamed stores before the release of slot_head */
-#else
-  memcpy(dst, src, n);
-#endif
 }
 
 static void req_complete(struct hc_shm_conn *c, struct hc_shm_req *q) {
@@ -153,7 +127,7 @@ static void send_progress(struct hc_shm_conn *c, bool *published) {
         }
         size_t k = part_bytes(c, q->n, q->off);
         uint8_t *slot = slot_at(c->tx_slots, c, c->tx_slot_head);
-        if (nt) copy_nt(slot, q->buf + q->off, k);
+        if (nt) hc_copy_nt(slot, q->buf + q->off, k); /* the sender will not read the slot again */
         else memcpy(slot, q->buf + q->off, k);
         q->off += k;
         budget -= HC_MIN(budget, k);

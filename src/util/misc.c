@@ -10,6 +10,9 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "util.h"
 
@@ -118,4 +121,26 @@ bool hc_pid_exited(int pid, int pidfd) {
   buf[k] = 0;
   const char *rp = strrchr(buf, ')');
   return rp != NULL && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+void hc_copy_nt(void *dst, const void *src, size_t n) {
+#ifdef __SSE2__
+  uint8_t *d = dst;
+  const uint8_t *s = src;
+  const size_t head = HC_MIN((size_t)(-(uintptr_t)d & 15), n);
+  memcpy(d, s, head);
+  d += head, s += head, n -= head;
+  for (; n >= 64; n -= 64, d += 64, s += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i_u *)s), b = _mm_loadu_si128((const __m128i_u *)(s + 16));
+    __m128i e = _mm_loadu_si128((const __m128i_u *)(s + 32)), f = _mm_loadu_si128((const __m128i_u *)(s + 48));
+    _mm_stream_si128((__m128i *)d, a);
+    _mm_stream_si128((__m128i *)(d + 16), b);
+    _mm_stream_si128((__m128i *)(d + 32), e);
+    _mm_stream_si128((__m128i *)(d + 48), f);
+  }
+  memcpy(d, s, n);
+  _mm_sfence(); /* the streamed stores before whatever publishes them */
+#else
+  memcpy(dst, src, n);
+#endif
 }

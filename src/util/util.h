@@ -162,6 +162,10 @@ void hc_params_reset(void);
 
 /* ---- clocks ---- */
 uint64_t hc_now_ns(void); /* CLOCK_MONOTONIC */
+/* memcpy with non-temporal stores, for data the writer will not read again
+ * and that is too large to stay in cache: the stores skip the read of each
+ * line that a cached store makes first. */
+void hc_copy_nt(void *dst, const void *src, size_t n);
 /* HETCCL_TIMEOUT, and the absolute deadline that far from now. */
 uint64_t hc_timeout_ns(void);
 uint64_t hc_deadline_ns(void);
