@@ -46,6 +46,7 @@ static struct shared {
   double times[64];
   int ntimes;
   double sync_us, call_us, d2h, h2d;
+  double host_copy[3];   /* GB/s, 1, 4 and 8 threads (host_copy_threads) */
   double small_us[2][8]; /* [in place][size]: call to stream done, median */
   bool no_gpu;
   /* Rank 0 makes the id: made in the parent, its bootstrap thread could
@@ -79,6 +80,30 @@ static double copy_rate(bool to_host) {
   hc_dev_host_free(gpu, h);
   hc_dev_stream_destroy(gpu, s);
   return rate;
+}
+
+/* What the CPU rank of B moves its bytes with: the host backend's copy of
+ * 256 MiB, alone and split with its helper threads (device/host_pool.c). */
+static const int host_copy_threads[3] = {1, 4, 8};
+
+static void host_rates(int unused) {
+  (void)unused;
+  const size_t n = 256u << 20;
+  char *src = malloc(n), *dst = malloc(n);
+  if (src == NULL || dst == NULL) return;
+  memset(src, 1, n);
+  memset(dst, 2, n);
+  for (int k = 0; k < 3; k++) {
+    struct hc_host_pool *pool = NULL;
+    if (hc_host_pool_create(host_copy_threads[k] - 1, 1u << 20, &pool) != HC_OK) break;
+    hc_dev_host.copy(NULL, dst, src, n, pool);
+    double t0 = now();
+    for (int i = 0; i < 5; i++) hc_dev_host.copy(NULL, dst, src, n, pool);
+    sh->host_copy[k] = 5.0 * (double)n / (now() - t0) / 1e9;
+    hc_host_pool_destroy(pool);
+  }
+  free(src);
+  free(dst);
 }
 
 /* Median of n samples (sorts them). */
@@ -303,6 +328,9 @@ int main(int argc, char **argv) {
   double d2h = sh->d2h, h2d = sh->h2d;
   double link = d2h < h2d ? d2h : h2d;
   printf("pinned copies, 1 GiB: device->host %.1f GB/s, host->device %.1f GB/s\n", d2h, h2d);
+  if (in_child(host_rates, 0, &pid) && children_ok(&pid, 1))
+    printf("host copies, 256 MiB: %.1f GB/s with %d thread, %.1f with %d, %.1f with %d\n", sh->host_copy[0],
+           host_copy_threads[0], sh->host_copy[1], host_copy_threads[1], sh->host_copy[2], host_copy_threads[2]);
   const char *only = getenv("GPU_BENCH_ONLY");
   if (only == NULL || strcmp(only, "A") == 0)
     run("A: all-reduce, 2 GPU ranks on device 0, two groups", true, true, link / 2);

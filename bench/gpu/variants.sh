@@ -23,7 +23,7 @@ for round in $(seq "${ROUNDS:-1}"); do
     for processes in ${PROCESSES:-0 1}; do
       echo "== round $round, $name, GPU_BENCH_PROCESSES=$processes"
       GPU_BENCH_PROCESSES=$processes timeout 180 "$root/build-variant-$name/bench/gpu_bench" "$max" |
-        awk '/pinned|^[AB]:/ || ($1 >= 1048576 && NF == 4)'
+        awk '/pinned|host copies|^[AB]:/ || ($1 >= 1048576 && NF == 4)'
     done
   done
 done
