@@ -477,10 +477,11 @@ static hc_result_t phase_links(struct hetcclComm *comm) {
   if (comm->config.device_kind == HC_MEM_HOST) {
     int helpers = hc_param_int(HC_P_HOST_HELPERS);
     if (helpers < 0) helpers = hc_host_pool_auto_helpers(local_ranks);
-    HC_TRY(hc_host_pool_create(helpers, (size_t)hc_param_int(HC_P_HOST_SPLIT_BYTES), &comm->links.host_pool));
+    const size_t split_bytes = (size_t)hc_param_int(HC_P_HOST_SPLIT_BYTES);
+    HC_TRY(hc_host_pool_create(helpers, split_bytes, &comm->links.host_pool));
     if (helpers > 0)
-      HC_INFO(HC_EXEC, "rank %d: %d helper threads for copies and reductions from %lld bytes", comm->rank, helpers,
-              (long long)hc_param_int(HC_P_HOST_SPLIT_BYTES));
+      HC_INFO(HC_EXEC, "rank %d: %d helper threads for copies and reductions from %zu bytes", comm->rank, helpers,
+              split_bytes);
   }
   comm->stage_device =
       comm->config.device_kind != HC_MEM_HOST && !hc_net_links_reach_device(comm->links.peer, comm->nranks);

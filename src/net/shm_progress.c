@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
 #include "shm_priv.h"
 
 static struct hc_shm_desc *desc_at(uint8_t *ring, const struct hc_shm_conn *c, uint64_t i) {

@@ -162,10 +162,6 @@ void hc_params_reset(void);
 
 /* ---- clocks ---- */
 uint64_t hc_now_ns(void); /* CLOCK_MONOTONIC */
-/* memcpy with non-temporal stores, for data the writer will not read again
- * and that is too large to stay in cache: the stores skip the read of each
- * line that a cached store makes first. */
-void hc_copy_nt(void *dst, const void *src, size_t n);
 /* HETCCL_TIMEOUT, and the absolute deadline that far from now. */
 uint64_t hc_timeout_ns(void);
 uint64_t hc_deadline_ns(void);
@@ -224,6 +220,10 @@ bool hc_coll_reduces(enum hc_coll c);
 hc_result_t hc_calloc(void *out_ptr, size_t n, size_t size, const char *what);
 /* 16 random bytes or more from getrandom(). */
 hc_result_t hc_random_bytes(void *buf, size_t n);
+/* memcpy with non-temporal stores, for data the writer will not read again
+ * and that is too large to stay in cache: the stores skip the read of each
+ * line that a cached store makes first. */
+void hc_copy_nt(void *dst, const void *src, size_t n);
 
 /* Process liveness (same pid namespace). A pidfd of pid (close-on-exec),
  * or -1 where the kernel has none (liveness then falls back to /proc), or
