@@ -488,6 +488,15 @@ static hc_result_t phase_links(struct hetcclComm *comm) {
   return HC_OK;
 }
 
+/* hc_plan_ctx.window_reduce_bytes: a CPU rank reduces every window piece
+ * in its slot, a GPU rank the small ones where its reductions read mapped
+ * host memory as it is addressed on the host. */
+static size_t window_reduce_bytes(enum hc_mem_kind kind) {
+  const size_t limit = (size_t)hc_param_int(HC_P_WINDOW_REDUCE_BYTES);
+  if (limit == 0 || kind == HC_MEM_HOST) return limit == 0 ? 0 : SIZE_MAX;
+  return hc_dev_caps(kind).reduce_reads_host ? limit : 0;
+}
+
 /* plan: what every plan of this comm depends on besides the call, and its
  * scratch pools. */
 static hc_result_t phase_plans(struct hetcclComm *comm) {
@@ -517,6 +526,7 @@ static hc_result_t phase_plans(struct hetcclComm *comm) {
       .direct_chunk_bytes = (size_t)HC_MAX(hc_param_int(HC_P_DIRECT_CHUNK_BYTES), 64),
       .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1),
       .ngroups = 1,
+      .window_reduce_bytes = window_reduce_bytes(config->device_kind),
   };
   memcpy(comm->plan_ctx.algo, forced, sizeof(forced));
   comm->pull_min_bytes = hc_param_int(HC_P_SHM_CMA_TUNE) ? hc_net_set_pull_min_bytes(&comm->nets) : 0;

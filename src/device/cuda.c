@@ -122,6 +122,8 @@ static bool cuda_has_mem_ops(void) {
          cu.cuMemHostGetDevicePointer_v2 != NULL && mem_ops_64 == 1;
 }
 
+static bool cuda_kernels_read_host_address(void) { return host_ptr_is_device_ptr == 1; }
+
 /* Every NVIDIA GPU with fp8 (sm_89 and later) uses the OCP encodings. */
 static enum hc_fp8_layout cuda_fp8_layout(int cc_major, int cc_minor) {
   (void)cc_major, (void)cc_minor;
@@ -611,6 +613,7 @@ const struct hc_gpu_vendor hc_gpu_vendor_cuda = {
     .err_str = cuda_err_str,
     .device_attr = cuda_device_attr,
     .has_mem_ops = cuda_has_mem_ops,
+    .kernels_read_host_address = cuda_kernels_read_host_address,
     .fp8_layout = cuda_fp8_layout,
     .rdma_flush_needed = cuda_rdma_flush_needed,
     .pci_bus_id = cuda_pci_bus_id,

@@ -70,6 +70,9 @@ struct hc_dev_caps {
   int device_count;
   bool stream_mem_ops;  /* flag_wait/flag_write run on the GPU (else host functions) */
   bool runtime_compile; /* reductions compiled at run time (else host fallback) */
+  /* Its reductions read mapped host memory (host_alloc, host_register) at
+   * its host address: a kernel's, or the host fallback's. */
+  bool reduce_reads_host;
 };
 
 #define HC_DEV_ABI 2 /* 2: every op takes ctx first */

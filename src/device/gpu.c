@@ -68,6 +68,7 @@ hc_result_t hc_gpu_load(void *ctx, struct hc_dev_caps *caps) {
   caps->device_count = g->ndev;
   caps->stream_mem_ops = atomic_load(&g->mem_ops);
   caps->runtime_compile = g->rtc;
+  caps->reduce_reads_host = !g->rtc || v->kernels_read_host_address();
   atomic_store(&loaded_gpus[v->kind], g);
   return HC_OK;
 }

@@ -67,6 +67,9 @@ struct hc_gpu_vendor {
   int (*pci_bus_id)(int dev, char *out, int len);
   /* Whether stream wait/write value can run on the GPU (entry points found). */
   bool (*has_mem_ops)(void);
+  /* Whether a kernel reads mapped host memory (host_alloc, host_register)
+   * at its host address. */
+  bool (*kernels_read_host_address)(void);
   /* The fp8 encodings of a device of this compute capability: a table
    * fact of the vendor (CUDA: always OCP; HIP: fnuz on 9.4, gfx94x). */
   enum hc_fp8_layout (*fp8_layout)(int cc_major, int cc_minor);

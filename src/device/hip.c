@@ -136,6 +136,9 @@ static int hip_device_attr(int dev, enum hc_gpu_attr a, int *value) {
 }
 
 static bool hip_has_mem_ops(void) { return hip.hipStreamWaitValue64 != NULL && hip.hipStreamWriteValue64 != NULL; }
+/* ROCm documents the device address of registered host memory as
+ * hipHostGetDevicePointer's answer (flag_dptr below), not the host one. */
+static bool hip_kernels_read_host_address(void) { return false; }
 
 /* HIP reports an AMD GPU's gfx9.x.y as compute capability 9.x: gfx94x
  * (MI300) is 9.4, whose fp8 instructions and RCCL use the fnuz encodings;
@@ -411,6 +414,7 @@ const struct hc_gpu_vendor hc_gpu_vendor_hip = {
     .err_str = hip_err_str,
     .device_attr = hip_device_attr,
     .has_mem_ops = hip_has_mem_ops,
+    .kernels_read_host_address = hip_kernels_read_host_address,
     .fp8_layout = hip_fp8_layout,
     .rdma_flush_needed = hip_rdma_flush_needed,
     .pci_bus_id = hip_pci_bus_id,

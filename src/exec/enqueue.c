@@ -568,15 +568,19 @@ static hc_result_t trap_check(struct hc_gpu_lanes *g, hc_stream_t s) {
 }
 
 /* The step whose kernel can make the plan's trap check (-1: none): the
- * last, a reduction, in a plan that runs on the main lane alone (no other
- * lane to join after it). Its kernel checks the word before it reduces,
- * after every wait of the plan: a launch less per call, 3-6 us of the call
- * (bench/gpu/README.md). */
+ * last but for signals (a window slot freed after a reduction read it),
+ * a reduction, in a plan that runs on the main lane alone (no other lane
+ * to join after it). Its kernel checks the word before it reduces, after
+ * every wait of the plan: a launch less per call, 3-6 us of the call
+ * (bench/gpu/README.md). A signal after it only tells the peer that the
+ * data was taken. */
 static int trap_carrier(const struct hc_gpu_lanes *g, const struct hc_plan *p) {
   if (!g->trap_checks || g->nranks == 1 || g->norder == 0) return -1;
   for (int l = 0; l < HC_LANE_COUNT; l++)
     if (l != HC_LANE_MAIN && g->last_on_lane[l] >= 0) return -1;
-  const int i = g->order[g->norder - 1];
+  int k = g->norder - 1;
+  while (k > 0 && p->steps[g->order[k]].kind == HC_STEP_SIGNAL) k--;
+  const int i = g->order[k];
   return p->steps[i].kind == HC_STEP_REDUCE ? i : -1;
 }
 

@@ -53,6 +53,7 @@ static hc_result_t pair_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x
      * ranks, so that both compute the same bits. */
     *slot_user =
         hc_push_reduce(p, out, r == 0 ? mine : slot, r == 0 ? slot : mine, len, a->dtype, op, sent, got, io.in_dep);
+    hc_reduce_reads_landing(p, *slot_user, slot);
     hc_push_avg(p, a, out, len, 2, *slot_user);
   }
   hc_slots_destroy(&sl);

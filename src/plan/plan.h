@@ -124,8 +124,13 @@ struct hc_step {
   uint8_t kind;  /* enum hc_step_kind */
   uint8_t redop; /* REDUCE: SUM, PROD, MAX, MIN; SCALE: enum hc_scale_kind */
   uint8_t dtype;
-  uint8_t lane;  /* enum hc_lane */
-  uint8_t coll;  /* VENDOR: enum hc_coll */
+  uint8_t lane; /* enum hc_lane */
+  uint8_t coll; /* VENDOR: enum hc_coll */
+  /* REDUCE: bit 0 (src0), bit 1 (src1): that source is where a receive
+   * the step depends on landed, and no other step reads it, so staging
+   * may point it at the window slot the bytes arrived in instead of
+   * copying them out (hc_reduce_reads_landing, stage.c). */
+  uint8_t landed;
   int32_t peer;  /* SEND, RECV; VENDOR: the root */
   uint32_t call; /* SEND, RECV: its call's signature, hc_plan.sigs[call] */
   void *dst;     /* RECV, REDUCE, COPY, SCALE */
@@ -213,6 +218,12 @@ struct hc_plan_ctx {
   const bool *peer_gdr;
   size_t gdr_min_bytes;
   bool gdr_small_device;
+  /* A window piece of up to this many bytes that a reduction alone reads
+   * (hc_step.landed) is reduced straight from its slot, and the slot freed
+   * after the reduction; larger ones, and all with 0, are copied out first.
+   * api/comm.c: HETCCL_WINDOW_REDUCE_BYTES for a GPU rank whose kernels
+   * read mapped host memory at its host address, no limit for a CPU rank. */
+  size_t window_reduce_bytes;
 };
 
 /* A peer's window (net.h, hc_net_window) as staging uses it: a transfer

@@ -33,6 +33,13 @@ static inline hc_ref_t hc_push_reduce(struct hc_plan *p, void *dst, const void *
                                           .count = count,
                                           HC_DEPS(d0, d1, d2)});
 }
+/* Says that reduce's source `landing`, where a receive it depends on puts
+ * its bytes, is read by this step alone (hc_step.landed). */
+static inline void hc_reduce_reads_landing(struct hc_plan *p, hc_ref_t reduce, const void *landing) {
+  if (reduce == 0) return; /* out of memory: the plan reports it */
+  struct hc_step *s = &p->steps[reduce - 1];
+  s->landed |= (uint8_t)((s->src0 == landing) | (s->src1 == landing) << 1);
+}
 static inline hc_ref_t hc_push_scale(struct hc_plan *p, void *dst, const void *src, size_t count, enum hc_dtype t,
                                      enum hc_scale_kind kind, hc_ref_t d0, hc_ref_t d1) {
   return hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SCALE,

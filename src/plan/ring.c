@@ -84,6 +84,7 @@ static void ring_ar_reduce_scatter(struct ring_ar *g, struct hc_slots *sl) {
         hc_ref_t got = hc_push_recv(g->p, g->prev, slot, clen * es, *slot_user, 0);
         hc_ref_t red = hc_push_reduce(g->p, HC_PTR(io.out, boff + coff, es), slot, HC_PTR(io.in, boff + coff, es), clen,
                                       a->dtype, op, got, io.in_dep, 0);
+        hc_reduce_reads_landing(g->p, red, slot);
         g->t.writer[rb * nch + c] = *slot_user = red;
       }
     }
@@ -222,6 +223,7 @@ hc_result_t hc_ring_reducescatter(struct hc_plan *p, const struct hc_plan_ctx *x
         void *dst = HC_PTR(io.out, coff, es), *land = HC_PTR(last_land, coff, es);
         hc_ref_t got = hc_push_recv(p, prev, land, clen * es, 0, 0);
         hc_ref_t red = hc_push_reduce(p, dst, land, mine, clen, a->dtype, op, got, io.in_dep, 0);
+        if (land != dst) hc_reduce_reads_landing(p, red, land);
         hc_push_avg(p, a, dst, clen, n, red);
       } else {
         int b = s % 2;

@@ -66,6 +66,45 @@ static struct hc_plan_window *window_of(const struct hc_plan_ctx *x, const struc
   return w->w.bytes ? w : NULL;
 }
 
+static char *window_slot(const struct hc_plan_window *w, bool send, uint64_t piece) {
+  return (char *)(send ? w->w.tx : w->w.rx) + (piece % HC_WINDOW_SLOTS) * w->slot_bytes;
+}
+
+/* The wait before piece `piece` of transfer s with w: until the receiver
+ * has freed piece - SLOTS (a send), or the sender has filled piece (a
+ * receive, whose signature exec checks then). */
+static hc_ref_t push_window_wait(struct hc_plan *p, struct hc_plan_window *w, const struct hc_step *s, uint64_t piece,
+                                 uint8_t lane) {
+  const bool send = s->kind == HC_STEP_SEND;
+  /* peer: whose process moves the counter (exec watches it while waiting). */
+  struct hc_step wait = {.kind = HC_STEP_WAIT, .lane = lane, .peer = s->peer};
+  memcpy(wait.deps, s->deps, sizeof(wait.deps));
+  if (send) {
+    wait.src0 = w->w.tx_freed;
+    wait.count = piece >= HC_WINDOW_SLOTS ? piece + 1 - HC_WINDOW_SLOTS : 0;
+  } else {
+    wait.src0 = w->w.rx_filled;
+    wait.count = piece + 1;
+    wait.src1 = w->w.rx_sig + 2 * (piece % HC_NET_WINDOW_SIGS);
+    wait.call = s->call;
+  }
+  if (wait.count == 0) wait.kind = HC_STEP_NOP; /* the counter is there already */
+  return hc_plan_push(p, wait);
+}
+
+/* Publishes filled (send) or freed (receive) = piece + 1 once `after` is
+ * done, chained after the direction's previous signal so that the counter
+ * only grows. */
+static void push_window_signal(struct hc_plan *p, struct hc_plan_window *w, bool send, uint64_t piece, uint8_t lane,
+                               hc_ref_t after) {
+  hc_ref_t *last = &w->last_signal[!send];
+  *last = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SIGNAL,
+                                           .lane = lane,
+                                           .src0 = send ? w->w.tx_filled : w->w.rx_freed,
+                                           .count = piece + 1,
+                                           HC_DEPS(after, *last)});
+}
+
 /* The steps of one transfer with a windowed peer; returns what the
  * transfer's dependents wait for. */
 static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w, const struct hc_step *s,
@@ -75,23 +114,10 @@ static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w
   for (int k = 0; k < npieces; k++) {
     size_t off = (size_t)k * w->slot_bytes, len = HC_MIN(w->slot_bytes, s->count - off);
     uint64_t piece = send ? w->tx_pieces++ : w->rx_pieces++;
-    char *slot = (char *)(send ? w->w.tx : w->w.rx) + (piece % HC_WINDOW_SLOTS) * w->slot_bytes;
+    char *slot = window_slot(w, send, piece);
     /* A GPU runs the three steps in order on the copy's stream. */
     const uint8_t lane = send && device_memory ? HC_LANE_TO_HOST : HC_LANE_MAIN;
-    /* peer: whose process moves the counter (exec watches it while waiting). */
-    struct hc_step wait = {.kind = HC_STEP_WAIT, .lane = lane, .peer = s->peer};
-    memcpy(wait.deps, s->deps, sizeof(wait.deps));
-    if (send) {
-      wait.src0 = w->w.tx_freed;
-      wait.count = piece >= HC_WINDOW_SLOTS ? piece + 1 - HC_WINDOW_SLOTS : 0;
-    } else {
-      wait.src0 = w->w.rx_filled;
-      wait.count = piece + 1;
-      wait.src1 = w->w.rx_sig + 2 * (piece % HC_NET_WINDOW_SIGS);
-      wait.call = s->call;
-    }
-    if (wait.count == 0) wait.kind = HC_STEP_NOP; /* the counter is there already */
-    hc_ref_t ready = hc_plan_push(p, wait);
+    hc_ref_t ready = push_window_wait(p, w, s, piece, lane);
     struct hc_step copy = {.kind = HC_STEP_COPY, .lane = lane, .count = len, HC_DEPS(ready)};
     if (send) {
       copy.dst = slot;
@@ -108,12 +134,7 @@ static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w
                                                   .src0 = w->w.tx_sig + 2 * (piece % HC_NET_WINDOW_SIGS) + word,
                                                   .count = s->call < p->nsigs ? p->sigs[s->call].w[word] : 0,
                                                   HC_DEPS(copied)});
-    hc_ref_t *last = &w->last_signal[!send];
-    *last = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SIGNAL,
-                                             .lane = lane,
-                                             .src0 = send ? w->w.tx_filled : w->w.rx_freed,
-                                             .count = piece + 1,
-                                             HC_DEPS(copied, *last)});
+    push_window_signal(p, w, send, piece, lane, copied);
     /* The transfer's dependents need its buffer free (send) or its data in
      * (receive): both are the copy, which a GPU step can follow on the
      * GPU. The signal is done by the end of the plan. */
@@ -189,6 +210,11 @@ struct stage {
   hc_ref_t entry_gate;
   hc_ref_t *direct_refs;
   size_t ndirect, direct_cap;
+  /* A window receive whose bytes the next step reduces straight from the
+   * slot (reduced_in_slot): its slot, for that step, which also frees it. */
+  struct hc_plan_window *landing_window; /* NULL: none pending */
+  uint64_t landing_piece;
+  const void *landing_dst; /* the receive's own destination, which the reduction names */
 };
 
 /* What a plan's transfers ask of staging. */
@@ -321,14 +347,66 @@ static hc_ref_t push_transfer(struct stage *st, const struct hc_step *s, bool de
   return hc_plan_join(st->p, st->pieces, npieces);
 }
 
-/* Old step s in the rebuilt plan (map: old refs to new ones); returns
+static bool ranges_overlap(const void *a, const void *b, size_t bytes) {
+  const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return x < y + bytes && y < x + bytes;
+}
+
+/* Whether old step i, a window receive, is reduced straight from its slot
+ * by step i + 1: a reduction that depends on it, reads its bytes where
+ * they land and nowhere else reads them (hc_step.landed), and writes
+ * elsewhere. A piece of one slot, small enough for this rank
+ * (hc_plan_ctx.window_reduce_bytes). Only the very next step, so that no
+ * other signal of the window comes between the piece's wait and its
+ * freed, which keeps the counter growing in piece order. */
+static bool reduced_in_slot(const struct stage *st, const struct hc_step *old, int nold, int i) {
+  const struct hc_step *recv = &old[i], *red = &old[i + 1];
+  const struct hc_plan_window *w = window_of(st->x, recv);
+  if (recv->kind != HC_STEP_RECV || w == NULL || i + 1 >= nold || red->kind != HC_STEP_REDUCE) return false;
+  const size_t bytes = red->count * hc_dtype_size(red->dtype);
+  bool depends = false;
+  for (int d = 0; d < HC_STEP_MAX_DEPS; d++) depends |= red->deps[d] == i + 1;
+  const bool reads_landing =
+      ((red->landed & 1) && red->src0 == recv->dst) || ((red->landed & 2) && red->src1 == recv->dst);
+  return depends && reads_landing && recv->count == bytes && bytes > 0 && bytes <= w->slot_bytes &&
+         bytes <= st->x->window_reduce_bytes && !ranges_overlap(red->dst, recv->dst, bytes);
+}
+
+/* The receive of reduced_in_slot: only its wait; the reduction reads the
+ * slot and frees it. */
+static hc_ref_t push_landing(struct stage *st, struct hc_plan_window *w, const struct hc_step *s) {
+  st->landing_window = w;
+  st->landing_piece = w->rx_pieces++;
+  st->landing_dst = s->dst;
+  return push_window_wait(st->p, w, s, st->landing_piece, HC_LANE_MAIN);
+}
+
+/* The reduction after push_landing, reading the slot; then the slot's freed. */
+static hc_ref_t push_reduce_in_slot(struct stage *st, struct hc_step s) {
+  struct hc_plan_window *w = st->landing_window;
+  const void *slot = window_slot(w, false, st->landing_piece);
+  if ((s.landed & 1) && s.src0 == st->landing_dst) s.src0 = slot;
+  else s.src1 = slot;
+  s.landed = 0;
+  const hc_ref_t reduced = hc_plan_push(st->p, s);
+  push_window_signal(st->p, w, false, st->landing_piece, HC_LANE_MAIN, reduced);
+  st->landing_window = NULL;
+  return reduced;
+}
+
+/* Old step i in the rebuilt plan (map: old refs to new ones); returns
  * what its dependents wait for. */
-static hc_ref_t restage_step(struct stage *st, struct hc_step s, const hc_ref_t *map) {
+static hc_ref_t restage_step(struct stage *st, const struct hc_step *old, int nold, int i, const hc_ref_t *map) {
+  struct hc_step s = old[i];
   for (int d = 0; d < HC_STEP_MAX_DEPS; d++)
     if (s.deps[d]) s.deps[d] = map[s.deps[d] - 1];
+  if (st->landing_window != NULL) return push_reduce_in_slot(st, s);
   const bool transfer = s.kind == HC_STEP_SEND || s.kind == HC_STEP_RECV;
   struct hc_plan_window *w = window_of(st->x, &s);
-  if (w != NULL && s.count > 0) return push_window_transfer(st->p, w, &s, st->device_memory, st->pieces);
+  if (w != NULL && s.count > 0) {
+    if (reduced_in_slot(st, old, nold, i)) return push_landing(st, w, &s);
+    return push_window_transfer(st->p, w, &s, st->device_memory, st->pieces);
+  }
   const bool dev = transfer && moves_device_memory(st, &s);
   if (!transfer || s.count == 0 || (!dev && s.count <= st->piece_max)) return hc_plan_push(st->p, s);
   return push_transfer(st, &s, dev);
@@ -350,7 +428,7 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
     p->steps = NULL;
     p->nsteps = p->cap = 0;
     if (need.direct) st.entry_gate = push_gate(p, 0);
-    for (int i = 0; i < nold; i++) map[i] = restage_step(&st, old[i], map);
+    for (int i = 0; i < nold; i++) map[i] = restage_step(&st, old, nold, i, map);
     if (need.direct && p->cap >= 0) push_gate(p, hc_plan_join(p, st.direct_refs, (int)st.ndirect));
     if (p->cap < 0) r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory staging %d steps", nold);
     free(old);
