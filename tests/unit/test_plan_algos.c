@@ -15,8 +15,16 @@
  *     chunk in each half) against the cut docs/params.md states for
  *     HETCCL_GPU_CHUNK_BYTES and HETCCL_CHUNK_BYTES; the cut of the one
  *     step of two GPU ranks, and its bounded receive slots.
+ *  6. Window pieces reduced in their slot: in the staged plan of a pair
+ *     with a window, which receives are copied out of the receive window
+ *     and which reductions read it instead, against the algorithm's own
+ *     receives (those a reduction alone reads, up to the ctx's limit);
+ *     each such reduction is followed by the slot's freed, and the freed
+ *     counter is published in piece order.
  * argv[1]: the hetccl-info binary.
  */
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -414,6 +422,125 @@ static void check_sig_renumber(void) {
   tu_set_case("%s", "");
 }
 
+/* ---- 6 ---- */
+
+/* Rank 0's staged plan of one call with rank 1 through a window of 4
+ * slots of slot bytes: its receives copied out of the window, its
+ * reductions that read the window, and whether every freed of the receive
+ * window follows what used the slot and publishes a larger count than the
+ * one before. */
+struct window_use {
+  int copied_out, reduced_in_slot;
+  bool freed_in_order;
+};
+
+static bool in_range(const void *p, const void *base, size_t bytes) {
+  return (const char *)p >= (const char *)base && (const char *)p < (const char *)base + bytes;
+}
+
+static struct window_use window_use(enum hc_coll coll, enum hc_algo algo, size_t bytes, bool in_place, size_t slot,
+                                    size_t window_reduce_bytes, struct hc_scratch_pool *pool) {
+  static atomic_ullong counters[4], sigs[2][2 * HC_NET_WINDOW_SIGS];
+  struct hc_plan_window windows[2];
+  memset(windows, 0, sizeof(windows));
+  char *tx = calloc(HC_WINDOW_SLOTS, slot), *rx = calloc(HC_WINDOW_SLOTS, slot);
+  windows[1] = (struct hc_plan_window){.w = {.tx = (uint8_t *)tx,
+                                             .rx = (uint8_t *)rx,
+                                             .bytes = HC_WINDOW_SLOTS * slot,
+                                             .tx_filled = &counters[0],
+                                             .tx_freed = &counters[1],
+                                             .rx_filled = &counters[2],
+                                             .rx_freed = &counters[3],
+                                             .tx_sig = sigs[0],
+                                             .rx_sig = sigs[1]},
+                                       .slot_bytes = slot};
+  struct hc_plan_ctx x = {.rank = 0,
+                          .nranks = 2,
+                          .chunk_bytes = slot,
+                          .ring_threshold = SIZE_MAX,
+                          .scratch_slots = 4,
+                          .ngroups = 1,
+                          .windows = windows,
+                          .window_reduce_bytes = window_reduce_bytes};
+  x.algo[coll] = algo;
+  const size_t total = coll == HC_COLL_REDUCESCATTER ? 2 * bytes : bytes;
+  float *in = calloc(total / 4, 4), *out = in_place ? in : calloc(bytes / 4, 4);
+  struct hc_coll_args a = {
+      .coll = coll, .sendbuf = in, .recvbuf = out, .count = bytes / 4, .dtype = HC_FLOAT32, .op = HC_SUM};
+  struct hc_plan p = {.pool = pool};
+  struct window_use got = {-1, -1, false};
+  if (tx && rx && in && out && CHECK_OK((hetcclResult_t)hc_plan_add(&p, &x, &a)) &&
+      CHECK_OK((hetcclResult_t)hc_plan_stage(&p, &x, false))) {
+    got = (struct window_use){0, 0, true};
+    uint64_t last_freed = 0;
+    for (int i = 0; i < p.nsteps; i++) {
+      const struct hc_step *s = &p.steps[i];
+      const bool reads_rx = in_range(s->src0, rx, HC_WINDOW_SLOTS * slot) ||
+                            (s->kind == HC_STEP_REDUCE && in_range(s->src1, rx, HC_WINDOW_SLOTS * slot));
+      got.copied_out += s->kind == HC_STEP_COPY && reads_rx;
+      got.reduced_in_slot += s->kind == HC_STEP_REDUCE && reads_rx;
+      if (s->kind != HC_STEP_SIGNAL || s->src0 != (const void *)&counters[3]) continue;
+      /* what used the slot: a dependency of the signal that read the window */
+      bool after_use = false;
+      for (int d = 0; d < HC_STEP_MAX_DEPS; d++) {
+        const struct hc_step *u = s->deps[d] ? &p.steps[s->deps[d] - 1] : NULL;
+        after_use |= u != NULL && (u->kind == HC_STEP_COPY || u->kind == HC_STEP_REDUCE) &&
+                     (in_range(u->src0, rx, HC_WINDOW_SLOTS * slot) ||
+                      (u->kind == HC_STEP_REDUCE && in_range(u->src1, rx, HC_WINDOW_SLOTS * slot)));
+      }
+      got.freed_in_order &= after_use && s->count == last_freed + 1;
+      last_freed = s->count;
+    }
+  }
+  hc_plan_reset(&p);
+  if (out != in) free(out);
+  free(in);
+  free(tx);
+  free(rx);
+  return got;
+}
+
+static void check_window_reduce(struct hc_scratch_pool *pool) {
+  const size_t K = 1024, all = SIZE_MAX;
+  const struct {
+    const char *what;
+    enum hc_coll coll;
+    enum hc_algo algo;
+    size_t bytes;
+    bool in_place;
+    size_t slot, limit;
+    int copied_out, reduced_in_slot;
+  } cases[] = {
+      /* one step: the peer's vector, one piece, reduced where it lands */
+      {"one step", HC_COLL_ALLREDUCE, HC_ALGO_ONESTEP, 4 * K, false, 16 * K, all, 0, 1},
+      {"one step, limit 0", HC_COLL_ALLREDUCE, HC_ALGO_ONESTEP, 4 * K, false, 16 * K, 0, 1, 0},
+      {"one step, piece over the limit", HC_COLL_ALLREDUCE, HC_ALGO_ONESTEP, 4 * K, false, 16 * K, 4 * K - 4, 1, 0},
+      {"one step, piece at the limit", HC_COLL_ALLREDUCE, HC_ALGO_ONESTEP, 4 * K, false, 16 * K, 4 * K, 0, 1},
+      {"one step, 5 pieces", HC_COLL_ALLREDUCE, HC_ALGO_ONESTEP, 80 * K, false, 16 * K, all, 0, 5},
+      /* ring: the reduce-scatter half's 2 pieces of 16K reduced in the
+       * slot, the all-gather half's copied into the output */
+      {"ring", HC_COLL_ALLREDUCE, HC_ALGO_RING, 64 * K, false, 16 * K, all, 2, 2},
+      {"ring, limit 0", HC_COLL_ALLREDUCE, HC_ALGO_RING, 64 * K, false, 16 * K, 0, 4, 0},
+      /* reduce-scatter into the output: it lands in the output and is
+       * reduced there, so it is copied out; in place it lands in scratch */
+      {"reduce-scatter", HC_COLL_REDUCESCATTER, HC_ALGO_RING, 32 * K, false, 16 * K, all, 2, 0},
+      {"reduce-scatter in place", HC_COLL_REDUCESCATTER, HC_ALGO_RING, 32 * K, true, 16 * K, all, 0, 2},
+      /* all-gather receives into the output, which nothing reduces */
+      {"all-gather", HC_COLL_ALLGATHER, HC_ALGO_RING, 32 * K, false, 16 * K, all, 2, 0},
+  };
+  for (size_t i = 0; i < HC_ARRAY_LEN(cases); i++) {
+    tu_set_case("window reduce: %s, %zu bytes", cases[i].what, cases[i].bytes);
+    const struct window_use got = window_use(cases[i].coll, cases[i].algo, cases[i].bytes, cases[i].in_place,
+                                             cases[i].slot, cases[i].limit, pool);
+    CHECK(got.copied_out == cases[i].copied_out, "%d pieces copied out of the window, expected %d", got.copied_out,
+          cases[i].copied_out);
+    CHECK(got.reduced_in_slot == cases[i].reduced_in_slot, "%d reductions read the window, expected %d",
+          got.reduced_in_slot, cases[i].reduced_in_slot);
+    CHECK(got.freed_in_order, "a freed of the receive window comes before the slot's use or out of order");
+  }
+  tu_set_case("%s", "");
+}
+
 int main(int argc, char **argv) {
   tu_init(argc, argv);
   if (argc < 2) {
@@ -434,6 +561,7 @@ int main(int argc, char **argv) {
   check_info_refuses(argv[1]);
   check_ring_chunks(pool);
   check_sig_renumber();
+  check_window_reduce(pool);
   hc_scratch_pool_destroy(pool);
   return tu_finish("test_plan_algos");
 }
