@@ -39,7 +39,9 @@
  * involved. Piece k of a send: wait until the receiver has freed piece
  * k - SLOTS, copy into tx slot k % SLOTS, publish filled = k + 1. Piece k
  * of a receive: wait until filled > k, copy out of rx slot k % SLOTS,
- * publish freed = k + 1. Before filled, the sender also writes the piece's
+ * publish freed = k + 1; or, when the next step is a reduction that alone
+ * reads the piece (reduced_in_slot), no copy: the reduction reads the
+ * slot, and freed follows it. Before filled, the sender also writes the piece's
  * signature (net.h) into two control words (k % HC_NET_WINDOW_SIGS: they
  * outlive the slot), which a CPU receiver checks once filled has passed k,
  * before it uses the data (exec.c), and the progress engine of a GPU
