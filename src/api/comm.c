@@ -491,8 +491,9 @@ static hc_result_t phase_links(struct hetcclComm *comm) {
 /* hc_plan_ctx.window_reduce_bytes: a CPU rank reduces every window piece
  * in its slot, a GPU rank the small ones where its reductions read mapped
  * host memory as it is addressed on the host. On the H200 a kernel that
- * reads up to 1 MiB across the bus beat the copy engine and a kernel on
- * device memory; from 4 MiB it lost (bench/gpu/README.md, 2026-12-06). */
+ * read pieces of up to 1 MiB across the bus beat the copy engine and a
+ * kernel on device memory; at 4 MiB it was even, and the ring's pieces of
+ * 4-8 MiB lost (bench/gpu/README.md, 2026-12-06). */
 static size_t window_reduce_bytes(enum hc_mem_kind kind) {
   const size_t limit = (size_t)hc_param_int(HC_P_WINDOW_REDUCE_BYTES);
   if (limit == 0 || kind == HC_MEM_HOST) return limit == 0 ? 0 : SIZE_MAX;
