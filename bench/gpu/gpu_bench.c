@@ -116,6 +116,40 @@ static double median(double *v, int n) {
   return v[n / 2];
 }
 
+/* What the host pays to enqueue each driver operation of a small GPU
+ * call, alone and on an idle stream: the part of "the call itself" that is
+ * the driver's, not hetccl's. */
+static void enqueue_costs(hc_stream_t s, void *d, uint64_t *flags) {
+  enum { N = 200 };
+  double capture[N], copy[N], batch[N], reduce[N], write[N];
+  const struct hc_reduce_args one = {.dst = d, .src0 = d, .src1 = d, .count = 1, .dtype = HC_FLOAT32, .op = HC_SUM};
+  for (int i = 0; i < N; i++) {
+    const struct hc_flag_op ops[] = {{&flags[2], (uint64_t)i, false},
+                                     {&flags[3], (uint64_t)i, false},
+                                     {&flags[4], (uint64_t)i, false},
+                                     {&flags[4], (uint64_t)i, true}};
+    bool capturing;
+    double t0 = now();
+    hc_dev_stream_capturing(gpu, s, &capturing);
+    double t1 = now();
+    hc_dev_copy(gpu, &flags[8], d, 4, s);
+    double t2 = now();
+    hc_dev_flag_batch(gpu, s, ops, (int)HC_ARRAY_LEN(ops));
+    double t3 = now();
+    hc_dev_reduce(gpu, &one, s);
+    double t4 = now();
+    hc_dev_flag_write(gpu, s, &flags[5], (uint64_t)i);
+    double t5 = now();
+    hc_dev_stream_sync(gpu, s);
+    capture[i] = t1 - t0, copy[i] = t2 - t1, batch[i] = t3 - t2, reduce[i] = t4 - t3, write[i] = t5 - t4;
+  }
+  const double c = median(capture, N), y = median(copy, N), b = median(batch, N), r = median(reduce, N),
+               w = median(write, N);
+  printf("enqueue cost on the host, median us: capture check %.1f, 4-byte copy %.1f, flag batch (3 writes, 1 "
+         "wait) %.1f, reduction kernel %.1f, flag write %.1f; sum %.1f\n",
+         c * 1e6, y * 1e6, b * 1e6, r * 1e6, w * 1e6, (c + y + b + r + w) * 1e6);
+}
+
 /* The primitives a small GPU collective is made of, each timed alone:
  * the host releases a stream waiting on a pinned flag and sees the
  * stream's answer flag; a 4-byte device->host copy seen done by an event. */
@@ -128,7 +162,13 @@ static void primitive_latency(void) {
   uint64_t *flags = NULL;
   void *d = NULL;
   hc_event_t ev;
-  if (hc_dev_host_alloc(gpu, 64, (void **)&flags) != HC_OK || hc_dev_mem_alloc(gpu, 0, 64, &d) != HC_OK) return;
+  /* Every word used below lies inside the allocation: the driver copies
+   * to an address outside any pinned allocation as it does to pageable
+   * memory, synchronously. */
+  enum { FLAG_WORDS = 16 };
+  if (hc_dev_host_alloc(gpu, FLAG_WORDS * sizeof(*flags), (void **)&flags) != HC_OK ||
+      hc_dev_mem_alloc(gpu, 0, 64, &d) != HC_OK)
+    return;
   hc_dev_event_create(gpu, &ev);
   flags[0] = flags[1] = 0;
   for (uint64_t i = 1; i <= N; i++) {
@@ -149,6 +189,22 @@ static void primitive_latency(void) {
     t[i] = now() - t0;
   }
   printf("4-byte device->host copy, enqueued until its event is seen: median %.1f us\n", median(t, N) * 1e6);
+  /* The same 4 bytes written into pinned host memory by a kernel (a
+   * one-element reduction), where the driver lets kernels use host
+   * addresses: what a send by kernel instead of copy engine would take. */
+  const struct hc_reduce_args put = {
+      .dst = &flags[8], .src0 = d, .src1 = d, .count = 1, .dtype = HC_FLOAT32, .op = HC_SUM};
+  for (int i = 0; i < N; i++) {
+    double t0 = now();
+    int done = 0;
+    hc_dev_reduce(gpu, &put, s);
+    hc_dev_event_record(gpu, ev, s);
+    while (!done) hc_dev_event_query(gpu, ev, &done);
+    t[i] = now() - t0;
+  }
+  printf("4-byte kernel write into pinned host memory, enqueued until its event is seen: median %.1f us\n",
+         median(t, N) * 1e6);
+  enqueue_costs(s, d, flags);
   hc_dev_event_destroy(gpu, ev);
   hc_dev_stream_sync(gpu, s);
   hc_dev_mem_free(gpu, 0, d);

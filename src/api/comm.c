@@ -496,7 +496,8 @@ static hc_result_t phase_links(struct hetcclComm *comm) {
  * 4-8 MiB lost (bench/gpu/README.md, 2026-12-06). */
 static size_t window_reduce_bytes(enum hc_mem_kind kind) {
   const size_t limit = (size_t)hc_param_int(HC_P_WINDOW_REDUCE_BYTES);
-  if (limit == 0 || kind == HC_MEM_HOST) return limit == 0 ? 0 : SIZE_MAX;
+  if (limit == 0) return 0; /* off for every rank */
+  if (kind == HC_MEM_HOST) return SIZE_MAX;
   return hc_dev_caps(kind).reduce_reads_host ? limit : 0;
 }
 
