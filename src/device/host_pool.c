@@ -38,11 +38,12 @@
 #define HC_HOST_POOL_PARTS_PER_THREAD 4
 #define HC_HOST_POOL_MIN_PART_BYTES (128u << 10)
 #define HC_HOST_POOL_MAX_HELPERS 64
-/* The default's ceiling. On the H200 machine (16 CPUs, a GPU rank and a
- * CPU rank) 3 helpers moved 4-64 MiB all-reduces 1.3-1.45x faster than 7,
- * which polled on CPUs the ranks' own threads needed; memory bandwidth,
- * not threads, bounds the rest. */
-#define HC_HOST_POOL_AUTO_HELPERS_MAX 3
+/* The default's ceiling. On the 16-CPU GPU machines, a GPU rank and a
+ * CPU rank: with 3 helpers the CPU rank moved 11-16 GB/s of all-reduce
+ * from 16 MiB, with 7 23-28 (H100, 2026-12-06, bench/gpu/README.md),
+ * once helpers polled 50 us instead of 200 and the window pieces were
+ * reduced in their slots; before those, 7 lost to 3 (H200, 2026-12-05). */
+#define HC_HOST_POOL_AUTO_HELPERS_MAX 7
 
 /* The claim word: job number (32 bits) | part count (16) | next part (16). */
 #define CLAIM(job, nparts, next) (((uint64_t)(job) << 32) | ((uint64_t)(nparts) << 16) | (uint64_t)(next))
