@@ -464,7 +464,12 @@ static hc_result_t phase_groups(struct hetcclComm *comm) {
 static hc_result_t phase_links(struct hetcclComm *comm) {
   const struct hc_peer_info *me = &comm->peers[comm->rank];
   int local_ranks = 0;
-  for (int i = 0; i < comm->nranks; i++) local_ranks += comm->peers[i].net.host == me->net.host;
+  bool local_gpu = false;
+  for (int i = 0; i < comm->nranks; i++) {
+    const bool local = comm->peers[i].net.host == me->net.host;
+    local_ranks += local;
+    local_gpu |= local && comm->peers[i].device_kind != HC_MEM_HOST;
+  }
   HC_TRY(hc_exec_links_init(&comm->links, comm->rank, comm->nranks, &comm->abort_flag, local_ranks));
   for (int i = 0; i < comm->nranks; i++) {
     int t;
@@ -476,7 +481,7 @@ static hc_result_t phase_links(struct hetcclComm *comm) {
   hc_exec_links_check_cpus(&comm->links);
   if (comm->config.device_kind == HC_MEM_HOST) {
     int helpers = hc_param_int(HC_P_HOST_HELPERS);
-    if (helpers < 0) helpers = hc_host_pool_auto_helpers(local_ranks);
+    if (helpers < 0) helpers = hc_host_pool_auto_helpers(local_ranks, local_gpu);
     const size_t split_bytes = (size_t)hc_param_int(HC_P_HOST_SPLIT_BYTES);
     HC_TRY(hc_host_pool_create(helpers, split_bytes, &comm->links.host_pool));
     if (helpers > 0)

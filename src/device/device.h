@@ -282,8 +282,9 @@ void hc_host_pool_destroy(struct hc_host_pool *pool);
 bool hc_host_pool_run(struct hc_host_pool *pool, hc_host_part_fn fn, const void *job, size_t n, size_t unit);
 /* HETCCL_HOST_HELPERS' default: the CPUs this process may run on, shared
  * among the comm's local_ranks ranks of this host, less the rank's own;
- * at most 7 (host_pool.c says why). */
-int hc_host_pool_auto_helpers(int local_ranks);
+ * at most 7 where a rank of this host is a GPU (gpu_peer), else at most 3
+ * (host_pool.c says why). */
+int hc_host_pool_auto_helpers(int local_ranks, bool gpu_peer);
 
 /* The backend for a memory kind, or NULL when it is not loaded (the first
  * call loads it; a backend that fails to load says why at INFO, once). */

@@ -38,12 +38,15 @@
 #define HC_HOST_POOL_PARTS_PER_THREAD 4
 #define HC_HOST_POOL_MIN_PART_BYTES (128u << 10)
 #define HC_HOST_POOL_MAX_HELPERS 64
-/* The default's ceiling. On the 16-CPU GPU machines, a GPU rank and a
- * CPU rank: with 3 helpers the CPU rank moved 11-16 GB/s of all-reduce
- * from 16 MiB, with 7 23-28 (H100, 2026-12-06, bench/gpu/README.md),
- * once helpers polled 50 us instead of 200 and the window pieces were
- * reduced in their slots; before those, 7 lost to 3 (H200, 2026-12-05). */
-#define HC_HOST_POOL_AUTO_HELPERS_MAX 7
+/* The default's ceilings, measured on the 16-CPU GPU machines
+ * (bench/gpu/README.md, 2026-12-06). A CPU rank with a GPU peer on its
+ * host carries that GPU's bytes through its memory: with 3 helpers it
+ * moved 11-20 GB/s of all-reduce from 16 MiB, with 7 23-32 (since helpers
+ * poll 50 us instead of 200 and window pieces are reduced in their slots;
+ * before those, 7 lost to 3). Two CPU-only ranks, unbound, ran 10-20 %
+ * slower with 7 than with 3. */
+#define HC_HOST_POOL_AUTO_HELPERS_MAX 3
+#define HC_HOST_POOL_AUTO_HELPERS_MAX_GPU_PEER 7
 
 /* The claim word: job number (32 bits) | part count (16) | next part (16). */
 #define CLAIM(job, nparts, next) (((uint64_t)(job) << 32) | ((uint64_t)(nparts) << 16) | (uint64_t)(next))
@@ -209,8 +212,9 @@ bool hc_host_pool_run(struct hc_host_pool *pool, hc_host_part_fn fn, const void 
   return true;
 }
 
-int hc_host_pool_auto_helpers(int local_ranks) {
+int hc_host_pool_auto_helpers(int local_ranks, bool gpu_peer) {
   cpu_set_t mine;
   if (local_ranks <= 0 || sched_getaffinity(0, sizeof(mine), &mine) != 0) return 0;
-  return HC_MAX(HC_MIN(CPU_COUNT(&mine) / local_ranks - 1, HC_HOST_POOL_AUTO_HELPERS_MAX), 0);
+  const int ceiling = gpu_peer ? HC_HOST_POOL_AUTO_HELPERS_MAX_GPU_PEER : HC_HOST_POOL_AUTO_HELPERS_MAX;
+  return HC_MAX(HC_MIN(CPU_COUNT(&mine) / local_ranks - 1, ceiling), 0);
 }
