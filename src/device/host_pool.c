@@ -41,7 +41,7 @@
 /* The default's ceilings, measured on the 16-CPU GPU machines
  * (bench/gpu/README.md, 2026-12-06). A CPU rank with a GPU peer on its
  * host carries that GPU's bytes through its memory: with 3 helpers it
- * moved 11-20 GB/s of all-reduce from 16 MiB, with 7 23-32 (since helpers
+ * moved 11-20 GB/s of all-reduce from 16 MiB, with 7 22-32 (since helpers
  * poll 50 us instead of 200 and window pieces are reduced in their slots;
  * before those, 7 lost to 3). Two CPU-only ranks, unbound, ran 10-20 %
  * slower with 7 than with 3. */
