@@ -1,7 +1,9 @@
-"""All-reduce busbw through torch.distributed (NCCL backend), float32 sum,
+"""All-reduce busbw through torch.distributed, float32 sum on CUDA tensors,
 1 KiB .. MAX_BYTES (default 256 MiB), nccl-tests' formula: busbw = bytes /
 time * 2 (n - 1) / n. One process per rank (hetccl-run, torchrun); the same
-script with and without hetccl (LD_PRELOAD). Rank 0 prints the table."""
+script with and without hetccl (LD_PRELOAD). BACKEND=gloo (default nccl)
+runs torch's gloo backend on the same CUDA tensors: what a job mixing
+vendors uses today. Rank 0 prints the table."""
 import os
 import time
 
@@ -14,7 +16,11 @@ def main():
     local = int(os.environ.get("LOCAL_RANK", rank))
     dev = torch.device("cuda", local % torch.cuda.device_count())
     torch.cuda.set_device(dev)
-    dist.init_process_group("nccl", device_id=dev)
+    backend = os.environ.get("BACKEND", "nccl")
+    if backend == "nccl":
+        dist.init_process_group("nccl", device_id=dev)
+    else:
+        dist.init_process_group(backend)
     max_bytes = int(os.environ.get("MAX_BYTES", 256 << 20))
     buf = torch.ones(max_bytes // 4, dtype=torch.float32, device=dev)
     if rank == 0:
