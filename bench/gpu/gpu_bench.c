@@ -121,7 +121,7 @@ static double median(double *v, int n) {
  * the driver's, not hetccl's. */
 static void enqueue_costs(hc_stream_t s, void *d, uint64_t *flags) {
   enum { N = 200 };
-  double capture[N], copy[N], batch[N], reduce[N], write[N];
+  double capture[N], copy[N], batch[N], reduce[N], flag_write[N];
   const struct hc_reduce_args one = {.dst = d, .src0 = d, .src1 = d, .count = 1, .dtype = HC_FLOAT32, .op = HC_SUM};
   for (int i = 0; i < N; i++) {
     const struct hc_flag_op ops[] = {{&flags[2], (uint64_t)i, false},
@@ -141,13 +141,34 @@ static void enqueue_costs(hc_stream_t s, void *d, uint64_t *flags) {
     hc_dev_flag_write(gpu, s, &flags[5], (uint64_t)i);
     double t5 = now();
     hc_dev_stream_sync(gpu, s);
-    capture[i] = t1 - t0, copy[i] = t2 - t1, batch[i] = t3 - t2, reduce[i] = t4 - t3, write[i] = t5 - t4;
+    capture[i] = t1 - t0, copy[i] = t2 - t1, batch[i] = t3 - t2, reduce[i] = t4 - t3, flag_write[i] = t5 - t4;
   }
   const double c = median(capture, N), y = median(copy, N), b = median(batch, N), r = median(reduce, N),
-               w = median(write, N);
+               w = median(flag_write, N);
   printf("enqueue cost on the host, median us: capture check %.1f, 4-byte copy %.1f, flag batch (3 writes, 1 "
          "wait) %.1f, reduction kernel %.1f, flag write %.1f; sum %.1f\n",
          c * 1e6, y * 1e6, b * 1e6, r * 1e6, w * 1e6, (c + y + b + r + w) * 1e6);
+}
+
+/* Median seconds from enqueueing 4 bytes from device memory into pinned
+ * host memory until an event behind them is seen done: by the copy engine,
+ * or by_kernel (a one-element reduction, where the driver lets kernels use
+ * host addresses: what a send by kernel instead of copy engine would take). */
+static double put4_latency(hc_stream_t s, hc_event_t ev, void *host, const void *dev, bool by_kernel) {
+  enum { N = 200 };
+  double t[N];
+  const struct hc_reduce_args put = {
+      .dst = host, .src0 = dev, .src1 = dev, .count = 1, .dtype = HC_FLOAT32, .op = HC_SUM};
+  for (int i = 0; i < N; i++) {
+    double t0 = now();
+    int done = 0;
+    if (by_kernel) hc_dev_reduce(gpu, &put, s);
+    else hc_dev_copy(gpu, host, dev, 4, s);
+    hc_dev_event_record(gpu, ev, s);
+    while (!done) hc_dev_event_query(gpu, ev, &done);
+    t[i] = now() - t0;
+  }
+  return median(t, N);
 }
 
 /* The primitives a small GPU collective is made of, each timed alone:
@@ -181,30 +202,10 @@ static void primitive_latency(void) {
     t[i - 1] = now() - t0;
   }
   printf("stream flag round trip (host -> stream wait -> stream write -> host): median %.1f us\n", median(t, N) * 1e6);
-  for (int i = 0; i < N; i++) {
-    double t0 = now();
-    int done = 0;
-    hc_dev_copy(gpu, &flags[8], d, 4, s);
-    hc_dev_event_record(gpu, ev, s);
-    while (!done) hc_dev_event_query(gpu, ev, &done);
-    t[i] = now() - t0;
-  }
-  printf("4-byte device->host copy, enqueued until its event is seen: median %.1f us\n", median(t, N) * 1e6);
-  /* The same 4 bytes written into pinned host memory by a kernel (a
-   * one-element reduction), where the driver lets kernels use host
-   * addresses: what a send by kernel instead of copy engine would take. */
-  const struct hc_reduce_args put = {
-      .dst = &flags[8], .src0 = d, .src1 = d, .count = 1, .dtype = HC_FLOAT32, .op = HC_SUM};
-  for (int i = 0; i < N; i++) {
-    double t0 = now();
-    int done = 0;
-    hc_dev_reduce(gpu, &put, s);
-    hc_dev_event_record(gpu, ev, s);
-    while (!done) hc_dev_event_query(gpu, ev, &done);
-    t[i] = now() - t0;
-  }
+  printf("4-byte device->host copy, enqueued until its event is seen: median %.1f us\n",
+         put4_latency(s, ev, &flags[8], d, false) * 1e6);
   printf("4-byte kernel write into pinned host memory, enqueued until its event is seen: median %.1f us\n",
-         median(t, N) * 1e6);
+         put4_latency(s, ev, &flags[8], d, true) * 1e6);
   enqueue_costs(s, d, flags);
   hc_dev_event_destroy(gpu, ev);
   hc_dev_stream_sync(gpu, s);
