@@ -32,8 +32,16 @@ struct hc_peer_info {
   int32_t vendor_version; /* its version (NCCL's numbering; RCCL reports its NCCL base) */
   char group_name[HC_GROUP_NAME_BYTES];
   int32_t fp8_layout;       /* enum hc_fp8_layout: what this rank's fp8 buffers hold */
+  char gpu_bus_id[32];      /* its GPU's PCI bus id; empty: a CPU rank, or the driver cannot say */
   struct hc_net_record net; /* its host and transports */
 };
+
+/* Do the ranks of these two records use one physical GPU? Their device
+ * ordinals alone cannot say: each process numbers only the GPUs it sees
+ * (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, which SLURM sets per task,
+ * make every rank's GPU device 0), so the bus id decides where both know
+ * it. */
+bool hc_peers_share_gpu(const struct hc_peer_info *a, const struct hc_peer_info *b);
 
 struct hc_premul_op {
   bool in_use;

@@ -4,6 +4,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "../plan/plan.h"
@@ -308,6 +309,12 @@ static hc_result_t local_fp8_layout(const struct hc_config *config, enum hc_fp8_
   return hc_dev_fp8_layout(d, config->device_id, out);
 }
 
+bool hc_peers_share_gpu(const struct hc_peer_info *a, const struct hc_peer_info *b) {
+  if (a->device_kind == HC_MEM_HOST || a->device_kind != b->device_kind || a->net.host != b->net.host) return false;
+  if (a->gpu_bus_id[0] && b->gpu_bus_id[0]) return strcasecmp(a->gpu_bus_id, b->gpu_bus_id) == 0;
+  return a->device_id == b->device_id;
+}
+
 /* Can the vendor's library run among the ranks of group g: each owns a
  * distinct GPU of one vendor, and each loaded that vendor's library in the
  * same version (NCCL and RCCL do not promise to talk across versions)?
@@ -320,7 +327,7 @@ static bool vendor_can_run(const struct hetcclComm *comm, int g) {
     if (!p[i].vendor_ok || p[i].device_kind != first->device_kind || p[i].vendor_version != first->vendor_version)
       return false;
     for (int j = 0; j < i; j++)
-      if (p[j].group == g && p[j].net.host == p[i].net.host && p[j].device_id == p[i].device_id) return false;
+      if (p[j].group == g && hc_peers_share_gpu(&p[j], &p[i])) return false;
   }
   return first != NULL;
 }
@@ -434,6 +441,14 @@ static hc_result_t phase_peers_exchange(struct hetcclComm *comm) {
   enum hc_fp8_layout fp8;
   HC_TRY(local_fp8_layout(config, &fp8));
   me->fp8_layout = (int32_t)fp8;
+  char why[256];
+  if (!hc_dev_gpu_bus_id(config->device_kind, config->device_id, me->gpu_bus_id, sizeof(me->gpu_bus_id), why,
+                         sizeof(why)) &&
+      config->device_kind != HC_MEM_HOST)
+    HC_INFO(HC_API,
+            "rank %d: no PCI bus id for device %d (%s): ranks of this host that share a GPU are told by "
+            "device number",
+            comm->rank, config->device_id, why);
   HC_TRY(hc_bootstrap_allgather(comm->boot, comm->peers, sizeof(*comm->peers)));
   for (int i = 0; i < comm->nranks; i++)
     if (comm->peers[i].magic != HC_PEER_INFO_MAGIC || comm->peers[i].rank != i)
@@ -446,6 +461,16 @@ static hc_result_t phase_peers_exchange(struct hetcclComm *comm) {
 static hc_result_t phase_groups(struct hetcclComm *comm) {
   const struct hc_peer_info *peers = comm->peers;
   comm->ngroups = assign_groups(comm->peers, comm->nranks);
+  const struct hc_peer_info *me = &peers[comm->rank];
+  for (int i = 0; i < comm->nranks; i++)
+    if (peers[i].pid != me->pid && hc_peers_share_gpu(me, &peers[i])) {
+      HC_INFO(HC_API,
+              "rank %d: rank %d, another process, uses the same GPU (%s): the GPU time-slices the two processes' "
+              "contexts, and each wait of one on the other costs a switch (100-300 us); CUDA MPS, or a GPU per "
+              "process, does not pay it",
+              comm->rank, i, me->gpu_bus_id[0] ? me->gpu_bus_id : "same device number");
+      break;
+    }
   comm->fp8_odd_rank = -1;
   for (int i = 1; i < comm->nranks && comm->fp8_odd_rank < 0; i++)
     if (peers[i].fp8_layout != peers[0].fp8_layout) comm->fp8_odd_rank = i;

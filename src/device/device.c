@@ -61,6 +61,24 @@ hc_result_t hc_dev_ptr_query(const void *p, struct hc_ptr_info *out) {
   return HC_OK;
 }
 
+bool hc_dev_gpu_bus_id(enum hc_mem_kind kind, int device, char *out, size_t len, char *why, size_t why_len) {
+  out[0] = 0;
+  snprintf(why, why_len, "a CPU rank");
+  if (kind == HC_MEM_HOST) return false;
+  const struct hc_dev_ops *gpu = hc_dev_get(kind);
+  if (gpu == NULL || !HC_HAS_OP(gpu, struct hc_dev_ops, pci_bus_id) || gpu->pci_bus_id == NULL) {
+    snprintf(why, why_len, "its backend cannot tell bus ids");
+    return false;
+  }
+  char saved[256];
+  snprintf(saved, sizeof(saved), "%s", hc_last_error());
+  if (hc_dev_pci_bus_id(gpu, device, out, len) == HC_OK) return true;
+  snprintf(why, why_len, "%s", hc_last_error());
+  out[0] = 0;
+  hc_set_last_error(saved);
+  return false;
+}
+
 hc_result_t hc_dev_missing_op(const struct hc_dev_ops *d, const char *op) {
   return HC_FAIL(HC_ERR_DEVICE, "device backend %s has no %s", d->name, op);
 }

@@ -296,6 +296,10 @@ struct hc_dev_caps hc_dev_caps(enum hc_mem_kind kind);
 const char *hc_dev_absent_reason(enum hc_mem_kind kind);
 /* What p is, asking every loaded GPU backend; host when none claims it. */
 hc_result_t hc_dev_ptr_query(const void *p, struct hc_ptr_info *out);
+/* The PCI bus id of GPU device of kind into out, as its driver spells it;
+ * false, out empty, for the host or where the driver cannot say (why then
+ * holds the reason, and this thread's last error is left as it was). */
+bool hc_dev_gpu_bus_id(enum hc_mem_kind kind, int device, char *out, size_t len, char *why, size_t why_len);
 
 extern const struct hc_dev_ops hc_dev_cuda;
 extern const struct hc_dev_ops hc_dev_hip;

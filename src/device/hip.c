@@ -140,13 +140,13 @@ static bool hip_has_mem_ops(void) { return hip.hipStreamWaitValue64 != NULL && h
  * hipHostGetDevicePointer's answer (flag_dptr below), not the host one. */
 static bool hip_kernels_read_host_address(void) { return false; }
 
-/* HIP reports an AMD GPU's gfx9.x.y as compute capability 9.x: gfx94x
- * (MI300) is 9.4, whose fp8 instructions and RCCL use the fnuz encodings;
- * gfx950 (MI350) and RDNA4 use the OCP ones. */
 static int hip_pci_bus_id(int dev, char *out, int len) {
   return hip.hipDeviceGetPCIBusId ? hip.hipDeviceGetPCIBusId(out, len, dev) : hipErrorNotSupported;
 }
 
+/* HIP reports an AMD GPU's gfx9.x.y as compute capability 9.x: gfx94x
+ * (MI300) is 9.4, whose fp8 instructions and RCCL use the fnuz encodings;
+ * gfx950 (MI350) and RDNA4 use the OCP ones. */
 static enum hc_fp8_layout hip_fp8_layout(int cc_major, int cc_minor) {
   return cc_major == 9 && cc_minor == 4 ? HC_FP8_FNUZ : HC_FP8_OCP;
 }

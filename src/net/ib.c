@@ -256,18 +256,10 @@ void hc_net_ib_probe(bool *usable, char *what, size_t len) {
 /* The PCI bus id of a GPU comm's device ("" for a CPU comm, or where the
  * driver cannot say: the NIC is then the first active port). */
 static void gpu_pci_bus_id(const struct hc_net_args *a, char *out, size_t len) {
-  out[0] = 0;
-  if (a->device_kind == HC_MEM_HOST) return;
-  const struct hc_dev_ops *gpu = hc_dev_get((enum hc_mem_kind)a->device_kind);
-  if (gpu == NULL || !HC_HAS_OP(gpu, struct hc_dev_ops, pci_bus_id) || gpu->pci_bus_id == NULL) return;
-  char saved[256];
-  snprintf(saved, sizeof(saved), "%s", hc_last_error());
-  if (hc_dev_pci_bus_id(gpu, a->device_id, out, len) != HC_OK) {
-    HC_INFO(HC_NET, "ib: no PCI bus id for %s device %d (%s): the first active port serves", gpu->name, a->device_id,
-            hc_last_error());
-    out[0] = 0;
-    hc_set_last_error(saved);
-  }
+  char why[256];
+  if (!hc_dev_gpu_bus_id((enum hc_mem_kind)a->device_kind, a->device_id, out, len, why, sizeof(why)) &&
+      a->device_kind != HC_MEM_HOST)
+    HC_INFO(HC_NET, "ib: no PCI bus id for GPU device %d (%s): the first active port serves", a->device_id, why);
 }
 
 void hc_net_ib_gpu_ports(int device_kind, char *out, size_t len) {

@@ -104,3 +104,10 @@ add_dependencies(test_coll_shapes hc_fake_cuda hc_fake_nccl)
 add_test(NAME gpu_coll_groups_shapes_fake_nccl COMMAND test_coll_shapes)
 set_tests_properties(gpu_coll_groups_shapes_fake_nccl PROPERTIES LABELS "unit;gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
   ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=2;FAKE_CUDA_DELAY_US=0;HETCCL_TIMEOUT=120;HETCCL_VENDOR=1;HETCCL_NCCL_LIBRARY=${CMAKE_CURRENT_BINARY_DIR}/fake-nccl/libnccl.so.2;TU_RANKS=threads")
+
+# The GPU bus ids of the peer table over the fake libcuda, and the rule
+# that tells ranks sharing a GPU from it (tests/unit/test_api_peers.c).
+add_dependencies(test_api_peers hc_fake_cuda)
+add_test(NAME api_peers COMMAND test_api_peers)
+set_tests_properties(api_peers PROPERTIES LABELS "unit;gpu" TIMEOUT 120
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=2;FAKE_CUDA_DELAY_US=0;HETCCL_TIMEOUT=60;HETCCL_VENDOR=0")
