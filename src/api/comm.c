@@ -450,9 +450,13 @@ static hc_result_t phase_peers_exchange(struct hetcclComm *comm) {
             "device number",
             comm->rank, config->device_id, why);
   HC_TRY(hc_bootstrap_allgather(comm->boot, comm->peers, sizeof(*comm->peers)));
-  for (int i = 0; i < comm->nranks; i++)
-    if (comm->peers[i].magic != HC_PEER_INFO_MAGIC || comm->peers[i].rank != i)
+  /* Every later use reads the names as C strings. */
+  for (int i = 0; i < comm->nranks; i++) {
+    const struct hc_peer_info *p = &comm->peers[i];
+    if (p->magic != HC_PEER_INFO_MAGIC || p->rank != i || !memchr(p->group_name, 0, sizeof(p->group_name)) ||
+        !memchr(p->gpu_bus_id, 0, sizeof(p->gpu_bus_id)))
       return HC_FAIL(HC_ERR_INTERNAL, "init: rank %d published a malformed peer record", i);
+  }
   return HC_OK;
 }
 
