@@ -31,9 +31,9 @@ struct hc_peer_info {
   int32_t vendor_ok;      /* the vendor library of device_kind loaded here */
   int32_t vendor_version; /* its version (NCCL's numbering; RCCL reports its NCCL base) */
   char group_name[HC_GROUP_NAME_BYTES];
-  int32_t fp8_layout;       /* enum hc_fp8_layout: what this rank's fp8 buffers hold */
-  char gpu_bus_id[32];      /* its GPU's PCI bus id; empty: a CPU rank, or the driver cannot say */
-  struct hc_net_record net; /* its host and transports */
+  int32_t fp8_layout;                   /* enum hc_fp8_layout: what this rank's fp8 buffers hold */
+  char gpu_bus_id[HC_PCI_BUS_ID_BYTES]; /* its GPU's PCI bus id; empty: a CPU rank, or the driver cannot say */
+  struct hc_net_record net;             /* its host and transports */
 };
 
 /* Do the ranks of these two records use one physical GPU? Their device

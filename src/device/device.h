@@ -296,6 +296,9 @@ struct hc_dev_caps hc_dev_caps(enum hc_mem_kind kind);
 const char *hc_dev_absent_reason(enum hc_mem_kind kind);
 /* What p is, asking every loaded GPU backend; host when none claims it. */
 hc_result_t hc_dev_ptr_query(const void *p, struct hc_ptr_info *out);
+/* Room for a PCI bus id as drivers spell it ("0000:1B:00.0", or with an
+ * 8-digit domain), with its terminator. */
+#define HC_PCI_BUS_ID_BYTES 32
 /* The PCI bus id of GPU device of kind into out, as its driver spells it;
  * false, out empty, for the host or where the driver cannot say (why then
  * holds the reason, and this thread's last error is left as it was). */

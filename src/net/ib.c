@@ -271,7 +271,7 @@ void hc_net_ib_gpu_ports(int device_kind, char *out, size_t len) {
   const int ngpus = hc_dev_caps((enum hc_mem_kind)device_kind).device_count;
   for (int g = 0; g < ngpus && at < len; g++) {
     struct hc_net_args a = {.device_kind = device_kind, .device_id = g};
-    char bus[32], why[200], near[200];
+    char bus[HC_PCI_BUS_ID_BYTES], why[200], near[200];
     struct hc_ib_dev d;
     bool found = false;
     gpu_pci_bus_id(&a, bus, sizeof(bus));
@@ -597,7 +597,7 @@ static hc_result_t ctx_params(struct hc_ib_ctx *ctx) {
  * context, protection domain, nonblocking completion channel. */
 static hc_result_t ctx_open_device(struct hc_ib_ctx *ctx, const struct hc_net_args *a, char *near, size_t near_len) {
   const struct hc_ib_verbs *v = ctx->v;
-  char gpu_bus_id[32] = "", why[200];
+  char gpu_bus_id[HC_PCI_BUS_ID_BYTES] = "", why[200];
   bool found = false;
   gpu_pci_bus_id(a, gpu_bus_id, sizeof(gpu_bus_id));
   HC_TRY(hc_ib_find_device(v, gpu_bus_id, a->device_id, &ctx->dev, &found, why, sizeof(why), near, near_len));

@@ -65,7 +65,7 @@ static int comm_rank(int rank, int nranks, hetcclUniqueId id, void *arg) {
   hetcclComm_t comm = NULL;
   if (!CHECK_OK(hetcclCommInitRankConfig(&comm, nranks, id, rank, &cfg))) return 1;
   const struct hc_peer_info *p = comm->peers;
-  char want[32];
+  char want[HC_PCI_BUS_ID_BYTES];
   for (int r = 0; r < nranks; r++) {
     snprintf(want, sizeof(want), "0000:%02X:00.0", 0x1b + 0x20 * c->devices[r]);
     CHECK(strcmp(p[r].gpu_bus_id, want) == 0, "rank %d's bus id: \"%s\", expected \"%s\"", r, p[r].gpu_bus_id, want);
