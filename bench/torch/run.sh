@@ -38,14 +38,13 @@ def rows(lines):
     """bytes -> (time us, busbw GB/s) of rows 'bytes time busbw ...'."""
     return {int(f[0]): (float(f[1]), float(f[2])) for f in (l.split() for l in lines) if f and f[0].isdigit()}
 torch, gloo = rows(open(sys.argv[1])), rows(open(sys.argv[3]))
-# gpu_bench: the back-to-back table of A (after its "back to back" line).
+# gpu_bench: the back-to-back table of A, which comes before B.
 own, table = [], False
 for line in open(sys.argv[2]):
-    if line.startswith(("A:", "B:")):
-        table = False
-    elif line.startswith("back to back") and not own:
-        table = True
-    elif table:
+    if line.startswith("B:"):
+        break
+    table = table or line.startswith("back to back")
+    if table:
         own.append(line)
 own = rows(own)
 mps = " (under MPS)" if os.environ.get("MPS") == "1" else ""
