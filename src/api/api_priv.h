@@ -101,6 +101,10 @@ struct hetcclComm {
   /* fp8 across the comm, from the peer table (the same on every rank):
    * the first rank whose encodings differ from rank 0's, else -1. */
   int fp8_odd_rank;
+  /* Another process's rank uses this rank's GPU: the GPU time-slices the
+   * two contexts (without MPS), so no kernel of ours may spin waiting for
+   * the other's work (HETCCL_GPU_PROGRAM_BYTES). */
+  bool gpu_time_sliced;
   struct hc_links links;
   struct hc_net_set nets; /* the transports open here */
   /* Plans stage device memory through pinned host memory: a GPU comm

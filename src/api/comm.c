@@ -468,6 +468,7 @@ static hc_result_t phase_groups(struct hetcclComm *comm) {
   const struct hc_peer_info *me = &peers[comm->rank];
   for (int i = 0; i < comm->nranks; i++)
     if (peers[i].pid != me->pid && hc_peers_share_gpu(me, &peers[i])) {
+      comm->gpu_time_sliced = true;
       HC_INFO(HC_API,
               "rank %d: rank %d, another process, uses the same GPU (%s): the GPU time-slices the two processes' "
               "contexts, and each wait of one on the other costs a switch (100-300 us); CUDA MPS, or a GPU per "

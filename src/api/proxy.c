@@ -51,6 +51,7 @@ hc_result_t hc_proxy_create(struct hetcclComm *comm, struct hc_proxy **out) {
                                   &px->lanes),
               r, fail);
   hc_gpu_lanes_use_vendor(px->lanes, comm->vendor, comm->group_vendor_comm);
+  hc_gpu_lanes_allow_programs(px->lanes, comm->gpu_time_sliced ? 0 : (size_t)hc_param_int(HC_P_GPU_PROGRAM_BYTES));
   /* Compile and load the reduction kernels now, while nothing of ours is
    * in flight: loading a module can wait for every stream of the context. */
   hc_stream_t warm_stream = NULL;

@@ -48,6 +48,32 @@ struct hc_flag_op {
   bool wait; /* else write */
 };
 
+/* Stream work run as one kernel (program): copies, counter writes and
+ * waits (flag ops), reductions of one dtype and op, and checks of a trap
+ * word (trap_if_set), in order. Where a plan's work is that and small, one
+ * launch stands for its 4-6 driver calls and their gaps on the GPU
+ * (exec/enqueue.c). The ops keep the kernel's layout (gpu_kernels.c:
+ * hc_program), 8-byte fields only; the numbers are its HC_PROGRAM_*. */
+#define HC_DEV_PROGRAM_OPS 12
+#define HC_DEV_PROGRAM_COPY 0       /* n bytes, src0 -> dst */
+#define HC_DEV_PROGRAM_WRITE 1      /* *dst = n, once what came before is visible */
+#define HC_DEV_PROGRAM_WAIT 2       /* until *src0 >= n (cuStreamWaitValue64's GEQ) */
+#define HC_DEV_PROGRAM_REDUCE 3     /* dst = src0 op src1, n elements */
+#define HC_DEV_PROGRAM_TRAP_CHECK 4 /* trap if *trap is set */
+struct hc_dev_program_op {
+  uint64_t kind, n;
+  void *dst;
+  const void *src0, *src1;
+};
+struct hc_dev_program {
+  uint64_t nops;
+  const volatile uint64_t *trap; /* mapped host memory; read by WAIT and TRAP_CHECK */
+  struct hc_dev_program_op op[HC_DEV_PROGRAM_OPS];
+  /* Not the kernel's: what its reductions are. */
+  enum hc_dtype dtype;
+  enum hc_redop redop;
+};
+
 /* Opaque device event (CUevent, hipEvent_t). */
 typedef void *hc_event_t;
 
@@ -154,6 +180,14 @@ struct hc_dev_ops {
    * nothing is enqueued, where the stream's device has no kernels (no
    * runtime compiler). */
   hc_result_t (*trap_if_set)(void *ctx, hc_stream_t s, const volatile uint64_t *word, bool *launched);
+  /* Runs p on s: one kernel of one block, where the stream's device has
+   * kernels that read mapped host memory at its host address; else each
+   * op as its own stream operation (copy, flag batch, reduce,
+   * trap_if_set), with the same effect but for the kernel's wait, which
+   * also ends in a trap once *trap is set. The kernel spins on the GPU
+   * while it waits: the caller uses it where nothing else must run on the
+   * GPU for the wait to end (enqueue.c). */
+  hc_result_t (*program)(void *ctx, const struct hc_dev_program *p, hc_stream_t s);
 }; /* append only */
 
 /* HC_ERR_DEVICE, with a message naming the backend and op: d lacks op (a
@@ -263,6 +297,10 @@ static inline hc_result_t hc_dev_rdma_flush_needed(const struct hc_dev_ops *d, i
 static inline hc_result_t hc_dev_trap_if_set(const struct hc_dev_ops *d, hc_stream_t s, const volatile uint64_t *word,
                                              bool *launched) {
   return HC_DEV_CALL(d, trap_if_set, s, word, launched);
+}
+
+static inline hc_result_t hc_dev_program(const struct hc_dev_ops *d, const struct hc_dev_program *p, hc_stream_t s) {
+  return HC_DEV_CALL(d, program, p, s);
 }
 
 extern const struct hc_dev_ops hc_dev_host;

@@ -27,6 +27,7 @@
  *   hc_scale_<t>_<mul|div>(void *dst, const void *src, u64 n,
  *                          u64 u, double fd, float ff)
  *   hc_trap_if_set(const volatile u64 *word)
+ *   hc_program_<t>_<op>(hc_program p)
  * with <t> one of i8 u8 i32 u32 i64 u64 f16 f32 f64 bf16 e4m3 e5m2 and
  * <op> sum prod max min. Scale arguments, prepared on the host
  * (gpu_reduce.c) as host_reduce.c computes them: u is the integer factor
@@ -37,6 +38,13 @@
  * failure (exec/engine.c) fails there instead of completing. A reduction
  * given a trap word makes the same check first, so that a plan ending in a
  * reduction needs no launch of its own for it (exec/enqueue.c).
+ * A program (device.h: hc_dev_program) is one block running a short list of
+ * ops in order: copies, writes and waits of counters in mapped host memory,
+ * reductions of its <t> and <op>, trap checks. Its threads share copies and
+ * reductions; thread 0 writes and waits; the block fences at system scope
+ * and joins after each copy, reduction and wait, so that a write publishes
+ * everything before it and what follows a wait sees what the peer
+ * published. The host emulation runs it as one thread.
  *
  * Work split: a grid-stride loop over 16-byte packs (16 / sizeof(T)
  * elements per thread and step) when the three pointers share their offset
@@ -44,9 +52,13 @@
  * grid-stride loop otherwise, and for the tail.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "gpu_priv.h"
 
+/* One line of the kernel source per line of C (HC_STR between pieces
+ * would have clang-format align them all past the name). */
+/* clang-format off */
 const char hc_gpu_kernel_source[] =
     "/* hetccl reduction kernels (src/device/gpu_kernels.c) */\n"
     "#if defined(__CUDACC_RTC__) || defined(__HIPCC_RTC__) || defined(__CUDACC__) || defined(__HIP__)\n"
@@ -59,6 +71,10 @@ const char hc_gpu_kernel_source[] =
     "#else\n"
     "#define HC_TRAP() __trap()\n"
     "#endif\n"
+    "#define HC_FENCE_SYSTEM() __threadfence_system()\n"
+    "#define HC_BARRIER() __syncthreads()\n"
+    "#define HC_BLOCK_TID ((hc_u64)threadIdx.x)\n"
+    "#define HC_BLOCK_NTHREADS ((hc_u64)blockDim.x)\n"
     "#else\n"
     "/* Host emulation (tests): the caller runs each thread in turn, and sets\n"
     " * the hook that stands for a trap (a fake driver's sticky error). */\n"
@@ -69,6 +85,13 @@ const char hc_gpu_kernel_source[] =
     "#define HC_TID hc_emu_tid\n"
     "#define HC_NTHREADS hc_emu_nthreads\n"
     "#define HC_TRAP() do { if (hc_emu_trap) hc_emu_trap(); } while (0)\n"
+    "/* A program kernel runs as one thread here: a block barrier cannot be\n"
+    " * honoured thread by thread. It reads no emulation globals, so that it\n"
+    " * may wait for another stream's program while that one runs. */\n"
+    "#define HC_FENCE_SYSTEM() __atomic_thread_fence(__ATOMIC_SEQ_CST)\n"
+    "#define HC_BARRIER() ((void)0)\n"
+    "#define HC_BLOCK_TID 0ull\n"
+    "#define HC_BLOCK_NTHREADS 1ull\n"
     "#endif\n"
     "typedef unsigned char hc_u8;\n"
     "typedef signed char hc_i8;\n"
@@ -154,19 +177,69 @@ const char hc_gpu_kernel_source[] =
     "  return h < n ? h : n;\n"
     "}\n"
     "\n"
+    "/* ---- a plan as one kernel (exec/enqueue.c, device.h: hc_dev_program) ---- */\n"
+    "#define HC_PROGRAM_OPS " HC_STR(HC_DEV_PROGRAM_OPS) "\n"
+    "#define HC_PROGRAM_COPY " HC_STR(HC_DEV_PROGRAM_COPY) "\n"
+    "#define HC_PROGRAM_WRITE " HC_STR(HC_DEV_PROGRAM_WRITE) "\n"
+    "#define HC_PROGRAM_WAIT " HC_STR(HC_DEV_PROGRAM_WAIT) "\n"
+    "#define HC_PROGRAM_REDUCE " HC_STR(HC_DEV_PROGRAM_REDUCE) "\n"
+    "#define HC_PROGRAM_TRAP_CHECK " HC_STR(HC_DEV_PROGRAM_TRAP_CHECK) "\n"
+    "typedef struct { hc_u64 kind, n; void *dst; const void *src0, *src1; } hc_program_op;\n"
+    "typedef struct { hc_u64 nops; const volatile hc_u64 *trap; hc_program_op op[HC_PROGRAM_OPS]; } hc_program;\n"
+    "HC_DEV void hc_copy_bytes(void *dst_, const void *src_, hc_u64 n, hc_u64 tid, hc_u64 nt) {\n"
+    "  hc_u8 *dst = (hc_u8 *)dst_;\n"
+    "  const hc_u8 *src = (const hc_u8 *)src_;\n"
+    "  hc_u64 head = hc_head(dst_, src_, src_, 1, n), vn = (n - head) / 16, i;\n"
+    "  const hc_pack *sp = (const hc_pack *)(src + head);\n"
+    "  hc_pack *dp = (hc_pack *)(dst + head);\n"
+    "  for (i = tid; i < head; i += nt) dst[i] = src[i];\n"
+    "  for (i = tid; i < vn; i += nt) dp[i] = sp[i];\n"
+    "  for (i = head + vn * 16 + tid; i < n; i += nt) dst[i] = src[i];\n"
+    "}\n"
+    "/* Every op but a reduction, which needs the kernel's types. A write and\n"
+    " * a wait are thread 0's: a write after a system fence, so that it\n"
+    " * publishes what the block wrote before it (the kernel fences and\n"
+    " * joins the block after each copy, reduction and wait); a wait until the\n"
+    " * counter reaches n under cuStreamWaitValue64's cyclic comparison, or\n"
+    " * until the trap word is set (the engine, the wait's owner, gave up:\n"
+    " * exec/engine.c). 0: the kernel trapped and must end. */\n"
+    "HC_DEV int hc_program_step(const hc_program_op *o, const volatile hc_u64 *trap, hc_u64 tid, hc_u64 nt) {\n"
+    "  if (o->kind == HC_PROGRAM_COPY) {\n"
+    "    hc_copy_bytes(o->dst, o->src0, o->n, tid, nt);\n"
+    "    return 1;\n"
+    "  }\n"
+    "  if (tid != 0) return 1;\n"
+    "  if (o->kind == HC_PROGRAM_WRITE) {\n"
+    "    HC_FENCE_SYSTEM();\n"
+    "    *(volatile hc_u64 *)o->dst = o->n;\n"
+    "  } else if (o->kind == HC_PROGRAM_WAIT) {\n"
+    "    const volatile hc_u64 *counter = (const volatile hc_u64 *)o->src0;\n"
+    "    while ((hc_i64)(*counter - o->n) < 0)\n"
+    "      if (*trap != 0) {\n"
+    "        HC_TRAP();\n"
+    "        return 0;\n"
+    "      }\n"
+    "  } else if (o->kind == HC_PROGRAM_TRAP_CHECK && *trap != 0) {\n"
+    "    HC_TRAP();\n"
+    "    return 0;\n"
+    "  }\n"
+    "  return 1;\n"
+    "}\n"
+    "\n"
     "#define HC_ID(x) (x)\n"
     "#define HC_SUM(x, y) ((x) + (y))\n"
     "#define HC_PROD(x, y) ((x) * (y))\n"
     "#define HC_IMAX(x, y) ((x) > (y) ? (x) : (y))\n"
     "#define HC_IMIN(x, y) ((x) < (y) ? (x) : (y))\n"
     "\n"
-    "/* T: storage type; CT: compute type; LOAD: T -> CT; STORE: CT -> T. */\n"
-    "#define HC_REDUCE(NAME, T, CT, LOAD, OP, STORE) "
-    "HC_KERNEL NAME(void *dst_, const void *src0_, const void *src1_, hc_u64 n, const volatile hc_u64 *trap) { "
+    "/* T: storage type; CT: compute type; LOAD: T -> CT; STORE: CT -> T. The\n"
+    " * body is shared by the reduction kernel and the program kernel. */\n"
+    "#define HC_REDUCE(TAG, OPN, T, CT, LOAD, OP, STORE) "
+    "HC_DEV void hc_reduce_body_##TAG##_##OPN(void *dst_, const void *src0_, const void *src1_, hc_u64 n, "
+    "                                         hc_u64 tid, hc_u64 nt) { "
     "  T *dst = (T *)dst_; "
     "  const T *a = (const T *)src0_, *b = (const T *)src1_; "
-    "  hc_u64 tid = HC_TID, nt = HC_NTHREADS, i, v; "
-    "  if (trap && tid == 0 && *trap != 0) HC_TRAP(); "
+    "  hc_u64 i, v; "
     "  hc_u64 head = hc_head(dst_, src0_, src1_, sizeof(T), n); "
     "  hc_u64 vn = (n - head) / (16 / sizeof(T)); "
     "  const hc_pack *ap = (const hc_pack *)(a + head), *bp = (const hc_pack *)(b + head); "
@@ -190,18 +263,35 @@ const char hc_gpu_kernel_source[] =
     "    CT x = LOAD(a[i]), y = LOAD(b[i]); "
     "    dst[i] = (T)STORE(OP(x, y)); "
     "  } "
+    "} "
+    "HC_KERNEL hc_reduce_##TAG##_##OPN(void *dst_, const void *src0_, const void *src1_, hc_u64 n, "
+    "                                  const volatile hc_u64 *trap) { "
+    "  if (trap && HC_TID == 0 && *trap != 0) HC_TRAP(); "
+    "  hc_reduce_body_##TAG##_##OPN(dst_, src0_, src1_, n, HC_TID, HC_NTHREADS); "
+    "} "
+    "HC_KERNEL hc_program_##TAG##_##OPN(hc_program p) { "
+    "  hc_u64 tid = HC_BLOCK_TID, nt = HC_BLOCK_NTHREADS, k; "
+    "  for (k = 0; k < p.nops && k < HC_PROGRAM_OPS; k++) { "
+    "    hc_program_op o = p.op[k]; "
+    "    if (o.kind == HC_PROGRAM_REDUCE) hc_reduce_body_##TAG##_##OPN(o.dst, o.src0, o.src1, o.n, tid, nt); "
+    "    else if (!hc_program_step(&o, p.trap, tid, nt)) return; "
+    "    if (o.kind != HC_PROGRAM_WRITE && o.kind != HC_PROGRAM_TRAP_CHECK) { "
+    "      HC_FENCE_SYSTEM(); "
+    "      HC_BARRIER(); "
+    "    } "
+    "  } "
     "}\n"
     "/* Integers: SUM and PROD in the unsigned type (wrap), MAX and MIN signed. */\n"
     "#define HC_REDUCE_INT(tag, ST, UT) "
-    "HC_REDUCE(hc_reduce_##tag##_sum, UT, UT, HC_ID, HC_SUM, HC_ID) "
-    "HC_REDUCE(hc_reduce_##tag##_prod, UT, UT, HC_ID, HC_PROD, HC_ID) "
-    "HC_REDUCE(hc_reduce_##tag##_max, ST, ST, HC_ID, HC_IMAX, HC_ID) "
-    "HC_REDUCE(hc_reduce_##tag##_min, ST, ST, HC_ID, HC_IMIN, HC_ID)\n"
+    "HC_REDUCE(tag, sum, UT, UT, HC_ID, HC_SUM, HC_ID) "
+    "HC_REDUCE(tag, prod, UT, UT, HC_ID, HC_PROD, HC_ID) "
+    "HC_REDUCE(tag, max, ST, ST, HC_ID, HC_IMAX, HC_ID) "
+    "HC_REDUCE(tag, min, ST, ST, HC_ID, HC_IMIN, HC_ID)\n"
     "#define HC_REDUCE_FLOAT(tag, T, CT, LOAD, STORE, FMAX, FMIN) "
-    "HC_REDUCE(hc_reduce_##tag##_sum, T, CT, LOAD, HC_SUM, STORE) "
-    "HC_REDUCE(hc_reduce_##tag##_prod, T, CT, LOAD, HC_PROD, STORE) "
-    "HC_REDUCE(hc_reduce_##tag##_max, T, CT, LOAD, FMAX, STORE) "
-    "HC_REDUCE(hc_reduce_##tag##_min, T, CT, LOAD, FMIN, STORE)\n"
+    "HC_REDUCE(tag, sum, T, CT, LOAD, HC_SUM, STORE) "
+    "HC_REDUCE(tag, prod, T, CT, LOAD, HC_PROD, STORE) "
+    "HC_REDUCE(tag, max, T, CT, LOAD, FMAX, STORE) "
+    "HC_REDUCE(tag, min, T, CT, LOAD, FMIN, STORE)\n"
     "HC_REDUCE_INT(i8, hc_i8, hc_u8)\n"
     "HC_REDUCE_INT(u8, hc_u8, hc_u8)\n"
     "HC_REDUCE_INT(i32, hc_i32, hc_u32)\n"
@@ -294,6 +384,7 @@ const char hc_gpu_kernel_source[] =
     "HC_KERNEL hc_trap_if_set(const volatile hc_u64 *word) {\n"
     "  if (HC_TID == 0 && *word != 0) HC_TRAP();\n"
     "}\n";
+/* clang-format on */
 
 static const char *const dtype_tags[HC_DTYPE_COUNT] = {
     [HC_INT8] = "i8",     [HC_UINT8] = "u8",      [HC_INT32] = "i32",     [HC_UINT32] = "u32",
@@ -307,4 +398,10 @@ void hc_gpu_kernel_name(char *buf, size_t n, bool scale, enum hc_dtype t, int op
   const char *tag = (unsigned)t < HC_DTYPE_COUNT ? dtype_tags[t] : "?";
   const char *o = scale ? ((unsigned)op < 2 ? scale_ops[op] : "?") : ((unsigned)op < 4 ? reduce_ops[op] : "?");
   snprintf(buf, n, "hc_%s_%s_%s", scale ? "scale" : "reduce", tag, o);
+}
+
+void hc_gpu_program_kernel_name(char *buf, size_t n, enum hc_dtype t, int op) {
+  char reduce[64];
+  hc_gpu_kernel_name(reduce, sizeof(reduce), false, t, op);
+  snprintf(buf, n, "hc_program_%s", reduce + strlen("hc_reduce_"));
 }

@@ -151,6 +151,8 @@ struct hc_gpu_vendor {
 extern const char hc_gpu_kernel_source[];
 /* Name of a kernel: "hc_reduce_f32_sum", "hc_scale_bf16_div". */
 void hc_gpu_kernel_name(char *buf, size_t n, bool scale, enum hc_dtype t, int op);
+/* Name of a program kernel (hc_dev_program): "hc_program_f32_sum". */
+void hc_gpu_program_kernel_name(char *buf, size_t n, enum hc_dtype t, int op);
 #define HC_GPU_TRAP_KERNEL "hc_trap_if_set"
 
 /* Per-device reduction state: compiled once, lazily, under the gpu lock. */
@@ -161,7 +163,8 @@ struct hc_gpu_dev {
   void *module;
   void *fn_reduce[HC_DTYPE_COUNT][HC_AVG];
   void *fn_scale[HC_DTYPE_COUNT][2];
-  void *fn_trap; /* HC_GPU_TRAP_KERNEL */
+  void *fn_program[HC_DTYPE_COUNT][HC_AVG]; /* by the dtype and op of its reductions */
+  void *fn_trap;                            /* HC_GPU_TRAP_KERNEL */
   int sm_count;
 };
 
@@ -194,6 +197,7 @@ hc_result_t hc_gpu_copy(void *ctx, void *dst, const void *src, size_t n, hc_stre
 hc_result_t hc_gpu_reduce(void *ctx, const struct hc_reduce_args *a, hc_stream_t s);
 hc_result_t hc_gpu_scale(void *ctx, const struct hc_scale_args *a, hc_stream_t s);
 hc_result_t hc_gpu_trap_if_set(void *ctx, hc_stream_t s, const volatile uint64_t *word, bool *launched);
+hc_result_t hc_gpu_program(void *ctx, const struct hc_dev_program *p, hc_stream_t s);
 hc_result_t hc_gpu_ptr_query(void *ctx, const void *p, struct hc_ptr_info *out);
 hc_result_t hc_gpu_set_device(void *ctx, int device);
 hc_result_t hc_gpu_host_alloc(void *ctx, size_t n, void **p);
@@ -289,7 +293,7 @@ extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
     .stream_sync = hc_gpu_stream_sync, .stream_capturing = hc_gpu_stream_capturing,                                    \
     .current_device = hc_gpu_current_device, .flag_batch = hc_gpu_flag_batch, .fp8_layout = hc_gpu_fp8_layout,         \
     .thread_bound = hc_gpu_thread_bound, .dmabuf_export = hc_gpu_dmabuf_export, .pci_bus_id = hc_gpu_pci_bus_id,       \
-    .rdma_flush_needed = hc_gpu_rdma_flush_needed, .trap_if_set = hc_gpu_trap_if_set,                                  \
+    .rdma_flush_needed = hc_gpu_rdma_flush_needed, .trap_if_set = hc_gpu_trap_if_set, .program = hc_gpu_program,       \
   }
 
 #endif

@@ -113,6 +113,9 @@ static hc_result_t module_functions(struct hc_gpu *g, struct hc_gpu_dev *d, void
       void **slot = scale ? &d->fn_scale[t][op - HC_AVG] : &d->fn_reduce[t][op];
       hc_gpu_kernel_name(name, sizeof(name), scale, (enum hc_dtype)t, scale ? op - HC_AVG : op);
       HC_TRY(module_function(g, mod, name, slot));
+      if (scale) continue;
+      hc_gpu_program_kernel_name(name, sizeof(name), (enum hc_dtype)t, op);
+      HC_TRY(module_function(g, mod, name, &d->fn_program[t][op]));
     }
   }
   return module_function(g, mod, HC_GPU_TRAP_KERNEL, &d->fn_trap);
@@ -439,4 +442,86 @@ hc_result_t hc_gpu_trap_if_set(void *ctx, hc_stream_t s, const volatile uint64_t
 out:
   hc_gpu_scope_exit(g, &sc);
   return r;
+}
+
+/* ---- programs ---- */
+
+/* Whether p copies or reduces: a program of flag operations and trap
+ * checks alone costs less as a batch of them than as a launch, and a
+ * stream's wait holds no GPU time while it waits. */
+static bool program_moves_data(const struct hc_dev_program *p) {
+  for (uint64_t k = 0; k < p->nops; k++)
+    if (p->op[k].kind == HC_DEV_PROGRAM_COPY || p->op[k].kind == HC_DEV_PROGRAM_REDUCE) return true;
+  return false;
+}
+
+/* One block: the ops' barriers join a block, not a grid. */
+static unsigned program_threads(const struct hc_dev_program *p) {
+  uint64_t bytes = 0;
+  for (uint64_t k = 0; k < p->nops; k++) {
+    const struct hc_dev_program_op *o = &p->op[k];
+    if (o->kind == HC_DEV_PROGRAM_COPY) bytes = HC_MAX(bytes, o->n);
+    if (o->kind == HC_DEV_PROGRAM_REDUCE) bytes = HC_MAX(bytes, o->n * hc_dtype_size(p->dtype));
+  }
+  const uint64_t warps = HC_DIV_UP(HC_DIV_UP(bytes, 16), 32);
+  return (unsigned)HC_MIN(HC_MAX(warps, 1) * 32, BLOCK_THREADS);
+}
+
+/* The program's ops one by one, each its own stream operation. */
+static hc_result_t program_as_ops(struct hc_gpu *g, const struct hc_dev_program *p, hc_stream_t s) {
+  struct hc_flag_op flags[HC_DEV_PROGRAM_OPS];
+  int nflags = 0;
+  for (uint64_t k = 0; k < p->nops; k++) {
+    const struct hc_dev_program_op *o = &p->op[k];
+    if (o->kind == HC_DEV_PROGRAM_WRITE || o->kind == HC_DEV_PROGRAM_WAIT) {
+      const bool wait = o->kind == HC_DEV_PROGRAM_WAIT;
+      flags[nflags++] = (struct hc_flag_op){
+          .flag = (volatile uint64_t *)(wait ? (void *)(uintptr_t)o->src0 : o->dst), .value = o->n, .wait = wait};
+      continue;
+    }
+    if (nflags > 0) HC_TRY(hc_gpu_flag_batch(g, s, flags, nflags));
+    nflags = 0;
+    bool launched;
+    switch (o->kind) {
+    case HC_DEV_PROGRAM_COPY: HC_TRY(hc_gpu_copy(g, o->dst, o->src0, o->n, s)); break;
+    case HC_DEV_PROGRAM_REDUCE: {
+      const struct hc_reduce_args a = {
+          .dst = o->dst, .src0 = o->src0, .src1 = o->src1, .count = o->n, .dtype = p->dtype, .op = p->redop};
+      HC_TRY(hc_gpu_reduce(g, &a, s));
+      break;
+    }
+    case HC_DEV_PROGRAM_TRAP_CHECK: HC_TRY(hc_gpu_trap_if_set(g, s, p->trap, &launched)); break;
+    default:
+      return HC_FAIL(HC_ERR_INTERNAL, "%s: program op %d of kind %llu", g->v->name, (int)k,
+                     (unsigned long long)o->kind);
+    }
+  }
+  return nflags > 0 ? hc_gpu_flag_batch(g, s, flags, nflags) : HC_OK;
+}
+
+hc_result_t hc_gpu_program(void *ctx, const struct hc_dev_program *p, hc_stream_t s) {
+  struct hc_gpu *g = ctx;
+  struct hc_gpu_scope sc;
+  struct hc_gpu_dev *d;
+  int dev;
+  void *tok;
+  hc_result_t r;
+  if (p->nops > HC_DEV_PROGRAM_OPS || (unsigned)p->dtype >= HC_DTYPE_COUNT || (unsigned)p->redop >= HC_AVG)
+    return HC_FAIL(HC_ERR_ARG, "%s: program of %llu ops, dtype %d, op %d", g->v->name, (unsigned long long)p->nops,
+                   (int)p->dtype, (int)p->redop);
+  HC_TRY(hc_gpu_scope_stream(g, s, &sc));
+  r = stream_device(g, &dev, &tok);
+  const bool kernel =
+      r == HC_OK && program_moves_data(p) && g->v->kernels_read_host_address() && use_kernels(g, dev, tok, &d);
+  if (kernel) {
+    /* The kernel's argument is the program itself, up to its ops: the
+     * driver copies as many bytes as the kernel's parameter holds. */
+    void *params[] = {(void *)p};
+    int e = g->v->launch(d->fn_program[p->dtype][p->redop], 1, program_threads(p), s, params);
+    if (e != 0)
+      r = HC_FAIL(HC_ERR_DEVICE, "%s: launching a program of %llu ops: %s (%d)", g->v->name,
+                  (unsigned long long)p->nops, g->v->err_str(e), e);
+  }
+  hc_gpu_scope_exit(g, &sc);
+  return r != HC_OK || kernel ? r : program_as_ops(g, p, s);
 }

@@ -70,6 +70,13 @@ struct hc_gpu_lanes {
    * consecutive ones go as one batch. */
   struct hc_flag_op batch[16];
   int nbatch, batch_lane;
+  /* Where programs are allowed (hc_gpu_lanes_allow_programs): the work of
+   * one lane not yet handed to the driver, flag operations and copies and
+   * reductions of at most program_bytes, which goes as one kernel in
+   * place of the batch (device.h, hc_dev_program). */
+  size_t program_bytes;
+  struct hc_dev_program program;
+  int program_lane;
   int32_t *merge_q, *touched; /* per queue, while merging frontiers */
   hc_ref_t *refs, *last_signal;
 };
@@ -189,6 +196,8 @@ void hc_gpu_lanes_use_vendor(struct hc_gpu_lanes *g, const struct hc_vendor *v, 
   g->vendor = v;
   g->vendor_comm = vendor_comm;
 }
+
+void hc_gpu_lanes_allow_programs(struct hc_gpu_lanes *g, size_t max_bytes) { g->program_bytes = max_bytes; }
 
 hc_result_t hc_gpu_lanes_wait_idle(struct hc_gpu_lanes *g, uint64_t deadline_ns) {
   /* The main lane writes its counter at the end of every plan; the other
@@ -472,18 +481,75 @@ hc_result_t hc_gpu_prepare(struct hc_gpu_lanes *g, const struct hc_plan *p, stru
 
 /* ---- second half: the streams ---- */
 
-/* Hands the flag operations gathered so far to the driver. */
+/* Hands the work gathered so far (a flag batch or a program) to the
+ * driver. */
 static hc_result_t flush_flags(struct hc_gpu_lanes *g) {
   int n = g->nbatch;
   g->nbatch = 0;
+  if (g->program.nops > 0) {
+    hc_result_t r = hc_dev_program(g->dev, &g->program, g->stream[g->program_lane]);
+    g->program.nops = 0;
+    HC_TRY(r);
+  }
   return n ? hc_dev_flag_batch(g->dev, g->stream[g->batch_lane], g->batch, n) : HC_OK;
+}
+
+/* Appends an op to the lane's program, after the work of another lane or
+ * a full program has gone to the driver. */
+static hc_result_t program_op(struct hc_gpu_lanes *g, int lane, struct hc_dev_program_op op) {
+  if (g->program.nops > 0 && (g->program_lane != lane || g->program.nops == HC_DEV_PROGRAM_OPS)) HC_TRY(flush_flags(g));
+  g->program_lane = lane;
+  g->program.trap = (const volatile uint64_t *)trap_word(g);
+  g->program.op[g->program.nops++] = op;
+  return HC_OK;
 }
 
 /* A flag operation on lane: gathered with the ones just before it. */
 static hc_result_t flag_op(struct hc_gpu_lanes *g, int lane, const void *flag, uint64_t value, bool wait) {
+  if (g->program_bytes > 0)
+    return program_op(g, lane,
+                      wait ? (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WAIT, .n = value, .src0 = flag}
+                           : (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WRITE, .n = value, .dst = (void *)flag});
   if (g->nbatch > 0 && (g->batch_lane != lane || g->nbatch == (int)HC_ARRAY_LEN(g->batch))) HC_TRY(flush_flags(g));
   g->batch_lane = lane;
   g->batch[g->nbatch++] = (struct hc_flag_op){.flag = (volatile uint64_t *)flag, .value = value, .wait = wait};
+  return HC_OK;
+}
+
+/* A copy or reduction that a program takes, appended to it (with the
+ * trap check before a reduction that carries the plan's); false for
+ * anything else, and for more than program_bytes, which one block would
+ * move slower than the copy engine or a full grid. */
+static hc_result_t program_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int i, int lane, bool *trap_checked,
+                                bool *taken) {
+  const struct hc_step *st = &p->steps[i];
+  struct hc_dev_program *pr = &g->program;
+  *taken = false;
+  if (g->program_bytes == 0) return HC_OK;
+  if (g->partner[i] >= 0 || st->kind == HC_STEP_COPY) {
+    if (st->count > g->program_bytes) return HC_OK;
+    const void *src = g->partner[i] >= 0 ? p->steps[g->partner[i]].src0 : st->src0;
+    *taken = true;
+    return program_op(
+        g, lane, (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_COPY, .n = st->count, .dst = st->dst, .src0 = src});
+  }
+  if (st->kind != HC_STEP_REDUCE || st->count * hc_dtype_size(st->dtype) > g->program_bytes) return HC_OK;
+  bool reduces = false;
+  if (g->program_lane == lane)
+    for (uint64_t k = 0; k < pr->nops; k++) reduces |= pr->op[k].kind == HC_DEV_PROGRAM_REDUCE;
+  /* One dtype and op per program: another goes in the next one. */
+  if (reduces && (pr->dtype != st->dtype || pr->redop != st->redop)) HC_TRY(flush_flags(g));
+  if (trap_checked) {
+    HC_TRY(program_op(g, lane, (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_TRAP_CHECK}));
+    *trap_checked = true;
+  }
+  HC_TRY(program_op(
+      g, lane,
+      (struct hc_dev_program_op){
+          .kind = HC_DEV_PROGRAM_REDUCE, .n = st->count, .dst = st->dst, .src0 = st->src0, .src1 = st->src1}));
+  pr->dtype = st->dtype;
+  pr->redop = st->redop;
+  *taken = true;
   return HC_OK;
 }
 
@@ -543,6 +609,9 @@ static hc_result_t run_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int
   if (st->kind == HC_STEP_WAIT && g->partner[i] < 0)
     return reached(st->src0, st->count) ? HC_OK : flag_op(g, lane, st->src0, st->count, true);
   if (st->kind == HC_STEP_SIGNAL) return flag_op(g, lane, st->src0, st->count, false);
+  bool taken;
+  HC_TRY(program_step(g, p, i, lane, trap_checked, &taken));
+  if (taken) return HC_OK;
   HC_TRY(flush_flags(g));
   if (g->partner[i] >= 0) return hc_dev_copy(g->dev, st->dst, p->steps[g->partner[i]].src0, st->count, g->stream[lane]);
   if (st->kind == HC_STEP_VENDOR) return run_vendor_step(g, st, g->stream[lane]);

@@ -42,6 +42,12 @@ hc_result_t hc_gpu_lanes_create(const struct hc_dev_ops *dev, int device, int ra
  * plans' VENDOR steps (plan.h); without one such a step fails. */
 struct hc_vendor;
 void hc_gpu_lanes_use_vendor(struct hc_gpu_lanes *g, const struct hc_vendor *v, void *vendor_comm);
+/* Lets a lane's flag operations, copies and reductions of up to max_bytes
+ * go as one kernel (device.h, hc_dev_program) where they follow each
+ * other; 0 (the default): never. The kernel spins on the GPU while it
+ * waits for a counter: only where no other context must run on this GPU
+ * for the counter to move. */
+void hc_gpu_lanes_allow_programs(struct hc_gpu_lanes *g, size_t max_bytes);
 /* Polls (until deadline_ns) until every step enqueued so far has run. */
 hc_result_t hc_gpu_lanes_wait_idle(struct hc_gpu_lanes *g, uint64_t deadline_ns);
 /* Waits (bounded) for the lanes to drain, then frees everything; takes NULL. */

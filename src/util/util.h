@@ -212,6 +212,9 @@ bool hc_coll_reduces(enum hc_coll c);
 #define HC_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define HC_DIV_UP(a, b) (((a) + (b)-1) / (b))
 #define HC_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+/* A macro's value as a string literal. */
+#define HC_STR(x) HC_STR_(x)
+#define HC_STR_(x) #x
 /* An ops table (device backends, transports: `size` first) reaches op and
  * fills it: optional ops, and tables built before op was appended. */
 #define HC_HAS_OP(ops, type, op) ((ops)->size >= offsetof(type, op) + sizeof((ops)->op) && (ops)->op != NULL)

@@ -10,7 +10,8 @@
  * a random delay before each operation so that a missing synchronisation
  * shows up as wrong data. Kernels are the host emulation of the kernel
  * source (kernels_emu.c, generated from hc_gpu_kernel_source at build
- * time), run thread by thread; cuModuleLoadData only checks that it got a
+ * time), run thread by thread (a program kernel as one thread, see the
+ * source); cuModuleLoadData only checks that it got a
  * cubin (ELF) or PTX. Events, stream waits and writes of 32-bit values and
  * host functions behave as CUDA documents them. A trap (hc_trap_if_set)
  * is a sticky error, CUDA_ERROR_ILLEGAL_INSTRUCTION, for the whole
@@ -23,9 +24,9 @@
  * needs the stream's context current; a kernel runs only on a stream of the
  * context its module was loaded into.
  *
- * fake_cuda_copied(src, dst) counts the bytes of copies by the memory at
- * either end ("device", "pinned", "host"), for tests that show which bytes
- * crossed host memory.
+ * fake_cuda_copied(src, dst) counts the bytes of copies (a program
+ * kernel's copy ops included) by the memory at either end ("device",
+ * "pinned", "host"), for tests that show which bytes crossed host memory.
  *
  * Environment: FAKE_CUDA_DEVICES (default 2), FAKE_CUDA_MEMOPS=0 (stream
  * memory operations answer CUDA_ERROR_NOT_SUPPORTED), FAKE_CUDA_REJECT_CUBIN=1
@@ -48,6 +49,7 @@
 #include <unistd.h>
 
 #include "device/cuda_api.h"
+#include "device/device.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAXDEV 8
@@ -134,7 +136,13 @@ struct CUevent_st {
   CUcontext ctx;
   atomic_ulong recorded, done; /* record generations */
 };
-enum kernel_kind { K_REDUCE, K_SCALE, K_TRAP };
+enum kernel_kind { K_REDUCE, K_SCALE, K_TRAP, K_PROGRAM };
+/* A program kernel's argument (gpu_kernels.c: hc_program), by value. */
+struct emu_program {
+  uint64_t nops;
+  const volatile uint64_t *trap;
+  struct hc_dev_program_op op[HC_DEV_PROGRAM_OPS];
+};
 struct CUfunc_st {
   CUcontext ctx;
   void *fn;
@@ -155,6 +163,7 @@ struct op {
   struct CUfunc_st *f;
   unsigned long long nthreads;
   unsigned char params[6][8];
+  struct emu_program program;
 };
 struct CUstream_st {
   CUcontext ctx; /* NULL: the legacy stream, any context */
@@ -191,6 +200,12 @@ static void run_op(struct op *o) {
   switch (o->k) {
   case OP_COPY: memmove(o->dst, o->src, o->n); break;
   case OP_LAUNCH:
+    if (o->f->kind == K_PROGRAM) {
+      /* As one thread, outside the lock: it may wait for another stream's
+       * program, and reads none of the globals the lock guards. */
+      ((void (*)(struct emu_program))o->f->fn)(o->program);
+      break;
+    }
     pthread_mutex_lock(&launch_lock);
     hc_emu_nthreads = o->nthreads;
     for (unsigned long long t = 0; t < o->nthreads; t++) {
@@ -555,8 +570,13 @@ EXPORT long long fake_cuda_copied(const char *src_mem, const char *dst_mem) {
   return atomic_load(&copied[mem_name_index(src_mem)][mem_name_index(dst_mem)]);
 }
 
-EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+/* At enqueue: a copy, or a program kernel's copy op. */
+static void count_copy(const void *dst, const void *src, size_t n) {
   atomic_fetch_add(&copied[mem_index((uintptr_t)src)][mem_index((uintptr_t)dst)], (long long)n);
+}
+
+EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  count_copy((const void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
   struct op *o = op_new(OP_COPY);
   if (o == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
   o->dst = (void *)(uintptr_t)dst;
@@ -734,7 +754,10 @@ EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
   struct CUfunc_st *x = &m->fns[m->nfns++];
   x->ctx = m->ctx;
   x->fn = fn;
-  x->kind = !strncmp(name, "hc_scale_", 9) ? K_SCALE : !strcmp(name, "hc_trap_if_set") ? K_TRAP : K_REDUCE;
+  x->kind = !strncmp(name, "hc_scale_", 9)      ? K_SCALE
+            : !strncmp(name, "hc_program_", 11) ? K_PROGRAM
+            : !strcmp(name, "hc_trap_if_set")   ? K_TRAP
+                                                : K_REDUCE;
   *f = x;
   return CUDA_SUCCESS;
 }
@@ -748,11 +771,22 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
     complain("%s: kernel of another context than the stream's or the current one", "cuLaunchKernel");
     return CUDA_ERROR_INVALID_HANDLE;
   }
+  if (f->kind == K_PROGRAM && gx != 1) {
+    complain("%s: a program kernel in several blocks (its barriers join one)", "cuLaunchKernel");
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   struct op *o = op_new(OP_LAUNCH);
   if (o == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
   o->f = f;
   o->nthreads = (unsigned long long)gx * bx;
   /* CUDA copies the arguments at launch: the caller's locals may go. */
+  if (f->kind == K_PROGRAM) {
+    memcpy(&o->program, params[0], sizeof(o->program));
+    for (uint64_t k = 0; k < o->program.nops && k < HC_DEV_PROGRAM_OPS; k++)
+      if (o->program.op[k].kind == HC_DEV_PROGRAM_COPY)
+        count_copy(o->program.op[k].dst, o->program.op[k].src0, o->program.op[k].n);
+    return enqueue(s, o);
+  }
   static const size_t reduce_sizes[] = {8, 8, 8, 8, 8}, scale_sizes[] = {8, 8, 8, 8, 8, 4}, trap_sizes[] = {8};
   const size_t *sizes = f->kind == K_SCALE ? scale_sizes : f->kind == K_TRAP ? trap_sizes : reduce_sizes;
   size_t np = f->kind == K_SCALE ? 6 : f->kind == K_TRAP ? 1 : 5;

@@ -669,6 +669,84 @@ static int hip_expect_absent(void) {
   return bad ? 1 : 0;
 }
 
+/* Programs (hc_dev_program) as two ranks' windows use them: each stream
+ * copies its input into the other's pinned slot, signals it, waits for
+ * the other's signal, reduces its input with the slot and signals that it
+ * is done, all in one program per stream. With kernels, each program is
+ * one kernel waiting on the GPU for the other stream's; with host_path
+ * (reductions forced to the host fallback) it runs as separate stream
+ * operations. A host reduction waits for its stream before the other
+ * stream's program is even enqueued: there the slots and signals are the
+ * host's, made before, and the programs' copies bring the same bytes. */
+static void test_programs(hc_stream_t s1, hc_stream_t s2, bool host_path) {
+  group_begin();
+  const char *name = host_path ? "programs as stream operations" : "programs";
+  atomic_store(&G->force_host_reduce, host_path);
+  enum { FILLED0, FILLED1, DONE0, DONE1, TRAP, NFLAGS };
+  const size_t count = 1031, bytes = count * sizeof(int32_t);
+  volatile uint64_t *flags = NULL;
+  int32_t *slot[2] = {NULL, NULL}, *in[2] = {NULL, NULL}, *out[2] = {NULL, NULL};
+  OK(hc_dev_host_alloc(D, NFLAGS * sizeof(uint64_t), (void **)&flags));
+  for (int r = 0; r < 2; r++) {
+    OK(hc_dev_host_alloc(D, bytes, (void **)&slot[r]));
+    OK(hc_dev_mem_alloc(D, 0, bytes, (void **)&in[r]));
+    OK(hc_dev_mem_alloc(D, 0, bytes, (void **)&out[r]));
+  }
+  if (!flags || !slot[0] || !slot[1] || !in[0] || !in[1] || !out[0] || !out[1]) {
+    group_end(name, "setup failed");
+    goto out;
+  }
+  memset((void *)flags, 0, NFLAGS * sizeof(uint64_t));
+  int32_t *host_in = xmalloc(bytes), *got = xmalloc(bytes);
+  for (int r = 0; r < 2; r++) {
+    for (size_t i = 0; i < count; i++) host_in[i] = (int32_t)(i * 3 + (size_t)r * 100000);
+    OK(hc_dev_copy(D, in[r], host_in, bytes, s1));
+    OK(drain(s1, 30));
+  }
+  if (host_path || strcmp(hc_gpu_reduce_path(G, 0), "kernels") != 0) {
+    for (int r = 0; r < 2; r++) OK(hc_dev_copy(D, slot[r], in[1 - r], bytes, s1));
+    OK(drain(s1, 30));
+    flags[FILLED0] = flags[FILLED1] = 1;
+  }
+  hc_stream_t stream[2] = {s1, s2};
+  for (int r = 0; r < 2; r++) {
+    const int peer = 1 - r;
+    struct hc_dev_program p = {.trap = &flags[TRAP], .dtype = HC_INT32, .redop = HC_SUM};
+    p.op[p.nops++] =
+        (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_COPY, .n = bytes, .dst = slot[peer], .src0 = in[r]};
+    p.op[p.nops++] =
+        (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WRITE, .n = 1, .dst = (void *)&flags[FILLED0 + peer]};
+    p.op[p.nops++] =
+        (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WAIT, .n = 1, .src0 = (const void *)&flags[FILLED0 + r]};
+    p.op[p.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_TRAP_CHECK};
+    p.op[p.nops++] = (struct hc_dev_program_op){
+        .kind = HC_DEV_PROGRAM_REDUCE, .n = count, .dst = out[r], .src0 = in[r], .src1 = slot[r]};
+    p.op[p.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WRITE, .n = 1, .dst = (void *)&flags[DONE0 + r]};
+    OK(hc_dev_program(D, &p, stream[r]));
+  }
+  for (int r = 0; r < 2; r++) {
+    OK(drain(stream[r], 30));
+    OK(hc_dev_copy(D, got, out[r], bytes, s1));
+    OK(drain(s1, 30));
+    size_t bad = 0;
+    for (size_t i = 0; i < count; i++) bad += got[i] != (int32_t)(2 * i * 3 + 100000);
+    CHECK(bad == 0, "%s: rank %d's sum has %zu wrong elements of %zu", name, r, bad, count);
+    CHECK(__atomic_load_n(&flags[DONE0 + r], __ATOMIC_ACQUIRE) == 1, "%s: rank %d's done flag is %llu", name, r,
+          (unsigned long long)flags[DONE0 + r]);
+  }
+  free(host_in);
+  free(got);
+  group_end(name, "two streams exchange %zu bytes through pinned slots and reduce, one program each", bytes);
+out:
+  atomic_store(&G->force_host_reduce, false);
+  hc_dev_host_free(D, (void *)flags);
+  for (int r = 0; r < 2; r++) {
+    hc_dev_host_free(D, slot[r]);
+    hc_dev_mem_free(D, 0, in[r]);
+    hc_dev_mem_free(D, 0, out[r]);
+  }
+}
+
 int main(int argc, char **argv) {
   tu_init(argc, argv);
   bool expect_absent = false;
@@ -747,6 +825,10 @@ int main(int argc, char **argv) {
   if (caps.stream_mem_ops) test_flags(s1, s2, false);
   else printf("SKIP flags stream-memops: the driver has none (host functions only)\n");
   test_flags(s1, s2, true);
+  if (caps.stream_mem_ops) {
+    test_programs(s1, s2, false);
+    test_programs(s1, s2, true);
+  }
   test_second_device(caps.device_count);
   if (!quick) bench(s1);
   OK(hc_dev_stream_destroy(D, s1));

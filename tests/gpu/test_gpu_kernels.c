@@ -18,6 +18,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "device/gpu_priv.h"
@@ -251,6 +252,78 @@ static long emulate_trap(void *h) {
   return cases;
 }
 
+/* A program kernel's argument (gpu_kernels.c: hc_program), by value. */
+struct emu_program {
+  uint64_t nops;
+  const volatile uint64_t *trap;
+  struct hc_dev_program_op op[HC_DEV_PROGRAM_OPS];
+};
+typedef void (*program_kernel)(struct emu_program);
+
+/* Program kernels (one thread here, as in the fake driver): copies at
+ * every relative alignment, writes, waits that are met (cyclically, as
+ * cuStreamWaitValue64 compares) and a reduction run in order; a wait that
+ * is not met while the trap word is set, and a trap check of a set word,
+ * trap once and end the kernel there. */
+static long emulate_programs(void *h) {
+  char name[64];
+  hc_gpu_program_kernel_name(name, sizeof(name), HC_INT32, HC_SUM);
+  program_kernel k = (program_kernel)(uintptr_t)dlsym(h, name);
+  void (**hook)(void) = dlsym(h, "hc_emu_trap");
+  if (!CHECK(k != NULL && hook != NULL, "program kernel %s or the hook hc_emu_trap missing", name)) return 0;
+  *hook = count_trap;
+  long cases = 0;
+  for (int shift = 0; shift < 4; shift++) {
+    uint8_t from[80], to[96];
+    int32_t a[9], b[9], sum[9];
+    for (int i = 0; i < 80; i++) from[i] = (uint8_t)(3 * i + 1);
+    for (int i = 0; i < 9; i++) a[i] = i * 7 - 20, b[i] = 1000 * i;
+    memset(to, 0, sizeof(to));
+    memset(sum, 0, sizeof(sum));
+    uint64_t trap = 0, written = 0, peer = 5, released = 1ull << 62, after = 0;
+    const size_t copy_off = (size_t)shift * 5, copy_len = 64 + (size_t)shift;
+    struct emu_program p = {.trap = &trap};
+    p.op[p.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_COPY,
+                                                .n = copy_len,
+                                                .dst = to + copy_off,
+                                                .src0 = from + (shift & 1 ? copy_off : copy_off + 1)};
+    p.op[p.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WRITE, .n = 7, .dst = &written};
+    p.op[p.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WAIT, .n = 5, .src0 = &peer};
+    p.op[p.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WAIT, .n = 3, .src0 = &released};
+    p.op[p.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_TRAP_CHECK};
+    p.op[p.nops++] =
+        (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_REDUCE, .n = 9, .dst = sum, .src0 = a, .src1 = b};
+    p.op[p.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WRITE, .n = 9, .dst = &after};
+    traps = 0;
+    k(p);
+    bool copied = true, reduced = true;
+    for (size_t i = 0; i < copy_len; i++) copied &= to[copy_off + i] == from[(shift & 1 ? copy_off : copy_off + 1) + i];
+    copied &= to[copy_off + copy_len] == 0 && (copy_off == 0 || to[copy_off - 1] == 0);
+    for (int i = 0; i < 9; i++) reduced &= sum[i] == a[i] + b[i];
+    CHECK(copied && reduced && written == 7 && after == 9 && traps == 0,
+          "program, shift %d: copied %d, reduced %d, writes %llu and %llu, %d traps", shift, copied, reduced,
+          (unsigned long long)written, (unsigned long long)after, traps);
+    cases++;
+
+    /* The same program with its peer behind and the trap word set: the
+     * wait ends in the trap, and nothing after it runs. */
+    for (int stop = 0; stop < 2; stop++) {
+      trap = 1;
+      peer = stop == 0 ? 4 : 5;
+      written = after = 0;
+      memset(sum, 0, sizeof(sum));
+      traps = 0;
+      k(p);
+      CHECK(traps == 1 && written == 7 && after == 0 && sum[1] == 0,
+            "program with the trap word set at its %s: %d traps, writes %llu and %llu, sum %d",
+            stop ? "trap check" : "wait", traps, (unsigned long long)written, (unsigned long long)after, sum[1]);
+      cases++;
+    }
+  }
+  *hook = NULL;
+  return cases;
+}
+
 /* Mirrors gpu_reduce.c (static there); a disagreement shows as a failure. */
 static void scale_args(const struct hc_scale_args *a, uint64_t *u, double *fd, float *ff) {
   uint16_t h;
@@ -389,15 +462,20 @@ static void rtc_checks(const struct hc_gpu_vendor *v, const struct target *targe
             hc_gpu_kernel_name(name, sizeof(name), scale, (enum hc_dtype)t, scale ? op - HC_AVG : op);
             snprintf(entry, sizeof(entry), ".entry %s(", name);
             if (strstr(p, entry) == NULL) CHECK(false, "%s %s: no kernel %s in the PTX", v->rtc_name, opt, name);
+            if (scale) continue;
+            hc_gpu_program_kernel_name(name, sizeof(name), (enum hc_dtype)t, op);
+            snprintf(entry, sizeof(entry), ".entry %s(", name);
+            if (strstr(p, entry) == NULL) CHECK(false, "%s %s: no kernel %s in the PTX", v->rtc_name, opt, name);
           }
         }
         if (strstr(p, ".entry " HC_GPU_TRAP_KERNEL "(") == NULL)
           CHECK(false, "%s %s: no kernel %s in the PTX", v->rtc_name, opt, HC_GPU_TRAP_KERNEL);
         else if (strstr(p, "trap;") == NULL)
           CHECK(false, "%s %s: %s has no trap instruction in the PTX", v->rtc_name, opt, HC_GPU_TRAP_KERNEL);
-        if (kernels != HC_DTYPE_COUNT * (HC_AVG + 2) + 1)
-          CHECK(false, "%s %s: %zu kernels in the PTX, expected %d", v->rtc_name, opt, kernels,
-                HC_DTYPE_COUNT * (HC_AVG + 2) + 1);
+        /* Reductions, scales, programs and the trap check. */
+        const int expected = HC_DTYPE_COUNT * (HC_AVG + 2) + HC_DTYPE_COUNT * HC_AVG + 1;
+        if (kernels != (size_t)expected)
+          CHECK(false, "%s %s: %zu kernels in the PTX, expected %d", v->rtc_name, opt, kernels, expected);
       }
     }
     free(image);
@@ -416,8 +494,9 @@ int main(int argc, char **argv) {
   }
   void *h = load_emulation(cc, dir);
   if (h != NULL) {
-    long cases = emulate(h) + emulate_trap(h);
-    printf("%s emulation: %ld cases of every dtype x op (reduce, scale) and the trap check on the host compiler\n",
+    long cases = emulate(h) + emulate_trap(h) + emulate_programs(h);
+    printf("%s emulation: %ld cases of every dtype x op (reduce, scale), the trap check and programs on the host "
+           "compiler\n",
            tu_failures() ? "FAIL" : "PASS", cases);
     dlclose(h);
   }
