@@ -483,7 +483,7 @@ hc_result_t hc_gpu_prepare(struct hc_gpu_lanes *g, const struct hc_plan *p, stru
 
 /* Hands the work gathered so far (a flag batch or a program) to the
  * driver. */
-static hc_result_t flush_flags(struct hc_gpu_lanes *g) {
+static hc_result_t flush_gathered(struct hc_gpu_lanes *g) {
   int n = g->nbatch;
   g->nbatch = 0;
   if (g->program.nops > 0) {
@@ -497,7 +497,8 @@ static hc_result_t flush_flags(struct hc_gpu_lanes *g) {
 /* Appends an op to the lane's program, after the work of another lane or
  * a full program has gone to the driver. */
 static hc_result_t program_op(struct hc_gpu_lanes *g, int lane, struct hc_dev_program_op op) {
-  if (g->program.nops > 0 && (g->program_lane != lane || g->program.nops == HC_DEV_PROGRAM_OPS)) HC_TRY(flush_flags(g));
+  if (g->program.nops > 0 && (g->program_lane != lane || g->program.nops == HC_DEV_PROGRAM_OPS))
+    HC_TRY(flush_gathered(g));
   g->program_lane = lane;
   g->program.trap = (const volatile uint64_t *)trap_word(g);
   g->program.op[g->program.nops++] = op;
@@ -510,16 +511,16 @@ static hc_result_t flag_op(struct hc_gpu_lanes *g, int lane, const void *flag, u
     return program_op(g, lane,
                       wait ? (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WAIT, .n = value, .src0 = flag}
                            : (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WRITE, .n = value, .dst = (void *)flag});
-  if (g->nbatch > 0 && (g->batch_lane != lane || g->nbatch == (int)HC_ARRAY_LEN(g->batch))) HC_TRY(flush_flags(g));
+  if (g->nbatch > 0 && (g->batch_lane != lane || g->nbatch == (int)HC_ARRAY_LEN(g->batch))) HC_TRY(flush_gathered(g));
   g->batch_lane = lane;
   g->batch[g->nbatch++] = (struct hc_flag_op){.flag = (volatile uint64_t *)flag, .value = value, .wait = wait};
   return HC_OK;
 }
 
-/* A copy or reduction that a program takes, appended to it (with the
- * trap check before a reduction that carries the plan's); false for
- * anything else, and for more than program_bytes, which one block would
- * move slower than the copy engine or a full grid. */
+/* Appends step i to the lane's program where a program takes it (*taken):
+ * a copy, or a reduction (after the trap check, where it carries the
+ * plan's), of at most program_bytes; more would move slower in one block
+ * than on the copy engine or a full grid. */
 static hc_result_t program_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int i, int lane, bool *trap_checked,
                                 bool *taken) {
   const struct hc_step *st = &p->steps[i];
@@ -538,7 +539,7 @@ static hc_result_t program_step(struct hc_gpu_lanes *g, const struct hc_plan *p,
   if (g->program_lane == lane)
     for (uint64_t k = 0; k < pr->nops; k++) reduces |= pr->op[k].kind == HC_DEV_PROGRAM_REDUCE;
   /* One dtype and op per program: another goes in the next one. */
-  if (reduces && (pr->dtype != st->dtype || pr->redop != st->redop)) HC_TRY(flush_flags(g));
+  if (reduces && (pr->dtype != st->dtype || pr->redop != st->redop)) HC_TRY(flush_gathered(g));
   if (trap_checked) {
     HC_TRY(program_op(g, lane, (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_TRAP_CHECK}));
     *trap_checked = true;
@@ -573,7 +574,7 @@ static hc_result_t wait_queue(struct hc_gpu_lanes *g, int lane, int q, uint64_t 
  * earlier plans that no step waited for are waited for here. */
 static hc_result_t start_lane(struct hc_gpu_lanes *g, int lane) {
   if (lane != HC_LANE_MAIN) {
-    HC_TRY(flush_flags(g));
+    HC_TRY(flush_gathered(g));
     HC_TRY(hc_dev_stream_wait_event(g->dev, g->stream[lane], g->entry));
   }
   for (int m = 0; m < HC_LANE_COUNT; m++)
@@ -612,7 +613,7 @@ static hc_result_t run_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int
   bool taken;
   HC_TRY(program_step(g, p, i, lane, trap_checked, &taken));
   if (taken) return HC_OK;
-  HC_TRY(flush_flags(g));
+  HC_TRY(flush_gathered(g));
   if (g->partner[i] >= 0) return hc_dev_copy(g->dev, st->dst, p->steps[g->partner[i]].src0, st->count, g->stream[lane]);
   if (st->kind == HC_STEP_VENDOR) return run_vendor_step(g, st, g->stream[lane]);
   return hc_exec_local_step(g->dev, st, g->stream[lane], trap_checked ? (const volatile uint64_t *)trap_word(g) : NULL,
@@ -693,7 +694,7 @@ hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_s
       int d = need->lane[m];
       if (m == lane || d < 0 || g->pos[d] <= g->synced_lane[lane][m]) continue;
       g->synced_lane[lane][m] = g->pos[d];
-      HC_TRY(flush_flags(g));
+      HC_TRY(flush_gathered(g));
       HC_TRY(hc_dev_stream_wait_event(dev, s, g->events[g->event[d]]));
     }
     for (int x = 0; x < need->q_count; x++) {
@@ -704,12 +705,12 @@ hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_s
              (unsigned long long)g->pos[i], i == carrier ? ", with the trap check" : "");
     HC_TRY(run_step(g, p, i, lane, i == carrier ? &trap_checked : NULL));
     if (g->event[i] >= 0) {
-      HC_TRY(flush_flags(g));
+      HC_TRY(flush_gathered(g));
       HC_TRY(hc_dev_event_record(dev, g->events[g->event[i]], s));
     }
     if (g->flag_after[i]) HC_TRY(flag_op(g, lane, lane_counter(g, lane), g->pos[i], false));
   }
-  HC_TRY(flush_flags(g));
+  HC_TRY(flush_gathered(g));
   /* The main lane joins the other, then checks the trap word; the caller's
    * other streams wait for that. */
   for (int l = 0; l < HC_LANE_COUNT; l++) {
