@@ -36,6 +36,10 @@
  *          1, which dies without sending; the closed connection must fail
  *          rank 0's comm, naming it.
  *   test_gpu_faults kill|kill_abort|stop|abort|cpu_kill|init_kill|init_hang|dump|recv_kill
+ * GPU_FAULTS_OWN_DEVICES=1 puts rank r on device r and calls 4 KiB: no
+ * process shares a GPU, so each call is one program kernel whose thread
+ * spins on the window counters (exec/enqueue.c), the waits the engine
+ * must release and the trap word must end.
  * Exits 77 (skip) where no CUDA device (real or fake) is found.
  */
 #include <errno.h>
@@ -55,8 +59,11 @@
 #include "device/gpu_priv.h"
 #include "testutil.h"
 
-#define HANG_S 60        /* far above what detection takes; only a hang reaches it */
-#define COUNT (1u << 20) /* floats: 4 MiB, one window slot */
+#define HANG_S 60 /* far above what detection takes; only a hang reaches it */
+/* Floats per call: 4 MiB, one window slot; 4 KiB with own devices. */
+static size_t COUNT = 1u << 20;
+/* This rank's device: 0, or its rank with GPU_FAULTS_OWN_DEVICES. */
+static int DEV;
 
 struct shared {
   atomic_int id_state; /* 0 not yet, 1 ready, -1 failed */
@@ -90,7 +97,7 @@ static bool cpu_rank0, one_group;
 static hetcclComm_t comm_make(int rank, struct shared *S) {
   hetcclConfig_t cfg = HETCCL_CONFIG_INITIALIZER;
   cfg.deviceKind = rank == 0 && cpu_rank0 ? hetcclDeviceHost : hetcclDeviceCuda;
-  cfg.deviceId = one_group ? rank : 0;
+  cfg.deviceId = one_group ? rank : DEV;
   cfg.groupName = one_group ? "g" : rank == 0 ? "a" : "b";
   hetcclComm_t comm = NULL;
   if (hetcclCommInitRankConfig(&comm, 2, S->id, rank, &cfg) != hetcclSuccess) {
@@ -142,7 +149,7 @@ static int abort_and_go_on(int rank, hetcclComm_t comm, hc_stream_t stream, void
       back != 1.0f)
     FAIL("the device does not work after the abort: %s", hc_last_error());
   printf("rank %d: aborted; the stream drained and the device still works\n", rank);
-  hc_dev_mem_free(gpu, 0, d);
+  hc_dev_mem_free(gpu, DEV, d);
   hc_dev_stream_destroy(gpu, stream);
   return 0;
 }
@@ -163,9 +170,9 @@ static int rank_loop(int rank, struct shared *S, bool kill_self, bool abort_on_e
   hc_stream_t stream = NULL;
   hc_event_t ev = NULL;
   void *d = NULL;
-  hc_dev_set_device(gpu, 0);
-  if (hc_dev_stream_create(gpu, 0, &stream) != HC_OK || hc_dev_event_create(gpu, &ev) != HC_OK ||
-      hc_dev_mem_alloc(gpu, 0, COUNT * 4, &d) != HC_OK)
+  hc_dev_set_device(gpu, DEV);
+  if (hc_dev_stream_create(gpu, DEV, &stream) != HC_OK || hc_dev_event_create(gpu, &ev) != HC_OK ||
+      hc_dev_mem_alloc(gpu, DEV, COUNT * 4, &d) != HC_OK)
     FAIL("device setup: %s", hc_last_error());
   hetcclComm_t comm = comm_make(rank, S);
   if (comm == NULL) return 1;
@@ -197,7 +204,7 @@ static int rank_loop(int rank, struct shared *S, bool kill_self, bool abort_on_e
   int bad = expect_error_naming(rank, comm, d, stream, "rank 1");
   if (hetcclCommDestroy(comm) != hetcclSuccess) FAIL("destroy: %s", hetcclGetLastError(NULL));
   atomic_store(&S->survivor_done, 1);
-  hc_dev_mem_free(gpu, 0, d);
+  hc_dev_mem_free(gpu, DEV, d);
   hc_dev_event_destroy(gpu, ev);
   hc_dev_stream_destroy(gpu, stream);
   return bad;
@@ -206,8 +213,8 @@ static int rank_loop(int rank, struct shared *S, bool kill_self, bool abort_on_e
 /* A stream, COUNT floats of device memory and the comm; NULL (said) on
  * failure. */
 static hetcclComm_t rank_setup(int rank, struct shared *S, hc_stream_t *stream, void **d) {
-  hc_dev_set_device(gpu, 0);
-  if (hc_dev_stream_create(gpu, 0, stream) != HC_OK || hc_dev_mem_alloc(gpu, 0, COUNT * 4, d) != HC_OK) {
+  hc_dev_set_device(gpu, DEV);
+  if (hc_dev_stream_create(gpu, DEV, stream) != HC_OK || hc_dev_mem_alloc(gpu, DEV, COUNT * 4, d) != HC_OK) {
     fprintf(stderr, "rank %d: device setup: %s\n", rank, hc_last_error());
     return NULL;
   }
@@ -219,7 +226,7 @@ static hetcclComm_t rank_setup(int rank, struct shared *S, hc_stream_t *stream, 
 static int idle_peer(int rank, struct shared *S, hetcclComm_t comm, hc_stream_t stream, void *d) {
   while (!atomic_load(&S->survivor_done)) usleep(1000);
   if (hetcclCommDestroy(comm) != hetcclSuccess) FAIL("destroy: %s", hetcclGetLastError(NULL));
-  hc_dev_mem_free(gpu, 0, d);
+  hc_dev_mem_free(gpu, DEV, d);
   hc_dev_stream_destroy(gpu, stream);
   return 0;
 }
@@ -292,7 +299,7 @@ static int rank_recv_kill(int rank, struct shared *S) {
   int bad = expect_error_naming(rank, comm, d, stream, "rank 1");
   if (hetcclCommDestroy(comm) != hetcclSuccess) FAIL("destroy: %s", hetcclGetLastError(NULL));
   hc_dev_event_destroy(gpu, ev);
-  hc_dev_mem_free(gpu, 0, d);
+  hc_dev_mem_free(gpu, DEV, d);
   hc_dev_stream_destroy(gpu, stream);
   return bad;
 }
@@ -335,7 +342,7 @@ static int rank_dump(int rank, struct shared *S) {
   if (hetcclCommAbort(comm) != hetcclSuccess) FAIL("abort: %s", hetcclGetLastError(NULL));
   if (hc_dev_stream_sync(gpu, stream) != HC_OK) FAIL("the stream did not drain: %s", hc_last_error());
   atomic_store(&S->survivor_done, 1);
-  hc_dev_mem_free(gpu, 0, d);
+  hc_dev_mem_free(gpu, DEV, d);
   hc_dev_stream_destroy(gpu, stream);
   return bad;
 }
@@ -374,7 +381,7 @@ static int rank_abort(int rank, struct shared *S) {
   if (synced != HC_OK) FAIL("the stream did not drain: %s", hc_last_error());
   if (a.result != hetcclSuccess) FAIL("hetcclCommAbort returned %d", (int)a.result);
   printf("rank 0: hetcclCommAbort returned in %.3f s; the stream drained\n", a.returned_in);
-  hc_dev_mem_free(gpu, 0, d);
+  hc_dev_mem_free(gpu, DEV, d);
   hc_dev_stream_destroy(gpu, stream);
   return 0;
 }
@@ -382,6 +389,10 @@ static int rank_abort(int rank, struct shared *S) {
 static int rank_main(int rank, struct shared *S, const char *mode) {
   gpu = hc_dev_get(HC_MEM_CUDA);
   if (gpu == NULL) FAIL("no CUDA device");
+  if (getenv("GPU_FAULTS_OWN_DEVICES") && atoi(getenv("GPU_FAULTS_OWN_DEVICES"))) {
+    DEV = rank;
+    COUNT = 1024;
+  }
   for (double end = now_s() + HANG_S; atomic_load(&S->id_state) == 0 && now_s() < end;) usleep(1000);
   if (atomic_load(&S->id_state) != 1) FAIL("no unique id");
   if (!strcmp(mode, "abort")) return rank_abort(rank, S);
