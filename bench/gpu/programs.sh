@@ -3,13 +3,15 @@
 # checked and measured in one go. Builds build-gpu, runs test_device_gpu's
 # program groups and the GPU ctest suite (correctness with programs on the
 # real driver), then gpu_bench A (ranks as threads) and B (both modes) with
-# programs on (the default) and off, interleaved. Results under ${OUT:-.}.
+# programs on (PROGRAM_BYTES, default 32K) and off (the default),
+# interleaved. Results under ${OUT:-.}.
 #   bench/gpu/programs.sh [max_bytes]   (default 1 MiB)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_DIR:-$root/build-gpu}
 out=${OUT:-.}
 max=${1:-1048576}
+on="HETCCL_GPU_PROGRAM_BYTES=${PROGRAM_BYTES:-32K}"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
   cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1 || {
   echo "build FAILED"
@@ -18,9 +20,8 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
 }
 timeout 120 "$build/tests/test_device_gpu" >"$out/device.txt" 2>&1
 grep -E "program|SUMMARY" "$out/device.txt"
-(cd "$build" && timeout 300 ctest -L gpu -j3 >"$out/ctest.txt" 2>&1)
+(cd "$build" && env "$on" timeout 300 ctest -L gpu -j3 >"$out/ctest.txt" 2>&1)
 grep -E "tests passed|Failed|\*\*\*" "$out/ctest.txt"
-GPU_BENCH_ONLY=A PROCESSES=0 "$root/bench/gpu/settings.sh" "$max" - HETCCL_GPU_PROGRAM_BYTES=0 - \
-  HETCCL_GPU_PROGRAM_BYTES=0 >"$out/a.txt" 2>&1
-GPU_BENCH_ONLY=B "$root/bench/gpu/settings.sh" "$max" - HETCCL_GPU_PROGRAM_BYTES=0 >"$out/b.txt" 2>&1
+GPU_BENCH_ONLY=A PROCESSES=0 "$root/bench/gpu/settings.sh" "$max" "$on" - "$on" - >"$out/a.txt" 2>&1
+GPU_BENCH_ONLY=B "$root/bench/gpu/settings.sh" "$max" "$on" - >"$out/b.txt" 2>&1
 grep -E "^==|4-byte all-reduce|^ +[0-9]+ +[0-9.]+ +[0-9.]+$" "$out/a.txt" "$out/b.txt"
