@@ -274,9 +274,9 @@ static long emulate_programs(void *h) {
   *hook = count_trap;
   long cases = 0;
   for (int shift = 0; shift < 4; shift++) {
-    uint8_t from[80], to[96];
+    uint8_t from[96], to[96];
     int32_t a[9], b[9], sum[9];
-    for (int i = 0; i < 80; i++) from[i] = (uint8_t)(3 * i + 1);
+    for (int i = 0; i < 96; i++) from[i] = (uint8_t)(3 * i + 1);
     for (int i = 0; i < 9; i++) a[i] = i * 7 - 20, b[i] = 1000 * i;
     memset(to, 0, sizeof(to));
     memset(sum, 0, sizeof(sum));
