@@ -2,9 +2,10 @@
 # On the GPU machine, from the repo root: GPU programs (HETCCL_GPU_PROGRAM_BYTES)
 # checked and measured in one go. Builds build-gpu, runs test_device_gpu's
 # program groups and the GPU ctest suite (correctness with programs on the
-# real driver), then gpu_bench A (ranks as threads) and B (both modes) with
-# programs on (PROGRAM_BYTES, default 32K) and off (the default),
-# interleaved. Results under ${OUT:-.}.
+# real driver; CTEST=0 skips it), program_phases (where one program's time
+# goes), then gpu_bench A (ranks as threads) and B (both modes) with
+# programs on (PROGRAM_BYTES, default 32K) and off (0), interleaved.
+# Results under ${OUT:-.}.
 #   bench/gpu/programs.sh [max_bytes]   (default 1 MiB)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -20,8 +21,12 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
 }
 timeout 120 "$build/tests/test_device_gpu" >"$out/device.txt" 2>&1
 grep -E "program|SUMMARY" "$out/device.txt"
-(cd "$build" && env "$on" timeout 300 ctest -L gpu -j3 >"$out/ctest.txt" 2>&1)
-grep -E "tests passed|Failed|\*\*\*" "$out/ctest.txt"
-GPU_BENCH_ONLY=A PROCESSES=0 "$root/bench/gpu/settings.sh" "$max" "$on" - "$on" - >"$out/a.txt" 2>&1
-GPU_BENCH_ONLY=B "$root/bench/gpu/settings.sh" "$max" "$on" - >"$out/b.txt" 2>&1
+if [ "${CTEST:-1}" != 0 ]; then
+  (cd "$build" && env "$on" timeout 300 ctest -L gpu -j3 >"$out/ctest.txt" 2>&1)
+  grep -E "tests passed|Failed|\*\*\*" "$out/ctest.txt"
+fi
+timeout 120 "$build/bench/program_phases" 2>&1 | tee "$out/phases.txt"
+off=HETCCL_GPU_PROGRAM_BYTES=0
+GPU_BENCH_ONLY=A PROCESSES=0 "$root/bench/gpu/settings.sh" "$max" "$on" "$off" "$on" "$off" >"$out/a.txt" 2>&1
+GPU_BENCH_ONLY=B "$root/bench/gpu/settings.sh" "$max" "$on" "$off" >"$out/b.txt" 2>&1
 grep -E "^==|4-byte all-reduce|^ +[0-9]+ +[0-9.]+ +[0-9.]+$" "$out/a.txt" "$out/b.txt"
