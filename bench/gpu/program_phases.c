@@ -74,16 +74,16 @@ static struct hc_dev_program_op op_reduce(float *dst, const float *a, const floa
  * peer's side, the wait for its own filled, the reduction from its slot,
  * freed and the lane counter. */
 static struct hc_dev_program exchange_program(struct rank_mem *self, struct rank_mem *peer, uint64_t seq) {
-  struct hc_dev_program p = {.trap = trap_word, .dtype = HC_FLOAT32, .redop = HC_SUM};
-  p.op[p.nops++] = op_copy(peer->slot, self->in, sizeof(float));
-  p.op[p.nops++] = op_write(&peer->counter[SIG0], seq);
-  p.op[p.nops++] = op_write(&peer->counter[SIG1], seq);
-  p.op[p.nops++] = op_write(&peer->counter[FILLED], seq);
-  p.op[p.nops++] = op_wait(&self->counter[FILLED], seq);
-  p.op[p.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_TRAP_CHECK};
-  p.op[p.nops++] = op_reduce(self->out, self->in, self->slot, 1);
-  p.op[p.nops++] = op_write(&peer->counter[FREED], seq);
-  p.op[p.nops++] = op_write(&self->counter[LANE], seq);
+  struct hc_dev_program p = {.args.trap = trap_word, .dtype = HC_FLOAT32, .redop = HC_SUM};
+  p.args.op[p.args.nops++] = op_copy(peer->slot, self->in, sizeof(float));
+  p.args.op[p.args.nops++] = op_write(&peer->counter[SIG0], seq);
+  p.args.op[p.args.nops++] = op_write(&peer->counter[SIG1], seq);
+  p.args.op[p.args.nops++] = op_write(&peer->counter[FILLED], seq);
+  p.args.op[p.args.nops++] = op_wait(&self->counter[FILLED], seq);
+  p.args.op[p.args.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_TRAP_CHECK};
+  p.args.op[p.args.nops++] = op_reduce(self->out, self->in, self->slot, 1);
+  p.args.op[p.args.nops++] = op_write(&peer->counter[FREED], seq);
+  p.args.op[p.args.nops++] = op_write(&self->counter[LANE], seq);
   return p;
 }
 
@@ -101,20 +101,20 @@ static bool ladder_program(int v, struct rank_mem *r, uint64_t seq, struct hc_de
   };
   if (v >= (int)HC_ARRAY_LEN(names)) return false;
   *name = names[v];
-  *p = (struct hc_dev_program){.trap = trap_word, .dtype = HC_FLOAT32, .redop = HC_SUM};
+  *p = (struct hc_dev_program){.args.trap = trap_word, .dtype = HC_FLOAT32, .redop = HC_SUM};
   if (v == 6) {
     r->counter[FILLED] = seq; /* as though the peer had written it */
     *p = exchange_program(r, r, seq);
     return true;
   }
-  p->op[p->nops++] = op_copy(v == 0 ? r->out : r->slot, r->in, sizeof(float));
+  p->args.op[p->args.nops++] = op_copy(v == 0 ? r->out : r->slot, r->in, sizeof(float));
   const int writes = v == 2 ? 1 : v >= 3 ? 5 : 0;
-  for (int w = 0; w < writes; w++) p->op[p->nops++] = op_write(&r->counter[w], seq);
+  for (int w = 0; w < writes; w++) p->args.op[p->args.nops++] = op_write(&r->counter[w], seq);
   if (v >= 4) {
-    p->op[p->nops++] = op_wait(&r->counter[0], seq);
-    p->op[p->nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_TRAP_CHECK};
+    p->args.op[p->args.nops++] = op_wait(&r->counter[0], seq);
+    p->args.op[p->args.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_TRAP_CHECK};
   }
-  if (v >= 5) p->op[p->nops++] = op_reduce(r->out, r->in, r->slot, 1);
+  if (v >= 5) p->args.op[p->args.nops++] = op_reduce(r->out, r->in, r->slot, 1);
   return true;
 }
 

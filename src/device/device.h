@@ -52,8 +52,9 @@ struct hc_flag_op {
  * waits (flag ops), reductions of one dtype and op, and checks of a trap
  * word (trap_if_set), in order. Where a plan's work is that and small, one
  * launch stands for its 4-6 driver calls and their gaps on the GPU
- * (exec/enqueue.c). The ops keep the kernel's layout (gpu_kernels.c:
- * hc_program), 8-byte fields only; the numbers are its HC_PROGRAM_*. */
+ * (exec/enqueue.c). hc_dev_program_args is the kernel's argument
+ * (gpu_kernels.c: hc_program), 8-byte fields only; the numbers are its
+ * HC_PROGRAM_*. */
 #define HC_DEV_PROGRAM_OPS 12
 #define HC_DEV_PROGRAM_COPY 0       /* n bytes, src0 -> dst */
 #define HC_DEV_PROGRAM_WRITE 1      /* *dst = n, once what came before is visible */
@@ -65,11 +66,14 @@ struct hc_dev_program_op {
   void *dst;
   const void *src0, *src1;
 };
-struct hc_dev_program {
+struct hc_dev_program_args {
   uint64_t nops;
   const volatile uint64_t *trap; /* mapped host memory; read by WAIT and TRAP_CHECK */
   struct hc_dev_program_op op[HC_DEV_PROGRAM_OPS];
-  /* Not the kernel's: what its reductions are. */
+};
+struct hc_dev_program {
+  struct hc_dev_program_args args;
+  /* Which kernel: what its reductions are. */
   enum hc_dtype dtype;
   enum hc_redop redop;
 };

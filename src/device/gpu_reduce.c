@@ -450,16 +450,16 @@ out:
  * checks alone costs less as a batch of them than as a launch, and a
  * stream's wait holds no GPU time while it waits. */
 static bool program_moves_data(const struct hc_dev_program *p) {
-  for (uint64_t k = 0; k < p->nops; k++)
-    if (p->op[k].kind == HC_DEV_PROGRAM_COPY || p->op[k].kind == HC_DEV_PROGRAM_REDUCE) return true;
+  for (uint64_t k = 0; k < p->args.nops; k++)
+    if (p->args.op[k].kind == HC_DEV_PROGRAM_COPY || p->args.op[k].kind == HC_DEV_PROGRAM_REDUCE) return true;
   return false;
 }
 
 /* One block: the ops' barriers join a block, not a grid. */
 static unsigned program_threads(const struct hc_dev_program *p) {
   uint64_t bytes = 0;
-  for (uint64_t k = 0; k < p->nops; k++) {
-    const struct hc_dev_program_op *o = &p->op[k];
+  for (uint64_t k = 0; k < p->args.nops; k++) {
+    const struct hc_dev_program_op *o = &p->args.op[k];
     if (o->kind == HC_DEV_PROGRAM_COPY) bytes = HC_MAX(bytes, o->n);
     if (o->kind == HC_DEV_PROGRAM_REDUCE) bytes = HC_MAX(bytes, o->n * hc_dtype_size(p->dtype));
   }
@@ -471,8 +471,8 @@ static unsigned program_threads(const struct hc_dev_program *p) {
 static hc_result_t program_as_ops(struct hc_gpu *g, const struct hc_dev_program *p, hc_stream_t s) {
   struct hc_flag_op flags[HC_DEV_PROGRAM_OPS];
   int nflags = 0;
-  for (uint64_t k = 0; k < p->nops; k++) {
-    const struct hc_dev_program_op *o = &p->op[k];
+  for (uint64_t k = 0; k < p->args.nops; k++) {
+    const struct hc_dev_program_op *o = &p->args.op[k];
     if (o->kind == HC_DEV_PROGRAM_WRITE || o->kind == HC_DEV_PROGRAM_WAIT) {
       const bool wait = o->kind == HC_DEV_PROGRAM_WAIT;
       flags[nflags++] = (struct hc_flag_op){
@@ -490,7 +490,7 @@ static hc_result_t program_as_ops(struct hc_gpu *g, const struct hc_dev_program 
       HC_TRY(hc_gpu_reduce(g, &a, s));
       break;
     }
-    case HC_DEV_PROGRAM_TRAP_CHECK: HC_TRY(hc_gpu_trap_if_set(g, s, p->trap, &launched)); break;
+    case HC_DEV_PROGRAM_TRAP_CHECK: HC_TRY(hc_gpu_trap_if_set(g, s, p->args.trap, &launched)); break;
     default:
       return HC_FAIL(HC_ERR_INTERNAL, "%s: program op %d of kind %llu", g->v->name, (int)k,
                      (unsigned long long)o->kind);
@@ -506,21 +506,19 @@ hc_result_t hc_gpu_program(void *ctx, const struct hc_dev_program *p, hc_stream_
   int dev;
   void *tok;
   hc_result_t r;
-  if (p->nops > HC_DEV_PROGRAM_OPS || (unsigned)p->dtype >= HC_DTYPE_COUNT || (unsigned)p->redop >= HC_AVG)
-    return HC_FAIL(HC_ERR_ARG, "%s: program of %llu ops, dtype %d, op %d", g->v->name, (unsigned long long)p->nops,
+  if (p->args.nops > HC_DEV_PROGRAM_OPS || (unsigned)p->dtype >= HC_DTYPE_COUNT || (unsigned)p->redop >= HC_AVG)
+    return HC_FAIL(HC_ERR_ARG, "%s: program of %llu ops, dtype %d, op %d", g->v->name, (unsigned long long)p->args.nops,
                    (int)p->dtype, (int)p->redop);
   HC_TRY(hc_gpu_scope_stream(g, s, &sc));
   r = stream_device(g, &dev, &tok);
   const bool kernel =
       r == HC_OK && program_moves_data(p) && g->v->kernels_read_host_address() && use_kernels(g, dev, tok, &d);
   if (kernel) {
-    /* The kernel's argument is the program itself, up to its ops: the
-     * driver copies as many bytes as the kernel's parameter holds. */
-    void *params[] = {(void *)p};
+    void *params[] = {(void *)&p->args};
     int e = g->v->launch(d->fn_program[p->dtype][p->redop], 1, program_threads(p), s, params);
     if (e != 0)
       r = HC_FAIL(HC_ERR_DEVICE, "%s: launching a program of %llu ops: %s (%d)", g->v->name,
-                  (unsigned long long)p->nops, g->v->err_str(e), e);
+                  (unsigned long long)p->args.nops, g->v->err_str(e), e);
   }
   hc_gpu_scope_exit(g, &sc);
   return r != HC_OK || kernel ? r : program_as_ops(g, p, s);

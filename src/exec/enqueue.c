@@ -71,9 +71,9 @@ struct hc_gpu_lanes {
   struct hc_flag_op batch[16];
   int nbatch, batch_lane;
   /* Where programs are allowed (hc_gpu_lanes_allow_programs): the work of
-   * one lane not yet handed to the driver, flag operations and copies and
-   * reductions of at most program_bytes, which goes as one kernel in
-   * place of the batch (device.h, hc_dev_program). */
+   * one lane not yet handed to the driver once it copies or reduces at most
+   * program_bytes, with the flag operations around it, which goes as one
+   * kernel (device.h, hc_dev_program). Empty while batch is not. */
   size_t program_bytes;
   struct hc_dev_program program;
   int program_lane;
@@ -486,35 +486,57 @@ hc_result_t hc_gpu_prepare(struct hc_gpu_lanes *g, const struct hc_plan *p, stru
 static hc_result_t flush_gathered(struct hc_gpu_lanes *g) {
   int n = g->nbatch;
   g->nbatch = 0;
-  if (g->program.nops > 0) {
+  if (g->program.args.nops > 0) {
     hc_result_t r = hc_dev_program(g->dev, &g->program, g->stream[g->program_lane]);
-    g->program.nops = 0;
+    g->program.args.nops = 0;
     HC_TRY(r);
   }
   return n ? hc_dev_flag_batch(g->dev, g->stream[g->batch_lane], g->batch, n) : HC_OK;
 }
 
-/* Appends an op to the lane's program, after the work of another lane or
- * a full program has gone to the driver. */
+static struct hc_dev_program_op flag_program_op(struct hc_flag_op f) {
+  void *flag = (void *)(uintptr_t)f.flag;
+  return f.wait ? (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WAIT, .n = f.value, .src0 = flag}
+                : (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WRITE, .n = f.value, .dst = flag};
+}
+
+/* Appends op to the lane's program, after the work of another lane or a
+ * full program has gone to the driver. A program starts with the lane's
+ * flag batch, which then goes in the same launch. */
 static hc_result_t program_op(struct hc_gpu_lanes *g, int lane, struct hc_dev_program_op op) {
-  if (g->program.nops > 0 && (g->program_lane != lane || g->program.nops == HC_DEV_PROGRAM_OPS))
-    HC_TRY(flush_gathered(g));
-  g->program_lane = lane;
-  g->program.trap = (const volatile uint64_t *)trap_word(g);
-  g->program.op[g->program.nops++] = op;
+  struct hc_dev_program_args *a = &g->program.args;
+  if (a->nops > 0 && (g->program_lane != lane || a->nops == HC_DEV_PROGRAM_OPS)) HC_TRY(flush_gathered(g));
+  if (a->nops == 0) {
+    if (g->nbatch > 0 && (g->batch_lane != lane || g->nbatch >= HC_DEV_PROGRAM_OPS)) HC_TRY(flush_gathered(g));
+    for (int k = 0; k < g->nbatch; k++) a->op[a->nops++] = flag_program_op(g->batch[k]);
+    g->nbatch = 0;
+    g->program_lane = lane;
+    a->trap = (const volatile uint64_t *)trap_word(g);
+  }
+  a->op[a->nops++] = op;
   return HC_OK;
 }
 
-/* A flag operation on lane: gathered with the ones just before it. */
+/* A flag operation on lane: gathered with the ones just before it, into
+ * the lane's program where one is open (it copies or reduces), else into
+ * a batch: flag operations alone cost less as a batch than as a launch,
+ * and a stream's wait holds no GPU time while it waits. */
 static hc_result_t flag_op(struct hc_gpu_lanes *g, int lane, const void *flag, uint64_t value, bool wait) {
-  if (g->program_bytes > 0)
-    return program_op(g, lane,
-                      wait ? (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WAIT, .n = value, .src0 = flag}
-                           : (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WRITE, .n = value, .dst = (void *)flag});
-  if (g->nbatch > 0 && (g->batch_lane != lane || g->nbatch == (int)HC_ARRAY_LEN(g->batch))) HC_TRY(flush_gathered(g));
+  const struct hc_flag_op f = {.flag = (volatile uint64_t *)flag, .value = value, .wait = wait};
+  const uint64_t nops = g->program.args.nops;
+  if (nops > 0 && g->program_lane == lane && nops < HC_DEV_PROGRAM_OPS) return program_op(g, lane, flag_program_op(f));
+  if (nops > 0 || (g->nbatch > 0 && (g->batch_lane != lane || g->nbatch == (int)HC_ARRAY_LEN(g->batch))))
+    HC_TRY(flush_gathered(g));
   g->batch_lane = lane;
-  g->batch[g->nbatch++] = (struct hc_flag_op){.flag = (volatile uint64_t *)flag, .value = value, .wait = wait};
+  g->batch[g->nbatch++] = f;
   return HC_OK;
+}
+
+/* What step i copies from, or NULL where it is no copy: a copy step's
+ * source, or for a rank's receive from itself, its partner send's. */
+static const void *copy_source(const struct hc_gpu_lanes *g, const struct hc_plan *p, int i) {
+  if (g->partner[i] >= 0) return p->steps[g->partner[i]].src0;
+  return p->steps[i].kind == HC_STEP_COPY ? p->steps[i].src0 : NULL;
 }
 
 /* Appends step i to the lane's program where a program takes it (*taken):
@@ -527,9 +549,9 @@ static hc_result_t program_step(struct hc_gpu_lanes *g, const struct hc_plan *p,
   struct hc_dev_program *pr = &g->program;
   *taken = false;
   if (g->program_bytes == 0) return HC_OK;
-  if (g->partner[i] >= 0 || st->kind == HC_STEP_COPY) {
+  const void *src = copy_source(g, p, i);
+  if (src != NULL) {
     if (st->count > g->program_bytes) return HC_OK;
-    const void *src = g->partner[i] >= 0 ? p->steps[g->partner[i]].src0 : st->src0;
     *taken = true;
     return program_op(
         g, lane, (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_COPY, .n = st->count, .dst = st->dst, .src0 = src});
@@ -537,7 +559,7 @@ static hc_result_t program_step(struct hc_gpu_lanes *g, const struct hc_plan *p,
   if (st->kind != HC_STEP_REDUCE || st->count * hc_dtype_size(st->dtype) > g->program_bytes) return HC_OK;
   bool reduces = false;
   if (g->program_lane == lane)
-    for (uint64_t k = 0; k < pr->nops; k++) reduces |= pr->op[k].kind == HC_DEV_PROGRAM_REDUCE;
+    for (uint64_t k = 0; k < pr->args.nops; k++) reduces |= pr->args.op[k].kind == HC_DEV_PROGRAM_REDUCE;
   /* One dtype and op per program: another goes in the next one. */
   if (reduces && (pr->dtype != st->dtype || pr->redop != st->redop)) HC_TRY(flush_gathered(g));
   if (trap_checked) {
@@ -614,7 +636,8 @@ static hc_result_t run_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int
   HC_TRY(program_step(g, p, i, lane, trap_checked, &taken));
   if (taken) return HC_OK;
   HC_TRY(flush_gathered(g));
-  if (g->partner[i] >= 0) return hc_dev_copy(g->dev, st->dst, p->steps[g->partner[i]].src0, st->count, g->stream[lane]);
+  const void *src = copy_source(g, p, i);
+  if (src != NULL) return hc_dev_copy(g->dev, st->dst, src, st->count, g->stream[lane]);
   if (st->kind == HC_STEP_VENDOR) return run_vendor_step(g, st, g->stream[lane]);
   return hc_exec_local_step(g->dev, st, g->stream[lane], trap_checked ? (const volatile uint64_t *)trap_word(g) : NULL,
                             trap_checked);
@@ -657,6 +680,7 @@ static int trap_carrier(const struct hc_gpu_lanes *g, const struct hc_plan *p) {
 hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_stream_t *user, int nuser) {
   const struct hc_dev_ops *dev = g->dev;
   g->nbatch = 0;
+  g->program.args.nops = 0;
   if (g->norder == 0) return HC_OK;
   while (g->nevents < g->nev) {
     hc_event_t *ev = realloc(g->events, (size_t)(g->nevents + 1) * sizeof(*ev));

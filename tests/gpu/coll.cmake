@@ -9,11 +9,12 @@ add_dependencies(test_coll_gpu hc_fake_cuda)
 add_test(NAME gpu_coll_fake_cuda COMMAND test_coll_gpu)
 set_tests_properties(gpu_coll_fake_cuda PROPERTIES LABELS "unit;gpu" TIMEOUT 600
   ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;GPU_TEST_QUICK=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0;TU_RANKS=threads")
-# The same with GPU programs (HETCCL_GPU_PROGRAM_BYTES): the ranks are
-# threads of one process, so every small call's work is one kernel.
-add_test(NAME gpu_coll_fake_cuda_programs COMMAND test_coll_gpu)
-set_tests_properties(gpu_coll_fake_cuda_programs PROPERTIES LABELS "unit;gpu" TIMEOUT 600
-  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;GPU_TEST_QUICK=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0;TU_RANKS=threads;HETCCL_GPU_PROGRAM_BYTES=32K")
+# The same with GPU programs off (HETCCL_GPU_PROGRAM_BYTES=0): every small
+# call's work as separate stream operations, as for ranks that share a GPU
+# with another process's and for HIP.
+add_test(NAME gpu_coll_fake_cuda_no_programs COMMAND test_coll_gpu)
+set_tests_properties(gpu_coll_fake_cuda_no_programs PROPERTIES LABELS "unit;gpu" TIMEOUT 600
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;GPU_TEST_QUICK=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0;TU_RANKS=threads;HETCCL_GPU_PROGRAM_BYTES=0")
 # The same with ranks as processes, as on the GPU machine (not under
 # ThreadSanitizer, which does not follow a fork of a threaded process).
 add_test(NAME gpu_coll_fake_cuda_processes COMMAND test_coll_gpu)

@@ -137,12 +137,6 @@ struct CUevent_st {
   atomic_ulong recorded, done; /* record generations */
 };
 enum kernel_kind { K_REDUCE, K_SCALE, K_TRAP, K_PROGRAM };
-/* A program kernel's argument (gpu_kernels.c: hc_program), by value. */
-struct emu_program {
-  uint64_t nops;
-  const volatile uint64_t *trap;
-  struct hc_dev_program_op op[HC_DEV_PROGRAM_OPS];
-};
 struct CUfunc_st {
   CUcontext ctx;
   void *fn;
@@ -163,7 +157,7 @@ struct op {
   struct CUfunc_st *f;
   unsigned long long nthreads;
   unsigned char params[6][8];
-  struct emu_program program;
+  struct hc_dev_program_args program;
 };
 struct CUstream_st {
   CUcontext ctx; /* NULL: the legacy stream, any context */
@@ -203,7 +197,7 @@ static void run_op(struct op *o) {
     if (o->f->kind == K_PROGRAM) {
       /* As one thread, outside the lock: it may wait for another stream's
        * program, and reads none of the globals the lock guards. */
-      ((void (*)(struct emu_program))o->f->fn)(o->program);
+      ((void (*)(struct hc_dev_program_args))o->f->fn)(o->program);
       break;
     }
     pthread_mutex_lock(&launch_lock);

@@ -711,17 +711,18 @@ static void test_programs(hc_stream_t s1, hc_stream_t s2, bool host_path) {
   hc_stream_t stream[2] = {s1, s2};
   for (int r = 0; r < 2; r++) {
     const int peer = 1 - r;
-    struct hc_dev_program p = {.trap = &flags[TRAP], .dtype = HC_INT32, .redop = HC_SUM};
-    p.op[p.nops++] =
+    struct hc_dev_program p = {.args.trap = &flags[TRAP], .dtype = HC_INT32, .redop = HC_SUM};
+    p.args.op[p.args.nops++] =
         (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_COPY, .n = bytes, .dst = slot[peer], .src0 = in[r]};
-    p.op[p.nops++] =
+    p.args.op[p.args.nops++] =
         (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WRITE, .n = 1, .dst = (void *)&flags[FILLED0 + peer]};
-    p.op[p.nops++] =
+    p.args.op[p.args.nops++] =
         (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WAIT, .n = 1, .src0 = (const void *)&flags[FILLED0 + r]};
-    p.op[p.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_TRAP_CHECK};
-    p.op[p.nops++] = (struct hc_dev_program_op){
+    p.args.op[p.args.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_TRAP_CHECK};
+    p.args.op[p.args.nops++] = (struct hc_dev_program_op){
         .kind = HC_DEV_PROGRAM_REDUCE, .n = count, .dst = out[r], .src0 = in[r], .src1 = slot[r]};
-    p.op[p.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WRITE, .n = 1, .dst = (void *)&flags[DONE0 + r]};
+    p.args.op[p.args.nops++] =
+        (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WRITE, .n = 1, .dst = (void *)&flags[DONE0 + r]};
     OK(hc_dev_program(D, &p, stream[r]));
   }
   for (int r = 0; r < 2; r++) {

@@ -252,13 +252,7 @@ static long emulate_trap(void *h) {
   return cases;
 }
 
-/* A program kernel's argument (gpu_kernels.c: hc_program), by value. */
-struct emu_program {
-  uint64_t nops;
-  const volatile uint64_t *trap;
-  struct hc_dev_program_op op[HC_DEV_PROGRAM_OPS];
-};
-typedef void (*program_kernel)(struct emu_program);
+typedef void (*program_kernel)(struct hc_dev_program_args);
 
 /* Program kernels (one thread here, as in the fake driver): copies at
  * every relative alignment, writes, waits that are met (cyclically, as
@@ -282,7 +276,7 @@ static long emulate_programs(void *h) {
     memset(sum, 0, sizeof(sum));
     uint64_t trap = 0, written = 0, peer = 5, released = 1ull << 62, after = 0;
     const size_t copy_off = (size_t)shift * 5, copy_len = 64 + (size_t)shift;
-    struct emu_program p = {.trap = &trap};
+    struct hc_dev_program_args p = {.trap = &trap};
     p.op[p.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_COPY,
                                                 .n = copy_len,
                                                 .dst = to + copy_off,
