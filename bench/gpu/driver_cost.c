@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "device/cuda_api.h"
+#include "timing.h"
 
 enum { N = 400 };
 
@@ -24,19 +25,6 @@ enum { N = 400 };
 HC_CUDA_SYMBOLS(DECLARE, DECLARE)
 #undef DECLARE
 
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-static double median(double *v) {
-  qsort(v, N, sizeof(*v), cmp_double);
-  return v[N / 2];
-}
 #define CK(call)                                                       \
   do {                                                                 \
     CUresult e_ = (call);                                              \
@@ -91,7 +79,7 @@ static double cost(enum op op, int before) {
     t[i] = now_us() - t0;
     CK(p_cuStreamSynchronize(s));
   }
-  return median(t);
+  return median(t, N);
 }
 
 int main(void) {

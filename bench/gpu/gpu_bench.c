@@ -34,6 +34,7 @@
 
 #include "device/device.h"
 #include "hetccl.h"
+#include "timing.h"
 #include "util/util.h"
 
 static const struct hc_dev_ops *gpu; /* in the children only: the parent never touches the driver */
@@ -104,16 +105,6 @@ static void host_rates(int unused) {
   }
   free(src);
   free(dst);
-}
-
-/* Median of n samples (sorts them). */
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(*v), cmp_double);
-  return v[n / 2];
 }
 
 /* What the host pays to enqueue each driver operation of a small GPU

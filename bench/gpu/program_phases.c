@@ -26,25 +26,12 @@
 #include <time.h>
 
 #include "device/device.h"
+#include "timing.h"
 #include "util/util.h"
 
 enum { N = 400, WARMUP = 20 };
 
 static const struct hc_dev_ops *gpu;
-
-static double now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
-}
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(*v), cmp_double);
-  return v[n / 2];
-}
 
 /* Counters: one rank's view of the window (written by its program or its
  * peer's), and the trap word that is never set here. */
