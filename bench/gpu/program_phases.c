@@ -6,11 +6,13 @@
  * before, so the differences between rows are the phases:
  *   - a 4-byte device -> device copy: a launch and an empty-ish kernel;
  *   - the same 4 bytes into pinned host memory (the peer's window slot);
- *   - then 1 and 5 counter writes (each a system fence and a store);
+ *   - then 1 and 5 counter writes (each a system fence and a store), and
+ *     4 relaxed writes (no fence) before 1;
  *   - then a wait already met and a trap check (reads of host memory);
  *   - then a 1-element reduction reading the slot in host memory;
  *   - the whole program of one rank of a 4-byte cross-group all-reduce
- *     (exec/enqueue.c: copy, 3 writes, wait, trap check, reduce, 2 writes).
+ *     (exec/enqueue.c: copy, 2 relaxed writes (the signature words) and
+ *     filled, wait, trap check, reduce, freed, the lane counter).
  * Then the exchange itself: two threads, one stream each, each enqueues
  * that program at once (after a barrier) with its wait on the peer's
  * counter, as gpu_bench A's two ranks do, with no hetccl host work around
@@ -49,6 +51,9 @@ static struct hc_dev_program_op op_copy(void *dst, const void *src, size_t n) {
 static struct hc_dev_program_op op_write(volatile uint64_t *dst, uint64_t v) {
   return (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WRITE, .n = v, .dst = (void *)dst};
 }
+static struct hc_dev_program_op op_write_relaxed(volatile uint64_t *dst, uint64_t v) {
+  return (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WRITE_RELAXED, .n = v, .dst = (void *)dst};
+}
 static struct hc_dev_program_op op_wait(volatile uint64_t *src, uint64_t v) {
   return (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WAIT, .n = v, .src0 = (const void *)src};
 }
@@ -63,8 +68,8 @@ static struct hc_dev_program_op op_reduce(float *dst, const float *a, const floa
 static struct hc_dev_program exchange_program(struct rank_mem *self, struct rank_mem *peer, uint64_t seq) {
   struct hc_dev_program p = {.args.trap = trap_word, .dtype = HC_FLOAT32, .redop = HC_SUM};
   p.args.op[p.args.nops++] = op_copy(peer->slot, self->in, sizeof(float));
-  p.args.op[p.args.nops++] = op_write(&peer->counter[SIG0], seq);
-  p.args.op[p.args.nops++] = op_write(&peer->counter[SIG1], seq);
+  p.args.op[p.args.nops++] = op_write_relaxed(&peer->counter[SIG0], seq);
+  p.args.op[p.args.nops++] = op_write_relaxed(&peer->counter[SIG1], seq);
   p.args.op[p.args.nops++] = op_write(&peer->counter[FILLED], seq);
   p.args.op[p.args.nops++] = op_wait(&self->counter[FILLED], seq);
   p.args.op[p.args.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_TRAP_CHECK};
@@ -74,35 +79,41 @@ static struct hc_dev_program exchange_program(struct rank_mem *self, struct rank
   return p;
 }
 
-/* Variant v of the single-stream ladder (see the header), for call seq;
- * false past the last one. */
-static bool ladder_program(int v, struct rank_mem *r, uint64_t seq, struct hc_dev_program *p, const char **name) {
-  static const char *const names[] = {
-      "4 B copy device -> device",
-      "4 B copy device -> pinned host",
-      "  + 1 counter write",
-      "  + 5 counter writes",
-      "  + 5 writes, a met wait, a trap check",
-      "  + that, and a 1-element reduction from host",
-      "one rank's all-reduce program, its wait met",
-  };
-  if (v >= (int)HC_ARRAY_LEN(names)) return false;
-  *name = names[v];
-  *p = (struct hc_dev_program){.args.trap = trap_word, .dtype = HC_FLOAT32, .redop = HC_SUM};
-  if (v == 6) {
+/* The single-stream ladder (see the header): each rung is the one before
+ * it and one kind of op more. */
+static const struct rung {
+  const char *name;
+  bool to_host;        /* the copy into the slot in pinned host memory, else device memory */
+  int relaxed, writes; /* counter writes after the copy, the relaxed ones first */
+  bool wait;           /* then a wait already met and a trap check */
+  bool reduce;         /* then a 1-element reduction from the slot */
+  bool whole;          /* instead, one rank's whole all-reduce program */
+} rungs[] = {
+    {"4 B copy device -> device", false, 0, 0, false, false, false},
+    {"4 B copy device -> pinned host", true, 0, 0, false, false, false},
+    {"  + 1 counter write", true, 0, 1, false, false, false},
+    {"  + 5 counter writes", true, 0, 5, false, false, false},
+    {"  + 4 relaxed writes and 1 write", true, 4, 1, false, false, false},
+    {"  + 5 writes, a met wait, a trap check", true, 0, 5, true, false, false},
+    {"  + that, and a 1-element reduction from host", true, 0, 5, true, true, false},
+    {"one rank's all-reduce program, its wait met", true, 0, 0, false, false, true},
+};
+
+static struct hc_dev_program rung_program(const struct rung *g, struct rank_mem *r, uint64_t seq) {
+  if (g->whole) {
     r->counter[FILLED] = seq; /* as though the peer had written it */
-    *p = exchange_program(r, r, seq);
-    return true;
+    return exchange_program(r, r, seq);
   }
-  p->args.op[p->args.nops++] = op_copy(v == 0 ? r->out : r->slot, r->in, sizeof(float));
-  const int writes = v == 2 ? 1 : v >= 3 ? 5 : 0;
-  for (int w = 0; w < writes; w++) p->args.op[p->args.nops++] = op_write(&r->counter[w], seq);
-  if (v >= 4) {
-    p->args.op[p->args.nops++] = op_wait(&r->counter[0], seq);
-    p->args.op[p->args.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_TRAP_CHECK};
+  struct hc_dev_program p = {.args.trap = trap_word, .dtype = HC_FLOAT32, .redop = HC_SUM};
+  p.args.op[p.args.nops++] = op_copy(g->to_host ? r->slot : r->out, r->in, sizeof(float));
+  for (int w = 0; w < g->relaxed + g->writes; w++)
+    p.args.op[p.args.nops++] = w < g->relaxed ? op_write_relaxed(&r->counter[w], seq) : op_write(&r->counter[w], seq);
+  if (g->wait) {
+    p.args.op[p.args.nops++] = op_wait(&r->counter[0], seq);
+    p.args.op[p.args.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_TRAP_CHECK};
   }
-  if (v >= 5) p->args.op[p->args.nops++] = op_reduce(r->out, r->in, r->slot, 1);
-  return true;
+  if (g->reduce) p.args.op[p.args.nops++] = op_reduce(r->out, r->in, r->slot, 1);
+  return p;
 }
 
 static bool rank_mem_alloc(struct rank_mem *r) {
@@ -124,22 +135,20 @@ static void rank_mem_free(struct rank_mem *r) {
 static void ladder(struct rank_mem *r, hc_stream_t s) {
   printf("%-48s %12s %10s\n", "one stream, one program at a time", "call->done", "the call");
   uint64_t seq = 0;
-  struct hc_dev_program p;
-  const char *name;
-  for (int v = 0; ladder_program(v, r, 0, &p, &name); v++) {
+  for (size_t v = 0; v < HC_ARRAY_LEN(rungs); v++) {
     double done[N], call[N];
     for (int i = -WARMUP; i < N; i++) {
-      ladder_program(v, r, ++seq, &p, &name);
+      const struct hc_dev_program p = rung_program(&rungs[v], r, ++seq);
       const double t0 = now_us();
       if (hc_dev_program(gpu, &p, s) != HC_OK) {
-        printf("%s: hc_dev_program failed\n", name);
+        printf("%s: hc_dev_program failed\n", rungs[v].name);
         return;
       }
       const double t1 = now_us();
       hc_dev_stream_sync(gpu, s);
       if (i >= 0) call[i] = t1 - t0, done[i] = now_us() - t0;
     }
-    printf("%-48s %12.1f %10.1f\n", name, median(done, N), median(call, N));
+    printf("%-48s %12.1f %10.1f\n", rungs[v].name, median(done, N), median(call, N));
   }
 }
 

@@ -46,6 +46,10 @@ struct hc_flag_op {
   volatile uint64_t *flag;
   uint64_t value;
   bool wait; /* else write */
+  /* A write with no memory barrier of its own: what came before it may be
+   * seen after it, and it is seen by the time the next write that has one
+   * is (CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER). A backend may order it. */
+  bool relaxed;
 };
 
 /* Stream work run as one kernel (program): copies, counter writes and
@@ -56,11 +60,12 @@ struct hc_flag_op {
  * (gpu_kernels.c: hc_program), 8-byte fields only; the numbers are its
  * HC_PROGRAM_*. */
 #define HC_DEV_PROGRAM_OPS 12
-#define HC_DEV_PROGRAM_COPY 0       /* n bytes, src0 -> dst */
-#define HC_DEV_PROGRAM_WRITE 1      /* *dst = n, once what came before is visible */
-#define HC_DEV_PROGRAM_WAIT 2       /* until *src0 >= n (cuStreamWaitValue64's GEQ) */
-#define HC_DEV_PROGRAM_REDUCE 3     /* dst = src0 op src1, n elements */
-#define HC_DEV_PROGRAM_TRAP_CHECK 4 /* trap if *trap is set, by the next WRITE */
+#define HC_DEV_PROGRAM_COPY 0          /* n bytes, src0 -> dst */
+#define HC_DEV_PROGRAM_WRITE 1         /* *dst = n, once what came before is visible */
+#define HC_DEV_PROGRAM_WAIT 2          /* until *src0 >= n (cuStreamWaitValue64's GEQ) */
+#define HC_DEV_PROGRAM_REDUCE 3        /* dst = src0 op src1, n elements */
+#define HC_DEV_PROGRAM_TRAP_CHECK 4    /* trap if *trap is set, by the next write */
+#define HC_DEV_PROGRAM_WRITE_RELAXED 5 /* *dst = n, seen by the time the next WRITE is (hc_flag_op.relaxed) */
 struct hc_dev_program_op {
   uint64_t kind, n;
   void *dst;

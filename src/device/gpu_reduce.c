@@ -473,10 +473,12 @@ static hc_result_t program_as_ops(struct hc_gpu *g, const struct hc_dev_program 
   int nflags = 0;
   for (uint64_t k = 0; k < p->args.nops; k++) {
     const struct hc_dev_program_op *o = &p->args.op[k];
-    if (o->kind == HC_DEV_PROGRAM_WRITE || o->kind == HC_DEV_PROGRAM_WAIT) {
+    if (o->kind == HC_DEV_PROGRAM_WRITE || o->kind == HC_DEV_PROGRAM_WRITE_RELAXED || o->kind == HC_DEV_PROGRAM_WAIT) {
       const bool wait = o->kind == HC_DEV_PROGRAM_WAIT;
-      flags[nflags++] = (struct hc_flag_op){
-          .flag = (volatile uint64_t *)(wait ? (void *)(uintptr_t)o->src0 : o->dst), .value = o->n, .wait = wait};
+      flags[nflags++] = (struct hc_flag_op){.flag = (volatile uint64_t *)(wait ? (void *)(uintptr_t)o->src0 : o->dst),
+                                            .value = o->n,
+                                            .wait = wait,
+                                            .relaxed = o->kind == HC_DEV_PROGRAM_WRITE_RELAXED};
       continue;
     }
     if (nflags > 0) HC_TRY(hc_gpu_flag_batch(g, s, flags, nflags));

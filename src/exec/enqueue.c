@@ -496,8 +496,9 @@ static hc_result_t flush_gathered(struct hc_gpu_lanes *g) {
 
 static struct hc_dev_program_op flag_program_op(struct hc_flag_op f) {
   void *flag = (void *)(uintptr_t)f.flag;
-  return f.wait ? (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WAIT, .n = f.value, .src0 = flag}
-                : (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WRITE, .n = f.value, .dst = flag};
+  if (f.wait) return (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WAIT, .n = f.value, .src0 = flag};
+  return (struct hc_dev_program_op){
+      .kind = f.relaxed ? HC_DEV_PROGRAM_WRITE_RELAXED : HC_DEV_PROGRAM_WRITE, .n = f.value, .dst = flag};
 }
 
 /* Appends op to the lane's program, after the work of another lane or a
@@ -517,12 +518,15 @@ static hc_result_t program_op(struct hc_gpu_lanes *g, int lane, struct hc_dev_pr
   return HC_OK;
 }
 
+static struct hc_flag_op wait_for(const void *counter, uint64_t value) {
+  return (struct hc_flag_op){.flag = (volatile uint64_t *)(uintptr_t)counter, .value = value, .wait = true};
+}
+
 /* A flag operation on lane: gathered with the ones just before it, into
  * the lane's program where one is open (it copies or reduces), else into
  * a batch: flag operations alone cost less as a batch than as a launch,
  * and a stream's wait holds no GPU time while it waits. */
-static hc_result_t flag_op(struct hc_gpu_lanes *g, int lane, const void *flag, uint64_t value, bool wait) {
-  const struct hc_flag_op f = {.flag = (volatile uint64_t *)flag, .value = value, .wait = wait};
+static hc_result_t flag_op(struct hc_gpu_lanes *g, int lane, struct hc_flag_op f) {
   const uint64_t nops = g->program.args.nops;
   if (nops > 0 && g->program_lane == lane && nops < HC_DEV_PROGRAM_OPS) return program_op(g, lane, flag_program_op(f));
   if (nops > 0 || (g->nbatch > 0 && (g->batch_lane != lane || g->nbatch == (int)HC_ARRAY_LEN(g->batch))))
@@ -586,7 +590,7 @@ static hc_result_t wait_queue(struct hc_gpu_lanes *g, int lane, int q, uint64_t 
   if (pos <= *synced) return HC_OK;
   *synced = pos;
   if (reached(queue_counter(g, q), pos)) return HC_OK;
-  return flag_op(g, lane, queue_counter(g, q), pos, true);
+  return flag_op(g, lane, wait_for(queue_counter(g, q), pos));
 }
 
 /* A lane's first step of the plan: after the caller's streams and after
@@ -630,8 +634,11 @@ static hc_result_t run_vendor_step(struct hc_gpu_lanes *g, const struct hc_step 
 static hc_result_t run_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int i, int lane, bool *trap_checked) {
   const struct hc_step *st = &p->steps[i];
   if (st->kind == HC_STEP_WAIT && g->partner[i] < 0)
-    return reached(st->src0, st->count) ? HC_OK : flag_op(g, lane, st->src0, st->count, true);
-  if (st->kind == HC_STEP_SIGNAL) return flag_op(g, lane, st->src0, st->count, false);
+    return reached(st->src0, st->count) ? HC_OK : flag_op(g, lane, wait_for(st->src0, st->count));
+  if (st->kind == HC_STEP_SIGNAL)
+    return flag_op(g, lane,
+                   (struct hc_flag_op){
+                       .flag = (volatile uint64_t *)(uintptr_t)st->src0, .value = st->count, .relaxed = st->relaxed});
   bool taken;
   HC_TRY(program_step(g, p, i, lane, trap_checked, &taken));
   if (taken) return HC_OK;
@@ -732,7 +739,9 @@ hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_s
       HC_TRY(flush_gathered(g));
       HC_TRY(hc_dev_event_record(dev, g->events[g->event[i]], s));
     }
-    if (g->flag_after[i]) HC_TRY(flag_op(g, lane, lane_counter(g, lane), g->pos[i], false));
+    if (g->flag_after[i])
+      HC_TRY(flag_op(g, lane,
+                     (struct hc_flag_op){.flag = (volatile uint64_t *)lane_counter(g, lane), .value = g->pos[i]}));
   }
   HC_TRY(flush_gathered(g));
   /* The main lane joins the other, then checks the trap word; the caller's

@@ -131,6 +131,10 @@ struct hc_step {
    * may point it at the window slot the bytes arrived in instead of
    * copying them out (hc_reduce_reads_landing, stage.c). */
   uint8_t landed;
+  /* SIGNAL: 1 where the write needs no memory barrier of its own: only
+   * the next signal of its lane must not be seen before it (a window
+   * piece's signature words, read once its filled has been seen). */
+  uint8_t relaxed;
   int32_t peer;  /* SEND, RECV; VENDOR: the root */
   uint32_t call; /* SEND, RECV: its call's signature, hc_plan.sigs[call] */
   void *dst;     /* RECV, REDUCE, COPY, SCALE */

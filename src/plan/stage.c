@@ -133,6 +133,7 @@ static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w
       for (int word = 0; word < 2; word++)
         copied = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SIGNAL,
                                                   .lane = lane,
+                                                  .relaxed = 1,
                                                   .src0 = w->w.tx_sig + 2 * (piece % HC_NET_WINDOW_SIGS) + word,
                                                   .count = s->call < p->nsigs ? p->sigs[s->call].w[word] : 0,
                                                   HC_DEPS(copied)});

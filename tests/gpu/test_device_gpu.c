@@ -682,7 +682,7 @@ static void test_programs(hc_stream_t s1, hc_stream_t s2, bool host_path) {
   group_begin();
   const char *name = host_path ? "programs as stream operations" : "programs";
   atomic_store(&G->force_host_reduce, host_path);
-  enum { FILLED0, FILLED1, DONE0, DONE1, TRAP, NFLAGS };
+  enum { FILLED0, FILLED1, SIG0, SIG1, DONE0, DONE1, TRAP, NFLAGS };
   const size_t count = 1031, bytes = count * sizeof(int32_t);
   volatile uint64_t *flags = NULL;
   int32_t *slot[2] = {NULL, NULL}, *in[2] = {NULL, NULL}, *out[2] = {NULL, NULL};
@@ -714,6 +714,8 @@ static void test_programs(hc_stream_t s1, hc_stream_t s2, bool host_path) {
     struct hc_dev_program p = {.args.trap = &flags[TRAP], .dtype = HC_INT32, .redop = HC_SUM};
     p.args.op[p.args.nops++] =
         (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_COPY, .n = bytes, .dst = slot[peer], .src0 = in[r]};
+    p.args.op[p.args.nops++] = (struct hc_dev_program_op){
+        .kind = HC_DEV_PROGRAM_WRITE_RELAXED, .n = 40 + (uint64_t)r, .dst = (void *)&flags[SIG0 + peer]};
     p.args.op[p.args.nops++] =
         (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WRITE, .n = 1, .dst = (void *)&flags[FILLED0 + peer]};
     p.args.op[p.args.nops++] =
@@ -734,6 +736,8 @@ static void test_programs(hc_stream_t s1, hc_stream_t s2, bool host_path) {
     CHECK(bad == 0, "%s: rank %d's sum has %zu wrong elements of %zu", name, r, bad, count);
     CHECK(__atomic_load_n(&flags[DONE0 + r], __ATOMIC_ACQUIRE) == 1, "%s: rank %d's done flag is %llu", name, r,
           (unsigned long long)flags[DONE0 + r]);
+    CHECK(flags[SIG0 + r] == 40 + (uint64_t)(1 - r), "%s: rank %d's relaxed word from its peer is %llu", name, r,
+          (unsigned long long)flags[SIG0 + r]);
   }
   free(host_in);
   free(got);
