@@ -4,7 +4,7 @@
 # program groups and the GPU ctest suite (correctness with programs on the
 # real driver; CTEST=0 skips it), program_phases (where one program's time
 # goes), then gpu_bench A (ranks as threads) and B (both modes) with
-# programs on (PROGRAM_BYTES, default 32K) and off (0), interleaved.
+# programs on (PROGRAM_BYTES, default 16K) and off (0), interleaved.
 # Results under ${OUT:-.}.
 #   bench/gpu/programs.sh [max_bytes]   (default 1 MiB)
 set -uo pipefail
@@ -12,7 +12,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_DIR:-$root/build-gpu}
 out=${OUT:-.}
 max=${1:-1048576}
-on="HETCCL_GPU_PROGRAM_BYTES=${PROGRAM_BYTES:-32K}"
+on="HETCCL_GPU_PROGRAM_BYTES=${PROGRAM_BYTES:-16K}"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
   cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1 || {
   echo "build FAILED"
