@@ -308,9 +308,9 @@ static int cuda_batch_values64(void *s, const struct hc_flag_op *ops, int n) {
       int e = flag_dptr(o->flag, &p[k].value.address);
       if (e != CUDA_SUCCESS) return e;
       p[k].value.value64 = o->value;
-      p[k].value.flags = o->wait      ? CU_STREAM_WAIT_VALUE_GEQ
-                         : o->relaxed ? CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER
-                                      : CU_STREAM_WRITE_VALUE_DEFAULT;
+      /* A relaxed write keeps its barrier: the H100's driver (CUDA 13)
+       * refuses CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER in a batch. */
+      p[k].value.flags = o->wait ? CU_STREAM_WAIT_VALUE_GEQ : CU_STREAM_WRITE_VALUE_DEFAULT;
     }
     int e = cu.cuStreamBatchMemOp_v2((CUstream)s, (unsigned)k, p, 0);
     if (e != CUDA_SUCCESS) return e;

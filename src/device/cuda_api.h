@@ -83,7 +83,6 @@ _Static_assert(offsetof(CUstreamBatchMemOpParams, value.value64) == 16 &&
 #define CU_EVENT_DISABLE_TIMING 0x2
 #define CU_STREAM_WAIT_VALUE_GEQ 0x0      /* (int32_t)(*addr - value) >= 0 */
 #define CU_STREAM_WRITE_VALUE_DEFAULT 0x0 /* with a memory barrier before the write */
-#define CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER 0x1
 #define CU_STREAM_CAPTURE_STATUS_NONE 0
 
 /* nvrtcResult (nvrtc.h) */

@@ -46,9 +46,10 @@ struct hc_flag_op {
   volatile uint64_t *flag;
   uint64_t value;
   bool wait; /* else write */
-  /* A write with no memory barrier of its own: what came before it may be
-   * seen after it, and it is seen by the time the next write that has one
-   * is (CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER). A backend may order it. */
+  /* A write that needs no memory barrier of its own: what came before it
+   * may be seen after it, and it is seen by the time the next write that
+   * has one is. A backend may order it all the same (CUDA's batches do:
+   * the driver refuses CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER there). */
   bool relaxed;
 };
 

@@ -666,9 +666,7 @@ EXPORT CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *arg) {
 
 static int value_op(enum op_kind k, CUstream s, CUdeviceptr p, uint64_t v, unsigned flags) {
   if (!memops) return CUDA_ERROR_NOT_SUPPORTED;
-  /* A write without a barrier is allowed to be ordered: here every write is. */
-  if (flags != 0 && !(k == OP_WRITEV && flags == CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER))
-    return CUDA_ERROR_INVALID_VALUE;
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mem_lock);
   struct range *r = find_locked((uintptr_t)p);
   bool ok = r && (r->type == R_HOST || r->type == R_DEVICE);
