@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repo root: GPU programs (HETCCL_GPU_PROGRAM_BYTES)
 # checked and measured in one go. Builds build-gpu, runs test_device_gpu's
-# program groups and the GPU ctest suite (correctness with programs on the
-# real driver; CTEST=0 skips it), program_phases (where one program's time
-# goes), then gpu_bench A (ranks as threads) and B (both modes) with
-# programs on (PROGRAM_BYTES, default 16K) and off (0), interleaved.
-# Results under ${OUT:-.}.
+# program groups, program_phases (where one program's time goes), gpu_bench
+# A (ranks as threads) and B (both modes) with programs on (PROGRAM_BYTES,
+# default 16K) and off (0), interleaved, and last the GPU ctest suite with
+# programs on (correctness on the real driver; the longest part, so a run
+# cut short still brings the figures; CTEST=0 skips it). Results under
+# ${OUT:-.}.
 #   bench/gpu/programs.sh [max_bytes]   (default 1 MiB)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -13,6 +14,7 @@ build=${BUILD_DIR:-$root/build-gpu}
 out=${OUT:-.}
 max=${1:-1048576}
 on="HETCCL_GPU_PROGRAM_BYTES=${PROGRAM_BYTES:-16K}"
+off=HETCCL_GPU_PROGRAM_BYTES=0
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
   cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1 || {
   echo "build FAILED"
@@ -21,12 +23,11 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
 }
 timeout 120 "$build/tests/test_device_gpu" >"$out/device.txt" 2>&1
 grep -E "program|SUMMARY" "$out/device.txt"
+timeout 120 "$build/bench/program_phases" 2>&1 | tee "$out/phases.txt"
+GPU_BENCH_ONLY=A PROCESSES=0 "$root/bench/gpu/settings.sh" "$max" "$on" "$off" >"$out/a.txt" 2>&1
+GPU_BENCH_ONLY=B "$root/bench/gpu/settings.sh" "$max" "$on" "$off" >"$out/b.txt" 2>&1
+grep -E "^==|4-byte all-reduce|^ +[0-9]+ +[0-9.]+ +[0-9.]+$" "$out/a.txt" "$out/b.txt"
 if [ "${CTEST:-1}" != 0 ]; then
   (cd "$build" && env "$on" timeout 300 ctest -L gpu -j3 >"$out/ctest.txt" 2>&1)
   grep -E "tests passed|Failed|\*\*\*" "$out/ctest.txt"
 fi
-timeout 120 "$build/bench/program_phases" 2>&1 | tee "$out/phases.txt"
-off=HETCCL_GPU_PROGRAM_BYTES=0
-GPU_BENCH_ONLY=A PROCESSES=0 "$root/bench/gpu/settings.sh" "$max" "$on" "$off" "$on" "$off" >"$out/a.txt" 2>&1
-GPU_BENCH_ONLY=B "$root/bench/gpu/settings.sh" "$max" "$on" "$off" >"$out/b.txt" 2>&1
-grep -E "^==|4-byte all-reduce|^ +[0-9]+ +[0-9.]+ +[0-9.]+$" "$out/a.txt" "$out/b.txt"
