@@ -65,7 +65,7 @@ struct hc_flag_op {
 #define HC_DEV_PROGRAM_WRITE 1         /* *dst = n, once what came before is visible */
 #define HC_DEV_PROGRAM_WAIT 2          /* until *src0 >= n (cuStreamWaitValue64's GEQ) */
 #define HC_DEV_PROGRAM_REDUCE 3        /* dst = src0 op src1, n elements */
-#define HC_DEV_PROGRAM_TRAP_CHECK 4    /* trap if *trap is set, by the next write */
+#define HC_DEV_PROGRAM_TRAP_CHECK 4    /* trap if *trap is set */
 #define HC_DEV_PROGRAM_WRITE_RELAXED 5 /* *dst = n, seen by the time the next WRITE is (hc_flag_op.relaxed) */
 struct hc_dev_program_op {
   uint64_t kind, n;
