@@ -16,12 +16,15 @@
  * Then the exchange itself: two threads, one stream each, each enqueues
  * that program at once (after a barrier) with its wait on the peer's
  * counter, as gpu_bench A's two ranks do, with no hetccl host work around
- * it. Medians of N samples, us. Exits 77 where there is no CUDA device or
+ * it; both must end with 1 + 2 in their output, else the exit status is 1
+ * (the test bench_program_phases_fake_cuda runs this over the fake driver).
+ * Medians of N samples, us. Exits 77 where there is no CUDA device or
  * its kernels cannot read host memory (then programs run as separate
  * stream operations and there is nothing of a kernel's to time).
  *   program_phases
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,7 +135,7 @@ static void rank_mem_free(struct rank_mem *r) {
   hc_dev_mem_free(gpu, 0, r->out);
 }
 
-static void ladder(struct rank_mem *r, hc_stream_t s) {
+static bool ladder(struct rank_mem *r, hc_stream_t s) {
   printf("%-48s %12s %10s\n", "one stream, one program at a time", "call->done", "the call");
   uint64_t seq = 0;
   for (size_t v = 0; v < HC_ARRAY_LEN(rungs); v++) {
@@ -142,7 +145,7 @@ static void ladder(struct rank_mem *r, hc_stream_t s) {
       const double t0 = now_us();
       if (hc_dev_program(gpu, &p, s) != HC_OK) {
         printf("%s: hc_dev_program failed\n", rungs[v].name);
-        return;
+        return false;
       }
       const double t1 = now_us();
       hc_dev_stream_sync(gpu, s);
@@ -150,6 +153,7 @@ static void ladder(struct rank_mem *r, hc_stream_t s) {
     }
     printf("%-48s %12.1f %10.1f\n", rungs[v].name, median(done, N), median(call, N));
   }
+  return true;
 }
 
 /* The two-thread exchange: each thread's rank, stream and samples. */
@@ -158,7 +162,7 @@ static struct exchange {
   struct rank_mem mem[2];
   hc_stream_t stream[2];
   double done[2][N], call[2][N];
-  bool failed;
+  atomic_bool failed;
 } ex;
 
 static void *exchange_rank(void *arg) {
@@ -169,7 +173,7 @@ static void *exchange_rank(void *arg) {
     struct hc_dev_program p = exchange_program(&ex.mem[r], &ex.mem[1 - r], seq);
     pthread_barrier_wait(&ex.bar);
     const double t0 = now_us();
-    if (hc_dev_program(gpu, &p, ex.stream[r]) != HC_OK) ex.failed = true;
+    if (hc_dev_program(gpu, &p, ex.stream[r]) != HC_OK) atomic_store(&ex.failed, true);
     const double t1 = now_us();
     hc_dev_stream_sync(gpu, ex.stream[r]);
     if (i >= 0) ex.call[r][i] = t1 - t0, ex.done[r][i] = now_us() - t0;
@@ -177,7 +181,7 @@ static void *exchange_rank(void *arg) {
   return NULL;
 }
 
-static void exchange(void) {
+static bool exchange(void) {
   for (int r = 0; r < 2; r++) {
     const float v = (float)(r + 1);
     hc_dev_copy(gpu, ex.mem[r].in, &v, sizeof(v), ex.stream[r]);
@@ -193,14 +197,15 @@ static void exchange(void) {
     hc_dev_copy(gpu, &sum[r], ex.mem[r].out, sizeof(float), ex.stream[r]);
     hc_dev_stream_sync(gpu, ex.stream[r]);
   }
-  if (ex.failed || sum[0] != 3.0f || sum[1] != 3.0f) {
+  if (atomic_load(&ex.failed) || sum[0] != 3.0f || sum[1] != 3.0f) {
     printf("exchange: failed (sums %g and %g, not 1 + 2)\n", sum[0], sum[1]);
-    return;
+    return false;
   }
   printf("\n%-48s %12s %10s\n", "two threads, two streams, at once", "call->done", "the call");
   for (int r = 0; r < 2; r++)
     printf("rank %d: the all-reduce program, waiting on its peer %9.1f %10.1f\n", r, median(ex.done[r], N),
            median(ex.call[r], N));
+  return true;
 }
 
 int main(void) {
@@ -223,14 +228,14 @@ int main(void) {
     return 1;
   }
   *trap_word = 0;
-  ladder(&ex.mem[0], s);
+  bool ok = ladder(&ex.mem[0], s);
   for (int r = 0; r < 2; r++) memset((void *)ex.mem[r].counter, 0, NCOUNTERS * sizeof(uint64_t));
-  exchange();
+  ok = ok && exchange();
   for (int r = 0; r < 2; r++) {
     hc_dev_stream_destroy(gpu, ex.stream[r]);
     rank_mem_free(&ex.mem[r]);
   }
   hc_dev_stream_destroy(gpu, s);
   hc_dev_host_free(gpu, (void *)trap_word);
-  return 0;
+  return ok ? 0 : 1;
 }

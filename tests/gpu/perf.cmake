@@ -13,3 +13,8 @@ foreach(case "all_reduce;cuda,host;3" "all_gather;host,cuda;3" "reduce_scatter;c
     PASS_REGULAR_EXPRESSION "Out of bounds values : 0 OK" FAIL_REGULAR_EXPRESSION "FAILED|failed"
     ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;HETCCL_VENDOR=0;HETCCL_TIMEOUT=120")
 endforeach()
+# bench/gpu/program_phases over the fake driver: the bench keeps building and
+# running, and its two-stream exchange must reduce 1 + 2 on both streams.
+add_test(NAME bench_program_phases_fake_cuda COMMAND program_phases)
+set_tests_properties(bench_program_phases_fake_cuda PROPERTIES LABELS "gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;HETCCL_VENDOR=0")
