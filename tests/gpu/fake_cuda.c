@@ -666,6 +666,8 @@ EXPORT CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *arg) {
 
 static int value_op(enum op_kind k, CUstream s, CUdeviceptr p, uint64_t v, unsigned flags) {
   if (!memops) return CUDA_ERROR_NOT_SUPPORTED;
+  /* No flags, as hetccl passes none: the H100's driver refuses even
+   * CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER in a batch. */
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mem_lock);
   struct range *r = find_locked((uintptr_t)p);
