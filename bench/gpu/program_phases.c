@@ -12,11 +12,15 @@
  *   - then a 1-element reduction reading the slot in host memory;
  *   - the whole program of one rank of a 4-byte cross-group all-reduce
  *     (exec/enqueue.c: copy, 2 relaxed writes (the signature words) and
- *     filled, wait, trap check, reduce, freed, the lane counter).
+ *     filled, wait, trap check, reduce, freed, the lane counter);
+ *   - the same program with the vector in LL form (device.h): an LL put
+ *     instead of the copy, an LL get into device memory instead of the
+ *     wait, the trap check and the read of the slot.
  * Then the exchange itself: two threads, one stream each, each enqueues
  * that program at once (after a barrier) with its wait on the peer's
  * counter, as gpu_bench A's two ranks do, with no hetccl host work around
- * it; both must end with 1 + 2 in their output, else the exit status is 1
+ * it; then the same in LL form. Each must end with 1 + 2 in both outputs,
+ * else the exit status is 1
  * (the test bench_program_phases_fake_cuda runs this over the fake driver).
  * Medians of N samples, us. Exits 77 where there is no CUDA device or
  * its kernels cannot read host memory (then programs run as separate
@@ -44,7 +48,8 @@ enum { SIG0, SIG1, FILLED, FREED, LANE, NCOUNTERS };
 struct rank_mem {
   volatile uint64_t *counter; /* pinned host, NCOUNTERS words */
   float *slot;                /* pinned host: where the peer puts its vector */
-  float *in, *out;            /* device */
+  uint64_t *ll;               /* pinned host: where the peer puts it in LL form */
+  float *in, *out, *got;      /* device; got: the peer's vector out of ll */
 };
 static volatile uint64_t *trap_word;
 
@@ -82,6 +87,25 @@ static struct hc_dev_program exchange_program(struct rank_mem *self, struct rank
   return p;
 }
 
+/* The same all-reduce with the vector in LL form (device.h): one 8-byte
+ * store of data and flag, one read of it on the other side, then the
+ * reduction from device memory; the signature words, filled and freed as
+ * before, which no GPU waits on here. */
+static struct hc_dev_program exchange_program_ll(struct rank_mem *self, struct rank_mem *peer, uint64_t seq) {
+  struct hc_dev_program p = {.args.trap = trap_word, .dtype = HC_FLOAT32, .redop = HC_SUM};
+  p.args.op[p.args.nops++] = (struct hc_dev_program_op){
+      .kind = HC_DEV_PROGRAM_LL_PUT, .n = sizeof(float), .dst = peer->ll, .src0 = self->in, .flag = seq};
+  p.args.op[p.args.nops++] = op_write_relaxed(&peer->counter[SIG0], seq);
+  p.args.op[p.args.nops++] = op_write_relaxed(&peer->counter[SIG1], seq);
+  p.args.op[p.args.nops++] = op_write(&peer->counter[FILLED], seq);
+  p.args.op[p.args.nops++] = (struct hc_dev_program_op){
+      .kind = HC_DEV_PROGRAM_LL_GET, .n = sizeof(float), .dst = self->got, .src0 = self->ll, .flag = seq};
+  p.args.op[p.args.nops++] = op_reduce(self->out, self->in, self->got, 1);
+  p.args.op[p.args.nops++] = op_write(&peer->counter[FREED], seq);
+  p.args.op[p.args.nops++] = op_write(&self->counter[LANE], seq);
+  return p;
+}
+
 /* The single-stream ladder (see the header): each rung is the one before
  * it and one kind of op more. */
 static const struct rung {
@@ -91,6 +115,7 @@ static const struct rung {
   bool wait;           /* then a wait already met and a trap check */
   bool reduce;         /* then a 1-element reduction from the slot */
   bool whole;          /* instead, one rank's whole all-reduce program */
+  bool ll;             /* that program in LL form */
 } rungs[] = {
     {"4 B copy device -> device", false, 0, 0, false, false, false},
     {"4 B copy device -> pinned host", true, 0, 0, false, false, false},
@@ -99,13 +124,14 @@ static const struct rung {
     {"  + 4 relaxed writes and 1 write", true, 4, 1, false, false, false},
     {"  + 5 writes, a met wait, a trap check", true, 0, 5, true, false, false},
     {"  + that, and a 1-element reduction from host", true, 0, 5, true, true, false},
-    {"one rank's all-reduce program, its wait met", true, 0, 0, false, false, true},
+    {"one rank's all-reduce program, its wait met", true, 0, 0, false, false, true, false},
+    {"the same in LL form, its words there", true, 0, 0, false, false, true, true},
 };
 
 static struct hc_dev_program rung_program(const struct rung *g, struct rank_mem *r, uint64_t seq) {
   if (g->whole) {
     r->counter[FILLED] = seq; /* as though the peer had written it */
-    return exchange_program(r, r, seq);
+    return g->ll ? exchange_program_ll(r, r, seq) : exchange_program(r, r, seq);
   }
   struct hc_dev_program p = {.args.trap = trap_word, .dtype = HC_FLOAT32, .redop = HC_SUM};
   p.args.op[p.args.nops++] = op_copy(g->to_host ? r->slot : r->out, r->in, sizeof(float));
@@ -122,16 +148,21 @@ static struct hc_dev_program rung_program(const struct rung *g, struct rank_mem 
 static bool rank_mem_alloc(struct rank_mem *r) {
   memset(r, 0, sizeof(*r));
   if (hc_dev_host_alloc(gpu, NCOUNTERS * sizeof(uint64_t), (void **)&r->counter) != HC_OK ||
-      hc_dev_host_alloc(gpu, 64, (void **)&r->slot) != HC_OK ||
-      hc_dev_mem_alloc(gpu, 0, 64, (void **)&r->in) != HC_OK || hc_dev_mem_alloc(gpu, 0, 64, (void **)&r->out) != HC_OK)
+      hc_dev_host_alloc(gpu, 64, (void **)&r->slot) != HC_OK || hc_dev_host_alloc(gpu, 64, (void **)&r->ll) != HC_OK ||
+      hc_dev_mem_alloc(gpu, 0, 64, (void **)&r->in) != HC_OK ||
+      hc_dev_mem_alloc(gpu, 0, 64, (void **)&r->out) != HC_OK ||
+      hc_dev_mem_alloc(gpu, 0, 64, (void **)&r->got) != HC_OK)
     return false;
   memset((void *)r->counter, 0, NCOUNTERS * sizeof(uint64_t));
+  memset(r->ll, 0, 64);
   return true;
 }
 static void rank_mem_free(struct rank_mem *r) {
   hc_dev_host_free(gpu, (void *)r->counter);
   hc_dev_host_free(gpu, r->slot);
+  hc_dev_host_free(gpu, r->ll);
   hc_dev_mem_free(gpu, 0, r->in);
+  hc_dev_mem_free(gpu, 0, r->got);
   hc_dev_mem_free(gpu, 0, r->out);
 }
 
@@ -163,6 +194,7 @@ static struct exchange {
   hc_stream_t stream[2];
   double done[2][N], call[2][N];
   atomic_bool failed;
+  bool ll; /* exchange_program_ll, else exchange_program */
 } ex;
 
 static void *exchange_rank(void *arg) {
@@ -170,7 +202,8 @@ static void *exchange_rank(void *arg) {
   hc_dev_set_device(gpu, 0);
   for (int i = -WARMUP; i < N; i++) {
     const uint64_t seq = (uint64_t)(i + WARMUP + 1);
-    struct hc_dev_program p = exchange_program(&ex.mem[r], &ex.mem[1 - r], seq);
+    struct hc_dev_program p = ex.ll ? exchange_program_ll(&ex.mem[r], &ex.mem[1 - r], seq)
+                                    : exchange_program(&ex.mem[r], &ex.mem[1 - r], seq);
     pthread_barrier_wait(&ex.bar);
     const double t0 = now_us();
     if (hc_dev_program(gpu, &p, ex.stream[r]) != HC_OK) atomic_store(&ex.failed, true);
@@ -181,9 +214,14 @@ static void *exchange_rank(void *arg) {
   return NULL;
 }
 
-static bool exchange(void) {
+static bool exchange(bool ll) {
+  ex.ll = ll;
   for (int r = 0; r < 2; r++) {
+    memset((void *)ex.mem[r].counter, 0, NCOUNTERS * sizeof(uint64_t));
+    memset(ex.mem[r].ll, 0, 64);
     const float v = (float)(r + 1);
+    const float zero = 0;
+    hc_dev_copy(gpu, ex.mem[r].out, &zero, sizeof(zero), ex.stream[r]);
     hc_dev_copy(gpu, ex.mem[r].in, &v, sizeof(v), ex.stream[r]);
     hc_dev_stream_sync(gpu, ex.stream[r]);
   }
@@ -198,10 +236,11 @@ static bool exchange(void) {
     hc_dev_stream_sync(gpu, ex.stream[r]);
   }
   if (atomic_load(&ex.failed) || sum[0] != 3.0f || sum[1] != 3.0f) {
-    printf("exchange: failed (sums %g and %g, not 1 + 2)\n", sum[0], sum[1]);
+    printf("exchange%s: failed (sums %g and %g, not 1 + 2)\n", ll ? " in LL form" : "", sum[0], sum[1]);
     return false;
   }
-  printf("\n%-48s %12s %10s\n", "two threads, two streams, at once", "call->done", "the call");
+  printf("\n%-48s %12s %10s\n", ll ? "two threads, two streams, at once, LL form" : "two threads, two streams, at once",
+         "call->done", "the call");
   for (int r = 0; r < 2; r++)
     printf("rank %d: the all-reduce program, waiting on its peer %9.1f %10.1f\n", r, median(ex.done[r], N),
            median(ex.call[r], N));
@@ -229,8 +268,7 @@ int main(void) {
   }
   *trap_word = 0;
   bool ok = ladder(&ex.mem[0], s);
-  for (int r = 0; r < 2; r++) memset((void *)ex.mem[r].counter, 0, NCOUNTERS * sizeof(uint64_t));
-  ok = ok && exchange();
+  ok = ok && exchange(false) && exchange(true);
   for (int r = 0; r < 2; r++) {
     hc_dev_stream_destroy(gpu, ex.stream[r]);
     rank_mem_free(&ex.mem[r]);

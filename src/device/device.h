@@ -65,16 +65,32 @@ struct hc_flag_op {
 #define HC_DEV_PROGRAM_WRITE 1         /* *dst = n, once what came before is visible */
 #define HC_DEV_PROGRAM_WAIT 2          /* until *src0 >= n (cuStreamWaitValue64's GEQ) */
 #define HC_DEV_PROGRAM_REDUCE 3        /* dst = src0 op src1, n elements */
-#define HC_DEV_PROGRAM_TRAP_CHECK 4    /* trap if *trap is set */
+#define HC_DEV_PROGRAM_TRAP_CHECK 4    /* trap if *trap has HC_DEV_TRAP_ARMED */
 #define HC_DEV_PROGRAM_WRITE_RELAXED 5 /* *dst = n, seen by the time the next WRITE is (hc_flag_op.relaxed) */
+#define HC_DEV_PROGRAM_LL_PUT 6        /* n bytes, src0 -> dst in LL form with flag (below) */
+#define HC_DEV_PROGRAM_LL_GET 7        /* n bytes, src0 in LL form -> dst, once each word carries flag */
 struct hc_dev_program_op {
   uint64_t kind, n;
   void *dst;
   const void *src0, *src1;
+  uint64_t flag; /* LL_PUT, LL_GET */
 };
+/* The LL form of n bytes (NCCL's LL protocol): ceil(n / 4) 8-byte words,
+ * each 4 bytes of data in its low half (little-endian, the last one padded
+ * with zeros) and the flag in its high half, stored as one 8-byte write.
+ * A reader that sees the flag has the word's data with it: no counter to
+ * wait on first, no fence on the writer's side, one read of host memory
+ * for both (plan/stage.c uses it for small window pieces). */
+#define HC_LL_WORD_DATA 4
+static inline size_t hc_ll_words(size_t n) { return (n + HC_LL_WORD_DATA - 1) / HC_LL_WORD_DATA; }
+/* The trap word (trap_if_set, hc_dev_program_args.trap): ARMED makes a
+ * check trap; RELEASED alone ends an LL_GET that would wait forever, with
+ * its data undefined, as a released counter ends a WAIT (exec/enqueue.c). */
+#define HC_DEV_TRAP_ARMED 1u
+#define HC_DEV_TRAP_RELEASED 2u
 struct hc_dev_program_args {
   uint64_t nops;
-  const volatile uint64_t *trap; /* mapped host memory; read by WAIT and TRAP_CHECK */
+  const volatile uint64_t *trap; /* mapped host memory; read by WAIT, LL_GET and TRAP_CHECK */
   struct hc_dev_program_op op[HC_DEV_PROGRAM_OPS];
 };
 struct hc_dev_program {
@@ -186,7 +202,7 @@ struct hc_dev_ops {
   hc_result_t (*rdma_flush_needed)(void *ctx, int device, bool *needed, char *why, size_t len);
   /* Once the work before it is done, the stream traps (a sticky error: the
    * process's later driver calls fail, its streams never complete) if
-   * *word, mapped host memory, is not 0 by then. *launched = false, and
+   * *word, mapped host memory, has HC_DEV_TRAP_ARMED by then. *launched = false, and
    * nothing is enqueued, where the stream's device has no kernels (no
    * runtime compiler). */
   hc_result_t (*trap_if_set)(void *ctx, hc_stream_t s, const volatile uint64_t *word, bool *launched);

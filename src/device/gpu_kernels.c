@@ -40,11 +40,14 @@
  * reduction needs no launch of its own for it (exec/enqueue.c).
  * A program (device.h: hc_dev_program) is one block running a short list of
  * ops in order: copies, writes and waits of counters in mapped host memory,
- * reductions of its <t> and <op>, trap checks. Its threads share copies and
- * reductions; thread 0 writes and waits; the block fences at system scope
- * and joins after each copy, reduction and wait, so that a write publishes
- * everything before it and what follows a wait sees what the peer
- * published. The host emulation runs it as one thread.
+ * LL puts and gets (device.h: the LL form), reductions of its <t> and <op>,
+ * trap checks. Its threads share copies, LL words and reductions; thread 0
+ * writes and waits; the block fences at system scope and joins after each
+ * copy, reduction and wait, so that a write publishes everything before it
+ * and what follows a wait sees what the peer published. After an LL op it
+ * only joins: an LL word needs no fence to be read right, and a later
+ * write's fence (thread 0's, after the join) publishes it all the same.
+ * The host emulation runs it as one thread.
  *
  * Work split: a grid-stride loop over 16-byte packs (16 / sizeof(T)
  * elements per thread and step) when the three pointers share their offset
@@ -190,8 +193,15 @@ const char hc_gpu_kernel_source[] =
     "#define HC_PROGRAM_REDUCE " HC_STR(HC_DEV_PROGRAM_REDUCE) "\n"
     "#define HC_PROGRAM_TRAP_CHECK " HC_STR(HC_DEV_PROGRAM_TRAP_CHECK) "\n"
     "#define HC_PROGRAM_WRITE_RELAXED " HC_STR(HC_DEV_PROGRAM_WRITE_RELAXED) "\n"
+    "#define HC_PROGRAM_LL_PUT " HC_STR(HC_DEV_PROGRAM_LL_PUT) "\n"
+    "#define HC_PROGRAM_LL_GET " HC_STR(HC_DEV_PROGRAM_LL_GET) "\n"
     "#define HC_PROGRAM_WRITES(kind) ((kind) == HC_PROGRAM_WRITE || (kind) == HC_PROGRAM_WRITE_RELAXED)\n"
-    "typedef struct { hc_u64 kind, n; void *dst; const void *src0, *src1; } hc_program_op;\n"
+    "#define HC_PROGRAM_LL(kind) ((kind) == HC_PROGRAM_LL_PUT || (kind) == HC_PROGRAM_LL_GET)\n"
+    "#define HC_TRAP_ARMED " HC_STR(HC_DEV_TRAP_ARMED) "\n"
+    "#define HC_TRAP_RELEASED " HC_STR(HC_DEV_TRAP_RELEASED) "\n"
+    "/* An LL word's wait reads the trap word once in this many reads of it. */\n"
+    "#define HC_LL_TRAP_EVERY 8\n"
+    "typedef struct { hc_u64 kind, n; void *dst; const void *src0, *src1; hc_u64 flag; } hc_program_op;\n"
     "typedef struct { hc_u64 nops; const volatile hc_u64 *trap; hc_program_op op[HC_PROGRAM_OPS]; } hc_program;\n"
     "HC_DEV void hc_copy_bytes(void *dst_, const void *src_, hc_u64 n, hc_u64 tid, hc_u64 nt) {\n"
     "  hc_u8 *dst = (hc_u8 *)dst_;\n"
@@ -202,6 +212,41 @@ const char hc_gpu_kernel_source[] =
     "  for (i = tid; i < head; i += nt) dst[i] = src[i];\n"
     "  for (i = tid; i < vn; i += nt) dp[i] = sp[i];\n"
     "  for (i = head + vn * 16 + tid; i < n; i += nt) dst[i] = src[i];\n"
+    "}\n"
+    "/* n bytes from src into LL words at dst (device.h: the LL form), word i\n"
+    " * by thread i mod nt, each one 8-byte store. */\n"
+    "HC_DEV void hc_ll_put(volatile hc_u64 *dst, const hc_u8 *src, hc_u64 n, hc_u64 flag, hc_u64 tid, hc_u64 nt) {\n"
+    "  hc_u64 i, b, words = (n + 3) / 4;\n"
+    "  for (i = tid; i < words; i += nt) {\n"
+    "    hc_u64 len = n - 4 * i < 4 ? n - 4 * i : 4;\n"
+    "    hc_u32 d = 0;\n"
+    "    if (len == 4 && ((hc_u64)src & 3u) == 0) d = ((const hc_u32 *)src)[i];\n"
+    "    else for (b = 0; b < len; b++) d |= (hc_u32)src[4 * i + b] << (8 * b);\n"
+    "    HC_COUNTER_STORE(dst + i, (hc_u64)d | flag << 32);\n"
+    "  }\n"
+    "}\n"
+    "/* The LL words at src into n bytes at dst, each once it carries flag. A\n"
+    " * word that does not come ends in a trap once the trap word is armed, or\n"
+    " * leaves its bytes undefined once it is released. 0: trapped. */\n"
+    "HC_DEV int hc_ll_get(hc_u8 *dst, const volatile hc_u64 *src, hc_u64 n, hc_u64 flag, const volatile hc_u64 *trap,\n"
+    "                     hc_u64 tid, hc_u64 nt) {\n"
+    "  hc_u64 i, b, words = (n + 3) / 4;\n"
+    "  for (i = tid; i < words; i += nt) {\n"
+    "    hc_u64 len = n - 4 * i < 4 ? n - 4 * i : 4, v, reads = 0;\n"
+    "    while (((v = HC_COUNTER_LOAD(src + i)) >> 32) != flag) {\n"
+    "      hc_u64 t;\n"
+    "      if (++reads % HC_LL_TRAP_EVERY != 0) continue;\n"
+    "      t = HC_COUNTER_LOAD(trap);\n"
+    "      if (t & HC_TRAP_ARMED) {\n"
+    "        HC_TRAP();\n"
+    "        return 0;\n"
+    "      }\n"
+    "      if (t & HC_TRAP_RELEASED) break;\n"
+    "    }\n"
+    "    if (len == 4 && ((hc_u64)dst & 3u) == 0) ((hc_u32 *)dst)[i] = (hc_u32)v;\n"
+    "    else for (b = 0; b < len; b++) dst[4 * i + b] = (hc_u8)(v >> (8 * b));\n"
+    "  }\n"
+    "  return 1;\n"
     "}\n"
     "/* Every op but a reduction, which needs the kernel's types. A write and\n"
     " * a wait are thread 0's: a write after a system fence, so that it\n"
@@ -216,17 +261,23 @@ const char hc_gpu_kernel_source[] =
     "    hc_copy_bytes(o->dst, o->src0, o->n, tid, nt);\n"
     "    return 1;\n"
     "  }\n"
+    "  if (o->kind == HC_PROGRAM_LL_PUT) {\n"
+    "    hc_ll_put((volatile hc_u64 *)o->dst, (const hc_u8 *)o->src0, o->n, o->flag, tid, nt);\n"
+    "    return 1;\n"
+    "  }\n"
+    "  if (o->kind == HC_PROGRAM_LL_GET)\n"
+    "    return hc_ll_get((hc_u8 *)o->dst, (const volatile hc_u64 *)o->src0, o->n, o->flag, trap, tid, nt);\n"
     "  if (tid != 0) return 1;\n"
     "  if (HC_PROGRAM_WRITES(o->kind)) {\n"
     "    if (o->kind == HC_PROGRAM_WRITE) HC_FENCE_SYSTEM();\n"
     "    HC_COUNTER_STORE(o->dst, o->n);\n"
     "  } else if (o->kind == HC_PROGRAM_WAIT) {\n"
     "    while ((hc_i64)(HC_COUNTER_LOAD(o->src0) - o->n) < 0)\n"
-    "      if (HC_COUNTER_LOAD(trap) != 0) {\n"
+    "      if (HC_COUNTER_LOAD(trap) & HC_TRAP_ARMED) {\n"
     "        HC_TRAP();\n"
     "        return 0;\n"
     "      }\n"
-    "  } else if (o->kind == HC_PROGRAM_TRAP_CHECK && HC_COUNTER_LOAD(trap) != 0) {\n"
+    "  } else if (o->kind == HC_PROGRAM_TRAP_CHECK && (HC_COUNTER_LOAD(trap) & HC_TRAP_ARMED)) {\n"
     "    HC_TRAP();\n"
     "    return 0;\n"
     "  }\n"
@@ -273,7 +324,7 @@ const char hc_gpu_kernel_source[] =
     "} "
     "HC_KERNEL hc_reduce_##TAG##_##OPN(void *dst_, const void *src0_, const void *src1_, hc_u64 n, "
     "                                  const volatile hc_u64 *trap) { "
-    "  if (trap && HC_TID == 0 && *trap != 0) HC_TRAP(); "
+    "  if (trap && HC_TID == 0 && (*trap & HC_TRAP_ARMED)) HC_TRAP(); "
     "  hc_reduce_body_##TAG##_##OPN(dst_, src0_, src1_, n, HC_TID, HC_NTHREADS); "
     "} "
     "HC_KERNEL hc_program_##TAG##_##OPN(hc_program p) { "
@@ -282,7 +333,9 @@ const char hc_gpu_kernel_source[] =
     "    hc_program_op o = p.op[k]; "
     "    if (o.kind == HC_PROGRAM_REDUCE) hc_reduce_body_##TAG##_##OPN(o.dst, o.src0, o.src1, o.n, tid, nt); "
     "    else if (!hc_program_step(&o, p.trap, tid, nt)) return; "
-    "    if (!HC_PROGRAM_WRITES(o.kind) && o.kind != HC_PROGRAM_TRAP_CHECK) { "
+    "    if (HC_PROGRAM_LL(o.kind)) { "
+    "      HC_BARRIER(); "
+    "    } else if (!HC_PROGRAM_WRITES(o.kind) && o.kind != HC_PROGRAM_TRAP_CHECK) { "
     "      HC_FENCE_SYSTEM(); "
     "      HC_BARRIER(); "
     "    } "
@@ -389,7 +442,7 @@ const char hc_gpu_kernel_source[] =
     "\n"
     "/* ---- the end of a GPU plan (exec/enqueue.c) ---- */\n"
     "HC_KERNEL hc_trap_if_set(const volatile hc_u64 *word) {\n"
-    "  if (HC_TID == 0 && *word != 0) HC_TRAP();\n"
+    "  if (HC_TID == 0 && (*word & HC_TRAP_ARMED)) HC_TRAP();\n"
     "}\n";
 /* clang-format on */
 

@@ -446,12 +446,14 @@ out:
 
 /* ---- programs ---- */
 
-/* Whether p copies or reduces: a program of flag operations and trap
+/* Whether p moves data (copies, reduces, LL ops): a program of flag operations and trap
  * checks alone costs less as a batch of them than as a launch, and a
  * stream's wait holds no GPU time while it waits. */
 static bool program_moves_data(const struct hc_dev_program *p) {
   for (uint64_t k = 0; k < p->args.nops; k++)
-    if (p->args.op[k].kind == HC_DEV_PROGRAM_COPY || p->args.op[k].kind == HC_DEV_PROGRAM_REDUCE) return true;
+    if (p->args.op[k].kind != HC_DEV_PROGRAM_WRITE && p->args.op[k].kind != HC_DEV_PROGRAM_WRITE_RELAXED &&
+        p->args.op[k].kind != HC_DEV_PROGRAM_WAIT && p->args.op[k].kind != HC_DEV_PROGRAM_TRAP_CHECK)
+      return true;
   return false;
 }
 
@@ -461,6 +463,7 @@ static unsigned program_threads(const struct hc_dev_program *p) {
   for (uint64_t k = 0; k < p->args.nops; k++) {
     const struct hc_dev_program_op *o = &p->args.op[k];
     if (o->kind == HC_DEV_PROGRAM_COPY) bytes = HC_MAX(bytes, o->n);
+    if (o->kind == HC_DEV_PROGRAM_LL_PUT || o->kind == HC_DEV_PROGRAM_LL_GET) bytes = HC_MAX(bytes, 4 * o->n);
     if (o->kind == HC_DEV_PROGRAM_REDUCE) bytes = HC_MAX(bytes, o->n * hc_dtype_size(p->dtype));
   }
   const uint64_t warps = HC_DIV_UP(HC_DIV_UP(bytes, 16), 32);
@@ -493,6 +496,14 @@ static hc_result_t program_as_ops(struct hc_gpu *g, const struct hc_dev_program 
       break;
     }
     case HC_DEV_PROGRAM_TRAP_CHECK: HC_TRY(hc_gpu_trap_if_set(g, s, p->args.trap, &launched)); break;
+    case HC_DEV_PROGRAM_LL_PUT:
+    case HC_DEV_PROGRAM_LL_GET:
+      /* No stream operation reads or writes the LL form: the comm offered
+       * it only where kernels run programs (api/comm.c). */
+      return HC_FAIL(HC_ERR_DEVICE,
+                     "%s: a program with an LL op (op %d), but the device runs programs as stream operations (no "
+                     "runtime compiler, or its kernels failed to build); HETCCL_LL_BYTES=0 turns LL off",
+                     g->v->name, (int)k);
     default:
       return HC_FAIL(HC_ERR_INTERNAL, "%s: program op %d of kind %llu", g->v->name, (int)k,
                      (unsigned long long)o->kind);

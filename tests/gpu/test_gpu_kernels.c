@@ -215,7 +215,8 @@ static int traps;
 static void count_trap(void) { traps++; }
 
 /* hc_trap_if_set, and a reduction given the trap word: the hook (a trap)
- * runs once, from thread 0, when the word is set, and never when it is 0;
+ * runs once, from thread 0, when the word is armed, and never when it is 0
+ * or only released (device.h: HC_DEV_TRAP_*);
  * the reduction still reduces (the trap is the context's sticky error, not
  * an exit of the kernel), and never traps without a word. */
 static long emulate_trap(void *h) {
@@ -226,7 +227,7 @@ static long emulate_trap(void *h) {
     return 0;
   *hook = count_trap;
   long cases = 0;
-  for (uint64_t word = 0; word < 3; word++) {
+  for (uint64_t word = 0; word < 4; word++) {
     for (unsigned nt = 1; nt <= 4; nt *= 4) {
       enum { TRAP_KERNEL, REDUCE_WITH_WORD, REDUCE_WITHOUT_WORD, FORMS };
       static const char *const form_name[FORMS] = {HC_GPU_TRAP_KERNEL, "a reduction given the word",
@@ -240,7 +241,7 @@ static long emulate_trap(void *h) {
           if (form == TRAP_KERNEL) k(&word);
           else red(sum, a, b, 5, form == REDUCE_WITH_WORD ? &word : NULL);
         }
-        const int traps_wanted = form != REDUCE_WITHOUT_WORD && word != 0;
+        const int traps_wanted = form != REDUCE_WITHOUT_WORD && (word & HC_DEV_TRAP_ARMED);
         CHECK(traps == traps_wanted, "%s with word %llu, %u threads: %d traps, want %d", form_name[form],
               (unsigned long long)word, nt, traps, traps_wanted);
         if (form != TRAP_KERNEL) CHECK(sum[0] == 11 && sum[4] == 55, "the reduction gave %d, %d", sum[0], sum[4]);
@@ -315,6 +316,68 @@ static long emulate_programs(void *h) {
       cases++;
     }
   }
+  *hook = NULL;
+  return cases;
+}
+
+/* LL ops (device.h: the LL form) through the program kernel: a put of n
+ * bytes at every alignment writes ceil(n / 4) words of 4 data bytes and
+ * the flag, zero-padded, and no word more; a get of them gives back the
+ * bytes and writes no byte more. A get whose words carry another flag
+ * ends when the trap word is released (no trap, nothing written after
+ * it), or in one trap when it is armed. */
+static long emulate_ll(void *h) {
+  char name[64];
+  hc_gpu_program_kernel_name(name, sizeof(name), HC_UINT8, HC_MAX);
+  program_kernel k = (program_kernel)(uintptr_t)dlsym(h, name);
+  void (**hook)(void) = dlsym(h, "hc_emu_trap");
+  if (!CHECK(k != NULL && hook != NULL, "program kernel %s or the hook hc_emu_trap missing", name)) return 0;
+  *hook = count_trap;
+  long cases = 0;
+  static const size_t sizes[] = {1, 3, 4, 5, 8, 13, 64};
+  const uint64_t flag = 0x9e3779b9u, sentinel = 0x5555555555555555ull;
+  for (size_t z = 0; z < HC_ARRAY_LEN(sizes); z++)
+    for (int off = 0; off < 4; off++) {
+      const size_t n = sizes[z], words = hc_ll_words(n);
+      uint8_t from[72], to[72];
+      uint64_t slot[20], trap = 0, after = 0;
+      for (size_t i = 0; i < sizeof(from); i++) from[i] = (uint8_t)(7 * i + 3);
+      memset(to, 0xee, sizeof(to));
+      for (size_t i = 0; i < HC_ARRAY_LEN(slot); i++) slot[i] = sentinel;
+      struct hc_dev_program_args p = {.trap = &trap};
+      p.op[p.nops++] = (struct hc_dev_program_op){
+          .kind = HC_DEV_PROGRAM_LL_PUT, .n = n, .dst = slot, .src0 = from + off, .flag = flag};
+      p.op[p.nops++] = (struct hc_dev_program_op){
+          .kind = HC_DEV_PROGRAM_LL_GET, .n = n, .dst = to + 3 - off, .src0 = slot, .flag = flag};
+      p.op[p.nops++] = (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_WRITE, .n = 1, .dst = &after};
+      traps = 0;
+      k(p);
+      bool form = slot[words] == sentinel;
+      for (size_t w = 0; w < words; w++) {
+        uint64_t word = flag << 32;
+        for (size_t b = 0; b < 4 && 4 * w + b < n; b++) word |= (uint64_t)from[off + 4 * w + b] << (8 * b);
+        form &= slot[w] == word;
+      }
+      bool got = memcmp(to + 3 - off, from + off, n) == 0;
+      for (size_t i = 0; i < sizeof(to); i++)
+        if (i < (size_t)(3 - off) || i >= 3 - off + n) got &= to[i] == 0xee;
+      CHECK(form && got && after == 1 && traps == 0, "LL of %zu bytes at offset %d: words %d, bytes back %d, %d traps",
+            n, off, form, got, traps);
+      cases++;
+
+      /* The words of an older piece: released, then armed. */
+      p.op[1].flag = flag + 1;
+      for (int armed = 0; armed < 2; armed++) {
+        trap = armed ? HC_DEV_TRAP_ARMED : HC_DEV_TRAP_RELEASED;
+        after = 0;
+        traps = 0;
+        k(p);
+        CHECK(traps == armed && after == (armed ? 0u : 1u),
+              "LL get of a stale piece, trap word %llu: %d traps, after %llu", (unsigned long long)trap, traps,
+              (unsigned long long)after);
+        cases++;
+      }
+    }
   *hook = NULL;
   return cases;
 }
@@ -489,8 +552,8 @@ int main(int argc, char **argv) {
   }
   void *h = load_emulation(cc, dir);
   if (h != NULL) {
-    long cases = emulate(h) + emulate_trap(h) + emulate_programs(h);
-    printf("%s emulation: %ld cases of every dtype x op (reduce, scale), the trap check and programs on the host "
+    long cases = emulate(h) + emulate_trap(h) + emulate_programs(h) + emulate_ll(h);
+    printf("%s emulation: %ld cases of every dtype x op (reduce, scale), the trap check, programs and LL on the host "
            "compiler\n",
            tu_failures() ? "FAIL" : "PASS", cases);
     dlclose(h);
