@@ -30,6 +30,7 @@ struct hc_peer_info {
   int32_t group;          /* filled after the exchange: index of the group */
   int32_t vendor_ok;      /* the vendor library of device_kind loaded here */
   int32_t vendor_version; /* its version (NCCL's numbering; RCCL reports its NCCL base) */
+  int32_t ll_bytes;       /* window pieces it writes and reads in LL form, up to (comm.c: ll_bytes_offered) */
   char group_name[HC_GROUP_NAME_BYTES];
   int32_t fp8_layout;                   /* enum hc_fp8_layout: what this rank's fp8 buffers hold */
   char gpu_bus_id[HC_PCI_BUS_ID_BYTES]; /* its GPU's PCI bus id; empty: a CPU rank, or the driver cannot say */

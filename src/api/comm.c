@@ -98,6 +98,51 @@ static bool pair_has_window(const struct hetcclComm *comm, int peer) {
          (comm->peers[comm->rank].net.window || comm->peers[peer].net.window);
 }
 
+/* A rank of another process that uses rank r's GPU, or -1: the GPU
+ * time-slices the two contexts, and r runs no programs (api/proxy.c). */
+static int gpu_sharer(const struct hc_peer_info *peers, int nranks, int r) {
+  for (int i = 0; i < nranks; i++)
+    if (peers[i].pid != peers[r].pid && hc_peers_share_gpu(&peers[r], &peers[i])) return i;
+  return -1;
+}
+
+/* hc_peer_info.ll_bytes: a GPU rank runs LL copies in programs only
+ * (exec/enqueue.c), so it offers them where its programs run as kernels,
+ * and no larger than those. */
+static int32_t ll_bytes_offered(const struct hc_config *config) {
+  int64_t ll = hc_param_int(HC_P_LL_BYTES);
+  if (config->device_kind == HC_MEM_HOST) return (int32_t)ll;
+  const struct hc_dev_caps caps = hc_dev_caps(config->device_kind);
+  if (!caps.runtime_compile || !caps.reduce_reads_host) return 0;
+  return (int32_t)HC_MIN(ll, hc_param_int(HC_P_GPU_PROGRAM_BYTES));
+}
+
+/* The LL pieces of the pair with peer (plan.h, hc_plan_window.ll_bytes):
+ * both ranks compute the same from the peer table, and a GPU rank that
+ * time-slices its GPU runs no programs, so it has none. */
+static size_t pair_ll_bytes(const struct hetcclComm *comm, int peer) {
+  const int pair[2] = {comm->rank, peer};
+  int32_t ll = INT32_MAX;
+  for (int k = 0; k < 2; k++) {
+    const struct hc_peer_info *r = &comm->peers[pair[k]];
+    if (r->device_kind != HC_MEM_HOST && gpu_sharer(comm->peers, comm->nranks, pair[k]) >= 0) return 0;
+    ll = HC_MIN(ll, r->ll_bytes);
+  }
+  return (size_t)HC_MAX(ll, 0);
+}
+
+/* Lays out w for the pair (plan.h, hc_plan_window): the data slots, then
+ * the LL slots where the window holds them with room to spare. Both
+ * ranks of the pair lay it out alike. */
+static void window_layout(struct hc_plan_window *w, size_t ll_bytes) {
+  size_t ll_region = HC_WINDOW_SLOTS * hc_ll_words(ll_bytes) * sizeof(uint64_t);
+  if (ll_region > w->w.bytes / 4) ll_bytes = ll_region = 0;
+  w->ll_bytes = ll_bytes;
+  w->slot_bytes = (w->w.bytes - ll_region) / HC_WINDOW_SLOTS / 4096 * 4096;
+  w->ll_tx = ll_bytes ? (uint64_t *)(void *)(w->w.tx + w->w.bytes - ll_region) : NULL;
+  w->ll_rx = ll_bytes ? (uint64_t *)(void *)(w->w.rx + w->w.bytes - ll_region) : NULL;
+}
+
 /* Pairs with windows connect now, at init, and take the windows of their
  * segment; staging then moves their transfers through them (plan.h,
  * hc_plan_window). */
@@ -107,7 +152,7 @@ static hc_result_t windows_open(struct hetcclComm *comm) {
   if (npairs == 0) return HC_OK;
   HC_TRY(hc_calloc(&comm->plan_ctx.windows, (size_t)comm->nranks, sizeof(*comm->plan_ctx.windows), "windows"));
   uint64_t deadline = hc_deadline_ns();
-  size_t slot_bytes = 0;
+  size_t slot_bytes = 0, ll_bytes = 0;
   for (int i = 0; i < comm->nranks; i++) {
     struct hc_link *l = &comm->links.peer[i];
     if (!pair_has_window(comm, i)) continue;
@@ -125,14 +170,16 @@ static hc_result_t windows_open(struct hetcclComm *comm) {
     if (w->w.bytes < HC_WINDOW_SLOTS * 4096)
       return HC_FAIL(HC_ERR_INTERNAL, "rank %d: the %s connection with rank %d has no window", comm->rank, l->net->name,
                      i);
-    w->slot_bytes = slot_bytes = w->w.bytes / HC_WINDOW_SLOTS;
+    window_layout(w, pair_ll_bytes(comm, i));
+    slot_bytes = w->slot_bytes;
+    ll_bytes = HC_MAX(ll_bytes, w->ll_bytes);
   }
   if (comm->config.device_kind != HC_MEM_HOST) {
     HC_TRY(windows_register(comm, true));
     comm->windows_registered = true;
   }
-  HC_INFO(HC_NET, "rank %d: %d same-host peers through windows of %d slots of %zu KiB", comm->rank, npairs,
-          HC_WINDOW_SLOTS, slot_bytes >> 10);
+  HC_INFO(HC_NET, "rank %d: %d same-host peers through windows of %d slots of %zu KiB; LL form up to %zu bytes",
+          comm->rank, npairs, HC_WINDOW_SLOTS, slot_bytes >> 10, ll_bytes);
   return HC_OK;
 }
 
@@ -438,6 +485,7 @@ static hc_result_t phase_peers_exchange(struct hetcclComm *comm) {
       config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_VENDOR) ? hc_vendor_get(config->device_kind) : NULL;
   me->vendor_ok = my_vendor != NULL;
   me->vendor_version = my_vendor ? my_vendor->version : 0;
+  me->ll_bytes = ll_bytes_offered(config);
   enum hc_fp8_layout fp8;
   HC_TRY(local_fp8_layout(config, &fp8));
   me->fp8_layout = (int32_t)fp8;
@@ -466,16 +514,15 @@ static hc_result_t phase_groups(struct hetcclComm *comm) {
   const struct hc_peer_info *peers = comm->peers;
   comm->ngroups = assign_groups(comm->peers, comm->nranks);
   const struct hc_peer_info *me = &peers[comm->rank];
-  for (int i = 0; i < comm->nranks; i++)
-    if (peers[i].pid != me->pid && hc_peers_share_gpu(me, &peers[i])) {
-      comm->gpu_time_sliced = true;
-      HC_INFO(HC_API,
-              "rank %d: rank %d, another process, uses the same GPU (%s): the GPU time-slices the two processes' "
-              "contexts, and each wait of one on the other costs a switch (100-300 us); CUDA MPS, or a GPU per "
-              "process, does not pay it",
-              comm->rank, i, me->gpu_bus_id[0] ? me->gpu_bus_id : "same device number");
-      break;
-    }
+  const int sharer = gpu_sharer(peers, comm->nranks, comm->rank);
+  if (sharer >= 0) {
+    comm->gpu_time_sliced = true;
+    HC_INFO(HC_API,
+            "rank %d: rank %d, another process, uses the same GPU (%s): the GPU time-slices the two processes' "
+            "contexts, and each wait of one on the other costs a switch (100-300 us); CUDA MPS, or a GPU per "
+            "process, does not pay it",
+            comm->rank, sharer, me->gpu_bus_id[0] ? me->gpu_bus_id : "same device number");
+  }
   comm->fp8_odd_rank = -1;
   for (int i = 1; i < comm->nranks && comm->fp8_odd_rank < 0; i++)
     if (peers[i].fp8_layout != peers[0].fp8_layout) comm->fp8_odd_rank = i;

@@ -77,6 +77,10 @@ struct hc_gpu_lanes {
   size_t program_bytes;
   struct hc_dev_program program;
   int program_lane;
+  /* Counter waits the plan being enqueued has put on a stream: what a
+   * release after a failure can end early, and so what the plan's trap
+   * check is for. An LL get checks the trap word itself. */
+  int counter_waits;
   int32_t *merge_q, *touched; /* per queue, while merging frontiers */
   hc_ref_t *refs, *last_signal;
 };
@@ -220,9 +224,10 @@ bool hc_gpu_lanes_idle(struct hc_gpu_lanes *g) {
          (done && atomic_load(lane_counter(g, HC_LANE_MAIN)) >= g->lane_pos[HC_LANE_MAIN]);
 }
 
-void hc_gpu_lanes_arm_trap(struct hc_gpu_lanes *g) { atomic_store(trap_word(g), 1); }
+void hc_gpu_lanes_arm_trap(struct hc_gpu_lanes *g) { atomic_fetch_or(trap_word(g), HC_DEV_TRAP_ARMED); }
 
 void hc_gpu_lanes_release(struct hc_gpu_lanes *g, const uint64_t *xfer_end) {
+  atomic_fetch_or(trap_word(g), HC_DEV_TRAP_RELEASED);
   for (int q = 0; q < g->nqueues; q++) {
     const uint64_t end = xfer_end ? xfer_end[q] : HC_GPU_RELEASED;
     if (atomic_load(queue_counter(g, q)) < end) atomic_store(queue_counter(g, q), end);
@@ -528,6 +533,7 @@ static struct hc_flag_op wait_for(const void *counter, uint64_t value) {
  * and a stream's wait holds no GPU time while it waits. */
 static hc_result_t flag_op(struct hc_gpu_lanes *g, int lane, struct hc_flag_op f) {
   const uint64_t nops = g->program.args.nops;
+  g->counter_waits += f.wait;
   if (nops > 0 && g->program_lane == lane && nops < HC_DEV_PROGRAM_OPS) return program_op(g, lane, flag_program_op(f));
   if (nops > 0 || (g->nbatch > 0 && (g->batch_lane != lane || g->nbatch == (int)HC_ARRAY_LEN(g->batch))))
     HC_TRY(flush_gathered(g));
@@ -552,6 +558,20 @@ static hc_result_t program_step(struct hc_gpu_lanes *g, const struct hc_plan *p,
   const struct hc_step *st = &p->steps[i];
   struct hc_dev_program *pr = &g->program;
   *taken = false;
+  if (st->kind == HC_STEP_COPY && st->ll != HC_LL_NONE) {
+    /* No stream operation reads or writes the LL form; the comm offers it
+     * only where programs run (api/comm.c). */
+    if (g->program_bytes == 0)
+      return HC_FAIL(HC_ERR_INTERNAL, "rank %d: a window piece in LL form, but programs are off", g->rank);
+    *taken = true;
+    return program_op(
+        g, lane,
+        (struct hc_dev_program_op){.kind = st->ll == HC_LL_PUT ? HC_DEV_PROGRAM_LL_PUT : HC_DEV_PROGRAM_LL_GET,
+                                   .n = st->count,
+                                   .dst = st->dst,
+                                   .src0 = st->src0,
+                                   .flag = st->ll_flag});
+  }
   if (g->program_bytes == 0) return HC_OK;
   const void *src = copy_source(g, p, i);
   if (src != NULL) {
@@ -567,7 +587,8 @@ static hc_result_t program_step(struct hc_gpu_lanes *g, const struct hc_plan *p,
   /* One dtype and op per program: another goes in the next one. */
   if (reduces && (pr->dtype != st->dtype || pr->redop != st->redop)) HC_TRY(flush_gathered(g));
   if (trap_checked) {
-    HC_TRY(program_op(g, lane, (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_TRAP_CHECK}));
+    if (g->counter_waits > 0)
+      HC_TRY(program_op(g, lane, (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_TRAP_CHECK}));
     *trap_checked = true;
   }
   HC_TRY(program_op(
@@ -633,6 +654,7 @@ static hc_result_t run_vendor_step(struct hc_gpu_lanes *g, const struct hc_step 
  * check says whether it did (trap_carrier). */
 static hc_result_t run_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int i, int lane, bool *trap_checked) {
   const struct hc_step *st = &p->steps[i];
+  if (st->kind == HC_STEP_WAIT && st->ll == HC_LL_POLLED) return HC_OK; /* the LL get after it waits */
   if (st->kind == HC_STEP_WAIT && g->partner[i] < 0)
     return reached(st->src0, st->count) ? HC_OK : flag_op(g, lane, wait_for(st->src0, st->count));
   if (st->kind == HC_STEP_SIGNAL)
@@ -646,6 +668,10 @@ static hc_result_t run_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int
   const void *src = copy_source(g, p, i);
   if (src != NULL) return hc_dev_copy(g->dev, st->dst, src, st->count, g->stream[lane]);
   if (st->kind == HC_STEP_VENDOR) return run_vendor_step(g, st, g->stream[lane]);
+  if (trap_checked && g->counter_waits == 0) {
+    *trap_checked = true;
+    trap_checked = NULL;
+  }
   return hc_exec_local_step(g->dev, st, g->stream[lane], trap_checked ? (const volatile uint64_t *)trap_word(g) : NULL,
                             trap_checked);
 }
@@ -688,6 +714,7 @@ hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_s
   const struct hc_dev_ops *dev = g->dev;
   g->nbatch = 0;
   g->program.args.nops = 0;
+  g->counter_waits = 0;
   if (g->norder == 0) return HC_OK;
   while (g->nevents < g->nev) {
     hc_event_t *ev = realloc(g->events, (size_t)(g->nevents + 1) * sizeof(*ev));
@@ -751,7 +778,7 @@ hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_s
     HC_TRY(hc_dev_event_record(dev, g->exit[l], g->stream[l]));
     HC_TRY(hc_dev_stream_wait_event(dev, user[0], g->exit[l]));
   }
-  if (!trap_checked) HC_TRY(trap_check(g, user[0]));
+  if (!trap_checked && g->counter_waits > 0) HC_TRY(trap_check(g, user[0]));
   if (nuser > 1) HC_TRY(hc_dev_event_record(dev, g->exit[HC_LANE_MAIN], user[0]));
   for (int u = 1; u < nuser; u++) HC_TRY(hc_dev_stream_wait_event(dev, user[u], g->exit[HC_LANE_MAIN]));
   return HC_OK;

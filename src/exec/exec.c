@@ -198,10 +198,39 @@ static void step_done(struct job_state *st, int i) {
   }
 }
 
+/* A CPU rank's copy of a window piece into or out of LL form (plan.h,
+ * enum hc_ll). A GET runs after the piece's filled, which its writer
+ * published after the words, so every word must carry the flag. */
+static hc_result_t ll_host_copy(const struct hc_step *s) {
+  const size_t words = hc_ll_words(s->count);
+  for (size_t i = 0; i < words; i++) {
+    const size_t len = HC_MIN(s->count - HC_LL_WORD_DATA * i, (size_t)HC_LL_WORD_DATA);
+    if (s->ll == HC_LL_PUT) {
+      const uint8_t *src = (const uint8_t *)s->src0 + HC_LL_WORD_DATA * i;
+      uint64_t word = (uint64_t)s->ll_flag << 32;
+      for (size_t b = 0; b < len; b++) word |= (uint64_t)src[b] << (8 * b);
+      atomic_store_explicit((atomic_ullong *)s->dst + i, word, memory_order_relaxed);
+      continue;
+    }
+    const uint64_t word = atomic_load_explicit((const atomic_ullong *)s->src0 + i, memory_order_relaxed);
+    if ((uint32_t)(word >> 32) != s->ll_flag)
+      return HC_FAIL(HC_ERR_INTERNAL,
+                     "exec: word %zu of a window piece in LL form has flag %u, not %u, after its filled", i,
+                     (unsigned)(word >> 32), (unsigned)s->ll_flag);
+    uint8_t *dst = (uint8_t *)s->dst + HC_LL_WORD_DATA * i;
+    for (size_t b = 0; b < len; b++) dst[b] = (uint8_t)(word >> (8 * b));
+  }
+  return HC_OK;
+}
+
 hc_result_t hc_exec_local_step(const struct hc_dev_ops *dev, const struct hc_step *s, hc_stream_t stream,
                                const volatile uint64_t *trap_word, bool *trap_checked) {
   switch (s->kind) {
-  case HC_STEP_COPY: return hc_dev_copy(dev, s->dst, s->src0, s->count, stream);
+  case HC_STEP_COPY:
+    if (s->ll == HC_LL_NONE) return hc_dev_copy(dev, s->dst, s->src0, s->count, stream);
+    /* A GPU runs it in a program (exec/enqueue.c). */
+    if (dev->kind != HC_MEM_HOST) return HC_FAIL(HC_ERR_INTERNAL, "exec: an LL copy on a %s stream", dev->name);
+    return ll_host_copy(s);
   case HC_STEP_REDUCE: {
     struct hc_reduce_args a = {.dst = s->dst,
                                .src0 = s->src0,

@@ -117,6 +117,15 @@ enum hc_step_kind {
  * the other way. */
 enum hc_lane { HC_LANE_MAIN, HC_LANE_TO_HOST, HC_LANE_COUNT };
 
+/* A small window piece in LL form (device.h; hc_plan_window.ll_bytes):
+ * the COPY into the window writes it (PUT: dst is the LL words), the
+ * COPY out of it reads it (GET: src0 is), with the step's ll_flag. The
+ * receive's WAIT for filled says POLLED: the GET after it polls its words
+ * itself, so a GPU, which runs that GET in a program, skips the wait; a
+ * CPU rank waits for filled as for any piece (its signature check is
+ * there) and then finds the words in place. */
+enum hc_ll { HC_LL_NONE, HC_LL_PUT, HC_LL_GET, HC_LL_POLLED };
+
 #define HC_STEP_MAX_DEPS 4
 /* A step reference: 1 + step index, 0 = none (see hc_step.deps). */
 typedef int32_t hc_ref_t;
@@ -135,6 +144,7 @@ struct hc_step {
    * the next signal of its lane must not be seen before it (a window
    * piece's signature words, read once its filled has been seen). */
   uint8_t relaxed;
+  uint8_t ll;    /* COPY, WAIT: enum hc_ll */
   int32_t peer;  /* SEND, RECV; VENDOR: the root */
   uint32_t call; /* SEND, RECV: its call's signature, hc_plan.sigs[call] */
   void *dst;     /* RECV, REDUCE, COPY, SCALE */
@@ -145,6 +155,7 @@ struct hc_step {
   /* Earlier steps that must be done first, as 1 + their index, so that a
    * zero-initialised entry means "none". */
   int32_t deps[HC_STEP_MAX_DEPS];
+  uint32_t ll_flag; /* COPY with ll PUT or GET: the flag of the piece's LL words */
 };
 
 /* A buffer a plan took from a pool, and the pool it goes back to. */
@@ -236,7 +247,13 @@ struct hc_plan_ctx {
  * hands the numbers out, so plans must be staged in the order they run. */
 struct hc_plan_window {
   struct hc_net_window w; /* w.bytes == 0: no window with this peer */
-  size_t slot_bytes;      /* w.bytes / HC_WINDOW_SLOTS */
+  size_t slot_bytes;      /* of each of the HC_WINDOW_SLOTS slots at the start of w.tx and w.rx */
+  /* Pieces of up to ll_bytes (0: none) go in LL form (hc_ll) through LL
+   * slots of hc_ll_words(ll_bytes) words each, HC_WINDOW_SLOTS of them per
+   * direction after the data slots, numbered as those are: both ranks of
+   * the pair speak it (api/comm.c), and both lay the window out alike. */
+  size_t ll_bytes;
+  uint64_t *ll_tx, *ll_rx;
   uint64_t tx_pieces, rx_pieces;
   int32_t last_signal[2]; /* staging's own: the plan's latest signal per direction */
 };

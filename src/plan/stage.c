@@ -49,6 +49,12 @@
  * engines, memcpy on a CPU rank), so between two GPU ranks of one host the
  * bytes cross host memory once. The signals of one counter are chained so
  * that they are published in piece order.
+ *
+ * A transfer of up to the window's ll_bytes is one piece in LL form
+ * (plan.h, enum hc_ll): its copies write and read the LL slot of the
+ * piece, the rest is the same. A GPU receiver then reads the data with
+ * its flags in one read of host memory instead of reading filled first
+ * (bench/gpu/README.md).
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -72,14 +78,21 @@ static char *window_slot(const struct hc_plan_window *w, bool send, uint64_t pie
   return (char *)(send ? w->w.tx : w->w.rx) + (piece % HC_WINDOW_SLOTS) * w->slot_bytes;
 }
 
+static uint64_t *ll_slot(const struct hc_plan_window *w, bool send, uint64_t piece) {
+  return (send ? w->ll_tx : w->ll_rx) + (piece % HC_WINDOW_SLOTS) * hc_ll_words(w->ll_bytes);
+}
+
+/* Never 0, what LL words hold before anyone writes them. */
+static uint32_t ll_flag(uint64_t piece) { return (uint32_t)(piece % UINT32_MAX) + 1; }
+
 /* The wait before piece `piece` of transfer s with w: until the receiver
  * has freed piece - SLOTS (a send), or the sender has filled piece (a
  * receive, whose signature exec checks then). */
 static hc_ref_t push_window_wait(struct hc_plan *p, struct hc_plan_window *w, const struct hc_step *s, uint64_t piece,
-                                 uint8_t lane) {
+                                 uint8_t lane, enum hc_ll ll) {
   const bool send = s->kind == HC_STEP_SEND;
   /* peer: whose process moves the counter (exec watches it while waiting). */
-  struct hc_step wait = {.kind = HC_STEP_WAIT, .lane = lane, .peer = s->peer};
+  struct hc_step wait = {.kind = HC_STEP_WAIT, .lane = lane, .ll = ll, .peer = s->peer};
   memcpy(wait.deps, s->deps, sizeof(wait.deps));
   if (send) {
     wait.src0 = w->w.tx_freed;
@@ -113,14 +126,20 @@ static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w
                                      bool device_memory, hc_ref_t *pieces) {
   const bool send = s->kind == HC_STEP_SEND;
   const int npieces = (int)HC_DIV_UP(s->count, w->slot_bytes);
+  const bool ll = s->count <= w->ll_bytes; /* then one piece */
   for (int k = 0; k < npieces; k++) {
     size_t off = (size_t)k * w->slot_bytes, len = HC_MIN(w->slot_bytes, s->count - off);
     uint64_t piece = send ? w->tx_pieces++ : w->rx_pieces++;
     char *slot = window_slot(w, send, piece);
     /* A GPU runs the three steps in order on the copy's stream. */
     const uint8_t lane = send && device_memory ? HC_LANE_TO_HOST : HC_LANE_MAIN;
-    hc_ref_t ready = push_window_wait(p, w, s, piece, lane);
+    hc_ref_t ready = push_window_wait(p, w, s, piece, lane, ll && !send ? HC_LL_POLLED : HC_LL_NONE);
     struct hc_step copy = {.kind = HC_STEP_COPY, .lane = lane, .count = len, HC_DEPS(ready)};
+    if (ll) {
+      copy.ll = send ? HC_LL_PUT : HC_LL_GET;
+      copy.ll_flag = ll_flag(piece);
+      slot = (char *)ll_slot(w, send, piece);
+    }
     if (send) {
       copy.dst = slot;
       copy.src0 = (const char *)s->src0 + off;
@@ -359,7 +378,7 @@ static bool ranges_overlap(const void *a, const void *b, size_t bytes) {
  * by step i + 1: a reduction that depends on it, reads its bytes where
  * they land and nowhere else reads them (hc_step.landed), and writes
  * elsewhere. A piece of one slot, small enough for this rank
- * (hc_plan_ctx.window_reduce_bytes). Only the very next step, so that no
+ * (hc_plan_ctx.window_reduce_bytes), and not in LL form. Only the very next step, so that no
  * other signal of the window comes between the piece's wait and its
  * freed, which keeps the counter growing in piece order. */
 static bool reduced_in_slot(const struct stage *st, const struct hc_step *old, int nold, int i) {
@@ -371,7 +390,7 @@ static bool reduced_in_slot(const struct stage *st, const struct hc_step *old, i
   for (int d = 0; d < HC_STEP_MAX_DEPS; d++) depends |= red->deps[d] == i + 1;
   const bool reads_landing =
       ((red->landed & 1) && red->src0 == recv->dst) || ((red->landed & 2) && red->src1 == recv->dst);
-  return depends && reads_landing && recv->count == bytes && bytes > 0 && bytes <= w->slot_bytes &&
+  return depends && reads_landing && recv->count == bytes && bytes > w->ll_bytes && bytes <= w->slot_bytes &&
          bytes <= st->x->window_reduce_bytes && !ranges_overlap(red->dst, recv->dst, bytes);
 }
 
@@ -381,7 +400,7 @@ static hc_ref_t push_landing(struct stage *st, struct hc_plan_window *w, const s
   st->landing_window = w;
   st->landing_piece = w->rx_pieces++;
   st->landing_dst = s->dst;
-  return push_window_wait(st->p, w, s, st->landing_piece, HC_LANE_MAIN);
+  return push_window_wait(st->p, w, s, st->landing_piece, HC_LANE_MAIN, HC_LL_NONE);
 }
 
 /* The reduction after push_landing, reading the slot; then the slot's freed. */
