@@ -6,15 +6,16 @@
 # default 16K) and off (0), interleaved, and last the GPU ctest suite with
 # programs on (correctness on the real driver; the longest part, so a run
 # cut short still brings the figures; CTEST=0 skips it). Results under
-# ${OUT:-.}.
+# ${OUT:-.}. ON and OFF replace the two settings compared, for example
+# ON=HETCCL_LL_BYTES=4K OFF=HETCCL_LL_BYTES=0 for the LL form.
 #   bench/gpu/programs.sh [max_bytes]   (default 1 MiB)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_DIR:-$root/build-gpu}
 out=${OUT:-.}
 max=${1:-1048576}
-on="HETCCL_GPU_PROGRAM_BYTES=${PROGRAM_BYTES:-16K}"
-off=HETCCL_GPU_PROGRAM_BYTES=0
+on=${ON:-HETCCL_GPU_PROGRAM_BYTES=${PROGRAM_BYTES:-16K}}
+off=${OFF:-HETCCL_GPU_PROGRAM_BYTES=0}
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
   cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1 || {
   echo "build FAILED"
