@@ -131,12 +131,16 @@ static size_t pair_ll_bytes(const struct hetcclComm *comm, int peer) {
   return (size_t)HC_MAX(ll, 0);
 }
 
+/* The LL slots of one direction of a window (plan.h, hc_plan_window). */
+static size_t ll_region_bytes(size_t ll_bytes) { return HC_WINDOW_SLOTS * hc_ll_words(ll_bytes) * sizeof(uint64_t); }
+
 /* Lays out w for the pair (plan.h, hc_plan_window): the data slots, then
- * the LL slots where the window holds them with room to spare. Both
- * ranks of the pair lay it out alike. */
+ * the LL slots. Both ranks of the pair lay it out alike. The window a GPU
+ * rank asks for has room for its LL slots besides slots of a chunk each
+ * (phase_transports_open), and a pair's ll_bytes is at most that rank's. */
 static void window_layout(struct hc_plan_window *w, size_t ll_bytes) {
-  size_t ll_region = HC_WINDOW_SLOTS * hc_ll_words(ll_bytes) * sizeof(uint64_t);
-  if (ll_region > w->w.bytes / 4) ll_bytes = ll_region = 0;
+  size_t ll_region = ll_region_bytes(ll_bytes);
+  if (ll_region + HC_WINDOW_SLOTS * 4096 > w->w.bytes) ll_bytes = ll_region = 0;
   w->ll_bytes = ll_bytes;
   w->slot_bytes = (w->w.bytes - ll_region) / HC_WINDOW_SLOTS / 4096 * 4096;
   w->ll_tx = ll_bytes ? (uint64_t *)(void *)(w->w.tx + w->w.bytes - ll_region) : NULL;
@@ -462,7 +466,8 @@ static hc_result_t phase_transports_open(struct hetcclComm *comm) {
                                  .sig_explain = hc_plan_sig_explain};
   HC_TRY(hc_bootstrap_id_secret(comm->id, net_args.secret));
   if (config->device_kind != HC_MEM_HOST && hc_param_int(HC_P_SHM_WINDOW))
-    net_args.window_bytes = HC_WINDOW_SLOTS * hc_plan_chunk_bytes(true);
+    net_args.window_bytes =
+        HC_WINDOW_SLOTS * hc_plan_chunk_bytes(true) + ll_region_bytes((size_t)hc_param_int(HC_P_LL_BYTES));
   HC_TRY(hc_calloc(&comm->peers, (size_t)comm->nranks, sizeof(*comm->peers), "peer table"));
   return hc_net_set_open(&comm->nets, &net_args, &comm->peers[comm->rank].net);
 }
