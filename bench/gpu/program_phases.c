@@ -87,10 +87,11 @@ static struct hc_dev_program exchange_program(struct rank_mem *self, struct rank
   return p;
 }
 
-/* The same all-reduce with the vector in LL form (device.h): one 8-byte
- * store of data and flag, one read of it on the other side, then the
- * reduction from device memory; the signature words, filled and freed as
- * before, which no GPU waits on here. */
+/* The same all-reduce with the vector in LL form (device.h), in the order
+ * hetccl enqueues it: one 8-byte store of data and flag, the signature
+ * words and filled as before (no GPU waits on them), one read of the
+ * peer's word into device memory, freed as a relaxed write (it follows
+ * only reads), the reduction from device memory, the lane counter. */
 static struct hc_dev_program exchange_program_ll(struct rank_mem *self, struct rank_mem *peer, uint64_t seq) {
   struct hc_dev_program p = {.args.trap = trap_word, .dtype = HC_FLOAT32, .redop = HC_SUM};
   p.args.op[p.args.nops++] = (struct hc_dev_program_op){
@@ -100,8 +101,8 @@ static struct hc_dev_program exchange_program_ll(struct rank_mem *self, struct r
   p.args.op[p.args.nops++] = op_write(&peer->counter[FILLED], seq);
   p.args.op[p.args.nops++] = (struct hc_dev_program_op){
       .kind = HC_DEV_PROGRAM_LL_GET, .n = sizeof(float), .dst = self->got, .src0 = self->ll, .flag = seq};
+  p.args.op[p.args.nops++] = op_write_relaxed(&peer->counter[FREED], seq);
   p.args.op[p.args.nops++] = op_reduce(self->out, self->in, self->got, 1);
-  p.args.op[p.args.nops++] = op_write(&peer->counter[FREED], seq);
   p.args.op[p.args.nops++] = op_write(&self->counter[LANE], seq);
   return p;
 }

@@ -142,7 +142,8 @@ struct hc_step {
   uint8_t landed;
   /* SIGNAL: 1 where the write needs no memory barrier of its own: only
    * the next signal of its lane must not be seen before it (a window
-   * piece's signature words, read once its filled has been seen). */
+   * piece's signature words, read once its filled has been seen; the freed
+   * of a piece in LL form, which only says that its words were read). */
   uint8_t relaxed;
   uint8_t ll;    /* COPY, WAIT: enum hc_ll */
   int32_t peer;  /* SEND, RECV; VENDOR: the root */

@@ -109,12 +109,14 @@ static hc_ref_t push_window_wait(struct hc_plan *p, struct hc_plan_window *w, co
 
 /* Publishes filled (send) or freed (receive) = piece + 1 once `after` is
  * done, chained after the direction's previous signal so that the counter
- * only grows. */
+ * only grows. relaxed (hc_step.relaxed): a freed that follows only reads
+ * of the slot. */
 static void push_window_signal(struct hc_plan *p, struct hc_plan_window *w, bool send, uint64_t piece, uint8_t lane,
-                               hc_ref_t after) {
+                               hc_ref_t after, bool relaxed) {
   hc_ref_t *last = &w->last_signal[!send];
   *last = hc_plan_push(p, (struct hc_step){.kind = HC_STEP_SIGNAL,
                                            .lane = lane,
+                                           .relaxed = relaxed,
                                            .src0 = send ? w->w.tx_filled : w->w.rx_freed,
                                            .count = piece + 1,
                                            HC_DEPS(after, *last)});
@@ -156,7 +158,8 @@ static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w
                                                   .src0 = w->w.tx_sig + 2 * (piece % HC_NET_WINDOW_SIGS) + word,
                                                   .count = s->call < p->nsigs ? p->sigs[s->call].w[word] : 0,
                                                   HC_DEPS(copied)});
-    push_window_signal(p, w, send, piece, lane, copied);
+    /* An LL get's freed publishes no data: the words it read are in. */
+    push_window_signal(p, w, send, piece, lane, copied, ll && !send);
     /* The transfer's dependents need its buffer free (send) or its data in
      * (receive): both are the copy, which a GPU step can follow on the
      * GPU. The signal is done by the end of the plan. */
@@ -411,7 +414,7 @@ static hc_ref_t push_reduce_in_slot(struct stage *st, struct hc_step s) {
   else s.src1 = slot;
   s.landed = 0;
   const hc_ref_t reduced = hc_plan_push(st->p, s);
-  push_window_signal(st->p, w, false, st->landing_piece, HC_LANE_MAIN, reduced);
+  push_window_signal(st->p, w, false, st->landing_piece, HC_LANE_MAIN, reduced, false);
   st->landing_window = NULL;
   return reduced;
 }
