@@ -81,6 +81,13 @@ endforeach()
 add_test(NAME gpu_faults_kill_programs_fake_cuda COMMAND test_gpu_faults kill)
 set_tests_properties(gpu_faults_kill_programs_fake_cuda PROPERTIES LABELS "unit;gpu" TIMEOUT 300 SKIP_RETURN_CODE 77
   ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=2;FAKE_CUDA_DELAY_US=0;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0;GPU_FAULTS_OWN_DEVICES=1;HETCCL_GPU_PROGRAM_BYTES=16K")
+# kill_abort there too: the survivor's program spins on its peer's LL
+# words, not on a counter, and only the release (the trap word's released
+# bit) can end it when the survivor aborts within the grace.
+add_test(NAME gpu_faults_kill_abort_programs_fake_cuda COMMAND test_gpu_faults kill_abort)
+set_tests_properties(gpu_faults_kill_abort_programs_fake_cuda PROPERTIES LABELS "unit;gpu" TIMEOUT 300
+  SKIP_RETURN_CODE 77
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=2;FAKE_CUDA_DELAY_US=0;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0;GPU_FAULTS_OWN_DEVICES=1;HETCCL_GPU_PROGRAM_BYTES=16K")
 # The same program, more faults: a CPU rank whose GPU peer (windows) is
 # killed mid-exchange (cpu_kill); the state dump of a receive stuck on a
 # peer that never sends, then abort (dump, sockets so that the engine runs
