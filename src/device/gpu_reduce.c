@@ -446,9 +446,9 @@ out:
 
 /* ---- programs ---- */
 
-/* Whether p moves data (copies, reduces, LL ops): a program of flag operations and trap
- * checks alone costs less as a batch of them than as a launch, and a
- * stream's wait holds no GPU time while it waits. */
+/* Whether p moves data (copies, reductions, LL ops): a program of flag
+ * operations and trap checks alone costs less as a batch of them than as
+ * a launch, and a stream's wait holds no GPU time while it waits. */
 static bool program_moves_data(const struct hc_dev_program *p) {
   for (uint64_t k = 0; k < p->args.nops; k++)
     if (p->args.op[k].kind != HC_DEV_PROGRAM_WRITE && p->args.op[k].kind != HC_DEV_PROGRAM_WRITE_RELAXED &&

@@ -128,7 +128,7 @@ static hc_ref_t push_window_transfer(struct hc_plan *p, struct hc_plan_window *w
                                      bool device_memory, hc_ref_t *pieces) {
   const bool send = s->kind == HC_STEP_SEND;
   const int npieces = (int)HC_DIV_UP(s->count, w->slot_bytes);
-  const bool ll = s->count <= w->ll_bytes; /* then one piece */
+  const bool ll = s->count <= w->ll_bytes; /* every piece in LL form (one, unless the slots are smaller) */
   for (int k = 0; k < npieces; k++) {
     size_t off = (size_t)k * w->slot_bytes, len = HC_MIN(w->slot_bytes, s->count - off);
     uint64_t piece = send ? w->tx_pieces++ : w->rx_pieces++;
@@ -381,9 +381,10 @@ static bool ranges_overlap(const void *a, const void *b, size_t bytes) {
  * by step i + 1: a reduction that depends on it, reads its bytes where
  * they land and nowhere else reads them (hc_step.landed), and writes
  * elsewhere. A piece of one slot, small enough for this rank
- * (hc_plan_ctx.window_reduce_bytes), and not in LL form. Only the very next step, so that no
- * other signal of the window comes between the piece's wait and its
- * freed, which keeps the counter growing in piece order. */
+ * (hc_plan_ctx.window_reduce_bytes), and not in LL form. Only the very
+ * next step, so that no other signal of the window comes between the
+ * piece's wait and its freed, which keeps the counter growing in piece
+ * order. */
 static bool reduced_in_slot(const struct stage *st, const struct hc_step *old, int nold, int i) {
   const struct hc_step *recv = &old[i], *red = &old[i + 1];
   const struct hc_plan_window *w = window_of(st->x, recv);
