@@ -425,13 +425,16 @@ static void check_sig_renumber(void) {
 /* ---- 6 ---- */
 
 /* Rank 0's staged plan of one call with rank 1 through a window of 4
- * slots of slot bytes: its receives copied out of the window, its
- * reductions that read the window, and whether every freed of the receive
- * window follows what used the slot and publishes a larger count than the
- * one before. */
+ * slots of slot bytes and LL slots for pieces of up to ll bytes: its
+ * receives copied out of the window (out of its LL slots: ll_gets), its
+ * reductions that read the window, its pieces put in LL form, and whether
+ * every freed of the receive window follows what used the slot and
+ * publishes a larger count than the one before. In LL form (plan.h, enum
+ * hc_ll), a receive's wait says POLLED and its freed is relaxed, and the
+ * flags of the puts and of the gets count the pieces from 1. */
 struct window_use {
-  int copied_out, reduced_in_slot;
-  bool freed_in_order;
+  int copied_out, reduced_in_slot, ll_gets, ll_puts;
+  bool freed_in_order, ll_form;
 };
 
 static bool in_range(const void *p, const void *base, size_t bytes) {
@@ -439,11 +442,13 @@ static bool in_range(const void *p, const void *base, size_t bytes) {
 }
 
 static struct window_use window_use(enum hc_coll coll, enum hc_algo algo, size_t bytes, bool in_place, size_t slot,
-                                    size_t window_reduce_bytes, struct hc_scratch_pool *pool) {
+                                    size_t window_reduce_bytes, size_t ll, struct hc_scratch_pool *pool) {
   static atomic_ullong counters[4], sigs[2][2 * HC_NET_WINDOW_SIGS];
   struct hc_plan_window windows[2];
   memset(windows, 0, sizeof(windows));
   char *tx = calloc(HC_WINDOW_SLOTS, slot), *rx = calloc(HC_WINDOW_SLOTS, slot);
+  const size_t ll_slots = HC_WINDOW_SLOTS * hc_ll_words(ll) * sizeof(uint64_t);
+  uint64_t *ll_tx = calloc(1, ll_slots + 8), *ll_rx = calloc(1, ll_slots + 8);
   windows[1] = (struct hc_plan_window){.w = {.tx = (uint8_t *)tx,
                                              .rx = (uint8_t *)rx,
                                              .bytes = HC_WINDOW_SLOTS * slot,
@@ -453,7 +458,10 @@ static struct window_use window_use(enum hc_coll coll, enum hc_algo algo, size_t
                                              .rx_freed = &counters[3],
                                              .tx_sig = sigs[0],
                                              .rx_sig = sigs[1]},
-                                       .slot_bytes = slot};
+                                       .slot_bytes = slot,
+                                       .ll_bytes = ll,
+                                       .ll_tx = ll_tx,
+                                       .ll_rx = ll_rx};
   struct hc_plan_ctx x = {.rank = 0,
                           .nranks = 2,
                           .chunk_bytes = slot,
@@ -468,35 +476,50 @@ static struct window_use window_use(enum hc_coll coll, enum hc_algo algo, size_t
   struct hc_coll_args a = {
       .coll = coll, .sendbuf = in, .recvbuf = out, .count = bytes / 4, .dtype = HC_FLOAT32, .op = HC_SUM};
   struct hc_plan p = {.pool = pool};
-  struct window_use got = {-1, -1, false};
-  if (tx && rx && in && out && CHECK_OK((hetcclResult_t)hc_plan_add(&p, &x, &a)) &&
+  struct window_use got = {-1, -1, -1, -1, false, false};
+  if (tx && rx && ll_tx && ll_rx && in && out && CHECK_OK((hetcclResult_t)hc_plan_add(&p, &x, &a)) &&
       CHECK_OK((hetcclResult_t)hc_plan_stage(&p, &x, false))) {
-    got = (struct window_use){0, 0, true};
+    got = (struct window_use){0, 0, 0, 0, true, true};
     uint64_t last_freed = 0;
+    uint32_t put_flag = 0, get_flag = 0;
+    int polled = 0;
     for (int i = 0; i < p.nsteps; i++) {
       const struct hc_step *s = &p.steps[i];
       const bool reads_rx = in_range(s->src0, rx, HC_WINDOW_SLOTS * slot) ||
                             (s->kind == HC_STEP_REDUCE && in_range(s->src1, rx, HC_WINDOW_SLOTS * slot));
+      const bool ll_get = s->kind == HC_STEP_COPY && s->ll == HC_LL_GET && in_range(s->src0, ll_rx, ll_slots);
+      const bool ll_put = s->kind == HC_STEP_COPY && s->ll == HC_LL_PUT && in_range(s->dst, ll_tx, ll_slots);
       got.copied_out += s->kind == HC_STEP_COPY && reads_rx;
       got.reduced_in_slot += s->kind == HC_STEP_REDUCE && reads_rx;
+      got.ll_gets += ll_get;
+      got.ll_puts += ll_put;
+      polled += s->kind == HC_STEP_WAIT && s->ll == HC_LL_POLLED;
+      if (ll_get) got.ll_form &= s->ll_flag == ++get_flag && s->count <= ll;
+      if (ll_put) got.ll_form &= s->ll_flag == ++put_flag && s->count <= ll;
       if (s->kind != HC_STEP_SIGNAL || s->src0 != (const void *)&counters[3]) continue;
       /* what used the slot: a dependency of the signal that read the window */
-      bool after_use = false;
+      bool after_use = false, after_ll_get = false;
       for (int d = 0; d < HC_STEP_MAX_DEPS; d++) {
         const struct hc_step *u = s->deps[d] ? &p.steps[s->deps[d] - 1] : NULL;
-        after_use |= u != NULL && (u->kind == HC_STEP_COPY || u->kind == HC_STEP_REDUCE) &&
+        if (u == NULL) continue;
+        after_ll_get |= u->kind == HC_STEP_COPY && u->ll == HC_LL_GET && in_range(u->src0, ll_rx, ll_slots);
+        after_use |= (u->kind == HC_STEP_COPY || u->kind == HC_STEP_REDUCE) &&
                      (in_range(u->src0, rx, HC_WINDOW_SLOTS * slot) ||
                       (u->kind == HC_STEP_REDUCE && in_range(u->src1, rx, HC_WINDOW_SLOTS * slot)));
       }
-      got.freed_in_order &= after_use && s->count == last_freed + 1;
+      got.freed_in_order &= (after_use || after_ll_get) && s->count == last_freed + 1;
+      got.ll_form &= s->relaxed == after_ll_get;
       last_freed = s->count;
     }
+    got.ll_form &= polled == got.ll_gets;
   }
   hc_plan_reset(&p);
   if (out != in) free(out);
   free(in);
   free(tx);
   free(rx);
+  free(ll_tx);
+  free(ll_rx);
   return got;
 }
 
@@ -508,35 +531,46 @@ static void check_window_reduce(struct hc_scratch_pool *pool) {
     enum hc_algo algo;
     size_t bytes;
     bool in_place;
-    size_t slot, limit;
-    int copied_out, reduced_in_slot;
+    size_t slot, limit, ll;
+    int copied_out, reduced_in_slot, ll_gets, ll_puts;
   } cases[] = {
       /* one step: the peer's vector, one piece, reduced where it lands */
-      {"one step", HC_COLL_ALLREDUCE, HC_ALGO_ONESTEP, 4 * K, false, 16 * K, all, 0, 1},
-      {"one step, limit 0", HC_COLL_ALLREDUCE, HC_ALGO_ONESTEP, 4 * K, false, 16 * K, 0, 1, 0},
-      {"one step, piece over the limit", HC_COLL_ALLREDUCE, HC_ALGO_ONESTEP, 4 * K, false, 16 * K, 4 * K - 4, 1, 0},
-      {"one step, piece at the limit", HC_COLL_ALLREDUCE, HC_ALGO_ONESTEP, 4 * K, false, 16 * K, 4 * K, 0, 1},
-      {"one step, 5 pieces", HC_COLL_ALLREDUCE, HC_ALGO_ONESTEP, 80 * K, false, 16 * K, all, 0, 5},
+      {"one step", HC_COLL_ALLREDUCE, HC_ALGO_ONESTEP, 4 * K, false, 16 * K, all, 0, 0, 1, 0, 0},
+      {"one step, limit 0", HC_COLL_ALLREDUCE, HC_ALGO_ONESTEP, 4 * K, false, 16 * K, 0, 0, 1, 0, 0, 0},
+      {"one step, piece over the limit", HC_COLL_ALLREDUCE, HC_ALGO_ONESTEP, 4 * K, false, 16 * K, 4 * K - 4, 0, 1, 0,
+       0, 0},
+      {"one step, piece at the limit", HC_COLL_ALLREDUCE, HC_ALGO_ONESTEP, 4 * K, false, 16 * K, 4 * K, 0, 0, 1, 0, 0},
+      {"one step, 5 pieces", HC_COLL_ALLREDUCE, HC_ALGO_ONESTEP, 80 * K, false, 16 * K, all, 0, 0, 5, 0, 0},
       /* ring: the reduce-scatter half's 2 pieces of 16K reduced in the
        * slot, the all-gather half's copied into the output */
-      {"ring", HC_COLL_ALLREDUCE, HC_ALGO_RING, 64 * K, false, 16 * K, all, 2, 2},
-      {"ring, limit 0", HC_COLL_ALLREDUCE, HC_ALGO_RING, 64 * K, false, 16 * K, 0, 4, 0},
+      {"ring", HC_COLL_ALLREDUCE, HC_ALGO_RING, 64 * K, false, 16 * K, all, 0, 2, 2, 0, 0},
+      {"ring, limit 0", HC_COLL_ALLREDUCE, HC_ALGO_RING, 64 * K, false, 16 * K, 0, 0, 4, 0, 0, 0},
       /* reduce-scatter into the output: it lands in the output and is
        * reduced there, so it is copied out; in place it lands in scratch */
-      {"reduce-scatter", HC_COLL_REDUCESCATTER, HC_ALGO_RING, 32 * K, false, 16 * K, all, 2, 0},
-      {"reduce-scatter in place", HC_COLL_REDUCESCATTER, HC_ALGO_RING, 32 * K, true, 16 * K, all, 0, 2},
+      {"reduce-scatter", HC_COLL_REDUCESCATTER, HC_ALGO_RING, 32 * K, false, 16 * K, all, 0, 2, 0, 0, 0},
+      {"reduce-scatter in place", HC_COLL_REDUCESCATTER, HC_ALGO_RING, 32 * K, true, 16 * K, all, 0, 0, 2, 0, 0},
       /* all-gather receives into the output, which nothing reduces */
-      {"all-gather", HC_COLL_ALLGATHER, HC_ALGO_RING, 32 * K, false, 16 * K, all, 2, 0},
+      {"all-gather", HC_COLL_ALLGATHER, HC_ALGO_RING, 32 * K, false, 16 * K, all, 0, 2, 0, 0, 0},
+      /* LL form (ll bytes): the one-step pair's 4 KiB, read out of its LL
+       * slot (no reduction from the window), and put into the peer's */
+      {"one step, LL", HC_COLL_ALLREDUCE, HC_ALGO_ONESTEP, 4 * K, false, 16 * K, all, 4 * K, 0, 0, 1, 1},
+      {"one step, over LL", HC_COLL_ALLREDUCE, HC_ALGO_ONESTEP, 4 * K + 4, false, 16 * K, all, 4 * K, 0, 1, 0, 0},
+      /* the ring's four pieces of 16 KiB, each one in LL form */
+      {"ring, LL", HC_COLL_ALLREDUCE, HC_ALGO_RING, 64 * K, false, 16 * K, all, 16 * K, 0, 0, 4, 4},
   };
   for (size_t i = 0; i < HC_ARRAY_LEN(cases); i++) {
     tu_set_case("window reduce: %s, %zu bytes", cases[i].what, cases[i].bytes);
     const struct window_use got = window_use(cases[i].coll, cases[i].algo, cases[i].bytes, cases[i].in_place,
-                                             cases[i].slot, cases[i].limit, pool);
+                                             cases[i].slot, cases[i].limit, cases[i].ll, pool);
     CHECK(got.copied_out == cases[i].copied_out, "%d pieces copied out of the window, expected %d", got.copied_out,
           cases[i].copied_out);
     CHECK(got.reduced_in_slot == cases[i].reduced_in_slot, "%d reductions read the window, expected %d",
           got.reduced_in_slot, cases[i].reduced_in_slot);
     CHECK(got.freed_in_order, "a freed of the receive window comes before the slot's use or out of order");
+    CHECK(got.ll_gets == cases[i].ll_gets && got.ll_puts == cases[i].ll_puts,
+          "%d pieces read and %d put in LL form, expected %d and %d", got.ll_gets, got.ll_puts, cases[i].ll_gets,
+          cases[i].ll_puts);
+    CHECK(got.ll_form, "an LL piece's flag, POLLED wait or relaxed freed is wrong");
   }
   tu_set_case("%s", "");
 }
