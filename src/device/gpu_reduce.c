@@ -457,13 +457,15 @@ static bool program_moves_data(const struct hc_dev_program *p) {
   return false;
 }
 
-/* One block: the ops' barriers join a block, not a grid. */
+/* One block: the ops' barriers join a block, not a grid. A thread per 16
+ * bytes of a copy or reduction, per LL word of an LL op. */
 static unsigned program_threads(const struct hc_dev_program *p) {
   uint64_t bytes = 0;
   for (uint64_t k = 0; k < p->args.nops; k++) {
     const struct hc_dev_program_op *o = &p->args.op[k];
     if (o->kind == HC_DEV_PROGRAM_COPY) bytes = HC_MAX(bytes, o->n);
-    if (o->kind == HC_DEV_PROGRAM_LL_PUT || o->kind == HC_DEV_PROGRAM_LL_GET) bytes = HC_MAX(bytes, 4 * o->n);
+    if (o->kind == HC_DEV_PROGRAM_LL_PUT || o->kind == HC_DEV_PROGRAM_LL_GET)
+      bytes = HC_MAX(bytes, 16 * hc_ll_words(o->n));
     if (o->kind == HC_DEV_PROGRAM_REDUCE) bytes = HC_MAX(bytes, o->n * hc_dtype_size(p->dtype));
   }
   const uint64_t warps = HC_DIV_UP(HC_DIV_UP(bytes, 16), 32);

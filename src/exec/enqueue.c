@@ -587,8 +587,7 @@ static hc_result_t program_step(struct hc_gpu_lanes *g, const struct hc_plan *p,
   /* One dtype and op per program: another goes in the next one. */
   if (reduces && (pr->dtype != st->dtype || pr->redop != st->redop)) HC_TRY(flush_gathered(g));
   if (trap_checked) {
-    if (g->counter_waits > 0)
-      HC_TRY(program_op(g, lane, (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_TRAP_CHECK}));
+    HC_TRY(program_op(g, lane, (struct hc_dev_program_op){.kind = HC_DEV_PROGRAM_TRAP_CHECK}));
     *trap_checked = true;
   }
   HC_TRY(program_op(
@@ -668,10 +667,6 @@ static hc_result_t run_step(struct hc_gpu_lanes *g, const struct hc_plan *p, int
   const void *src = copy_source(g, p, i);
   if (src != NULL) return hc_dev_copy(g->dev, st->dst, src, st->count, g->stream[lane]);
   if (st->kind == HC_STEP_VENDOR) return run_vendor_step(g, st, g->stream[lane]);
-  if (trap_checked && g->counter_waits == 0) {
-    *trap_checked = true;
-    trap_checked = NULL;
-  }
   return hc_exec_local_step(g->dev, st, g->stream[lane], trap_checked ? (const volatile uint64_t *)trap_word(g) : NULL,
                             trap_checked);
 }
@@ -759,9 +754,12 @@ hc_result_t hc_gpu_enqueue(struct hc_gpu_lanes *g, const struct hc_plan *p, hc_s
       struct qref qr = g->qrefs[need->q_first + x];
       HC_TRY(wait_queue(g, lane, qr.queue, g->pos[qr.step]));
     }
+    /* A plan that put no counter wait on a stream by its carrier needs no
+     * trap check there; a signal after it that waits gets the one at the end. */
+    const bool carries = i == carrier && g->counter_waits > 0;
     HC_TRACE(HC_EXEC, "step %d (kind %d, %zu) on lane %d at %llu%s", i, p->steps[i].kind, p->steps[i].count, lane,
-             (unsigned long long)g->pos[i], i == carrier ? ", with the trap check" : "");
-    HC_TRY(run_step(g, p, i, lane, i == carrier ? &trap_checked : NULL));
+             (unsigned long long)g->pos[i], carries ? ", with the trap check" : "");
+    HC_TRY(run_step(g, p, i, lane, carries ? &trap_checked : NULL));
     if (g->event[i] >= 0) {
       HC_TRY(flush_gathered(g));
       HC_TRY(hc_dev_event_record(dev, g->events[g->event[i]], s));
