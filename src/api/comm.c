@@ -107,8 +107,9 @@ static int gpu_sharer(const struct hc_peer_info *peers, int nranks, int r) {
 }
 
 /* hc_peer_info.ll_bytes: a GPU rank runs LL copies in programs only
- * (exec/enqueue.c), so it offers them where its programs run as kernels,
- * and no larger than those. */
+ * (exec/enqueue.c), so it offers them where its programs can run as
+ * kernels, and no larger than those; ll_offers_confirm withdraws the offer
+ * where its kernels then fail to build. */
 static int32_t ll_bytes_offered(const struct hc_config *config) {
   int64_t ll = hc_param_int(HC_P_LL_BYTES);
   if (config->device_kind == HC_MEM_HOST) return (int32_t)ll;
@@ -129,6 +130,44 @@ static size_t pair_ll_bytes(const struct hetcclComm *comm, int peer) {
     ll = HC_MIN(ll, r->ll_bytes);
   }
   return (size_t)HC_MAX(ll, 0);
+}
+
+/* A GPU rank offered LL from its backend's capabilities, before it knew
+ * whether any pair would use it; whether its kernels build and load, which
+ * LL needs, is known only once they are built. Where a pair may use LL,
+ * every GPU rank that offered it builds them now (the same as its first
+ * reduction would), and the ranks exchange what they can keep: a rank
+ * whose kernels fail runs its pairs without LL, and its reductions on the
+ * host, instead of failing a call. Every rank decides from the same peer
+ * table whether to join the all-gather. */
+static hc_result_t ll_offers_confirm(struct hetcclComm *comm) {
+  bool gpu_offers = false;
+  for (int i = 0; i < comm->nranks; i++)
+    gpu_offers |= comm->peers[i].device_kind != HC_MEM_HOST && comm->peers[i].ll_bytes > 0 &&
+                  gpu_sharer(comm->peers, comm->nranks, i) < 0;
+  const bool vendor_runs_all = comm->ngroups == 1 && comm->group_vendor[0];
+  if (!gpu_offers || vendor_runs_all || comm->nranks == 1) return HC_OK;
+  struct hc_peer_info *me = &comm->peers[comm->rank];
+  int32_t *kept;
+  HC_TRY(hc_calloc(&kept, (size_t)comm->nranks, sizeof(*kept), "LL offers"));
+  kept[comm->rank] = me->ll_bytes;
+  hc_result_t r = HC_OK;
+  if (me->device_kind != HC_MEM_HOST && me->ll_bytes > 0) {
+    bool kernels = false;
+    r = hc_dev_build_kernels(hc_dev_get(me->device_kind), comm->config.device_id, &kernels);
+    if (r != HC_OK || !kernels) {
+      kept[comm->rank] = 0;
+      HC_INFO(HC_API, "rank %d: no kernels on device %d: its window pieces travel without the LL form", comm->rank,
+              comm->config.device_id);
+    }
+  }
+  /* A failure here still joins the all-gather, so that no rank waits for
+   * this one. */
+  const hc_result_t gathered = hc_bootstrap_allgather(comm->boot, kept, sizeof(*kept));
+  if (gathered == HC_OK)
+    for (int i = 0; i < comm->nranks; i++) comm->peers[i].ll_bytes = kept[i];
+  free(kept);
+  return r != HC_OK ? r : gathered;
 }
 
 /* The LL slots of one direction of a window (plan.h, hc_plan_window). */
@@ -678,6 +717,7 @@ static const struct init_phase {
     {"links", phase_links},                  /* net: a transport per pair; exec: wait policy */
     {"plans", phase_plans},                  /* plan: plan context and scratch pools */
     {"vendor groups", vendor_groups_choose}, /* vendor: which groups run the vendor's library */
+    {"LL offers", ll_offers_confirm},        /* device: kernels built where a pair may use LL */
     {"windows", windows_open},               /* net + device: shm windows, registered with the GPU */
     {"GPU paths", gdr_choose},               /* plan: which peers' GPU bytes go straight to the NIC */
     {"device", phase_device},                /* device: this thread on the comm's GPU */

@@ -214,6 +214,11 @@ struct hc_dev_ops {
    * while it waits: the caller uses it where nothing else must run on the
    * GPU for the wait to end (enqueue.c). */
   hc_result_t (*program)(void *ctx, const struct hc_dev_program *p, hc_stream_t s);
+  /* Builds device's kernels in its primary context now, as its first
+   * reduction or program would, so that init learns whether its programs
+   * will run as kernels (*kernels) before a peer relies on it (api/comm.c:
+   * the LL form). A failed build is *kernels = false, not an error. */
+  hc_result_t (*build_kernels)(void *ctx, int device, bool *kernels);
 }; /* append only */
 
 /* HC_ERR_DEVICE, with a message naming the backend and op: d lacks op (a
@@ -327,6 +332,9 @@ static inline hc_result_t hc_dev_trap_if_set(const struct hc_dev_ops *d, hc_stre
 
 static inline hc_result_t hc_dev_program(const struct hc_dev_ops *d, const struct hc_dev_program *p, hc_stream_t s) {
   return HC_DEV_CALL(d, program, p, s);
+}
+static inline hc_result_t hc_dev_build_kernels(const struct hc_dev_ops *d, int device, bool *kernels) {
+  return HC_DEV_CALL(d, build_kernels, device, kernels);
 }
 
 extern const struct hc_dev_ops hc_dev_host;

@@ -198,6 +198,7 @@ hc_result_t hc_gpu_reduce(void *ctx, const struct hc_reduce_args *a, hc_stream_t
 hc_result_t hc_gpu_scale(void *ctx, const struct hc_scale_args *a, hc_stream_t s);
 hc_result_t hc_gpu_trap_if_set(void *ctx, hc_stream_t s, const volatile uint64_t *word, bool *launched);
 hc_result_t hc_gpu_program(void *ctx, const struct hc_dev_program *p, hc_stream_t s);
+hc_result_t hc_gpu_build_kernels(void *ctx, int device, bool *kernels);
 hc_result_t hc_gpu_ptr_query(void *ctx, const void *p, struct hc_ptr_info *out);
 hc_result_t hc_gpu_set_device(void *ctx, int device);
 hc_result_t hc_gpu_host_alloc(void *ctx, size_t n, void **p);
@@ -294,6 +295,7 @@ extern const struct hc_gpu_vendor hc_gpu_vendor_hip;
     .current_device = hc_gpu_current_device, .flag_batch = hc_gpu_flag_batch, .fp8_layout = hc_gpu_fp8_layout,         \
     .thread_bound = hc_gpu_thread_bound, .dmabuf_export = hc_gpu_dmabuf_export, .pci_bus_id = hc_gpu_pci_bus_id,       \
     .rdma_flush_needed = hc_gpu_rdma_flush_needed, .trap_if_set = hc_gpu_trap_if_set, .program = hc_gpu_program,       \
+    .build_kernels = hc_gpu_build_kernels,                                                                             \
   }
 
 #endif

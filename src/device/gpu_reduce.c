@@ -514,6 +514,20 @@ static hc_result_t program_as_ops(struct hc_gpu *g, const struct hc_dev_program 
   return nflags > 0 ? hc_gpu_flag_batch(g, s, flags, nflags) : HC_OK;
 }
 
+hc_result_t hc_gpu_build_kernels(void *ctx, int device, bool *kernels) {
+  struct hc_gpu *g = ctx;
+  struct hc_gpu_scope sc;
+  struct hc_gpu_dev *d;
+  void *tok = NULL;
+  *kernels = false;
+  HC_TRY(hc_gpu_scope_device(g, device, &sc));
+  int e = g->v->ctx_get(&tok);
+  hc_result_t r = e == 0 ? HC_OK : hc_gpu_fail(g, e, "context of the device");
+  if (r == HC_OK) *kernels = g->v->kernels_read_host_address() && use_kernels(g, device, tok, &d);
+  hc_gpu_scope_exit(g, &sc);
+  return r;
+}
+
 hc_result_t hc_gpu_program(void *ctx, const struct hc_dev_program *p, hc_stream_t s) {
   struct hc_gpu *g = ctx;
   struct hc_gpu_scope sc;

@@ -15,6 +15,14 @@ set_tests_properties(gpu_coll_fake_cuda PROPERTIES LABELS "unit;gpu" TIMEOUT 600
 add_test(NAME gpu_coll_fake_cuda_no_programs COMMAND test_coll_gpu)
 set_tests_properties(gpu_coll_fake_cuda_no_programs PROPERTIES LABELS "unit;gpu" TIMEOUT 600
   ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;GPU_TEST_QUICK=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0;TU_RANKS=threads;HETCCL_GPU_PROGRAM_BYTES=0")
+# The GPU rank's kernels compile but load nowhere (the fake driver rejects
+# every image): it must withdraw its LL offer at init (api/comm.c:
+# ll_offers_confirm) and reduce on the host; a GPU + CPU pair, whose small
+# pieces would otherwise travel in the LL form. The host fallback waits for
+# the stream in the call, which the cases that hold a stream cannot allow.
+add_test(NAME gpu_coll_fake_cuda_no_kernels COMMAND test_coll_gpu)
+set_tests_properties(gpu_coll_fake_cuda_no_kernels PROPERTIES LABELS "unit;gpu" TIMEOUT 600
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;FAKE_CUDA_REJECT_CUBIN=1;FAKE_CUDA_REJECT_PTX=1;GPU_TEST_QUICK=1;GPU_TEST_SCENARIOS=B;GPU_TEST_CALLER_BLOCKS=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0;TU_RANKS=threads")
 # The same with ranks as processes, as on the GPU machine (not under
 # ThreadSanitizer, which does not follow a fork of a threaded process).
 add_test(NAME gpu_coll_fake_cuda_processes COMMAND test_coll_gpu)

@@ -31,7 +31,8 @@
  * Environment: FAKE_CUDA_DEVICES (default 2), FAKE_CUDA_MEMOPS=0 (stream
  * memory operations answer CUDA_ERROR_NOT_SUPPORTED), FAKE_CUDA_REJECT_CUBIN=1
  * (cuModuleLoadData takes only PTX, as a driver older than the compiler
- * would), FAKE_CUDA_DELAY_US (largest random delay per operation, default
+ * would), FAKE_CUDA_REJECT_PTX=1 (and PTX too: with both, no kernel image
+ * loads, as where the compiler is newer than the driver), FAKE_CUDA_DELAY_US (largest random delay per operation, default
  * 300), FAKE_CUDA_CC (compute capability as major * 10 + minor, default 90:
  * Hopper; 80 is Ampere, whose RDMA writes net/ib flushes).
  */
@@ -73,7 +74,7 @@ struct CUctx_st {
 };
 static struct CUctx_st ctxs[MAXDEV];
 static int ndev = 2, delay_us = 300;
-static bool memops = true, reject_cubin, inited;
+static bool memops = true, reject_cubin, reject_ptx, inited;
 static int compute_capability = 90; /* FAKE_CUDA_CC */
 static _Thread_local CUcontext cur;
 
@@ -347,6 +348,7 @@ static void init_state(void) {
   if ((v = getenv("FAKE_CUDA_MEMOPS")) != NULL) memops = atoi(v) != 0;
   if ((v = getenv("FAKE_CUDA_DELAY_US")) != NULL) delay_us = atoi(v);
   if ((v = getenv("FAKE_CUDA_REJECT_CUBIN")) != NULL) reject_cubin = atoi(v) != 0;
+  if ((v = getenv("FAKE_CUDA_REJECT_PTX")) != NULL) reject_ptx = atoi(v) != 0;
   if ((v = getenv("FAKE_CUDA_CC")) != NULL && atoi(v) > 0) compute_capability = atoi(v);
   for (int i = 0; i < MAXDEV; i++) ctxs[i].dev = i;
   hc_emu_trap = on_trap;
@@ -726,7 +728,7 @@ EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image) {
                               "ELF",
                               4);
   bool ptx = img && strstr(img, ".version") && strstr(img, ".target");
-  if ((!cubin && !ptx) || (cubin && reject_cubin)) return CUDA_ERROR_INVALID_IMAGE;
+  if ((!cubin && !ptx) || (cubin && reject_cubin) || (!cubin && reject_ptx)) return CUDA_ERROR_INVALID_IMAGE;
   *m = calloc(1, sizeof(**m));
   if (*m == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
   (*m)->ctx = cur;
