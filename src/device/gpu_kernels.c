@@ -42,12 +42,14 @@
  * ops in order: copies, writes and waits of counters in mapped host memory,
  * LL puts and gets (device.h: the LL form), reductions of its <t> and <op>,
  * trap checks. Its threads share copies, LL words and reductions; thread 0
- * writes and waits; the block fences at system scope and joins after each
- * copy, reduction and wait, so that a write publishes everything before it
- * and what follows a wait sees what the peer published. After an LL op it
- * only joins: an LL word needs no fence to be read right, and a later
- * write's fence (thread 0's, after the join) publishes it all the same.
- * The host emulation runs it as one thread.
+ * writes and waits. The block joins after each op but a write or a trap
+ * check, and only thread 0 fences, at system scope (NCCL's pattern: a
+ * barrier, then the fence of the thread that posts): before a write, so
+ * that the write publishes what the whole block wrote before the join (a
+ * fence is cumulative: it orders the writes that thread 0 observed through
+ * the barrier), and at the end of a wait, before the join, so that what
+ * the block reads after it is what the peer published. An LL word needs no
+ * fence to be read right. The host emulation runs it as one thread.
  *
  * Work split: a grid-stride loop over 16-byte packs (16 / sizeof(T)
  * elements per thread and step) when the three pointers share their offset
@@ -196,7 +198,6 @@ const char hc_gpu_kernel_source[] =
     "#define HC_PROGRAM_LL_PUT " HC_STR(HC_DEV_PROGRAM_LL_PUT) "\n"
     "#define HC_PROGRAM_LL_GET " HC_STR(HC_DEV_PROGRAM_LL_GET) "\n"
     "#define HC_PROGRAM_WRITES(kind) ((kind) == HC_PROGRAM_WRITE || (kind) == HC_PROGRAM_WRITE_RELAXED)\n"
-    "#define HC_PROGRAM_LL(kind) ((kind) == HC_PROGRAM_LL_PUT || (kind) == HC_PROGRAM_LL_GET)\n"
     "#define HC_TRAP_ARMED " HC_STR(HC_DEV_TRAP_ARMED) "\n"
     "#define HC_TRAP_RELEASED " HC_STR(HC_DEV_TRAP_RELEASED) "\n"
     "/* An LL word's wait reads the trap word once in this many reads of it. */\n"
@@ -250,12 +251,14 @@ const char hc_gpu_kernel_source[] =
     "}\n"
     "/* Every op but a reduction, which needs the kernel's types. A write and\n"
     " * a wait are thread 0's: a write after a system fence, so that it\n"
-    " * publishes what the block wrote before it (the kernel fences and\n"
-    " * joins the block after each copy, reduction and wait), a relaxed one\n"
-    " * without (the next write's fence publishes it); a wait until the\n"
-    " * counter reaches n under cuStreamWaitValue64's cyclic comparison, or\n"
-    " * until the trap word is set (the engine, the wait's owner, gave up:\n"
-    " * exec/engine.c). 0: the kernel trapped and must end. */\n"
+    " * publishes what the block wrote before it (the kernel joins the block\n"
+    " * after each copy, LL op, reduction and wait, and the fence is\n"
+    " * cumulative), a relaxed one without (the next write's fence publishes\n"
+    " * it); a wait until the counter reaches n under cuStreamWaitValue64's\n"
+    " * cyclic comparison, then a system fence, so that the block's reads\n"
+    " * after the join see what the peer published before it wrote the\n"
+    " * counter; or until the trap word is set (the engine, the wait's owner,\n"
+    " * gave up: exec/engine.c). 0: the kernel trapped and must end. */\n"
     "HC_DEV int hc_program_step(const hc_program_op *o, const volatile hc_u64 *trap, hc_u64 tid, hc_u64 nt) {\n"
     "  if (o->kind == HC_PROGRAM_COPY) {\n"
     "    hc_copy_bytes(o->dst, o->src0, o->n, tid, nt);\n"
@@ -277,6 +280,7 @@ const char hc_gpu_kernel_source[] =
     "        HC_TRAP();\n"
     "        return 0;\n"
     "      }\n"
+    "    HC_FENCE_SYSTEM();\n"
     "  } else if (o->kind == HC_PROGRAM_TRAP_CHECK && (HC_COUNTER_LOAD(trap) & HC_TRAP_ARMED)) {\n"
     "    HC_TRAP();\n"
     "    return 0;\n"
@@ -333,12 +337,7 @@ const char hc_gpu_kernel_source[] =
     "    hc_program_op o = p.op[k]; "
     "    if (o.kind == HC_PROGRAM_REDUCE) hc_reduce_body_##TAG##_##OPN(o.dst, o.src0, o.src1, o.n, tid, nt); "
     "    else if (!hc_program_step(&o, p.trap, tid, nt)) return; "
-    "    if (HC_PROGRAM_LL(o.kind)) { "
-    "      HC_BARRIER(); "
-    "    } else if (!HC_PROGRAM_WRITES(o.kind) && o.kind != HC_PROGRAM_TRAP_CHECK) { "
-    "      HC_FENCE_SYSTEM(); "
-    "      HC_BARRIER(); "
-    "    } "
+    "    if (!HC_PROGRAM_WRITES(o.kind) && o.kind != HC_PROGRAM_TRAP_CHECK) HC_BARRIER(); "
     "  } "
     "}\n"
     "/* Integers: SUM and PROD in the unsigned type (wrap), MAX and MIN signed. */\n"
