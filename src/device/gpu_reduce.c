@@ -127,9 +127,8 @@ static hc_result_t build_kernels(struct hc_gpu *g, int dev, struct hc_gpu_dev *d
   const struct hc_gpu_vendor *v = g->v;
   char opt[48], key[64];
   bool binary = false;
-  hc_result_t r = HC_ERR_DEVICE;
-  hc_set_last_error("no compile target");
-  for (int attempt = 0; v->rtc_target(dev, attempt, opt, sizeof(opt), &binary) == 0; attempt++) {
+  int attempt = 0;
+  for (; v->rtc_target(dev, attempt, opt, sizeof(opt), &binary) == 0; attempt++) {
     /* An empty option compiles for the current device (hipRTC): that image
      * is this device's, not to be reused by a device of another target. */
     if (opt[0]) snprintf(key, sizeof(key), "%s %s", opt, binary ? "bin" : "ptx");
@@ -139,7 +138,7 @@ static hc_result_t build_kernels(struct hc_gpu *g, int dev, struct hc_gpu_dev *d
       size_t size = 0;
       char *log = NULL;
       uint64_t t0 = hc_now_ns();
-      r = rtc_build(v, opt, binary, &image, &size, &log);
+      const hc_result_t r = rtc_build(v, opt, binary, &image, &size, &log);
       free(g->rtc_log);
       g->rtc_log = log;
       if (r != HC_OK) {
@@ -156,7 +155,6 @@ static hc_result_t build_kernels(struct hc_gpu *g, int dev, struct hc_gpu_dev *d
     void *mod = NULL;
     int e = v->module_load(g->image, &mod);
     if (e != 0) {
-      r = HC_ERR_DEVICE;
       HC_INFO(HC_DEV, "%s: device %d: loading the %s kernel image failed: %s (%d); next target", v->name, dev, key,
               v->err_str(e), e);
       char msg[256];
@@ -164,12 +162,12 @@ static hc_result_t build_kernels(struct hc_gpu *g, int dev, struct hc_gpu_dev *d
       hc_set_last_error(msg);
       continue;
     }
-    r = module_functions(g, d, mod);
-    if (r != HC_OK) continue;
+    if (module_functions(g, d, mod) != HC_OK) continue;
     d->module = mod;
     return HC_OK;
   }
-  return r;
+  /* Each failed attempt left its reason as the last error. */
+  return attempt == 0 ? HC_FAIL(HC_ERR_DEVICE, "%s: no compile target for device %d", v->name, dev) : HC_ERR_DEVICE;
 }
 
 /* The compiler's log, one WARN line per line (a log line holds 1 KiB). */
