@@ -272,7 +272,7 @@ static bool plan_cache_hit(struct hetcclComm *comm, const struct hc_coll_args *a
 static void plan_drop(struct hetcclComm *comm) {
   hc_exec_memo_free(comm->plan_memo);
   comm->plan_memo = NULL;
-  hc_plan_reset(&comm->plan);
+  hc_plan_clear(&comm->plan);
   comm->plan_kept = false;
 }
 

@@ -103,7 +103,7 @@ static hc_result_t submit(struct hc_proxy *px, const struct hc_coll_args *calls,
   }
   if (r != HC_OK) {
     hc_engine_job_free(job);
-    hc_plan_reset(&px->plan);
+    hc_plan_clear(&px->plan);
     return r;
   }
   HC_TRACE(HC_EXEC, "proxy: call %u planned: %d steps, %d of them the engine's", px->next_seq + 1, px->plan.nsteps,
@@ -113,7 +113,7 @@ static hc_result_t submit(struct hc_proxy *px, const struct hc_coll_args *calls,
   if (job->host.nsteps == 0) { /* windows and the GPU only */
     hc_engine_job_free(job);
   } else if ((r = hc_engine_submit(px->engine, job)) != HC_OK) {
-    hc_plan_reset(&px->plan);
+    hc_plan_clear(&px->plan);
     return r;
   }
   /* The engine watches the window waits before the streams may block on
@@ -125,7 +125,7 @@ static hc_result_t submit(struct hc_proxy *px, const struct hc_coll_args *calls,
   hc_engine_expect_sigs(px->engine, &px->plan);
   hc_engine_expect(px->engine, px->window_end);
   r = hc_gpu_enqueue(px->lanes, &px->plan, streams, nstreams);
-  hc_plan_reset(&px->plan);
+  hc_plan_clear(&px->plan);
   HC_TRACE(HC_EXEC, "proxy: call %u enqueued", seq);
   return r;
 }

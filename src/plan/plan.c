@@ -183,10 +183,11 @@ hc_ref_t hc_plan_join(struct hc_plan *p, hc_ref_t *refs, int n) {
 
 static void *take_scratch(struct hc_plan *p, struct hc_scratch_pool *pool, size_t bytes) {
   if (plan_failed(p)) return NULL;
-  struct hc_scratch *list = realloc(p->scratch, (size_t)(p->nscratch + 1) * sizeof(*list));
-  if (list) p->scratch = list;
+  size_t cap = (size_t)p->scratch_cap;
+  const bool room = hc_plan_room(p, &p->scratch, (size_t)p->nscratch, &cap, sizeof(*p->scratch), 4);
+  if (room) p->scratch_cap = (int)cap;
   size_t got = 0;
-  void *buf = list ? pool_get(pool, bytes, &got) : NULL;
+  void *buf = room ? pool_get(pool, bytes, &got) : NULL;
   if (buf == NULL) {
     p->cap = -1;
     return NULL;
@@ -243,7 +244,26 @@ void hc_plan_reset(struct hc_plan *p) {
   free(p->scratch);
   free(p->sigs);
   free(p->steps);
+  free(p->spare);
   *p = (struct hc_plan){.pool = p->pool, .dev_pool = p->dev_pool};
+}
+
+void hc_plan_clear(struct hc_plan *p) {
+  if (plan_failed(p)) { /* an array's room is no longer known */
+    hc_plan_reset(p);
+    return;
+  }
+  for (int i = 0; i < p->nscratch; i++) pool_put(p->scratch[i].pool, p->scratch[i].buf, p->scratch[i].bytes);
+  *p = (struct hc_plan){.steps = p->steps,
+                        .cap = p->cap,
+                        .spare = p->spare,
+                        .spare_cap = p->spare_cap,
+                        .pool = p->pool,
+                        .dev_pool = p->dev_pool,
+                        .scratch = p->scratch,
+                        .scratch_cap = p->scratch_cap,
+                        .sigs = p->sigs,
+                        .sigs_cap = p->sigs_cap};
 }
 
 hc_result_t hc_coll_args_keep_counts(struct hc_coll_args *a, int nranks, struct hc_alltoallv_kept **kept) {

@@ -169,12 +169,16 @@ struct hc_scratch {
 struct hc_plan {
   struct hc_step *steps;
   int nsteps, cap;
+  /* hc_plan_stage's array for the steps it rebuilds, swapped with steps;
+   * kept by hc_plan_clear like the others. */
+  struct hc_step *spare;
+  int spare_cap;
   /* Where scratch comes from and goes back: host memory (pinned for GPU
    * plans) for what the host reads or transports move, and for GPU plans
    * device memory (dev_pool) for the data the algorithms reduce. */
   struct hc_scratch_pool *pool, *dev_pool;
   struct hc_scratch *scratch;
-  int nscratch;
+  int nscratch, scratch_cap;
   struct hc_net_sig *sigs; /* of the calls whose transfers the plan holds */
   uint32_t nsigs, sigs_cap;
   enum hc_algo algo; /* what ran, for logs and benchmarks */
@@ -292,6 +296,10 @@ size_t hc_plan_chunk_bytes(bool any_gpu);
  * one plan). Allocates scratch as needed; hc_plan_reset frees everything. */
 hc_result_t hc_plan_add(struct hc_plan *plan, const struct hc_plan_ctx *ctx, const struct hc_coll_args *a);
 void hc_plan_reset(struct hc_plan *plan);
+/* Empties plan for the next call as hc_plan_reset does, but keeps the room
+ * of its arrays, so that a plan object reused call after call (a GPU
+ * comm's, api/proxy.c) allocates nothing for them once grown. */
+void hc_plan_clear(struct hc_plan *plan);
 
 /* The algorithm table (algos.c): one row per collective and algorithm.
  * A call gets the first row of its collective, in table order, that

@@ -450,14 +450,18 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
   hc_result_t r =
       map ? stage_alloc(&st, &need, nold) : HC_FAIL(HC_ERR_SYSTEM, "plan: out of memory staging %d steps", nold);
   if (r == HC_OK) {
-    /* Rebuild the step list from scratch, old steps read from `old`. */
-    p->steps = NULL;
-    p->nsteps = p->cap = 0;
+    /* Rebuild the step list in the spare array, old steps read from `old`,
+     * which becomes the spare. */
+    const int old_cap = p->cap;
+    p->steps = p->spare;
+    p->cap = p->spare_cap;
+    p->nsteps = 0;
+    p->spare = old;
+    p->spare_cap = old_cap;
     if (need.direct) st.entry_gate = push_gate(p, 0);
     for (int i = 0; i < nold; i++) map[i] = restage_step(&st, old, nold, i, map);
     if (need.direct && p->cap >= 0) push_gate(p, hc_plan_join(p, st.direct_refs, (int)st.ndirect));
     if (p->cap < 0) r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory staging %d steps", nold);
-    free(old);
   }
   free(map);
   stage_free(&st);
