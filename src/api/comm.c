@@ -118,18 +118,19 @@ static int32_t ll_bytes_offered(const struct hc_config *config) {
   return (int32_t)HC_MIN(ll, hc_param_int(HC_P_GPU_PROGRAM_BYTES));
 }
 
+/* What rank r's pairs may carry in LL form, from the peer table: its
+ * offer, except that a GPU rank that time-slices its GPU runs no programs,
+ * so it has none. */
+static int32_t rank_ll_bytes(const struct hetcclComm *comm, int r) {
+  const struct hc_peer_info *p = &comm->peers[r];
+  if (p->device_kind != HC_MEM_HOST && gpu_sharer(comm->peers, comm->nranks, r) >= 0) return 0;
+  return HC_MAX(p->ll_bytes, 0);
+}
+
 /* The LL pieces of the pair with peer (plan.h, hc_plan_window.ll_bytes):
- * both ranks compute the same from the peer table, and a GPU rank that
- * time-slices its GPU runs no programs, so it has none. */
+ * both ranks compute the same from the peer table. */
 static size_t pair_ll_bytes(const struct hetcclComm *comm, int peer) {
-  const int pair[2] = {comm->rank, peer};
-  int32_t ll = INT32_MAX;
-  for (int k = 0; k < 2; k++) {
-    const struct hc_peer_info *r = &comm->peers[pair[k]];
-    if (r->device_kind != HC_MEM_HOST && gpu_sharer(comm->peers, comm->nranks, pair[k]) >= 0) return 0;
-    ll = HC_MIN(ll, r->ll_bytes);
-  }
-  return (size_t)HC_MAX(ll, 0);
+  return (size_t)HC_MIN(rank_ll_bytes(comm, comm->rank), rank_ll_bytes(comm, peer));
 }
 
 /* A GPU rank offered LL from its backend's capabilities, before it knew
@@ -143,8 +144,7 @@ static size_t pair_ll_bytes(const struct hetcclComm *comm, int peer) {
 static hc_result_t ll_offers_confirm(struct hetcclComm *comm) {
   bool gpu_offers = false;
   for (int i = 0; i < comm->nranks; i++)
-    gpu_offers |= comm->peers[i].device_kind != HC_MEM_HOST && comm->peers[i].ll_bytes > 0 &&
-                  gpu_sharer(comm->peers, comm->nranks, i) < 0;
+    gpu_offers |= comm->peers[i].device_kind != HC_MEM_HOST && rank_ll_bytes(comm, i) > 0;
   const bool vendor_runs_all = comm->ngroups == 1 && comm->group_vendor[0];
   if (!gpu_offers || vendor_runs_all || comm->nranks == 1) return HC_OK;
   struct hc_peer_info *me = &comm->peers[comm->rank];
@@ -152,7 +152,7 @@ static hc_result_t ll_offers_confirm(struct hetcclComm *comm) {
   HC_TRY(hc_calloc(&kept, (size_t)comm->nranks, sizeof(*kept), "LL offers"));
   kept[comm->rank] = me->ll_bytes;
   hc_result_t r = HC_OK;
-  if (me->device_kind != HC_MEM_HOST && me->ll_bytes > 0) {
+  if (me->device_kind != HC_MEM_HOST && rank_ll_bytes(comm, comm->rank) > 0) {
     bool kernels = false;
     r = hc_dev_build_kernels(hc_dev_get(me->device_kind), comm->config.device_id, &kernels);
     if (r != HC_OK || !kernels) {

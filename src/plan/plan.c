@@ -239,8 +239,13 @@ uint32_t hc_plan_sig_add(struct hc_plan *p, const struct hc_net_sig *sig) {
   return p->nsigs++;
 }
 
-void hc_plan_reset(struct hc_plan *p) {
+/* The plan's scratch buffers back to their pools. */
+static void return_scratch(struct hc_plan *p) {
   for (int i = 0; i < p->nscratch; i++) pool_put(p->scratch[i].pool, p->scratch[i].buf, p->scratch[i].bytes);
+}
+
+void hc_plan_reset(struct hc_plan *p) {
+  return_scratch(p);
   free(p->scratch);
   free(p->sigs);
   free(p->steps);
@@ -253,7 +258,7 @@ void hc_plan_clear(struct hc_plan *p) {
     hc_plan_reset(p);
     return;
   }
-  for (int i = 0; i < p->nscratch; i++) pool_put(p->scratch[i].pool, p->scratch[i].buf, p->scratch[i].bytes);
+  return_scratch(p);
   *p = (struct hc_plan){.steps = p->steps,
                         .cap = p->cap,
                         .spare = p->spare,
