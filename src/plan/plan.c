@@ -250,6 +250,8 @@ void hc_plan_reset(struct hc_plan *p) {
   free(p->sigs);
   free(p->steps);
   free(p->spare);
+  free(p->stage_refs);
+  free(p->direct_refs);
   *p = (struct hc_plan){.pool = p->pool, .dev_pool = p->dev_pool};
 }
 
@@ -263,6 +265,10 @@ void hc_plan_clear(struct hc_plan *p) {
                         .cap = p->cap,
                         .spare = p->spare,
                         .spare_cap = p->spare_cap,
+                        .stage_refs = p->stage_refs,
+                        .stage_refs_cap = p->stage_refs_cap,
+                        .direct_refs = p->direct_refs,
+                        .direct_cap = p->direct_cap,
                         .pool = p->pool,
                         .dev_pool = p->dev_pool,
                         .scratch = p->scratch,

@@ -173,6 +173,11 @@ struct hc_plan {
    * kept by hc_plan_clear like the others. */
   struct hc_step *spare;
   int spare_cap;
+  /* hc_plan_stage's tables (the old-to-new step map, a transfer's pieces,
+   * the slot rings' last users; the direct pieces), kept the same way so
+   * that staging a call allocates nothing once the plan has run one. */
+  hc_ref_t *stage_refs, *direct_refs;
+  size_t stage_refs_cap, direct_cap;
   /* Where scratch comes from and goes back: host memory (pinned for GPU
    * plans) for what the host reads or transports move, and for GPU plans
    * device memory (dev_pool) for the data the algorithms reduce. */

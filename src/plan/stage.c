@@ -279,28 +279,36 @@ static struct stage_needs survey(const struct stage *st, const struct hc_step *s
   return need;
 }
 
-/* The pieces' list and, for each memory some staged piece goes through,
- * its two slot rings (pinned host scratch, or device scratch). */
-static hc_result_t stage_alloc(struct stage *st, const struct stage_needs *need, int nold) {
+/* The stage's tables, carved from the plan's kept stage_refs: the map of
+ * old steps to new ones, the pieces' list and, for each memory some staged
+ * piece goes through, its two slot rings' last users; and the rings
+ * themselves (pinned host scratch, or device scratch). */
+static hc_result_t stage_alloc(struct stage *st, const struct stage_needs *need, int nold, hc_ref_t **map) {
+  struct hc_plan *p = st->p;
   const int nslots = HC_MAX(st->x->scratch_slots, 2);
+  const size_t nrefs = (size_t)nold + 1 + need->max_pieces + 4 * (size_t)nslots;
+  if (p->stage_refs_cap < nrefs) {
+    free(p->stage_refs);
+    p->stage_refs_cap = 0;
+    if ((p->stage_refs = malloc(nrefs * sizeof(hc_ref_t))) == NULL)
+      return HC_FAIL(HC_ERR_SYSTEM, "plan: out of memory staging %d steps", nold);
+    p->stage_refs_cap = nrefs;
+  }
+  memset(p->stage_refs, 0, nrefs * sizeof(hc_ref_t));
+  *map = p->stage_refs;
+  st->pieces = *map + nold + 1;
+  hc_ref_t *last_users = st->pieces + need->max_pieces;
   const size_t bytes = st->piece_max * (size_t)nslots;
-  bool ok = (st->pieces = calloc(need->max_pieces, sizeof(hc_ref_t))) != NULL;
+  bool ok = true;
   for (int m = 0; m < 2; m++)
     for (int d = 0; d < 2 && need->rings[m]; d++) {
       struct slot_ring *rg = &st->ring[m][d];
-      *rg = (struct slot_ring){.bytes = st->piece_max, .count = nslots};
-      rg->base = m ? hc_plan_scratch(st->p, bytes) : hc_plan_host_scratch(st->p, bytes);
-      rg->last_user = calloc((size_t)nslots, sizeof(hc_ref_t));
-      ok = ok && rg->base != NULL && rg->last_user != NULL;
+      *rg = (struct slot_ring){.bytes = st->piece_max, .count = nslots, .last_user = last_users};
+      last_users += nslots;
+      rg->base = m ? hc_plan_scratch(p, bytes) : hc_plan_host_scratch(p, bytes);
+      ok = ok && rg->base != NULL;
     }
   return ok ? HC_OK : HC_FAIL(HC_ERR_SYSTEM, "plan: out of memory staging %d steps", nold);
-}
-
-static void stage_free(struct stage *st) {
-  free(st->pieces);
-  free(st->direct_refs);
-  for (int m = 0; m < 2; m++)
-    for (int d = 0; d < 2; d++) free(st->ring[m][d].last_user);
 }
 
 /* Remembers a direct piece for the exit gate. */
@@ -439,16 +447,20 @@ static hc_ref_t restage_step(struct stage *st, const struct hc_step *old, int no
 }
 
 hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool device_memory) {
-  struct stage st = {.p = p, .x = x, .device_memory = device_memory, .piece_max = x->chunk_bytes};
+  struct stage st = {.p = p,
+                     .x = x,
+                     .device_memory = device_memory,
+                     .piece_max = x->chunk_bytes,
+                     .direct_refs = p->direct_refs,
+                     .direct_cap = p->direct_cap};
   struct hc_step *old = p->steps;
   const int nold = p->nsteps;
   const struct stage_needs need = survey(&st, old, nold);
   if (!need.any) return HC_OK;
   for (int peer = 0; x->windows && peer < x->nranks; peer++)
     x->windows[peer].last_signal[0] = x->windows[peer].last_signal[1] = 0;
-  hc_ref_t *map = calloc((size_t)nold + 1, sizeof(hc_ref_t));
-  hc_result_t r =
-      map ? stage_alloc(&st, &need, nold) : HC_FAIL(HC_ERR_SYSTEM, "plan: out of memory staging %d steps", nold);
+  hc_ref_t *map = NULL;
+  hc_result_t r = stage_alloc(&st, &need, nold, &map);
   if (r == HC_OK) {
     /* Rebuild the step list in the spare array, old steps read from `old`,
      * which becomes the spare. */
@@ -463,7 +475,7 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
     if (need.direct && p->cap >= 0) push_gate(p, hc_plan_join(p, st.direct_refs, (int)st.ndirect));
     if (p->cap < 0) r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory staging %d steps", nold);
   }
-  free(map);
-  stage_free(&st);
+  p->direct_refs = st.direct_refs;
+  p->direct_cap = st.direct_cap;
   return r;
 }
