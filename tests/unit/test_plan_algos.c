@@ -21,6 +21,12 @@
  *     receives (those a reduction alone reads, up to the ctx's limit);
  *     each such reduction is followed by the slot's freed, and the freed
  *     counter is published in piece order.
+ *  7. A cleared plan stages as a fresh one: a GPU rank's ring all-reduce
+ *     staged through pinned slot rings, in a plan that first staged and
+ *     cleared a larger call (hc_plan_clear keeps the step, map, piece and
+ *     slot-user tables), has the steps of the same call staged in a fresh
+ *     plan: kinds, peers, sizes, lanes, dependencies, and the same user
+ *     buffer wherever either plan names one.
  * argv[1]: the hetccl-info binary.
  */
 #include <stdatomic.h>
@@ -575,6 +581,75 @@ static void check_window_reduce(struct hc_scratch_pool *pool) {
   tu_set_case("%s", "");
 }
 
+/* ---- 7 ---- */
+
+static bool in_buffers(const void *p, const float *in, const float *out, size_t bytes) {
+  return in_range(p, in, bytes) || in_range(p, out, bytes);
+}
+
+/* Rank 0's ring all-reduce of bytes of float32 on a GPU comm, staged (in
+ * pieces of 64 KiB through 4 slots a direction: more pieces than slots, so
+ * that each piece after the fourth waits for its slot's last user). */
+static bool stage_ring(struct hc_plan *p, const float *in, float *out, size_t bytes) {
+  struct hc_plan_ctx x = {.rank = 0,
+                          .nranks = 2,
+                          .chunk_bytes = 64 << 10,
+                          .any_gpu = true,
+                          .all_gpu = true,
+                          .scratch_slots = 4,
+                          .ngroups = 1};
+  x.algo[HC_COLL_ALLREDUCE] = HC_ALGO_RING;
+  struct hc_coll_args a = {
+      .coll = HC_COLL_ALLREDUCE, .sendbuf = in, .recvbuf = out, .count = bytes / 4, .dtype = HC_FLOAT32, .op = HC_SUM};
+  return CHECK_OK((hetcclResult_t)hc_plan_add(p, &x, &a)) && CHECK_OK((hetcclResult_t)hc_plan_stage(p, &x, true));
+}
+
+static void check_cleared_plan_stages_afresh(struct hc_scratch_pool *pool) {
+  const size_t bytes = 1 << 20, larger = 4 << 20;
+  float *in = calloc(larger / 4, 4), *out = calloc(larger / 4, 4);
+  struct hc_plan fresh = {.pool = pool}, reused = {.pool = pool};
+  tu_set_case("%s", "a cleared plan restaged");
+  if (!CHECK(in && out, "out of memory") || !stage_ring(&fresh, in, out, bytes) ||
+      !stage_ring(&reused, in, out, larger)) {
+    goto out;
+  }
+  /* The case stages what it means to: 8 pieces a half through 4 slots. */
+  int staged_copies = 0, slot_waits = 0;
+  for (int i = 0; i < fresh.nsteps; i++) {
+    const struct hc_step *f = &fresh.steps[i];
+    int ndeps = 0;
+    for (int d = 0; d < HC_STEP_MAX_DEPS; d++) ndeps += f->deps[d] != 0;
+    staged_copies += f->kind == HC_STEP_COPY && f->lane == HC_LANE_TO_HOST;
+    slot_waits += f->kind == HC_STEP_COPY && f->lane == HC_LANE_TO_HOST && ndeps > 1;
+  }
+  CHECK(staged_copies == 16 && slot_waits > 0, "%d copies into slots, %d of them wait for a slot's last user",
+        staged_copies, slot_waits);
+  const int larger_steps = reused.nsteps;
+  for (int round = 0; round < 2; round++) { /* the second round: tables already of the size */
+    hc_plan_clear(&reused);
+    if (!stage_ring(&reused, in, out, bytes)) goto out;
+    CHECK(reused.nsteps == fresh.nsteps && fresh.nsteps < larger_steps, "round %d: %d steps, fresh %d (larger %d)",
+          round, reused.nsteps, fresh.nsteps, larger_steps);
+    for (int i = 0; i < fresh.nsteps && i < reused.nsteps; i++) {
+      const struct hc_step *f = &fresh.steps[i], *r = &reused.steps[i];
+      const bool same_buffers =
+          (f->dst == r->dst || (!in_buffers(f->dst, in, out, larger) && !in_buffers(r->dst, in, out, larger))) &&
+          (f->src0 == r->src0 || (!in_buffers(f->src0, in, out, larger) && !in_buffers(r->src0, in, out, larger)));
+      if (!CHECK(f->kind == r->kind && f->peer == r->peer && f->count == r->count && f->lane == r->lane &&
+                     memcmp(f->deps, r->deps, sizeof(f->deps)) == 0 && same_buffers,
+                 "round %d, step %d differs from the fresh plan's (kind %d / %d, deps %d %d %d / %d %d %d)", round, i,
+                 f->kind, r->kind, f->deps[0], f->deps[1], f->deps[2], r->deps[0], r->deps[1], r->deps[2]))
+        break;
+    }
+  }
+out:
+  hc_plan_reset(&fresh);
+  hc_plan_reset(&reused);
+  free(in);
+  free(out);
+  tu_set_case("%s", "");
+}
+
 int main(int argc, char **argv) {
   tu_init(argc, argv);
   if (argc < 2) {
@@ -596,6 +671,7 @@ int main(int argc, char **argv) {
   check_ring_chunks(pool);
   check_sig_renumber();
   check_window_reduce(pool);
+  check_cleared_plan_stages_afresh(pool);
   hc_scratch_pool_destroy(pool);
   return tu_finish("test_plan_algos");
 }
