@@ -230,11 +230,10 @@ struct stage {
   /* A direct piece reads or writes GPU memory that the caller's stream
    * wrote or will read, with no copy on a lane to order it: it waits for
    * the stream to reach the call (the entry gate, first on the main lane),
-   * and the stream waits for every direct piece (direct_refs) before the
-   * call ends (the exit gate, last). */
+   * and the stream waits for every direct piece (the plan's direct_refs,
+   * ndirect of them) before the call ends (the exit gate, last). */
   hc_ref_t entry_gate;
-  hc_ref_t *direct_refs;
-  size_t ndirect, direct_cap;
+  size_t ndirect;
   /* A window receive whose bytes the next step reduces straight from the
    * slot (reduced_in_slot): its slot, for that step, which also frees it. */
   struct hc_plan_window *landing_window; /* NULL: none pending */
@@ -313,8 +312,9 @@ static hc_result_t stage_alloc(struct stage *st, const struct stage_needs *need,
 
 /* Remembers a direct piece for the exit gate. */
 static void note_direct(struct stage *st, hc_ref_t piece) {
-  if (hc_plan_room(st->p, &st->direct_refs, st->ndirect, &st->direct_cap, sizeof(*st->direct_refs), 64))
-    st->direct_refs[st->ndirect++] = piece;
+  struct hc_plan *p = st->p;
+  if (hc_plan_room(p, &p->direct_refs, st->ndirect, &p->direct_cap, sizeof(*p->direct_refs), 64))
+    p->direct_refs[st->ndirect++] = piece;
 }
 
 /* Host memory, or device memory the transport reaches (dev): the piece
@@ -447,12 +447,7 @@ static hc_ref_t restage_step(struct stage *st, const struct hc_step *old, int no
 }
 
 hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool device_memory) {
-  struct stage st = {.p = p,
-                     .x = x,
-                     .device_memory = device_memory,
-                     .piece_max = x->chunk_bytes,
-                     .direct_refs = p->direct_refs,
-                     .direct_cap = p->direct_cap};
+  struct stage st = {.p = p, .x = x, .device_memory = device_memory, .piece_max = x->chunk_bytes};
   struct hc_step *old = p->steps;
   const int nold = p->nsteps;
   const struct stage_needs need = survey(&st, old, nold);
@@ -472,10 +467,8 @@ hc_result_t hc_plan_stage(struct hc_plan *p, const struct hc_plan_ctx *x, bool d
     p->spare_cap = old_cap;
     if (need.direct) st.entry_gate = push_gate(p, 0);
     for (int i = 0; i < nold; i++) map[i] = restage_step(&st, old, nold, i, map);
-    if (need.direct && p->cap >= 0) push_gate(p, hc_plan_join(p, st.direct_refs, (int)st.ndirect));
+    if (need.direct && p->cap >= 0) push_gate(p, hc_plan_join(p, p->direct_refs, (int)st.ndirect));
     if (p->cap < 0) r = HC_FAIL(HC_ERR_SYSTEM, "plan: out of host memory staging %d steps", nold);
   }
-  p->direct_refs = st.direct_refs;
-  p->direct_cap = st.direct_cap;
   return r;
 }
