@@ -20,6 +20,7 @@
 #include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "cuda_api.h"
 #include "gpu_priv.h"
@@ -515,6 +516,20 @@ static bool nvrtc_find(void) {
   return false;
 }
 
+/* The version alone would miss a library replaced by a rebuild of the same
+ * version: its file's size and time go in too. */
+static int cuda_rtc_identity(char *buf, size_t n) {
+  int major = 0, minor = 0;
+  Dl_info info;
+  struct stat st;
+  if (nv.nvrtcVersion == NULL || nv.nvrtcVersion(&major, &minor) != 0 ||
+      !dladdr((void *)(uintptr_t)nv.nvrtcVersion, &info) || info.dli_fname == NULL || stat(info.dli_fname, &st) != 0)
+    return -1;
+  const int len = snprintf(buf, n, "NVRTC %d.%d %s %lld %lld", major, minor, info.dli_fname, (long long)st.st_size,
+                           (long long)st.st_mtime);
+  return len > 0 && (size_t)len < n ? 0 : -1;
+}
+
 static hc_result_t cuda_rtc_open(void) {
   pthread_mutex_lock(&rtc_lock);
   if (rtc_state == 0) rtc_state = nvrtc_find() ? 1 : -1;
@@ -661,6 +676,7 @@ const struct hc_gpu_vendor hc_gpu_vendor_cuda = {
     .rtc_code = cuda_rtc_code,
     .rtc_destroy = cuda_rtc_destroy,
     .rtc_err_str = cuda_rtc_err_str,
+    .rtc_identity = cuda_rtc_identity,
 };
 
 static struct hc_gpu cuda_gpu = HC_GPU_STATE_INIT(&hc_gpu_vendor_cuda);

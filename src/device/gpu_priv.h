@@ -145,6 +145,10 @@ struct hc_gpu_vendor {
   int (*rtc_code)(void *prog, bool binary, char *code);
   int (*rtc_destroy)(void **prog);
   const char *(*rtc_err_str)(int e);
+  /* Optional: writes what names the loaded compiler's output (its version
+   * and library file), the key under which kernel_cache.h keeps images;
+   * NULL or non-zero: images are not kept. */
+  int (*rtc_identity)(char *buf, size_t n);
 };
 
 /* The kernels, one per dtype x op; see gpu_kernels.c. */
@@ -179,10 +183,12 @@ struct hc_gpu {
   /* Tests: force the fallbacks so one GPU run covers both paths. */
   atomic_bool force_host_flags, force_host_reduce;
   struct hc_gpu_dev dev[HC_GPU_MAX_DEVICES];
-  /* Last compiled image, reused for devices of the same target. */
+  /* Last compiled image, reused for devices of the same target;
+   * image_cached: read from the kernel cache (kernel_cache.h). */
   char image_target[64];
   void *image;
   size_t image_size;
+  bool image_cached;
   char *rtc_log; /* log of the last compile (kept for tests) */
   /* Pinned staging for the host fallback of reduce and scale. */
   void *stage;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 
 #include "gpu_priv.h"
+#include "kernel_cache.h"
 
 #define BLOCK_THREADS 256
 #define STAGE_BYTES (8u << 20) /* two halves of 4 MiB */
@@ -121,44 +122,95 @@ static hc_result_t module_functions(struct hc_gpu *g, struct hc_gpu_dev *d, void
   return module_function(g, mod, HC_GPU_TRAP_KERNEL, &d->fn_trap);
 }
 
+/* The kernel cache's key for an image of target (opt, binary): the
+ * compiler, the target, every option and the source, one per line. NULL
+ * when such images are not kept: no named target (hipRTC compiles for the
+ * current device), or a compiler that cannot name itself. */
+static char *image_cache_key(const struct hc_gpu_vendor *v, const char *target, size_t *len) {
+  char compiler[640];
+  if (!target[0] || v->rtc_identity == NULL || v->rtc_identity(compiler, sizeof(compiler)) != 0) return NULL;
+  size_t n = strlen(compiler) + strlen(target) + strlen(hc_gpu_kernel_source) + 3;
+  for (const char *const *o = v->rtc_options; o && *o; o++) n += strlen(*o) + 1;
+  char *key = malloc(n + 1);
+  if (key == NULL) return NULL;
+  size_t at = (size_t)snprintf(key, n + 1, "%s\n%s\n", compiler, target);
+  for (const char *const *o = v->rtc_options; o && *o; o++) at += (size_t)snprintf(key + at, n + 1 - at, "%s ", *o);
+  at += (size_t)snprintf(key + at, n + 1 - at, "\n%s", hc_gpu_kernel_source);
+  *len = at;
+  return key;
+}
+
+/* g->image for the target (opt, binary) named target: from the kernel
+ * cache when use_cache finds it there, else compiled, and then kept. */
+static hc_result_t take_image(struct hc_gpu *g, int dev, const char *opt, bool binary, const char *target,
+                              bool use_cache) {
+  const struct hc_gpu_vendor *v = g->v;
+  size_t key_len = 0;
+  char *key = use_cache ? image_cache_key(v, target, &key_len) : NULL;
+  void *image = NULL;
+  size_t size = 0;
+  const uint64_t t0 = hc_now_ns();
+  const bool cached = key != NULL && hc_kernel_cache_load(key, key_len, &image, &size);
+  if (cached) {
+    HC_INFO(HC_DEV, "%s: device %d: reduction kernels (%s, %zu bytes) from the kernel cache in %.1f ms", v->name, dev,
+            target, size, (double)(hc_now_ns() - t0) / 1e6);
+  } else {
+    char *log = NULL;
+    const hc_result_t r = rtc_build(v, opt, binary, &image, &size, &log);
+    free(g->rtc_log);
+    g->rtc_log = log;
+    if (r != HC_OK) {
+      free(key);
+      return r;
+    }
+    HC_INFO(HC_DEV, "%s: device %d: %s compiled the reduction kernels (%s, %zu bytes) in %.0f ms", v->name, dev,
+            v->rtc_name, target, size, (double)(hc_now_ns() - t0) / 1e6);
+    if (key != NULL) hc_kernel_cache_store(key, key_len, image, size);
+  }
+  free(key);
+  free(g->image);
+  g->image = image;
+  g->image_size = size;
+  g->image_cached = cached;
+  snprintf(g->image_target, sizeof(g->image_target), "%s", target);
+  return HC_OK;
+}
+
 /* Compiles (or reuses) an image for each target the vendor proposes, until
  * one loads into the current context. Called with the gpu lock held. */
 static hc_result_t build_kernels(struct hc_gpu *g, int dev, struct hc_gpu_dev *d) {
   const struct hc_gpu_vendor *v = g->v;
-  char opt[48], key[64];
-  bool binary = false;
+  char opt[48], target[64];
+  bool binary = false, use_cache = true;
   int attempt = 0;
   for (; v->rtc_target(dev, attempt, opt, sizeof(opt), &binary) == 0; attempt++) {
     /* An empty option compiles for the current device (hipRTC): that image
      * is this device's, not to be reused by a device of another target. */
-    if (opt[0]) snprintf(key, sizeof(key), "%s %s", opt, binary ? "bin" : "ptx");
-    else snprintf(key, sizeof(key), "device %d %s", dev, binary ? "bin" : "ptx");
-    if (g->image == NULL || strcmp(g->image_target, key) != 0) {
-      void *image = NULL;
-      size_t size = 0;
-      char *log = NULL;
-      uint64_t t0 = hc_now_ns();
-      const hc_result_t r = rtc_build(v, opt, binary, &image, &size, &log);
-      free(g->rtc_log);
-      g->rtc_log = log;
-      if (r != HC_OK) {
-        HC_INFO(HC_DEV, "%s: device %d: %s; next target", v->name, dev, hc_last_error());
-        continue;
-      }
-      HC_INFO(HC_DEV, "%s: device %d: %s compiled the reduction kernels (%s, %zu bytes) in %.0f ms", v->name, dev,
-              v->rtc_name, key, size, (double)(hc_now_ns() - t0) / 1e6);
-      free(g->image);
-      g->image = image;
-      g->image_size = size;
-      snprintf(g->image_target, sizeof(g->image_target), "%s", key);
+    if (opt[0]) snprintf(target, sizeof(target), "%s %s", opt, binary ? "bin" : "ptx");
+    else snprintf(target, sizeof(target), "device %d %s", dev, binary ? "bin" : "ptx");
+    if ((g->image == NULL || strcmp(g->image_target, target) != 0) &&
+        take_image(g, dev, opt, binary, target, use_cache) != HC_OK) {
+      HC_INFO(HC_DEV, "%s: device %d: %s; next target", v->name, dev, hc_last_error());
+      continue;
     }
     void *mod = NULL;
     int e = v->module_load(g->image, &mod);
+    if (e != 0 && g->image_cached) {
+      /* A kept image that this driver refuses (another driver wrote the
+       * cache): this target is compiled afresh before the next is tried. */
+      HC_INFO(HC_DEV, "%s: device %d: loading the cached %s image failed: %s (%d); compiling it", v->name, dev, target,
+              v->err_str(e), e);
+      free(g->image);
+      g->image = NULL;
+      use_cache = false;
+      attempt--;
+      continue;
+    }
     if (e != 0) {
-      HC_INFO(HC_DEV, "%s: device %d: loading the %s kernel image failed: %s (%d); next target", v->name, dev, key,
+      HC_INFO(HC_DEV, "%s: device %d: loading the %s kernel image failed: %s (%d); next target", v->name, dev, target,
               v->err_str(e), e);
       char msg[256];
-      snprintf(msg, sizeof(msg), "%s: loading the %s kernel image: %s (%d)", v->name, key, v->err_str(e), e);
+      snprintf(msg, sizeof(msg), "%s: loading the %s kernel image: %s (%d)", v->name, target, v->err_str(e), e);
       hc_set_last_error(msg);
       continue;
     }

@@ -30,6 +30,10 @@ target_link_libraries(hc_fake_cuda PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
 set_target_properties(hc_fake_cuda PROPERTIES OUTPUT_NAME cuda VERSION 1 SOVERSION 1
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fake-cuda)
 add_dependencies(test_device_gpu hc_fake_cuda)
+# - the kernel image cache across processes (tests/gpu/kernel_cache.sh).
+add_test(NAME gpu_kernel_cache_fake_cuda COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/kernel_cache.sh
+  $<TARGET_FILE:test_device_gpu> ${CMAKE_CURRENT_BINARY_DIR}/fake-cuda)
+set_tests_properties(gpu_kernel_cache_fake_cuda PROPERTIES LABELS "unit;gpu" TIMEOUT 300 SKIP_RETURN_CODE 77)
 add_test(NAME gpu_fake_cuda COMMAND test_device_gpu)
 set_tests_properties(gpu_fake_cuda PROPERTIES LABELS "unit;gpu" TIMEOUT 600
   ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=2;GPU_TEST_QUICK=1")
