@@ -93,6 +93,7 @@ bool hc_kernel_cache_load(const char *key, size_t key_len, void **image, size_t 
   struct stat st;
   char *stored_key = NULL, *img = NULL;
   if (fstat(fd, &st) != 0 || !read_all(fd, &h, sizeof(h))) why = "unreadable header";
+  else if (st.st_uid != geteuid()) why = "owned by another user, whose code this process would run";
   else if (memcmp(h.magic, MAGIC, sizeof(h.magic)) != 0) why = "not a kernel image file";
   else if (h.key_len != key_len || h.key_hash != fnv1a(key, key_len)) why = "another key";
   else if (h.image_len == 0 || (uint64_t)st.st_size != sizeof(h) + h.key_len + h.image_len) why = "wrong length";

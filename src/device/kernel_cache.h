@@ -9,7 +9,8 @@
  * on: the compiler (name, version, library file), the target, the options
  * and the kernel source. The file holds the whole key and a hash of the
  * image, and a file that does not match both is a miss: a stale, truncated
- * or foreign file costs a compile, never a wrong kernel. Files are written
+ * or foreign file costs a compile, never a wrong kernel, and so does a
+ * file of another user (its code would run here). Files are written
  * under a temporary name and renamed, so concurrent ranks at most compile
  * twice. HETCCL_KERNEL_CACHE_DIR says where; none turns the cache off.
  */

@@ -5,7 +5,7 @@
  * - every file that does not hold exactly this key and an intact image is
  *   a miss, never a wrong image: another key's file at this key's path,
  *   a truncated file, a changed image byte, a changed key byte, a foreign
- *   file, an empty file;
+ *   file, an empty file; so is a file of another user (as root only);
  * - HETCCL_KERNEL_CACHE_DIR=none turns it off; unset, XDG_CACHE_HOME then
  *   HOME name the directory; a directory that cannot be made makes the
  *   store fail without harm.
@@ -118,6 +118,11 @@ static void round_trip(void) {
                 {"a key byte changed", flip_key_byte},
                 {"foreign bytes", foreign},
                 {"empty", empty}};
+  tu_set_case("a file of another user");
+  CHECK(hc_kernel_cache_store(key, strlen(key), img, sizeof(img)), "store");
+  if (chown(path, geteuid() + 1, (gid_t)-1) == 0) CHECK(loads(key, NULL, 0), "a miss");
+  else printf("SKIP a file of another user: chown needs root\n");
+  CHECK(unlink(path) == 0, "unlink");
   for (size_t i = 0; i < sizeof(damage) / sizeof(damage[0]); i++) {
     tu_set_case("file %s", damage[i].what);
     CHECK(hc_kernel_cache_store(key, strlen(key), img, sizeof(img)), "store");
