@@ -11,8 +11,9 @@
  * image, and a file that does not match both is a miss: a stale, truncated
  * or foreign file costs a compile, never a wrong kernel, and so does a
  * file of another user (its code would run here). Files are written
- * under a temporary name and renamed, so concurrent ranks at most compile
- * twice. HETCCL_KERNEL_CACHE_DIR says where; none turns the cache off.
+ * under a temporary name and renamed: ranks that start together on an
+ * empty cache each compile, as without it, and none reads a half-written
+ * file. HETCCL_KERNEL_CACHE_DIR says where; none turns the cache off.
  */
 #ifndef HC_KERNEL_CACHE_H_
 #define HC_KERNEL_CACHE_H_
