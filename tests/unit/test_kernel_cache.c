@@ -10,8 +10,8 @@
  *   HOME name the directory; a directory that cannot be made makes the
  *   store fail without harm.
  * The end-to-end use (test_device_gpu under the fake driver, compiled in
- * the first process, read back in the second) is kernel_cache_reuse in
- * tests/gpu/gpu.cmake.
+ * the first process, read back in the second) is ctest
+ * gpu_kernel_cache_fake_cuda (tests/gpu/kernel_cache.sh).
  * Run: ./test_kernel_cache (no arguments).
  */
 #include <dirent.h>
