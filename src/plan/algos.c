@@ -135,7 +135,11 @@ static bool flat_cpu_pof2(const struct hc_plan_ctx *x, const struct hc_coll_args
 
 /* Two rounds (one for all-gather and reduce-scatter) replace the ring's
  * 2(n-1) steps and recursive doubling's log2(n) in sequence; measured by
- * the whole vector. With 2 ranks they save no round: the ring is the same
+ * the whole vector. Large vectors gain too: each rank pulls from n-1 peers
+ * at once rather than from one neighbour per step, and 4, 8 and 16 bound
+ * ranks ran 1.1-1.5x faster than the ring from 8M to 128M (16-core Xeon,
+ * docs/perf.md), so the default maximum (1G) leaves the ring only beyond
+ * what was measured. With 2 ranks they save no round: the ring is the same
  * exchange, and recursive doubling's one round beat direct's two at 8-32
  * KiB (docs/perf.md). */
 static bool direct_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
