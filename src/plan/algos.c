@@ -138,10 +138,10 @@ static bool flat_cpu_pof2(const struct hc_plan_ctx *x, const struct hc_coll_args
  * the whole vector. Large vectors gain too: each rank pulls from n-1 peers
  * at once rather than from one neighbour per step, and 4, 8 and 16 bound
  * ranks ran 1.1-1.5x faster than the ring from 8M to 128M (16-core Xeon,
- * docs/perf.md), so the default maximum (1G) leaves the ring only beyond
- * what was measured. With 2 ranks they save no round: the ring is the same
- * exchange, and recursive doubling's one round beat direct's two at 8-32
- * KiB (docs/perf.md). */
+ * docs/perf.md; all-gather of 4 ranks aside, below), so the default
+ * maximum (1G) leaves the ring only beyond what was measured. With 2 ranks
+ * they save no round: the ring is the same exchange, and recursive
+ * doubling's one round beat direct's two at 8-32 KiB (docs/perf.md). */
 static bool direct_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
   const size_t vector = a->coll == HC_COLL_ALLREDUCE ? call_bytes(a) : call_bytes(a) * (size_t)x->nranks;
   return x->nranks > 2 && vector <= x->direct_max_bytes;
@@ -149,6 +149,19 @@ static bool direct_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *
 
 static bool direct_not_rd(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
   return direct_pays(x, a) && !rd_pays(x, a);
+}
+
+/* An all-gather reduces nothing: direct and the ring copy the same n-1
+ * blocks into each rank, and only the pulls at once differ. From 8 ranks
+ * those won at every size measured (8M-128M: 1.13-1.20x the ring); with 4
+ * they gained nothing from 8M (0.87-1.02x), so fewer ranks keep the ring
+ * above the size the direct all-gather was first measured to pay up to. */
+#define DIRECT_ALLGATHER_FEW_RANKS 8
+#define DIRECT_ALLGATHER_FEW_RANKS_MAX_BYTES ((size_t)4 << 20)
+
+static bool direct_allgather_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  return direct_not_rd(x, a) && (x->nranks >= DIRECT_ALLGATHER_FEW_RANKS ||
+                                 call_bytes(a) * (size_t)x->nranks <= DIRECT_ALLGATHER_FEW_RANKS_MAX_BYTES);
 }
 
 /* ---- the table ---- */
@@ -219,9 +232,11 @@ static const struct hc_algo_desc table[] = {
     {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_ONESTEP, .chosen = one_step_not_rd, .build = hc_onestep_allgather,
      .what = "every rank sends its block to every other at once",
      .chosen_doc = ONESTEP_CHOSEN ", and the ranks are not a power of two above 2"},
-    {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_not_rd,
+    {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_allgather_pays,
      .build = hc_onestep_allgather, .what = "each block straight from its owner to every rank (the one-step exchange)",
-     .applies_doc = FLAT_CPU, .chosen_doc = DIRECT_CHOSEN ", unless recursive doubling takes the call (below)"},
+     .applies_doc = FLAT_CPU,
+     .chosen_doc = DIRECT_CHOSEN ", and at most 4M with fewer than 8 ranks, unless recursive doubling takes the "
+                   "call (below)"},
     {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_RD, .applies = flat_cpu_pof2, .chosen = rd_pays,
      .build = hc_rd_allgather, .what = "recursive doubling: log2(n) exchanges, each of the blocks gathered so far",
      .applies_doc = "a comm of CPU ranks only, a power of two of them",

@@ -49,10 +49,11 @@ struct shape {
   const char *groups; /* one letter per rank: its group */
   const char *vendor; /* groups that run the vendor library ("" none; implies A_GPU) */
   enum gpus gpus;
-  const char *algo;      /* HETCCL_ALGO */
-  size_t ring_threshold; /* ONESTEP_BYTES is 4K throughout; DIRECT_MAX_BYTES 0 (test_coll_host forces DIRECT) */
-  size_t bytes[3];       /* 0: none */
-  const char *expect[3]; /* per size: the algorithms of choosy[] */
+  const char *algo;        /* HETCCL_ALGO */
+  size_t ring_threshold;   /* ONESTEP_BYTES is 4K throughout */
+  size_t bytes[3];         /* 0: none */
+  const char *expect[3];   /* per size: the algorithms of choosy[] */
+  size_t direct_max_bytes; /* HETCCL_DIRECT_MAX_BYTES; 0 in most shapes (test_coll_host forces DIRECT) */
 };
 
 /* The rules: one step up to 4K on CPU-only comms (all-reduce, all-gather; all-reduce,
@@ -62,6 +63,9 @@ struct shape {
  * several ranks, the hierarchy (all-reduce: from the threshold, or with a
  * vendor group and an element per rank); an all-reduce of two GPU ranks
  * takes one step up to one window slot (HETCCL_GPU_CHUNK_BYTES, 8 MiB).
+ * With DIRECT_MAX_BYTES, CPU-only comms of one group and more than 2 ranks
+ * take the direct algorithms above the one-step size up to that whole
+ * vector, all-gather of fewer than 8 ranks only up to 4M.
  * A forced name applies where the collective has it and it applies;
  * elsewhere the table chooses. */
 static const struct shape shapes[] = {
@@ -98,6 +102,17 @@ static const struct shape shapes[] = {
     {"aabb", "", CPU_ONLY, "allreduce:onestep", 64 << 10, {65536}, {"ONESTEP HIER HIER HIER HIER"}},
     {"aaaa", "", CPU_ONLY, "HIER", 64 << 10, {65536}, {"RING RING RING RING RING"}},
     {"abab", "", CPU_ONLY, "TREE", 64 << 10, {65536}, {"HIER TREE TREE HIER HIER"}},
+    {"aaaa",
+     "",
+     CPU_ONLY,
+     "",
+     64 << 10,
+     {8192, 1 << 20, 2 << 20},
+     {"DIRECT TREE TREE DIRECT DIRECT", "DIRECT RING RING DIRECT DIRECT", "DIRECT RING RING RING DIRECT"},
+     1 << 30},
+    {"aaaaaaaa", "", CPU_ONLY, "", 64 << 10, {2 << 20}, {"DIRECT RING RING DIRECT DIRECT"}, 1 << 30},
+    {"aaaaaaaa", "", CPU_ONLY, "", 64 << 10, {1 << 20}, {"DIRECT RING RING RING RING"}, 4 << 20},
+    {"aaa", "", A_GPU, "", 64 << 10, {8192}, {"RD TREE TREE RING RING"}, 1 << 30},
 };
 
 /* ---- 1, 2 ---- */
@@ -185,6 +200,7 @@ static enum hc_algo planned(const struct shape *s, const struct comm_shape *cs, 
                           .chunk_bytes = hc_plan_chunk_bytes(s->gpus != CPU_ONLY || s->vendor[0]),
                           .ring_threshold = s->ring_threshold,
                           .onestep_bytes = 4096,
+                          .direct_max_bytes = s->gpus != CPU_ONLY ? 0 : s->direct_max_bytes,
                           .any_gpu = s->gpus != CPU_ONLY || s->vendor[0],
                           .all_gpu = s->gpus == ALL_GPU,
                           .scratch_slots = 4,
@@ -253,12 +269,13 @@ static bool run_info(const char *info, const struct shape *s, char *out, size_t 
   comma_list(s->vendor, vendor, sizeof(vendor));
   for (int k = 0; k < 3 && s->bytes[k]; k++)
     snprintf(sizes + strlen(sizes), sizeof(sizes) - strlen(sizes), "%s%zu", k ? "," : "", s->bytes[k]);
-  snprintf(cmd, sizeof(cmd),
-           "HETCCL_ALGO='%s' HETCCL_RING_THRESHOLD=%zu HETCCL_ONESTEP_BYTES=4K HETCCL_DIRECT_MAX_BYTES=0 '%s' --algos "
-           "--groups %s%s%s%s "
-           "--sizes %s 2>&1",
-           s->algo, s->ring_threshold, info, groups, vendor[0] ? " --vendor " : "", vendor,
-           (const char *const[]){"", " --gpu", " --all-gpu"}[s->gpus], sizes);
+  snprintf(
+      cmd, sizeof(cmd),
+      "HETCCL_ALGO='%s' HETCCL_RING_THRESHOLD=%zu HETCCL_ONESTEP_BYTES=4K HETCCL_DIRECT_MAX_BYTES=%zu '%s' --algos "
+      "--groups %s%s%s%s "
+      "--sizes %s 2>&1",
+      s->algo, s->ring_threshold, s->direct_max_bytes, info, groups, vendor[0] ? " --vendor " : "", vendor,
+      (const char *const[]){"", " --gpu", " --all-gpu"}[s->gpus], sizes);
   FILE *f = popen(cmd, "r");
   if (!CHECK(f != NULL, "popen: %s", cmd)) return false;
   const size_t got = fread(out, 1, len - 1, f);
