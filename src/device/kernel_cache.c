@@ -47,11 +47,15 @@ static bool cache_dir(char *dir, size_t n) {
   return len > 0 && (size_t)len < n;
 }
 
+/* The file in dir of the key whose hash is key_hash. */
+static bool file_in(const char *dir, uint64_t key_hash, char *path, size_t n) {
+  const int len = snprintf(path, n, "%s/kernels-%016llx.bin", dir, (unsigned long long)key_hash);
+  return len > 0 && (size_t)len < n;
+}
+
 bool hc_kernel_cache_path(const char *key, size_t key_len, char *path, size_t n) {
   char dir[4096];
-  if (!cache_dir(dir, sizeof(dir))) return false;
-  const int len = snprintf(path, n, "%s/kernels-%016llx.bin", dir, (unsigned long long)fnv1a(key, key_len));
-  return len > 0 && (size_t)len < n;
+  return cache_dir(dir, sizeof(dir)) && file_in(dir, fnv1a(key, key_len), path, n);
 }
 
 static bool read_all(int fd, void *buf, size_t n) {
@@ -81,8 +85,9 @@ static bool write_all(int fd, const void *buf, size_t n) {
 bool hc_kernel_cache_load(const char *key, size_t key_len, void **image, size_t *size) {
   *image = NULL;
   *size = 0;
-  char path[4200];
-  if (!hc_kernel_cache_path(key, key_len, path, sizeof(path))) return false;
+  char dir[4096], path[4200];
+  const uint64_t key_hash = fnv1a(key, key_len);
+  if (!cache_dir(dir, sizeof(dir)) || !file_in(dir, key_hash, path, sizeof(path))) return false;
   const int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno != ENOENT) HC_INFO(HC_DEV, "kernel cache: %s: %s; compiling", path, strerror(errno));
@@ -95,7 +100,7 @@ bool hc_kernel_cache_load(const char *key, size_t key_len, void **image, size_t 
   if (fstat(fd, &st) != 0 || !read_all(fd, &h, sizeof(h))) why = "unreadable header";
   else if (st.st_uid != geteuid()) why = "owned by another user, whose code this process would run";
   else if (memcmp(h.magic, MAGIC, sizeof(h.magic)) != 0) why = "not a kernel image file";
-  else if (h.key_len != key_len || h.key_hash != fnv1a(key, key_len)) why = "another key";
+  else if (h.key_len != key_len || h.key_hash != key_hash) why = "another key";
   else if (h.image_len == 0 || (uint64_t)st.st_size != sizeof(h) + h.key_len + h.image_len) why = "wrong length";
   else if ((stored_key = malloc(key_len)) == NULL || (img = malloc(h.image_len)) == NULL) why = "out of host memory";
   else if (!read_all(fd, stored_key, key_len) || memcmp(stored_key, key, key_len) != 0) why = "another key";
@@ -127,7 +132,8 @@ static bool make_dirs(char *dir) {
 
 bool hc_kernel_cache_store(const char *key, size_t key_len, const void *image, size_t size) {
   char dir[4096], path[4200], tmp[4300];
-  if (!cache_dir(dir, sizeof(dir)) || !hc_kernel_cache_path(key, key_len, path, sizeof(path))) return false;
+  const uint64_t key_hash = fnv1a(key, key_len);
+  if (!cache_dir(dir, sizeof(dir)) || !file_in(dir, key_hash, path, sizeof(path))) return false;
   snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
   if (!make_dirs(dir)) {
     HC_INFO(HC_DEV, "kernel cache: cannot create %s: %s; the image is not kept", dir, strerror(errno));
@@ -139,7 +145,7 @@ bool hc_kernel_cache_store(const char *key, size_t key_len, const void *image, s
     return false;
   }
   struct file_header h = {
-      .key_hash = fnv1a(key, key_len), .key_len = key_len, .image_len = size, .image_hash = fnv1a(image, size)};
+      .key_hash = key_hash, .key_len = key_len, .image_len = size, .image_hash = fnv1a(image, size)};
   memcpy(h.magic, MAGIC, sizeof(h.magic));
   bool ok = write_all(fd, &h, sizeof(h)) && write_all(fd, key, key_len) && write_all(fd, image, size);
   ok = close(fd) == 0 && ok;
