@@ -182,7 +182,7 @@ static void print_algo_table(void) {
 /* The grid: one line per size, one column per collective. */
 static void print_choices(const struct shape *sh, const struct hc_plan_ctx *x) {
   const char *algo_env = hc_param_str(HC_P_ALGO);
-  printf("\nChoice on %d ranks in %d group%s", sh->nranks, sh->ngroups, sh->ngroups > 1 ? "s" : "");
+  printf("\nChoice on %d ranks of one host in %d group%s", sh->nranks, sh->ngroups, sh->ngroups > 1 ? "s" : "");
   for (int g = 0; g < sh->ngroups && sh->ngroups > 1; g++) {
     printf("%s %s (", g ? ";" : ":", sh->group_name[g]);
     for (int r = 0, first = 1; r < sh->nranks; r++)
@@ -221,6 +221,7 @@ static int print_algos(int argc, char **argv) {
                           .any_gpu = sh.gpu,
                           .all_gpu = sh.all_gpu,
                           .direct_max_bytes = sh.gpu ? 0 : (size_t)hc_param_int(HC_P_DIRECT_MAX_BYTES),
+                          .one_host = true,
                           .ngroups = sh.ngroups,
                           .group_of = sh.ngroups > 1 ? sh.group_of : NULL,
                           .group_vendor = sh.ngroups > 1 ? sh.vendor : NULL};

@@ -631,10 +631,11 @@ static size_t window_reduce_bytes(enum hc_mem_kind kind) {
  * scratch pools. */
 static hc_result_t phase_plans(struct hetcclComm *comm) {
   const struct hc_config *config = &comm->config;
-  bool any_gpu = false, all_gpu = true;
+  bool any_gpu = false, all_gpu = true, one_host = true;
   for (int i = 0; i < comm->nranks; i++) {
     any_gpu |= comm->peers[i].device_kind != HC_MEM_HOST;
     all_gpu &= comm->peers[i].device_kind != HC_MEM_HOST;
+    one_host &= comm->peers[i].net.host == comm->peers[comm->rank].net.host;
   }
   enum hc_algo forced[HC_COLL_COUNT];
   HC_TRY(hc_algo_parse(hc_param_str(HC_P_ALGO), forced));
@@ -654,6 +655,7 @@ static hc_result_t phase_plans(struct hetcclComm *comm) {
        * once, which GPU ranks would each stage. */
       .direct_max_bytes = any_gpu ? 0 : (size_t)hc_param_int(HC_P_DIRECT_MAX_BYTES),
       .direct_chunk_bytes = (size_t)HC_MAX(hc_param_int(HC_P_DIRECT_CHUNK_BYTES), 64),
+      .one_host = one_host,
       .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1),
       .ngroups = 1,
       .window_reduce_bytes = window_reduce_bytes(config->device_kind),

@@ -133,18 +133,31 @@ static bool flat_cpu_pof2(const struct hc_plan_ctx *x, const struct hc_coll_args
   return flat_cpu(x, a) && power_of_two_ranks(x);
 }
 
+/* The whole vector: all-reduce's buffer, all-gather's output,
+ * reduce-scatter's input. */
+static size_t direct_vector(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  return a->coll == HC_COLL_ALLREDUCE ? call_bytes(a) : call_bytes(a) * (size_t)x->nranks;
+}
+
+/* Up to this vector the direct algorithms' fewer rounds paid wherever they
+ * apply (the first measurements, docs/perf.md); above it only where
+ * measured: ranks of one host, and there all-gather from 8 ranks (below). */
+#define DIRECT_SMALL_VECTOR_BYTES ((size_t)4 << 20)
+
 /* Two rounds (one for all-gather and reduce-scatter) replace the ring's
- * 2(n-1) steps and recursive doubling's log2(n) in sequence; measured by
- * the whole vector. Large vectors gain too: each rank pulls from n-1 peers
- * at once rather than from one neighbour per step, and 4, 8 and 16 bound
- * ranks ran 1.1-1.5x faster than the ring from 8M to 128M (16-core Xeon,
- * docs/perf.md; all-gather of 4 ranks aside, below), so the default
- * maximum (1G) leaves the ring only beyond what was measured. With 2 ranks
- * they save no round: the ring is the same exchange, and recursive
- * doubling's one round beat direct's two at 8-32 KiB (docs/perf.md). */
+ * 2(n-1) steps and recursive doubling's log2(n) in sequence. Large vectors
+ * gain on one host too: each rank pulls from n-1 peers at once rather than
+ * from one neighbour per step, and 4, 8 and 16 bound ranks ran 1.1-1.5x
+ * faster than the ring from 8M to 128M (16-core Xeon, docs/perf.md), so
+ * the default maximum (1G) leaves the ring only beyond what was measured.
+ * Across hosts the ring of host-ordered ranks crosses each host's link
+ * with about one rank's bytes, direct with every rank's to every rank of
+ * the other hosts: large vectors keep the ring there. With 2 ranks they
+ * save no round: the ring is the same exchange, and recursive doubling's
+ * one round beat direct's two at 8-32 KiB (docs/perf.md). */
 static bool direct_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
-  const size_t vector = a->coll == HC_COLL_ALLREDUCE ? call_bytes(a) : call_bytes(a) * (size_t)x->nranks;
-  return x->nranks > 2 && vector <= x->direct_max_bytes;
+  const size_t vector = direct_vector(x, a);
+  return x->nranks > 2 && vector <= x->direct_max_bytes && (x->one_host || vector <= DIRECT_SMALL_VECTOR_BYTES);
 }
 
 static bool direct_not_rd(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
@@ -154,14 +167,12 @@ static bool direct_not_rd(const struct hc_plan_ctx *x, const struct hc_coll_args
 /* An all-gather reduces nothing: direct and the ring copy the same n-1
  * blocks into each rank, and only the pulls at once differ. From 8 ranks
  * those won at every size measured (8M-128M: 1.13-1.20x the ring); with 4
- * they gained nothing from 8M (0.87-1.02x), so fewer ranks keep the ring
- * above the size the direct all-gather was first measured to pay up to. */
-#define DIRECT_ALLGATHER_FEW_RANKS 8
-#define DIRECT_ALLGATHER_FEW_RANKS_MAX_BYTES ((size_t)4 << 20)
+ * they gained nothing from 8M (0.87-1.02x). */
+#define DIRECT_ALLGATHER_MANY_RANKS 8
 
 static bool direct_allgather_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
-  return direct_not_rd(x, a) && (x->nranks >= DIRECT_ALLGATHER_FEW_RANKS ||
-                                 call_bytes(a) * (size_t)x->nranks <= DIRECT_ALLGATHER_FEW_RANKS_MAX_BYTES);
+  return direct_not_rd(x, a) &&
+         (x->nranks >= DIRECT_ALLGATHER_MANY_RANKS || direct_vector(x, a) <= DIRECT_SMALL_VECTOR_BYTES);
 }
 
 /* ---- the table ---- */
@@ -170,7 +181,8 @@ static bool direct_allgather_pays(const struct hc_plan_ctx *x, const struct hc_c
 #define HIER_CHOSEN "some group has several ranks"
 #define ONESTEP_CHOSEN "no rank is a GPU and the call has at most ONESTEP_BYTES bytes per rank"
 #define FLAT_CPU "a comm of CPU ranks only"
-#define DIRECT_CHOSEN "more than 2 ranks and the whole vector has at most DIRECT_MAX_BYTES bytes"
+#define DIRECT_CHOSEN \
+  "more than 2 ranks and the whole vector has at most DIRECT_MAX_BYTES bytes (4M where the ranks span hosts)"
 #define DIRECT_WHAT "direct transfers between each pair (a vendor group's mates: the vendor's sends and receives)"
 
 /* One row per entry, as the table reads best. */
