@@ -106,6 +106,7 @@ struct hetcclComm {
    * two contexts (without MPS), so no kernel of ours may spin waiting for
    * the other's work (HETCCL_GPU_PROGRAM_BYTES). */
   bool gpu_time_sliced;
+  int local_ranks; /* ranks of the comm on this host, this one included */
   struct hc_links links;
   struct hc_net_set nets; /* the transports open here */
   /* Plans stage device memory through pinned host memory: a GPU comm

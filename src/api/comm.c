@@ -584,14 +584,14 @@ static hc_result_t phase_groups(struct hetcclComm *comm) {
  * wait policy of the links. */
 static hc_result_t phase_links(struct hetcclComm *comm) {
   const struct hc_peer_info *me = &comm->peers[comm->rank];
-  int local_ranks = 0;
   bool local_gpu = false;
+  comm->local_ranks = 0;
   for (int i = 0; i < comm->nranks; i++) {
     const bool local = comm->peers[i].net.host == me->net.host;
-    local_ranks += local;
+    comm->local_ranks += local;
     local_gpu |= local && comm->peers[i].device_kind != HC_MEM_HOST;
   }
-  HC_TRY(hc_exec_links_init(&comm->links, comm->rank, comm->nranks, &comm->abort_flag, local_ranks));
+  HC_TRY(hc_exec_links_init(&comm->links, comm->rank, comm->nranks, &comm->abort_flag, comm->local_ranks));
   for (int i = 0; i < comm->nranks; i++) {
     int t;
     if (i == comm->rank) continue;
@@ -602,7 +602,7 @@ static hc_result_t phase_links(struct hetcclComm *comm) {
   hc_exec_links_check_cpus(&comm->links);
   if (comm->config.device_kind == HC_MEM_HOST) {
     int helpers = hc_param_int(HC_P_HOST_HELPERS);
-    if (helpers < 0) helpers = hc_host_pool_auto_helpers(local_ranks, local_gpu);
+    if (helpers < 0) helpers = hc_host_pool_auto_helpers(comm->local_ranks, local_gpu);
     const size_t split_bytes = (size_t)hc_param_int(HC_P_HOST_SPLIT_BYTES);
     HC_TRY(hc_host_pool_create(helpers, split_bytes, &comm->links.host_pool));
     if (helpers > 0)
@@ -631,11 +631,10 @@ static size_t window_reduce_bytes(enum hc_mem_kind kind) {
  * scratch pools. */
 static hc_result_t phase_plans(struct hetcclComm *comm) {
   const struct hc_config *config = &comm->config;
-  bool any_gpu = false, all_gpu = true, one_host = true;
+  bool any_gpu = false, all_gpu = true;
   for (int i = 0; i < comm->nranks; i++) {
     any_gpu |= comm->peers[i].device_kind != HC_MEM_HOST;
     all_gpu &= comm->peers[i].device_kind != HC_MEM_HOST;
-    one_host &= comm->peers[i].net.host == comm->peers[comm->rank].net.host;
   }
   enum hc_algo forced[HC_COLL_COUNT];
   HC_TRY(hc_algo_parse(hc_param_str(HC_P_ALGO), forced));
@@ -655,7 +654,7 @@ static hc_result_t phase_plans(struct hetcclComm *comm) {
        * once, which GPU ranks would each stage. */
       .direct_max_bytes = any_gpu ? 0 : (size_t)hc_param_int(HC_P_DIRECT_MAX_BYTES),
       .direct_chunk_bytes = (size_t)HC_MAX(hc_param_int(HC_P_DIRECT_CHUNK_BYTES), 64),
-      .one_host = one_host,
+      .one_host = comm->local_ranks == comm->nranks,
       .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1),
       .ngroups = 1,
       .window_reduce_bytes = window_reduce_bytes(config->device_kind),
