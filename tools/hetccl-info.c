@@ -61,6 +61,7 @@ struct shape {
   bool vendor[INFO_MAX_RANKS];         /* per group: runs the vendor library */
   bool gpu;                            /* some rank is a GPU */
   bool all_gpu;                        /* every rank is */
+  bool cores_shared;                   /* the ranks outnumber the host's cores */
   int64_t sizes[INFO_MAX_SIZES];
   int nsizes;
 };
@@ -107,11 +108,12 @@ static int algos_usage(const char *why) {
   fprintf(stderr,
           "hetccl-info --algos: %s\n"
           "usage: hetccl-info --algos [--nranks N | --groups NAME,NAME,...] [--vendor GROUP,...]\n"
-          "                           [--gpu | --all-gpu] [--sizes BYTES,...]\n"
+          "                           [--gpu | --all-gpu] [--cores-shared] [--sizes BYTES,...]\n"
           "  --groups   the group of each rank (HETCCL_GROUP), one name per rank; default one group\n"
           "  --vendor   these groups run the vendor library (NCCL, RCCL); implies --gpu\n"
           "  --gpu      some rank is a GPU\n"
           "  --all-gpu  every rank is a GPU\n"
+          "  --cores-shared  the ranks outnumber the host's cores; default each has a core of its own\n"
           "  --sizes    bytes of a float32 buffer (multiples of 4, K, M, G suffixes), as the call counts\n"
           "             them (per rank for all-gather, reduce-scatter, all-to-all, gather, scatter)\n",
           why);
@@ -129,6 +131,10 @@ static int parse_shape(int argc, char **argv, struct shape *sh) {
     if (!strcmp(opt, "--gpu") || !strcmp(opt, "--all-gpu")) {
       sh->gpu = true;
       sh->all_gpu |= !strcmp(opt, "--all-gpu");
+      continue;
+    }
+    if (!strcmp(opt, "--cores-shared")) {
+      sh->cores_shared = true;
       continue;
     }
     if (val == NULL) return algos_usage("an option without its value");
@@ -182,7 +188,8 @@ static void print_algo_table(void) {
 /* The grid: one line per size, one column per collective. */
 static void print_choices(const struct shape *sh, const struct hc_plan_ctx *x) {
   const char *algo_env = hc_param_str(HC_P_ALGO);
-  printf("\nChoice on %d ranks of one host in %d group%s", sh->nranks, sh->ngroups, sh->ngroups > 1 ? "s" : "");
+  printf("\nChoice on %d ranks of one host%s in %d group%s", sh->nranks,
+         sh->cores_shared ? ", more than its cores," : "", sh->ngroups, sh->ngroups > 1 ? "s" : "");
   for (int g = 0; g < sh->ngroups && sh->ngroups > 1; g++) {
     printf("%s %s (", g ? ";" : ":", sh->group_name[g]);
     for (int r = 0, first = 1; r < sh->nranks; r++)
@@ -222,6 +229,7 @@ static int print_algos(int argc, char **argv) {
                           .all_gpu = sh.all_gpu,
                           .direct_max_bytes = sh.gpu ? 0 : (size_t)hc_param_int(HC_P_DIRECT_MAX_BYTES),
                           .one_host = true,
+                          .cores_shared = sh.cores_shared,
                           .ngroups = sh.ngroups,
                           .group_of = sh.ngroups > 1 ? sh.group_of : NULL,
                           .group_vendor = sh.ngroups > 1 ? sh.vendor : NULL};

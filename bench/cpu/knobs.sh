@@ -5,7 +5,8 @@
 #   BUILD_DIR=build NS="8 16" COLLS="all_reduce" bench/cpu/knobs.sh [VAR=VAL[,VAR=VAL] ...]
 #
 # Each argument is one setting (comma-separated environment assignments,
-# "-" for the defaults); ranks own their cores (hetccl-run --bind core).
+# "-" for the defaults); ranks own their cores (hetccl-run --bind core), or,
+# with BIND=none, run unbound, as more ranks than cores must.
 # Prints, per collective and rank count, the out-of-place time per call in
 # us of every setting at every size (SIZES_MIN..SIZES_MAX, x4), after WARMUP
 # untimed calls per size (default 5).
@@ -17,13 +18,16 @@ SIZES_MIN=${SIZES_MIN:-8}
 SIZES_MAX=${SIZES_MAX:-8M}
 ITERS=${ITERS:-50}
 WARMUP=${WARMUP:-5} # untimed calls before each size
+BIND=${BIND:-core}
+bind=(--bind core)
+[ "$BIND" = none ] && bind=()
 settings=("$@")
 [ ${#settings[@]} -gt 0 ] || settings=(-)
 
 sweep() { # coll n setting -> "size time" lines
   local coll=$1 n=$2 setting=$3 envs=()
   [ "$setting" = - ] || IFS=, read -r -a envs <<<"$setting"
-  env "${envs[@]}" "$BUILD_DIR/tools/hetccl-run" -n "$n" --bind core \
+  env "${envs[@]}" "$BUILD_DIR/tools/hetccl-run" -n "$n" "${bind[@]}" \
     "$BUILD_DIR/tools/hetccl-perf" "$coll" -b "$SIZES_MIN" -e "$SIZES_MAX" -f 4 \
     -n "$ITERS" -w "$WARMUP" -c 0 2>/dev/null |
     awk '{ sub(/^\[ *0\]/, "[0]") } $1 == "[0]" && $2 ~ /^[0-9]+$/ { print $2, $7 }'

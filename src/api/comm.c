@@ -655,6 +655,8 @@ static hc_result_t phase_plans(struct hetcclComm *comm) {
       .direct_max_bytes = any_gpu ? 0 : (size_t)hc_param_int(HC_P_DIRECT_MAX_BYTES),
       .direct_chunk_bytes = (size_t)HC_MAX(hc_param_int(HC_P_DIRECT_CHUNK_BYTES), 64),
       .one_host = comm->local_ranks == comm->nranks,
+      /* Only where every rank is here do all of them see the same cores. */
+      .cores_shared = comm->local_ranks == comm->nranks && comm->links.cores_shared,
       .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1),
       .ngroups = 1,
       .window_reduce_bytes = window_reduce_bytes(config->device_kind),

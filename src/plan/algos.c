@@ -78,11 +78,17 @@ static bool never_chosen(const struct hc_plan_ctx *x, const struct hc_coll_args 
  * cores). The one-step and direct rows leave such calls to the recursive
  * doubling row. Other rank counts keep one step: there the doubling's fold
  * adds two hops in sequence (all-reduce), or the blocks are not aligned
- * runs (all-gather, reduce-scatter). */
+ * runs (all-gather, reduce-scatter).
+ * Where the ranks outnumber the host's cores, each exchange in sequence
+ * waits for its peer to be scheduled, and the fewest rounds win: on 2
+ * cores, up to 4K, one step took 12-15 us against recursive doubling's
+ * 27-42 with 4 ranks, and 46-59 against 113-160 with 8; the direct
+ * reduce-scatter 12-13 against 37-39 and 50-54 against 107-133 (unbound,
+ * docs/perf.md). */
 static bool power_of_two_ranks(const struct hc_plan_ctx *x) { return (x->nranks & (x->nranks - 1)) == 0; }
 
 static bool rd_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
-  return one_step_pays(x, a) && x->nranks > 2 && power_of_two_ranks(x);
+  return one_step_pays(x, a) && x->nranks > 2 && power_of_two_ranks(x) && !x->cores_shared;
 }
 
 static bool one_step_not_rd(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
@@ -181,6 +187,8 @@ static bool direct_allgather_pays(const struct hc_plan_ctx *x, const struct hc_c
 #define HIER_CHOSEN "some group has several ranks"
 #define ONESTEP_CHOSEN "no rank is a GPU and the call has at most ONESTEP_BYTES bytes per rank"
 #define FLAT_CPU "a comm of CPU ranks only"
+#define RD_RANKS "the ranks are a power of two above 2, and no more than the host's cores"
+#define NOT_RD_RANKS "the ranks are not a power of two above 2, or they outnumber the host's cores"
 #define DIRECT_CHOSEN \
   "more than 2 ranks and the whole vector has at most DIRECT_MAX_BYTES bytes (4M where the ranks span hosts)"
 #define DIRECT_WHAT "direct transfers between each pair (a vendor group's mates: the vendor's sends and receives)"
@@ -199,7 +207,7 @@ static const struct hc_algo_desc table[] = {
      .what = "every rank sends its input to every other at once and reduces alone (two ranks: in pieces, each "
              "reduced as it lands)",
      .chosen_doc = "the comm is two GPU ranks and the call fits one chunk; or " ONESTEP_CHOSEN
-                   ", and the ranks are not a power of two above 2"},
+                   ", and " NOT_RD_RANKS},
     {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_not_rd,
      .build = hc_direct_allreduce,
      .what = "each block from every rank straight to the rank that reduces it, in cache-sized pieces, then "
@@ -211,7 +219,7 @@ static const struct hc_algo_desc table[] = {
     {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_RD, .build = hc_rd_allreduce,
      .what = "recursive doubling: log2(n) exchanges of the whole buffer",
      .chosen_doc = "no row above is chosen; these leave it the calls of at most ONESTEP_BYTES on CPU comms of a "
-                   "power of two of ranks above 2"},
+                   "power of two of ranks above 2, no more than the host's cores"},
 
     {.coll = HC_COLL_BROADCAST, .algo = HC_ALGO_HIER, .applies = grouped, .chosen = some_group_shared,
      .build = hc_hier,
@@ -243,7 +251,7 @@ static const struct hc_algo_desc table[] = {
      .applies_doc = HIER_APPLIES, .chosen_doc = HIER_CHOSEN},
     {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_ONESTEP, .chosen = one_step_not_rd, .build = hc_onestep_allgather,
      .what = "every rank sends its block to every other at once",
-     .chosen_doc = ONESTEP_CHOSEN ", and the ranks are not a power of two above 2"},
+     .chosen_doc = ONESTEP_CHOSEN ", and " NOT_RD_RANKS},
     {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_allgather_pays,
      .build = hc_onestep_allgather, .what = "each block straight from its owner to every rank (the one-step exchange)",
      .applies_doc = FLAT_CPU,
@@ -252,7 +260,7 @@ static const struct hc_algo_desc table[] = {
     {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_RD, .applies = flat_cpu_pof2, .chosen = rd_pays,
      .build = hc_rd_allgather, .what = "recursive doubling: log2(n) exchanges, each of the blocks gathered so far",
      .applies_doc = "a comm of CPU ranks only, a power of two of them",
-     .chosen_doc = ONESTEP_CHOSEN ", and the ranks are a power of two above 2"},
+     .chosen_doc = ONESTEP_CHOSEN ", and " RD_RANKS},
     {.coll = HC_COLL_ALLGATHER, .algo = HC_ALGO_RING, .build = hc_ring_allgather,
      .what = "a ring, n - 1 steps, pipelined in chunks"},
 
@@ -268,7 +276,7 @@ static const struct hc_algo_desc table[] = {
      .build = hc_rh_reducescatter,
      .what = "recursive halving: log2(n) exchanges, each of half the blocks still summed",
      .applies_doc = "a comm of CPU ranks only, a power of two of them",
-     .chosen_doc = ONESTEP_CHOSEN ", and the ranks are a power of two above 2"},
+     .chosen_doc = ONESTEP_CHOSEN ", and " RD_RANKS},
     {.coll = HC_COLL_REDUCESCATTER, .algo = HC_ALGO_RING, .build = hc_ring_reducescatter,
      .what = "a ring, n - 1 steps, pipelined in chunks"},
 

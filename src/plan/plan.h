@@ -221,6 +221,7 @@ struct hc_plan_ctx {
   size_t direct_max_bytes;
   size_t direct_chunk_bytes; /* a direct algorithm's piece; 0: chunk_bytes */
   bool one_host;             /* every rank is on this host (algos.c: how large a vector goes direct) */
+  bool cores_shared;         /* every rank is on this host, and they outnumber its cores (algos.c: rounds) */
   int scratch_slots;         /* HETCCL_SCRATCH_SLOTS */
   int ngroups;               /* HETCCL_GROUP groups (plan/hier.c); 1 when there is one */
   const int *group_of;       /* per rank: its group, 0 .. ngroups - 1; NULL with one group */

@@ -55,6 +55,7 @@ struct shape {
   const char *expect[3];   /* per size: the algorithms of choosy[] */
   size_t direct_max_bytes; /* HETCCL_DIRECT_MAX_BYTES; 0 in most shapes (test_coll_host forces DIRECT) */
   bool across_hosts;       /* the ranks span hosts (the planner alone: hetccl-info shows one host) */
+  bool cores_shared;       /* the ranks outnumber the host's cores */
 };
 
 /* The rules: one step up to 4K on CPU-only comms (all-reduce, all-gather; all-reduce,
@@ -67,7 +68,8 @@ struct shape {
  * With DIRECT_MAX_BYTES, CPU-only comms of one group and more than 2 ranks
  * take the direct algorithms above the one-step size up to that whole
  * vector, all-gather of fewer than 8 ranks, and every call of ranks that
- * span hosts, only up to 4M.
+ * span hosts, only up to 4M. Where the ranks outnumber the host's cores,
+ * no recursive doubling or halving: one step, or direct.
  * A forced name applies where the collective has it and it applies;
  * elsewhere the table chooses. */
 static const struct shape shapes[] = {
@@ -123,6 +125,26 @@ static const struct shape shapes[] = {
      {512 << 10, 8 << 20},
      {"DIRECT RING RING DIRECT DIRECT", "RING RING RING RING RING"},
      1 << 30,
+     true},
+    {"aaaa",
+     "",
+     CPU_ONLY,
+     "",
+     64 << 10,
+     {4, 4096, 8192},
+     {"ONESTEP TREE TREE ONESTEP DIRECT", "ONESTEP TREE TREE ONESTEP DIRECT", "DIRECT TREE TREE DIRECT DIRECT"},
+     1 << 30,
+     false,
+     true},
+    {"aaaaaaaa",
+     "",
+     CPU_ONLY,
+     "",
+     64 << 10,
+     {4, 65536},
+     {"ONESTEP TREE TREE ONESTEP DIRECT", "DIRECT RING RING DIRECT DIRECT"},
+     1 << 30,
+     false,
      true},
 };
 
@@ -213,6 +235,7 @@ static enum hc_algo planned(const struct shape *s, const struct comm_shape *cs, 
                           .onestep_bytes = 4096,
                           .direct_max_bytes = s->gpus != CPU_ONLY ? 0 : s->direct_max_bytes,
                           .one_host = !s->across_hosts,
+                          .cores_shared = s->cores_shared,
                           .any_gpu = s->gpus != CPU_ONLY || s->vendor[0],
                           .all_gpu = s->gpus == ALL_GPU,
                           .scratch_slots = 4,
@@ -255,9 +278,10 @@ static void check_planner(const struct shape *s, struct hc_scratch_pool *pool) {
         row += len + (row[len] == ' ');
       }
       for (int r = 0; r < cs.n; r++) {
-        tu_set_case("groups %s vendor '%s'%s HETCCL_ALGO=%s threshold %zu: %s of %zu bytes on rank %d", s->groups,
-                    s->vendor, (const char *const[]){"", " a gpu", " all gpu"}[s->gpus], s->algo, s->ring_threshold,
-                    hc_coll_name((enum hc_coll)c), s->bytes[k], r);
+        tu_set_case("groups %s vendor '%s'%s%s HETCCL_ALGO=%s threshold %zu: %s of %zu bytes on rank %d", s->groups,
+                    s->vendor, (const char *const[]){"", " a gpu", " all gpu"}[s->gpus],
+                    s->cores_shared ? " cores shared" : "", s->algo, s->ring_threshold, hc_coll_name((enum hc_coll)c),
+                    s->bytes[k], r);
         const enum hc_algo got = planned(s, &cs, r, (enum hc_coll)c, s->bytes[k], pool);
         CHECK(!strcmp(hc_algo_name(got), want), "planned with %s, expected %s", hc_algo_name(got), want);
       }
@@ -284,10 +308,10 @@ static bool run_info(const char *info, const struct shape *s, char *out, size_t 
   snprintf(
       cmd, sizeof(cmd),
       "HETCCL_ALGO='%s' HETCCL_RING_THRESHOLD=%zu HETCCL_ONESTEP_BYTES=4K HETCCL_DIRECT_MAX_BYTES=%zu '%s' --algos "
-      "--groups %s%s%s%s "
+      "--groups %s%s%s%s%s "
       "--sizes %s 2>&1",
       s->algo, s->ring_threshold, s->direct_max_bytes, info, groups, vendor[0] ? " --vendor " : "", vendor,
-      (const char *const[]){"", " --gpu", " --all-gpu"}[s->gpus], sizes);
+      (const char *const[]){"", " --gpu", " --all-gpu"}[s->gpus], s->cores_shared ? " --cores-shared" : "", sizes);
   FILE *f = popen(cmd, "r");
   if (!CHECK(f != NULL, "popen: %s", cmd)) return false;
   const size_t got = fread(out, 1, len - 1, f);
