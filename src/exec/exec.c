@@ -764,7 +764,12 @@ static hc_result_t run_blocking(struct hc_exec_job *jobs, int njobs, int posted_
       all_done &= st->ndone == st->nsteps;
     }
     if (all_done) {
-      if (wait.idle_since != 0) wait_state_count(&wait);
+      /* The wait that ends a plan teaches the policy too: a one-step
+       * plan has no other (its receive is its last step), and without it
+       * a count of waits after a yield that ran another thread never ran
+       * out, so such a rank yielded in every wait for good (2 unbound
+       * ranks on 2 cores: 128 B all-gather 1.2-1.5 us against 0.45). */
+      wait_state_moved(&wait);
       break;
     }
     if (moved) {
