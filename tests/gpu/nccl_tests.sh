@@ -23,8 +23,12 @@ work=$build/nccl-tests
 mkdir -p "$work"
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
-  cmake --build "$build" -j "$(nproc)" --target hetccl >/dev/null || { echo "hetccl build FAILED"; exit 1; }
+  cmake --build "$build" -j "$(nproc)" --target hetccl_nccl >/dev/null || { echo "hetccl build FAILED"; exit 1; }
 hetccl=$build/nccl/libhetccl.so
+# A preload that names no file is ignored with a warning, and the real
+# NCCL then answers every call: a fresh build tree once ran the real
+# library here, two ranks on one GPU, and failed in its init.
+[ -f "$hetccl" ] || { echo "no $hetccl to preload"; exit 1; }
 
 # nccl-tests links -lnccl; the wheel ships only libnccl.so.2.
 wheel=$(python3 -c 'import nvidia.nccl as m; print(m.__path__[0])' 2>/dev/null) ||
@@ -60,7 +64,10 @@ run() { # label groups binary args...
   timeout 300 mpirun --allow-run-as-root --oversubscribe "${spec[@]}" >"$work/out.txt" 2>&1
   local rc=$?
   grep -E '^ +[0-9]+ |Out of bounds|Avg bus|nccl-library|[Ee]rror|FAIL' "$work/out.txt" | head -60
-  if [ $rc -ne 0 ] || ! grep -q 'Out of bounds values : 0 OK' "$work/out.txt"; then
+  if grep -q 'cannot be preloaded' "$work/out.txt"; then
+    echo "FAILED: $label: the loader did not preload $hetccl"
+    fail=1
+  elif [ $rc -ne 0 ] || ! grep -q 'Out of bounds values : 0 OK' "$work/out.txt"; then
     echo "FAILED: $label (exit $rc)"
     tail -20 "$work/out.txt"
     fail=1
