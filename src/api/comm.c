@@ -636,6 +636,7 @@ static hc_result_t phase_plans(struct hetcclComm *comm) {
     any_gpu |= comm->peers[i].device_kind != HC_MEM_HOST;
     all_gpu &= comm->peers[i].device_kind != HC_MEM_HOST;
   }
+  const bool one_host = comm->local_ranks == comm->nranks;
   enum hc_algo forced[HC_COLL_COUNT];
   HC_TRY(hc_algo_parse(hc_param_str(HC_P_ALGO), forced));
   hc_plan_sig_configure();
@@ -654,9 +655,9 @@ static hc_result_t phase_plans(struct hetcclComm *comm) {
        * once, which GPU ranks would each stage. */
       .direct_max_bytes = any_gpu ? 0 : (size_t)hc_param_int(HC_P_DIRECT_MAX_BYTES),
       .direct_chunk_bytes = (size_t)HC_MAX(hc_param_int(HC_P_DIRECT_CHUNK_BYTES), 64),
-      .one_host = comm->local_ranks == comm->nranks,
+      .one_host = one_host,
       /* Only where every rank is here do all of them see the same cores. */
-      .cores_shared = comm->local_ranks == comm->nranks && comm->links.cores_shared,
+      .cores_shared = one_host && comm->links.cores_shared,
       .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1),
       .ngroups = 1,
       .window_reduce_bytes = window_reduce_bytes(config->device_kind),
