@@ -196,12 +196,13 @@ static void print_choices(const struct shape *sh, const struct hc_plan_ctx *x) {
       if (sh->group_of[r] == g) printf(first-- ? "%d" : ",%d", r);
     printf(sh->vendor[g] ? ", vendor library)" : ")");
   }
-  printf(", %s\nHETCCL_ALGO %s, HETCCL_RING_THRESHOLD %zu, HETCCL_ONESTEP_BYTES %zu, HETCCL_DIRECT_MAX_BYTES %zu; "
-         "float32 buffers\n\n",
+  printf(", %s\nHETCCL_ALGO %s, HETCCL_RING_THRESHOLD %zu, HETCCL_ONESTEP_BYTES %zu, HETCCL_RD_ALLREDUCE_BYTES %zu, "
+         "HETCCL_DIRECT_MAX_BYTES %zu; float32 buffers\n\n",
          sh->all_gpu ? "GPU ranks only"
          : sh->gpu   ? "a GPU rank"
                      : "CPU ranks only",
-         algo_env[0] ? algo_env : "(unset)", x->ring_threshold, x->onestep_bytes, x->direct_max_bytes);
+         algo_env[0] ? algo_env : "(unset)", x->ring_threshold, x->onestep_bytes, x->rd_allreduce_bytes,
+         x->direct_max_bytes);
   printf("%12s", "bytes");
   for (int c = 0; c < HC_COLL_COUNT; c++)
     printf(c + 1 < HC_COLL_COUNT ? "  %-9s" : "  %s", hc_coll_name((enum hc_coll)c));
@@ -224,6 +225,7 @@ static int print_algos(int argc, char **argv) {
   struct hc_plan_ctx x = {.nranks = sh.nranks,
                           .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
                           .onestep_bytes = (size_t)hc_param_int(HC_P_ONESTEP_BYTES),
+                          .rd_allreduce_bytes = (size_t)hc_param_int(HC_P_RD_ALLREDUCE_BYTES),
                           .chunk_bytes = hc_plan_chunk_bytes(sh.gpu),
                           .any_gpu = sh.gpu,
                           .all_gpu = sh.all_gpu,

@@ -649,6 +649,7 @@ static hc_result_t phase_plans(struct hetcclComm *comm) {
       .chunk_bytes = hc_plan_chunk_bytes(any_gpu),
       .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
       .onestep_bytes = (size_t)hc_param_int(HC_P_ONESTEP_BYTES),
+      .rd_allreduce_bytes = (size_t)hc_param_int(HC_P_RD_ALLREDUCE_BYTES),
       .any_gpu = any_gpu,
       .all_gpu = all_gpu,
       /* The direct algorithms trade the ring's steps for n-1 transfers at

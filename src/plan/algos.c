@@ -87,12 +87,26 @@ static bool never_chosen(const struct hc_plan_ctx *x, const struct hc_coll_args 
  * docs/perf.md). */
 static bool power_of_two_ranks(const struct hc_plan_ctx *x) { return (x->nranks & (x->nranks - 1)) == 0; }
 
+static bool rd_ranks(const struct hc_plan_ctx *x) { return x->nranks > 2 && power_of_two_ranks(x) && !x->cores_shared; }
+
 static bool rd_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
-  return one_step_pays(x, a) && x->nranks > 2 && power_of_two_ranks(x) && !x->cores_shared;
+  return one_step_pays(x, a) && rd_ranks(x);
 }
 
 static bool one_step_not_rd(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
   return one_step_pays(x, a) && !rd_pays(x, a);
+}
+
+/* An all-reduce's doubling keeps paying above the one-step size, up to
+ * RD_ALLREDUCE_BYTES: at 8K it ran 1.1x, 1.3x and 1.45x as fast as the
+ * direct algorithm with 4, 8 and 16 bound ranks, and was even at 16K
+ * (16-core Xeon, two passes each, docs/perf.md). One step, the other rank
+ * counts' choice, lost to direct at 8K (3, 6 and 12 ranks: 1.2-2x slower),
+ * so ONESTEP_BYTES stays where it is. Measured on one host only: ranks
+ * that span hosts keep the one-step size. */
+static bool rd_allreduce_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  const size_t limit = x->one_host ? x->rd_allreduce_bytes : HC_MIN(x->rd_allreduce_bytes, x->onestep_bytes);
+  return !x->any_gpu && rd_ranks(x) && call_bytes(a) <= limit;
 }
 
 /* Two GPU ranks move the same bytes either way (each stages its whole
@@ -114,7 +128,7 @@ static bool gpu_pair(const struct hc_plan_ctx *x, const struct hc_coll_args *a) 
 }
 
 static bool one_step_allreduce_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
-  return one_step_not_rd(x, a) || gpu_pair(x, a);
+  return (one_step_pays(x, a) && !rd_allreduce_pays(x, a)) || gpu_pair(x, a);
 }
 
 static bool large(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
@@ -170,6 +184,10 @@ static bool direct_not_rd(const struct hc_plan_ctx *x, const struct hc_coll_args
   return direct_pays(x, a) && !rd_pays(x, a);
 }
 
+static bool direct_allreduce_pays(const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
+  return direct_pays(x, a) && !rd_allreduce_pays(x, a);
+}
+
 /* An all-gather reduces nothing: direct and the ring copy the same n-1
  * blocks into each rank, and only the pulls at once differ. From 8 ranks
  * those won at every size measured (8M-128M: 1.13-1.20x the ring); with 4
@@ -207,8 +225,8 @@ static const struct hc_algo_desc table[] = {
      .what = "every rank sends its input to every other at once and reduces alone (two ranks: in pieces, each "
              "reduced as it lands)",
      .chosen_doc = "the comm is two GPU ranks and the call fits one chunk; or " ONESTEP_CHOSEN
-                   ", and " NOT_RD_RANKS},
-    {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_not_rd,
+                   ", and recursive doubling does not take it (below)"},
+    {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_DIRECT, .applies = flat_cpu, .chosen = direct_allreduce_pays,
      .build = hc_direct_allreduce,
      .what = "each block from every rank straight to the rank that reduces it, in cache-sized pieces, then "
              "from there to every rank: two rounds",
@@ -218,8 +236,8 @@ static const struct hc_algo_desc table[] = {
      .chosen_doc = "the call has RING_THRESHOLD bytes or more and an element per rank"},
     {.coll = HC_COLL_ALLREDUCE, .algo = HC_ALGO_RD, .build = hc_rd_allreduce,
      .what = "recursive doubling: log2(n) exchanges of the whole buffer",
-     .chosen_doc = "no row above is chosen; these leave it the calls of at most ONESTEP_BYTES on CPU comms of a "
-                   "power of two of ranks above 2, no more than the host's cores"},
+     .chosen_doc = "no row above is chosen; these leave it the calls of at most RD_ALLREDUCE_BYTES on CPU comms "
+                   "of a power of two of ranks above 2, no more than the host's cores"},
 
     {.coll = HC_COLL_BROADCAST, .algo = HC_ALGO_HIER, .applies = grouped, .chosen = some_group_shared,
      .build = hc_hier,

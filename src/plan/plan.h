@@ -213,6 +213,7 @@ struct hc_plan_ctx {
   size_t chunk_bytes;               /* HETCCL_CHUNK_BYTES */
   size_t ring_threshold;            /* HETCCL_RING_THRESHOLD */
   size_t onestep_bytes;             /* HETCCL_ONESTEP_BYTES */
+  size_t rd_allreduce_bytes;        /* HETCCL_RD_ALLREDUCE_BYTES */
   bool any_gpu;                     /* some rank's buffers are GPU memory: one step is never chosen by size */
   bool all_gpu;                     /* every rank's buffers are GPU memory */
   /* All-reduce, all-gather and reduce-scatter of flat comms whose whole

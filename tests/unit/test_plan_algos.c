@@ -50,7 +50,7 @@ struct shape {
   const char *vendor; /* groups that run the vendor library ("" none; implies A_GPU) */
   enum gpus gpus;
   const char *algo;        /* HETCCL_ALGO */
-  size_t ring_threshold;   /* ONESTEP_BYTES is 4K throughout */
+  size_t ring_threshold;   /* ONESTEP_BYTES is 4K and RD_ALLREDUCE_BYTES 8K throughout */
   size_t bytes[3];         /* 0: none */
   const char *expect[3];   /* per size: the algorithms of choosy[] */
   size_t direct_max_bytes; /* HETCCL_DIRECT_MAX_BYTES; 0 in most shapes (test_coll_host forces DIRECT) */
@@ -59,7 +59,8 @@ struct shape {
 };
 
 /* The rules: one step up to 4K on CPU-only comms (all-reduce, all-gather; all-reduce,
- * all-gather and reduce-scatter of a power of two of ranks above 2: recursive doubling, or halving); from the ring threshold
+ * all-gather and reduce-scatter of a power of two of ranks above 2: recursive doubling, or halving, and all-reduce
+ * so up to 8K on one host); from the ring threshold
  * the ring (all-reduce: given an element per rank) or the chain; below,
  * recursive doubling or the tree; with several groups one of which has
  * several ranks, the hierarchy (all-reduce: from the threshold, or with a
@@ -112,8 +113,33 @@ static const struct shape shapes[] = {
      "",
      64 << 10,
      {8192, 1 << 20, 2 << 20},
-     {"DIRECT TREE TREE DIRECT DIRECT", "DIRECT RING RING DIRECT DIRECT", "DIRECT RING RING RING DIRECT"},
+     {"RD TREE TREE DIRECT DIRECT", "DIRECT RING RING DIRECT DIRECT", "DIRECT RING RING RING DIRECT"},
      1 << 30},
+    {"aaaaaaaaaaaaaaaa",
+     "",
+     CPU_ONLY,
+     "",
+     64 << 10,
+     {4100, 8192, 8196},
+     {"RD TREE TREE DIRECT DIRECT", "RD TREE TREE DIRECT DIRECT", "DIRECT TREE TREE DIRECT DIRECT"},
+     1 << 30},
+    {"aaaaaa",
+     "",
+     CPU_ONLY,
+     "",
+     64 << 10,
+     {4096, 4100},
+     {"ONESTEP TREE TREE ONESTEP DIRECT", "DIRECT TREE TREE DIRECT DIRECT"},
+     1 << 30},
+    {"aaaaaaaa",
+     "",
+     CPU_ONLY,
+     "",
+     64 << 10,
+     {4096, 8192},
+     {"RD TREE TREE RD RD", "DIRECT TREE TREE DIRECT DIRECT"},
+     1 << 30,
+     true},
     {"aaaaaaaa", "", CPU_ONLY, "", 64 << 10, {2 << 20}, {"DIRECT RING RING DIRECT DIRECT"}, 1 << 30},
     {"aaaaaaaa", "", CPU_ONLY, "", 64 << 10, {1 << 20}, {"DIRECT RING RING RING RING"}, 4 << 20},
     {"aaa", "", A_GPU, "", 64 << 10, {8192}, {"RD TREE TREE RING RING"}, 1 << 30},
@@ -233,6 +259,7 @@ static enum hc_algo planned(const struct shape *s, const struct comm_shape *cs, 
                           .chunk_bytes = hc_plan_chunk_bytes(s->gpus != CPU_ONLY || s->vendor[0]),
                           .ring_threshold = s->ring_threshold,
                           .onestep_bytes = 4096,
+                          .rd_allreduce_bytes = 8192,
                           .direct_max_bytes = s->gpus != CPU_ONLY ? 0 : s->direct_max_bytes,
                           .one_host = !s->across_hosts,
                           .cores_shared = s->cores_shared,
@@ -305,13 +332,13 @@ static bool run_info(const char *info, const struct shape *s, char *out, size_t 
   comma_list(s->vendor, vendor, sizeof(vendor));
   for (int k = 0; k < 3 && s->bytes[k]; k++)
     snprintf(sizes + strlen(sizes), sizeof(sizes) - strlen(sizes), "%s%zu", k ? "," : "", s->bytes[k]);
-  snprintf(
-      cmd, sizeof(cmd),
-      "HETCCL_ALGO='%s' HETCCL_RING_THRESHOLD=%zu HETCCL_ONESTEP_BYTES=4K HETCCL_DIRECT_MAX_BYTES=%zu '%s' --algos "
-      "--groups %s%s%s%s%s "
-      "--sizes %s 2>&1",
-      s->algo, s->ring_threshold, s->direct_max_bytes, info, groups, vendor[0] ? " --vendor " : "", vendor,
-      (const char *const[]){"", " --gpu", " --all-gpu"}[s->gpus], s->cores_shared ? " --cores-shared" : "", sizes);
+  snprintf(cmd, sizeof(cmd),
+           "HETCCL_ALGO='%s' HETCCL_RING_THRESHOLD=%zu HETCCL_ONESTEP_BYTES=4K HETCCL_RD_ALLREDUCE_BYTES=8K "
+           "HETCCL_DIRECT_MAX_BYTES=%zu '%s' --algos "
+           "--groups %s%s%s%s%s "
+           "--sizes %s 2>&1",
+           s->algo, s->ring_threshold, s->direct_max_bytes, info, groups, vendor[0] ? " --vendor " : "", vendor,
+           (const char *const[]){"", " --gpu", " --all-gpu"}[s->gpus], s->cores_shared ? " --cores-shared" : "", sizes);
   FILE *f = popen(cmd, "r");
   if (!CHECK(f != NULL, "popen: %s", cmd)) return false;
   const size_t got = fread(out, 1, len - 1, f);
