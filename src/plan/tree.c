@@ -19,13 +19,17 @@ static int real_rank(const struct hc_plan_ctx *x, int v, int root) { return hc_m
 /* Recursive doubling with the usual fold for non powers of two: of the
  * first 2*rem ranks, each even one hands its data to the odd one above it
  * and gets the result back at the end. Partners order their operands by
- * rank, so both compute the same bits. */
+ * rank, so both compute the same bits. The first exchange sends the input
+ * and the first sum reads it, as the tree's reduce does: no copy of it
+ * into the output first. */
 hc_result_t hc_rd_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a,
                             struct hc_alg_io io) {
   const int n = x->nranks, r = x->rank;
   const size_t es = hc_dtype_size(a->dtype), bytes = a->count * es;
   const enum hc_redop op = hc_step_op(a->op);
-  hc_ref_t cur = hc_push_copy(p, io.out, io.in, bytes, io.in_dep, 0);
+  const void *sum = io.in; /* this rank's partial result so far */
+  hc_ref_t cur = io.in_dep;
+  if (n == 1) cur = hc_push_copy(p, io.out, io.in, bytes, cur, 0);
   if (n > 1) {
     int pof2 = 1;
     while (pof2 * 2 <= n) pof2 *= 2;
@@ -36,11 +40,12 @@ hc_result_t hc_rd_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, cons
     hc_ref_t tmp_free = 0; /* the last step that read tmp */
     if (r < 2 * rem) {
       if (r % 2 == 0) {
-        cur = hc_push_send(p, r + 1, io.out, bytes, cur, 0);
+        cur = hc_push_send(p, r + 1, sum, bytes, cur, 0);
         newrank = -1;
       } else {
         hc_ref_t got = hc_push_recv(p, r - 1, tmp, bytes, 0, 0);
-        cur = tmp_free = hc_push_reduce(p, io.out, tmp, io.out, a->count, a->dtype, op, got, cur, 0);
+        cur = tmp_free = hc_push_reduce(p, io.out, tmp, sum, a->count, a->dtype, op, got, cur, 0);
+        sum = io.out;
         newrank = r / 2;
       }
     } else {
@@ -50,10 +55,11 @@ hc_result_t hc_rd_allreduce(struct hc_plan *p, const struct hc_plan_ctx *x, cons
       for (int mask = 1; mask < pof2; mask <<= 1) {
         int newpeer = newrank ^ mask;
         int peer = newpeer < rem ? newpeer * 2 + 1 : newpeer + rem;
-        hc_ref_t sent = hc_push_send(p, peer, io.out, bytes, cur, 0);
+        hc_ref_t sent = hc_push_send(p, peer, sum, bytes, cur, 0);
         hc_ref_t got = hc_push_recv(p, peer, tmp, bytes, tmp_free, 0);
-        const void *lo = peer < r ? tmp : io.out, *hi = peer < r ? io.out : tmp;
+        const void *lo = peer < r ? tmp : sum, *hi = peer < r ? sum : tmp;
         cur = tmp_free = hc_push_reduce(p, io.out, lo, hi, a->count, a->dtype, op, sent, got, cur);
+        sum = io.out;
       }
     }
     if (r < 2 * rem) {
