@@ -223,19 +223,13 @@ static int print_algos(int argc, char **argv) {
   const int bad = parse_shape(argc, argv, &sh);
   if (bad) return bad;
   struct hc_plan_ctx x = {.nranks = sh.nranks,
-                          .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
-                          .onestep_bytes = (size_t)hc_param_int(HC_P_ONESTEP_BYTES),
-                          .rd_allreduce_bytes = (size_t)hc_param_int(HC_P_RD_ALLREDUCE_BYTES),
-                          .chunk_bytes = hc_plan_chunk_bytes(sh.gpu),
-                          .any_gpu = sh.gpu,
                           .all_gpu = sh.all_gpu,
-                          .direct_max_bytes = sh.gpu ? 0 : (size_t)hc_param_int(HC_P_DIRECT_MAX_BYTES),
                           .one_host = true,
                           .cores_shared = sh.cores_shared,
                           .ngroups = sh.ngroups,
                           .group_of = sh.ngroups > 1 ? sh.group_of : NULL,
                           .group_vendor = sh.ngroups > 1 ? sh.vendor : NULL};
-  if (hc_algo_parse(hc_param_str(HC_P_ALGO), x.algo) != HC_OK) {
+  if (hc_plan_ctx_from_params(&x, sh.gpu) != HC_OK) {
     fprintf(stderr, "hetccl-info: %s\n", hc_last_error());
     return 2;
   }

@@ -637,8 +637,6 @@ static hc_result_t phase_plans(struct hetcclComm *comm) {
     all_gpu &= comm->peers[i].device_kind != HC_MEM_HOST;
   }
   const bool one_host = comm->local_ranks == comm->nranks;
-  enum hc_algo forced[HC_COLL_COUNT];
-  HC_TRY(hc_algo_parse(hc_param_str(HC_P_ALGO), forced));
   hc_plan_sig_configure();
   const struct hc_dev_ops *gpu = config->device_kind == HC_MEM_HOST ? NULL : hc_dev_get(config->device_kind);
   HC_TRY(hc_scratch_pool_create(gpu ? HC_POOL_PINNED : HC_POOL_HOST, gpu, config->device_id, &comm->plan.pool));
@@ -646,24 +644,14 @@ static hc_result_t phase_plans(struct hetcclComm *comm) {
   comm->plan_ctx = (struct hc_plan_ctx){
       .rank = comm->rank,
       .nranks = comm->nranks,
-      .chunk_bytes = hc_plan_chunk_bytes(any_gpu),
-      .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
-      .onestep_bytes = (size_t)hc_param_int(HC_P_ONESTEP_BYTES),
-      .rd_allreduce_bytes = (size_t)hc_param_int(HC_P_RD_ALLREDUCE_BYTES),
-      .any_gpu = any_gpu,
       .all_gpu = all_gpu,
-      /* The direct algorithms trade the ring's steps for n-1 transfers at
-       * once, which GPU ranks would each stage. */
-      .direct_max_bytes = any_gpu ? 0 : (size_t)hc_param_int(HC_P_DIRECT_MAX_BYTES),
-      .direct_chunk_bytes = (size_t)HC_MAX(hc_param_int(HC_P_DIRECT_CHUNK_BYTES), 64),
       .one_host = one_host,
       /* Only where every rank is here do all of them see the same cores. */
       .cores_shared = one_host && comm->links.cores_shared,
-      .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1),
       .ngroups = 1,
       .window_reduce_bytes = window_reduce_bytes(config->device_kind),
   };
-  memcpy(comm->plan_ctx.algo, forced, sizeof(forced));
+  HC_TRY(hc_plan_ctx_from_params(&comm->plan_ctx, any_gpu));
   comm->pull_min_bytes = hc_param_int(HC_P_SHM_CMA_TUNE) ? hc_net_set_pull_min_bytes(&comm->nets) : 0;
   if (comm->ngroups == 1) return HC_OK;
   const struct hc_peer_info *me = &comm->peers[comm->rank];

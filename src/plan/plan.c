@@ -430,6 +430,20 @@ size_t hc_plan_chunk_bytes(bool any_gpu) {
   return (size_t)HC_MAX(hc_param_int(HC_P_CHUNK_BYTES), 64);
 }
 
+hc_result_t hc_plan_ctx_from_params(struct hc_plan_ctx *x, bool any_gpu) {
+  x->any_gpu = any_gpu;
+  x->chunk_bytes = hc_plan_chunk_bytes(any_gpu);
+  x->ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD);
+  x->onestep_bytes = (size_t)hc_param_int(HC_P_ONESTEP_BYTES);
+  x->rd_allreduce_bytes = (size_t)hc_param_int(HC_P_RD_ALLREDUCE_BYTES);
+  /* The direct algorithms trade the ring's steps for n-1 transfers at
+   * once, which GPU ranks would each stage. */
+  x->direct_max_bytes = any_gpu ? 0 : (size_t)hc_param_int(HC_P_DIRECT_MAX_BYTES);
+  x->direct_chunk_bytes = (size_t)HC_MAX(hc_param_int(HC_P_DIRECT_CHUNK_BYTES), 64);
+  x->scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1);
+  return hc_algo_parse(hc_param_str(HC_P_ALGO), x->algo);
+}
+
 hc_result_t hc_plan_add(struct hc_plan *p, const struct hc_plan_ctx *x, const struct hc_coll_args *a) {
   struct hc_alg_io io = {.in = a->sendbuf, .out = a->recvbuf};
   bool reducing = hc_coll_reduces(a->coll);

@@ -300,6 +300,13 @@ hc_result_t hc_coll_args_keep_counts(struct hc_coll_args *a, int nranks, struct 
  * HETCCL_CHUNK_BYTES. */
 size_t hc_plan_chunk_bytes(bool any_gpu);
 
+/* Fills the fields of x that come from settings (HETCCL_ALGO, the chunk,
+ * the size limits of the algorithms, the scratch slots) for a comm with or
+ * without a GPU rank, and sets any_gpu; the caller sets the comm's shape
+ * (rank, nranks, all_gpu, hosts, groups, windows). One place, so that
+ * hetccl-info and the simulator plan as the library does. */
+hc_result_t hc_plan_ctx_from_params(struct hc_plan_ctx *x, bool any_gpu);
+
 /* Appends the steps of one call to plan (a group appends several calls to
  * one plan). Allocates scratch as needed; hc_plan_reset frees everything. */
 hc_result_t hc_plan_add(struct hc_plan *plan, const struct hc_plan_ctx *ctx, const struct hc_coll_args *a);

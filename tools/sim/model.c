@@ -343,18 +343,15 @@ static hc_result_t plans_append(struct plans *ps, const struct hc_plan *p, const
 }
 
 /* The context api/comm.c gives a GPU comm's plans (HETCCL_* as set). */
-static struct hc_plan_ctx library_ctx(const struct topo *t, int r, size_t chunk, struct hc_plan_window *win) {
+static hc_result_t library_ctx(const struct topo *t, int r, struct hc_plan_window *win, struct hc_plan_ctx *x) {
   const bool groups = t->ngroups > 1;
-  return (struct hc_plan_ctx){.rank = r,
-                              .nranks = t->nranks,
-                              .chunk_bytes = chunk,
-                              .any_gpu = true,
-                              .ring_threshold = (size_t)hc_param_int(HC_P_RING_THRESHOLD),
-                              .scratch_slots = (int)HC_MAX(hc_param_int(HC_P_SCRATCH_SLOTS), 1),
-                              .ngroups = t->ngroups,
-                              .group_of = groups ? t->group_of : NULL,
-                              .group_vendor = groups ? t->group_vendor : NULL,
-                              .windows = win};
+  *x = (struct hc_plan_ctx){.rank = r,
+                            .nranks = t->nranks,
+                            .ngroups = t->ngroups,
+                            .group_of = groups ? t->group_of : NULL,
+                            .group_vendor = groups ? t->group_vendor : NULL,
+                            .windows = win};
+  return hc_plan_ctx_from_params(x, true);
 }
 
 static bool gdr_everywhere(const struct topo *t) {
@@ -368,9 +365,10 @@ static hc_result_t plan_rank(const struct topo *t, const struct hc_coll_args *a,
                              size_t chunk, struct hc_plan_window *win, struct hc_scratch_pool *pools[2],
                              struct plans *ps) {
   windows_of(t, wm, chunk, r, win);
-  struct hc_plan_ctx x = library_ctx(t, r, chunk, win);
+  struct hc_plan_ctx x;
   struct hc_plan p = {.pool = pools[0], .dev_pool = pools[1], .mem = HC_MEM_CUDA};
-  hc_result_t res = hc_plan_add(&p, &x, a);
+  hc_result_t res = library_ctx(t, r, win, &x);
+  if (res == HC_OK) res = hc_plan_add(&p, &x, a);
   for (int i = 0; res == HC_OK && i < p.nsteps; i++)
     if (p.steps[i].kind == HC_STEP_SEND && t->group_of[p.steps[i].peer] != t->group_of[r])
       ps->cross_group_bytes += (double)p.steps[i].count;
@@ -384,7 +382,7 @@ static hc_result_t plan_rank(const struct topo *t, const struct hc_coll_args *a,
 
 static hc_result_t plans_build(const struct topo *t, const struct hc_coll_args *a, struct plans *ps) {
   const int n = t->nranks;
-  const size_t chunk = (size_t)HC_MAX(HC_DIV_UP(hc_param_int(HC_P_GPU_CHUNK_BYTES), 4096) * 4096, 4096);
+  const size_t chunk = hc_plan_chunk_bytes(true);
   struct window_mem wm = {.bytes = HC_WINDOW_SLOTS * chunk};
   struct hc_scratch_pool *pools[2] = {NULL, NULL};
   struct hc_plan_window *win = calloc((size_t)n, sizeof(*win));
