@@ -106,11 +106,17 @@ static inline size_t hc_nchunks(size_t maxlen, size_t esize, size_t chunk_bytes)
  * 20.4 GB/s against 17.7-18.5 for 4 MiB ones with ranks as processes (each
  * chunk costs a switch between their contexts). Every rank of the comm
  * cuts the same way: the rule reads only the block and the comm. */
+#ifndef HC_RING_CUT_PART
+#define HC_RING_CUT_PART 2 /* the cut's chunks are at least 1/this of a slot */
+#endif
+#ifndef HC_RING_CUT_MAX
+#define HC_RING_CUT_MAX 4 /* and at most this many */
+#endif
 static inline size_t hc_ring_nchunks(const struct hc_plan_ctx *x, size_t maxlen, size_t esize) {
   const size_t n = hc_nchunks(maxlen, esize, x->chunk_bytes);
   if (!x->any_gpu) return n;
-  const size_t halves = maxlen * esize / HC_MAX(x->chunk_bytes / 2, 1);
-  return HC_MIN(HC_MAX(n, HC_MIN(halves, 4)), HC_MAX(maxlen, 1));
+  const size_t parts = maxlen * esize / HC_MAX(x->chunk_bytes / HC_RING_CUT_PART, 1);
+  return HC_MIN(HC_MAX(n, HC_MIN(parts, HC_RING_CUT_MAX)), HC_MAX(maxlen, 1));
 }
 
 /* Receive slots in the plan's scratch, used round-robin: a receive into a
