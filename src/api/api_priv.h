@@ -34,6 +34,7 @@ struct hc_peer_info {
   char group_name[HC_GROUP_NAME_BYTES];
   int32_t fp8_layout;                   /* enum hc_fp8_layout: what this rank's fp8 buffers hold */
   char gpu_bus_id[HC_PCI_BUS_ID_BYTES]; /* its GPU's PCI bus id; empty: a CPU rank, or the driver cannot say */
+  int32_t gpu_mps;                      /* a GPU rank whose contexts are MPS clients (hc_dev_caps.mps) */
   struct hc_net_record net;             /* its host and transports */
 };
 
@@ -43,6 +44,11 @@ struct hc_peer_info {
  * make every rank's GPU device 0), so the bus id decides where both know
  * it. */
 bool hc_peers_share_gpu(const struct hc_peer_info *a, const struct hc_peer_info *b);
+
+/* Do these two ranks take turns on one GPU? Ranks of two processes that
+ * share a GPU each have a context there, which the GPU time-slices, unless
+ * both are clients of an MPS server, which runs them at once. */
+bool hc_peers_time_slice_gpu(const struct hc_peer_info *a, const struct hc_peer_info *b);
 
 struct hc_premul_op {
   bool in_use;

@@ -98,11 +98,11 @@ static bool pair_has_window(const struct hetcclComm *comm, int peer) {
          (comm->peers[comm->rank].net.window || comm->peers[peer].net.window);
 }
 
-/* A rank of another process that uses rank r's GPU, or -1: the GPU
- * time-slices the two contexts, and r runs no programs (api/proxy.c). */
+/* A rank that takes turns with rank r on r's GPU, or -1: r then runs no
+ * programs (api/proxy.c). */
 static int gpu_sharer(const struct hc_peer_info *peers, int nranks, int r) {
   for (int i = 0; i < nranks; i++)
-    if (peers[i].pid != peers[r].pid && hc_peers_share_gpu(&peers[r], &peers[i])) return i;
+    if (hc_peers_time_slice_gpu(&peers[r], &peers[i])) return i;
   return -1;
 }
 
@@ -405,6 +405,10 @@ bool hc_peers_share_gpu(const struct hc_peer_info *a, const struct hc_peer_info 
   return a->device_id == b->device_id;
 }
 
+bool hc_peers_time_slice_gpu(const struct hc_peer_info *a, const struct hc_peer_info *b) {
+  return a->pid != b->pid && hc_peers_share_gpu(a, b) && !(a->gpu_mps && b->gpu_mps);
+}
+
 /* Can the vendor's library run among the ranks of group g: each owns a
  * distinct GPU of one vendor, and each loaded that vendor's library in the
  * same version (NCCL and RCCL do not promise to talk across versions)?
@@ -530,6 +534,7 @@ static hc_result_t phase_peers_exchange(struct hetcclComm *comm) {
   me->vendor_ok = my_vendor != NULL;
   me->vendor_version = my_vendor ? my_vendor->version : 0;
   me->ll_bytes = ll_bytes_offered(config);
+  me->gpu_mps = config->device_kind != HC_MEM_HOST && hc_dev_caps(config->device_kind).mps;
   enum hc_fp8_layout fp8;
   HC_TRY(local_fp8_layout(config, &fp8));
   me->fp8_layout = (int32_t)fp8;

@@ -102,6 +102,7 @@ static int cuda_device_attr(int dev, enum hc_gpu_attr a, int *value) {
       [HC_GPU_ATTR_SM_COUNT] = CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
       [HC_GPU_ATTR_CC_MAJOR] = CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
       [HC_GPU_ATTR_CC_MINOR] = CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+      [HC_GPU_ATTR_MPS] = CU_DEVICE_ATTRIBUTE_MPS_ENABLED,
   };
   CUdevice d;
   int e = cu.cuDeviceGet(&d, dev);

@@ -42,6 +42,9 @@ typedef void (*CUhostFn)(void *userData); /* CUDA_CB is empty on Linux */
 #define CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 92
 #define CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS 122
 #define CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM 91
+/* Contexts made on the device are clients of an MPS server (CUDA 12.3 and
+ * later drivers; older ones answer CUDA_ERROR_INVALID_VALUE). */
+#define CU_DEVICE_ATTRIBUTE_MPS_ENABLED 133
 #define CU_STREAM_MEM_OP_WAIT_VALUE_64 4
 #define CU_STREAM_MEM_OP_WRITE_VALUE_64 5
 /* CUstreamBatchMemOpParams_v1, the wait/write members (48 bytes). */

@@ -125,6 +125,10 @@ struct hc_dev_caps {
   /* Its reductions read mapped host memory (host_alloc, host_register) at
    * its host address: a kernel's, or the host fallback's. */
   bool reduce_reads_host;
+  /* Every device's contexts are clients of an MPS server (CUDA): processes
+   * that share a GPU then run on it at once, as threads of one process do,
+   * instead of taking turns in time slices. */
+  bool mps;
 };
 
 #define HC_DEV_ABI 2 /* 2: every op takes ctx first */

@@ -56,8 +56,10 @@ hc_result_t hc_gpu_load(void *ctx, struct hc_dev_caps *caps) {
   g->ndev = HC_MIN(ndev, HC_GPU_MAX_DEVICES);
   if (ndev > HC_GPU_MAX_DEVICES)
     HC_INFO(HC_DEV, "%s: %d devices, using the first %d", v->name, ndev, HC_GPU_MAX_DEVICES);
+  bool mps = g->ndev > 0;
   for (int d = 0; d < g->ndev; d++) {
-    int sms = 0, major = 0, minor = 0;
+    int sms = 0, major = 0, minor = 0, mps_enabled = 0;
+    mps &= v->device_attr(d, HC_GPU_ATTR_MPS, &mps_enabled) == 0 && mps_enabled == 1;
     if (v->device_attr(d, HC_GPU_ATTR_SM_COUNT, &sms) != 0 || sms <= 0) sms = 0;
     g->dev[d].sm_count = sms;
     if (v->device_attr(d, HC_GPU_ATTR_CC_MAJOR, &major) == 0 && v->device_attr(d, HC_GPU_ATTR_CC_MINOR, &minor) == 0)
@@ -69,6 +71,8 @@ hc_result_t hc_gpu_load(void *ctx, struct hc_dev_caps *caps) {
   caps->stream_mem_ops = atomic_load(&g->mem_ops);
   caps->runtime_compile = g->rtc;
   caps->reduce_reads_host = !g->rtc || v->kernels_read_host_address();
+  caps->mps = mps;
+  if (mps) HC_INFO(HC_DEV, "%s: contexts are clients of an MPS server", v->name);
   atomic_store(&loaded_gpus[v->kind], g);
   return HC_OK;
 }

@@ -34,7 +34,7 @@
 
 /* Device attributes the generic code asks for; a vendor that cannot answer
  * returns non-zero and the generic code uses a default. */
-enum hc_gpu_attr { HC_GPU_ATTR_SM_COUNT, HC_GPU_ATTR_CC_MAJOR, HC_GPU_ATTR_CC_MINOR };
+enum hc_gpu_attr { HC_GPU_ATTR_SM_COUNT, HC_GPU_ATTR_CC_MAJOR, HC_GPU_ATTR_CC_MINOR, HC_GPU_ATTR_MPS };
 
 /* What a pointer is, as the vendor reports it. */
 enum hc_gpu_ptr_type { HC_GPU_PTR_UNKNOWN, HC_GPU_PTR_HOST_PINNED, HC_GPU_PTR_DEVICE };

@@ -132,6 +132,7 @@ static int hip_device_attr(int dev, enum hc_gpu_attr a, int *value) {
       [HC_GPU_ATTR_CC_MAJOR] = hipDeviceAttributeComputeCapabilityMajor,
       [HC_GPU_ATTR_CC_MINOR] = hipDeviceAttributeComputeCapabilityMinor,
   };
+  if (a == HC_GPU_ATTR_MPS) return -1; /* CUDA's; the generic code then assumes none */
   return hip.hipDeviceGetAttribute(value, attrs[a], dev);
 }
 

@@ -28,6 +28,13 @@ set_tests_properties(gpu_coll_fake_cuda_no_kernels PROPERTIES LABELS "unit;gpu" 
 add_test(NAME gpu_coll_fake_cuda_processes COMMAND test_coll_gpu)
 set_tests_properties(gpu_coll_fake_cuda_processes PROPERTIES LABELS "unit;gpu" TIMEOUT 600
   ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;GPU_TEST_QUICK=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0")
+# Ranks as processes again, as MPS clients: they run at once on the GPU,
+# so the ranks that share it run programs and LL copies across processes
+# (api/comm.c, gpu_sharer); a rank that said it time-slices fails the test.
+add_test(NAME gpu_coll_fake_cuda_processes_mps COMMAND test_coll_gpu)
+set_tests_properties(gpu_coll_fake_cuda_processes_mps PROPERTIES LABELS "unit;gpu" TIMEOUT 600
+  FAIL_REGULAR_EXPRESSION "time-slices"
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=1;FAKE_CUDA_DELAY_US=0;FAKE_CUDA_MPS=1;GPU_TEST_QUICK=1;HETCCL_TIMEOUT=120;HETCCL_VENDOR=0;HETCCL_DEBUG=INFO;HETCCL_DEBUG_SUBSYS=API")
 # Scenarios E and F (a GPU group on two devices runs the vendor library
 # inside) over the fake driver with two devices and the fake NCCL
 # (fake_nccl.c: ranks as threads of one process).
@@ -138,3 +145,7 @@ add_dependencies(test_api_peers hc_fake_cuda)
 add_test(NAME api_peers COMMAND test_api_peers)
 set_tests_properties(api_peers PROPERTIES LABELS "unit;gpu" TIMEOUT 120
   ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=2;FAKE_CUDA_DELAY_US=0;HETCCL_TIMEOUT=60;HETCCL_VENDOR=0")
+# The same where the driver says that contexts are MPS clients.
+add_test(NAME api_peers_mps COMMAND test_api_peers)
+set_tests_properties(api_peers_mps PROPERTIES LABELS "unit;gpu" TIMEOUT 120
+  ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fake-cuda;FAKE_CUDA_DEVICES=2;FAKE_CUDA_DELAY_US=0;HETCCL_TIMEOUT=60;HETCCL_VENDOR=0;FAKE_CUDA_MPS=1")

@@ -75,6 +75,7 @@ struct CUctx_st {
 static struct CUctx_st ctxs[MAXDEV];
 static int ndev = 2, delay_us = 300;
 static bool memops = true, reject_cubin, reject_ptx, inited;
+static int mps = -1; /* FAKE_CUDA_MPS: what CU_DEVICE_ATTRIBUTE_MPS_ENABLED answers; -1: unknown, as older drivers */
 static int compute_capability = 90; /* FAKE_CUDA_CC */
 static _Thread_local CUcontext cur;
 
@@ -346,6 +347,7 @@ static void init_state(void) {
   if ((v = getenv("FAKE_CUDA_DEVICES")) != NULL) ndev = atoi(v);
   if (ndev > MAXDEV) ndev = MAXDEV;
   if ((v = getenv("FAKE_CUDA_MEMOPS")) != NULL) memops = atoi(v) != 0;
+  if ((v = getenv("FAKE_CUDA_MPS")) != NULL) mps = atoi(v) != 0;
   if ((v = getenv("FAKE_CUDA_DELAY_US")) != NULL) delay_us = atoi(v);
   if ((v = getenv("FAKE_CUDA_REJECT_CUBIN")) != NULL) reject_cubin = atoi(v) != 0;
   if ((v = getenv("FAKE_CUDA_REJECT_PTX")) != NULL) reject_ptx = atoi(v) != 0;
@@ -395,6 +397,10 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
   case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1: *v = 0; break;
   case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: *v = memops; break;
   case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: *v = 1; break;
+  case CU_DEVICE_ATTRIBUTE_MPS_ENABLED:
+    if (mps < 0) return CUDA_ERROR_INVALID_VALUE;
+    *v = mps;
+    break;
   default: return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;

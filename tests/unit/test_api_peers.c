@@ -10,12 +10,16 @@
  * under two device numbers (one process sees all GPUs, the other one) is
  * one GPU; bus ids compare without regard to case; where a rank cannot
  * tell its bus id the device numbers decide; other hosts, other kinds and
- * CPU ranks never share.
+ * CPU ranks never share. Ranks of two processes on one GPU take turns on
+ * it unless both are MPS clients; ranks of one process never do.
  * comm: where a CUDA backend is loaded (the fake libcuda under ctest: its
  * device d sits on bus 0x1b + 0x20 d), two GPU ranks as threads on devices
  * 0 and 1 publish their bus ids in the peer table and do not share; two
- * on device 0 do.
+ * on device 0 do; each publishes whether its contexts are MPS clients, as
+ * the driver says (FAKE_CUDA_MPS, which ctest sets to 1 for api_peers_mps;
+ * unset, the fake answers as a driver that predates the attribute).
  */
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -50,6 +54,18 @@ static void test_rule(void) {
   cpu.net.host = 1;
   struct hc_peer_info cpu2 = cpu;
   CHECK(!hc_peers_share_gpu(&cpu, &cpu2) && !hc_peers_share_gpu(&cpu, &a), "CPU ranks share no GPU");
+
+  a = gpu_rank(1, 0, "0000:1B:00.0"), b = gpu_rank(1, 0, "0000:1B:00.0");
+  a.pid = 100, b.pid = 200;
+  CHECK(hc_peers_time_slice_gpu(&a, &b) && hc_peers_time_slice_gpu(&b, &a), "two processes on one GPU take turns");
+  a.gpu_mps = 1;
+  CHECK(hc_peers_time_slice_gpu(&a, &b), "one of them an MPS client: they still take turns");
+  b.gpu_mps = 1;
+  CHECK(!hc_peers_time_slice_gpu(&a, &b), "both MPS clients: they run at once");
+  a.gpu_mps = b.gpu_mps = 0, b.pid = a.pid;
+  CHECK(!hc_peers_time_slice_gpu(&a, &b), "two ranks of one process share its context");
+  b = gpu_rank(1, 0, "0000:3B:00.0"), b.pid = 200;
+  CHECK(!hc_peers_time_slice_gpu(&a, &b), "two processes on two GPUs");
 }
 
 struct comm_case {
@@ -70,6 +86,10 @@ static int comm_rank(int rank, int nranks, hetcclUniqueId id, void *arg) {
     snprintf(want, sizeof(want), "0000:%02X:00.0", 0x1b + 0x20 * c->devices[r]);
     CHECK(strcmp(p[r].gpu_bus_id, want) == 0, "rank %d's bus id: \"%s\", expected \"%s\"", r, p[r].gpu_bus_id, want);
   }
+  const char *mps = getenv("FAKE_CUDA_MPS");
+  const int want_mps = mps != NULL && atoi(mps) != 0;
+  for (int r = 0; r < nranks; r++)
+    CHECK(p[r].gpu_mps == want_mps, "rank %d: gpu_mps %d, the driver says %d", r, (int)p[r].gpu_mps, want_mps);
   const bool one_gpu = c->devices[0] == c->devices[1];
   CHECK(hc_peers_share_gpu(&p[0], &p[1]) == one_gpu, "devices %d and %d: %s", c->devices[0], c->devices[1],
         one_gpu ? "one GPU" : "two GPUs");
