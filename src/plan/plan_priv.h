@@ -105,7 +105,9 @@ static inline size_t hc_nchunks(size_t maxlen, size_t esize, size_t chunk_bytes)
  * 8 MiB ones with ranks as threads; from 64 MiB, 8 MiB chunks ran at
  * 20.4 GB/s against 17.7-18.5 for 4 MiB ones with ranks as processes (each
  * chunk costs a switch between their contexts). Every rank of the comm
- * cuts the same way: the rule reads only the block and the comm. */
+ * cuts the same way: the rule reads only the block and the comm. Other
+ * cuts are builds of their own (bench/gpu/variants.sh), not settings: every
+ * rank must cut alike. */
 #ifndef HC_RING_CUT_PART
 #define HC_RING_CUT_PART 2 /* the cut's chunks are at least 1/this of a slot */
 #endif
