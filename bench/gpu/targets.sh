@@ -6,10 +6,9 @@
 #   A, ranks as processes  (busbw from 16 MiB against the staging bound)
 #   B, a GPU rank + a CPU rank (busbw against the pinned copy rate)
 # and then A as processes once more under CUDA MPS, where
-# nvidia-cuda-mps-control exists: two processes on one GPU are two contexts
-# that the GPU time-slices; under MPS they share one, as one process per
-# GPU would not need to, so that view is the closest this machine has to
-# the cluster's layout (see chunks.sh).
+# nvidia-cuda-mps-control exists (mps.sh): the processes no longer take
+# turns on the one GPU, the closest this machine has to the cluster's
+# layout of a GPU per process.
 #   bench/gpu/targets.sh [max_bytes]   (default 64 MiB)
 # Builds gpu_bench in ${BUILD_DIR:-build-gpu}; logs under ${OUT:-.}.
 set -uo pipefail
@@ -32,22 +31,14 @@ for view in A:0 A:1 B:0; do
   r=${PIPESTATUS[0]}
   [ "$r" = 0 ] || { echo "== gpu_bench $only, processes=$processes: exit $r"; rc=1; }
 done
-if command -v nvidia-cuda-mps-control >/dev/null; then
-  mps=$(mktemp -d)
-  export CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if nvidia-cuda-mps-control -d; then
-    echo "== gpu_bench A, processes=1, under MPS, up to $max bytes"
-    GPU_BENCH_ONLY=A GPU_BENCH_PROCESSES=1 timeout "${VIEW_TIMEOUT:-120}" "$build/bench/gpu_bench" "$max" 2>&1 |
-      tee "$out/gpu_bench-A-1-mps.txt"
-    r=${PIPESTATUS[0]}
-    [ "$r" = 0 ] || { echo "== gpu_bench A, processes=1, under MPS: exit $r"; rc=1; }
-    echo quit | nvidia-cuda-mps-control
-  else
-    echo "MPS: the daemon did not start"
-  fi
-  rm -rf "$mps"
-else
-  echo "MPS: nvidia-cuda-mps-control is not installed"
-fi
+processes_under_mps() {
+  echo "== gpu_bench A, processes=1, under MPS, up to $max bytes"
+  GPU_BENCH_ONLY=A GPU_BENCH_PROCESSES=1 timeout "${VIEW_TIMEOUT:-120}" "$build/bench/gpu_bench" "$max" 2>&1 |
+    tee "$out/gpu_bench-A-1-mps.txt"
+  return "${PIPESTATUS[0]}"
+}
+. "$root/bench/gpu/mps.sh"
+under_mps processes_under_mps
+r=$?
+[ "$r" = 0 ] || [ "$r" = 125 ] || { echo "== gpu_bench A, processes=1, under MPS: exit $r"; rc=1; }
 exit $rc
