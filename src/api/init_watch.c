@@ -8,6 +8,27 @@
 #define WATCH_PAUSE_NS 1000000ull  /* between polls of the vendor's init */
 #define WATCH_PEERS_NS 10000000ull /* between looks at the peers */
 
+/* Has the process of a same-host peer exited, waiting up to wait_ms for
+ * it to finish: the kernel closes a dying process's sockets before it
+ * marks the process exited, so a peer whose connection just closed may
+ * not have exited yet. */
+static bool peer_exited(const struct hc_peer_info *p, int wait_ms) {
+  const int pidfd = hc_pidfd_open(p->pid);
+  bool exited = hc_pid_exited(p->pid, pidfd);
+  for (int ms = 0; ms < wait_ms && !exited; ms++) {
+    const struct timespec pause = {0, 1000000};
+    nanosleep(&pause, NULL);
+    exited = hc_pid_exited(p->pid, pidfd);
+  }
+  if (pidfd >= 0) close(pidfd);
+  return exited;
+}
+
+static hc_result_t exited_during_init(int me, int i, int pid, const char *during) {
+  hc_blame(i);
+  return HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d (pid %d) exited during init, %s", me, i, pid, during);
+}
+
 hc_result_t hc_comm_init_peers_check(struct hetcclComm *comm, const char *during) {
   const int me = comm->rank;
   if (atomic_load(&comm->abort_flag))
@@ -17,16 +38,13 @@ hc_result_t hc_comm_init_peers_check(struct hetcclComm *comm, const char *during
   for (int i = 0; i < comm->nranks; i++) {
     const struct hc_peer_info *p = &comm->peers[i];
     if (i == me || p->net.host != mine->net.host || p->pid <= 0) continue;
-    const int pidfd = hc_pidfd_open(p->pid);
-    const bool exited = hc_pid_exited(p->pid, pidfd);
-    if (pidfd >= 0) close(pidfd);
-    if (exited) {
-      hc_blame(i);
-      return HC_FAIL(HC_ERR_REMOTE, "rank %d: rank %d (pid %d) exited during init, %s", me, i, (int)p->pid, during);
-    }
+    if (peer_exited(p, 0)) return exited_during_init(me, i, (int)p->pid, during);
   }
   const int gone = comm->boot ? hc_bootstrap_hung_up(comm->boot) : -1;
   if (gone >= 0) {
+    const struct hc_peer_info *p = &comm->peers[gone];
+    if (p->net.host == mine->net.host && p->pid > 0 && peer_exited(p, 100))
+      return exited_during_init(me, gone, (int)p->pid, during);
     hc_blame(gone);
     return HC_FAIL(HC_ERR_REMOTE,
                    "rank %d: rank %d closed its bootstrap connection during init (it died, or failed its own init), "
