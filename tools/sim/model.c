@@ -342,11 +342,11 @@ static hc_result_t plans_append(struct plans *ps, const struct hc_plan *p, const
   return HC_OK;
 }
 
-/* The context api/comm.c gives a GPU comm's plans (HETCCL_* as set). */
-static hc_result_t library_ctx(const struct topo *t, int r, struct hc_plan_window *win, struct hc_plan_ctx *x) {
+/* The context api/comm.c gives a GPU comm's plans (HETCCL_* as set), less
+ * the rank, which plan_rank sets. */
+static hc_result_t library_ctx(const struct topo *t, struct hc_plan_window *win, struct hc_plan_ctx *x) {
   const bool groups = t->ngroups > 1;
-  *x = (struct hc_plan_ctx){.rank = r,
-                            .nranks = t->nranks,
+  *x = (struct hc_plan_ctx){.nranks = t->nranks,
                             .ngroups = t->ngroups,
                             .group_of = groups ? t->group_of : NULL,
                             .group_vendor = groups ? t->group_vendor : NULL,
@@ -362,13 +362,12 @@ static bool gdr_everywhere(const struct topo *t) {
 
 /* Builds and stages rank r's plan and appends it. */
 static hc_result_t plan_rank(const struct topo *t, const struct hc_coll_args *a, int r, const struct window_mem *wm,
-                             size_t chunk, struct hc_plan_window *win, struct hc_scratch_pool *pools[2],
-                             struct plans *ps) {
-  windows_of(t, wm, chunk, r, win);
-  struct hc_plan_ctx x;
+                             const struct hc_plan_ctx *lib, struct hc_scratch_pool *pools[2], struct plans *ps) {
+  windows_of(t, wm, lib->chunk_bytes, r, lib->windows);
+  struct hc_plan_ctx x = *lib;
+  x.rank = r;
   struct hc_plan p = {.pool = pools[0], .dev_pool = pools[1], .mem = HC_MEM_CUDA};
-  hc_result_t res = library_ctx(t, r, win, &x);
-  if (res == HC_OK) res = hc_plan_add(&p, &x, a);
+  hc_result_t res = hc_plan_add(&p, &x, a);
   for (int i = 0; res == HC_OK && i < p.nsteps; i++)
     if (p.steps[i].kind == HC_STEP_SEND && t->group_of[p.steps[i].peer] != t->group_of[r])
       ps->cross_group_bytes += (double)p.steps[i].count;
@@ -382,22 +381,22 @@ static hc_result_t plan_rank(const struct topo *t, const struct hc_coll_args *a,
 
 static hc_result_t plans_build(const struct topo *t, const struct hc_coll_args *a, struct plans *ps) {
   const int n = t->nranks;
-  const size_t chunk = hc_plan_chunk_bytes(true);
-  struct window_mem wm = {.bytes = HC_WINDOW_SLOTS * chunk};
-  struct hc_scratch_pool *pools[2] = {NULL, NULL};
   struct hc_plan_window *win = calloc((size_t)n, sizeof(*win));
+  struct hc_plan_ctx lib;
+  hc_result_t r = library_ctx(t, win, &lib);
+  struct window_mem wm = {.bytes = HC_WINDOW_SLOTS * lib.chunk_bytes};
+  struct hc_scratch_pool *pools[2] = {NULL, NULL};
   wm.tx = malloc(wm.bytes);
   wm.rx = malloc(wm.bytes);
   wm.ncounters = 2L * n * n;
   wm.counters = calloc((size_t)wm.ncounters, sizeof(atomic_ullong));
   ps->base = calloc((size_t)n + 1, sizeof(long));
-  hc_result_t r = HC_OK;
-  if (!win || !wm.tx || !wm.rx || !wm.counters || !ps->base)
+  if (r == HC_OK && (!win || !wm.tx || !wm.rx || !wm.counters || !ps->base))
     r = HC_FAIL(HC_ERR_SYSTEM, "sim: out of memory for the windows of %d ranks", n);
   for (int i = 0; i < 2 && r == HC_OK; i++) r = hc_scratch_pool_create(HC_POOL_HOST, NULL, 0, &pools[i]);
   for (int rank = 0; rank < n && r == HC_OK; rank++) {
     ps->base[rank] = ps->n;
-    r = plan_rank(t, a, rank, &wm, chunk, win, pools, ps);
+    r = plan_rank(t, a, rank, &wm, &lib, pools, ps);
   }
   if (r == HC_OK) ps->base[n] = ps->n;
   for (int i = 0; i < 2; i++) hc_scratch_pool_destroy(pools[i]);
