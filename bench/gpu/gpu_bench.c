@@ -1,7 +1,8 @@
 /*
  * GPU staging bound and cross-group all-reduce, on one GPU machine:
  *  1. pinned device->host and host->device copy rates (1 GiB, the device
- *     backend's own copies on one stream);
+ *     backend's own copies on one stream), each alone and both at once on
+ *     two streams (what a pipeline that overlaps them can reach);
  *  2. all-reduce busbw, float sum, 1 KiB .. 1 GiB, the two ranks as threads
  *     of one process (one CUDA context: the GPU runs both at once, as two
  *     GPUs would), or with GPU_BENCH_PROCESSES=1 as two processes (two
@@ -16,8 +17,9 @@
  *     whole vector out, the peer's in); the shm window between the ranks
  *     adds no host copy.
  *     In A both ranks share one device's link, so time >= 2B / min(D2H, H2D)
- *     and busbw (= algbw for 2 ranks) <= min(D2H, H2D) / 2; in B only one
- *     rank copies: busbw <= min(D2H, H2D).
+ *     and, as the two directions run at once, time >= 4B / both: busbw
+ *     (= algbw for 2 ranks) <= min(min(D2H, H2D) / 2, both / 4). In B only
+ *     one rank copies: busbw <= min(min(D2H, H2D), both / 2).
  * Exits 77 where there is no CUDA device.
  *   gpu_bench [max_bytes]      default 1 GiB
  * GPU_BENCH_ONLY=A or B runs that case alone.
@@ -46,9 +48,9 @@ static struct shared {
   pthread_barrier_t bar; /* the two ranks' */
   double times[64];
   int ntimes;
-  double sync_us, call_us, d2h, h2d;
-  double host_copy[3];   /* GB/s, 1, 4 and 8 threads (host_copy_threads) */
-  double small_us[2][8]; /* [in place][size]: call to stream done, median */
+  double sync_us, call_us, d2h, h2d, both; /* both: GB/s of the two directions at once, in all */
+  double host_copy[3];                     /* GB/s, 1, 4 and 8 threads (host_copy_threads) */
+  double small_us[2][8];                   /* [in place][size]: call to stream done, median */
   bool no_gpu;
   /* Rank 0 makes the id: made in the parent, its bootstrap thread could
    * hold a lock (the allocator's) at the fork, and a child would inherit
@@ -80,6 +82,38 @@ static double copy_rate(bool to_host) {
   hc_dev_mem_free(gpu, 0, d);
   hc_dev_host_free(gpu, h);
   hc_dev_stream_destroy(gpu, s);
+  return rate;
+}
+
+/* D2H and H2D of 1 GiB each at once, on two streams, as a pipelined
+ * all-reduce overlaps them: the bytes of both over the time. */
+static double copy_rate_both_ways(void) {
+  const size_t n = 1ull << 30;
+  void *d[2] = {NULL, NULL}, *h[2] = {NULL, NULL};
+  hc_stream_t s[2];
+  bool made[2] = {false, false}, ok = true;
+  double rate = 0;
+  hc_dev_set_device(gpu, 0);
+  for (int i = 0; i < 2 && ok; i++)
+    ok = (made[i] = hc_dev_stream_create(gpu, 0, &s[i]) == HC_OK) && hc_dev_mem_alloc(gpu, 0, n, &d[i]) == HC_OK &&
+         hc_dev_host_alloc(gpu, n, &h[i]) == HC_OK;
+  if (ok) {
+    memset(h[1], 1, n);
+    double t0 = 0;
+    for (int round = 0; round < 6; round++) {
+      if (round == 1) t0 = now(); /* after a round that warms both directions up */
+      hc_dev_copy(gpu, h[0], d[0], n, s[0]);
+      hc_dev_copy(gpu, d[1], h[1], n, s[1]);
+      hc_dev_stream_sync(gpu, s[0]);
+      hc_dev_stream_sync(gpu, s[1]);
+    }
+    rate = 5 * 2.0 * (double)n / (now() - t0) / 1e9;
+  }
+  for (int i = 0; i < 2; i++) {
+    if (d[i]) hc_dev_mem_free(gpu, 0, d[i]);
+    if (h[i]) hc_dev_host_free(gpu, h[i]);
+    if (made[i]) hc_dev_stream_destroy(gpu, s[i]);
+  }
   return rate;
 }
 
@@ -354,6 +388,7 @@ static void primitives(int unused) {
   primitive_latency();
   sh->d2h = copy_rate(true);
   sh->h2d = copy_rate(false);
+  sh->both = copy_rate_both_ways();
 }
 
 int main(int argc, char **argv) {
@@ -374,15 +409,18 @@ int main(int argc, char **argv) {
     printf("skip: no CUDA device\n");
     return 77;
   }
-  double d2h = sh->d2h, h2d = sh->h2d;
+  double d2h = sh->d2h, h2d = sh->h2d, both = sh->both;
   double link = d2h < h2d ? d2h : h2d;
-  printf("pinned copies, 1 GiB: device->host %.1f GB/s, host->device %.1f GB/s\n", d2h, h2d);
+  double both_ways = both > 0 ? both : 2 * link; /* not measured: the two directions as independent */
+  printf("pinned copies, 1 GiB: device->host %.1f GB/s, host->device %.1f GB/s, both at once %.1f GB/s in all\n", d2h,
+         h2d, both);
   if (in_child(host_rates, 0, &pid) && children_ok(&pid, 1))
     printf("host copies, 256 MiB: %.1f GB/s with %d thread, %.1f with %d, %.1f with %d\n", sh->host_copy[0],
            host_copy_threads[0], sh->host_copy[1], host_copy_threads[1], sh->host_copy[2], host_copy_threads[2]);
   const char *only = getenv("GPU_BENCH_ONLY");
   if (only == NULL || strcmp(only, "A") == 0)
-    run("A: all-reduce, 2 GPU ranks on device 0, two groups", true, true, link / 2);
-  if (only == NULL || strcmp(only, "B") == 0) run("B: all-reduce, 1 GPU rank + 1 CPU rank", true, false, link);
+    run("A: all-reduce, 2 GPU ranks on device 0, two groups", true, true, HC_MIN(link / 2, both_ways / 4));
+  if (only == NULL || strcmp(only, "B") == 0)
+    run("B: all-reduce, 1 GPU rank + 1 CPU rank", true, false, HC_MIN(link, both_ways / 2));
   return 0;
 }
