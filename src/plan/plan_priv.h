@@ -104,7 +104,10 @@ static inline size_t hc_nchunks(size_t maxlen, size_t esize, size_t chunk_bytes)
  * 2 ranks): at 16 MiB, 4 MiB chunks ran at 17.5 GB/s against 12.5 for
  * 8 MiB ones with ranks as threads; from 64 MiB, 8 MiB chunks ran at
  * 20.4 GB/s against 17.7-18.5 for 4 MiB ones with ranks as processes (each
- * chunk costs a switch between their contexts). Every rank of the comm
+ * chunk costs a switch between their contexts). A quarter slot (2 MiB
+ * chunks, HC_RING_CUT_PART 4) lost at 16 MiB on an H100: 17.4 against 18.0
+ * GB/s as threads, 17.8 against 20.2 as processes under MPS (bench/gpu/
+ * README.md, thirteenth session). Every rank of the comm
  * cuts the same way: the rule reads only the block and the comm. Other
  * cuts are builds of their own (bench/gpu/variants.sh), not settings: every
  * rank must cut alike. */
