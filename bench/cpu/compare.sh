@@ -225,6 +225,31 @@ collect() { # part pass coll lib n [time column: 6 out of place (default), 10 in
     awk -v p="$1,$2,$3,$4,$5" -v c="$col" '$1 ~ /^[0-9]+$/ && $1 + 0 > 0 && NF >= c + 2 && $c + 0 > 0 { printf "%s,%s,%s\n", p, $1, $c }' >>"$RAW"
 }
 
+# The runs in flight. Each runs under `timeout`, which puts itself in a
+# process group of its own: a signal to this script (a timeout around it,
+# ^C) would leave the run going, and spinning ranks would spoil whatever
+# is measured next. So a run goes in the background, the script waits for
+# it (a wait, unlike a foreground command, lets a trap in at once), and the
+# traps pass the signal on: timeout forwards it to the run, hetccl-run and
+# mpirun to their ranks. pkill also finds a run forked before its pid was
+# noted.
+RUN_PIDS=()
+stop_runs() {
+  local p
+  for p in "${RUN_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  if command -v pkill >/dev/null; then pkill -TERM -P $$ -x timeout || true; fi
+}
+trap 'stop_runs; exit 130' INT
+trap 'stop_runs; exit 143' TERM
+bounded() { # command [args...]: under RUN_TIMEOUT; its status
+  local rc=0
+  timeout "$RUN_TIMEOUT" "$@" &
+  RUN_PIDS=($!)
+  wait "${RUN_PIDS[0]}" || rc=$?
+  RUN_PIDS=()
+  return $rc
+}
+
 MPIRUN_BASE=(mpirun --allow-run-as-root)
 bound() { [ "$BIND" = core ] && (( $1 <= $(nproc) )); } # n
 MPI_TCP=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo)
@@ -239,17 +264,17 @@ run_one() { # pass coll lib n
       local g lo hi it
       for g in ${GROUPS_LOCAL//,/ }; do
         lo=${g%%-*}; hi=${g#*-}; it=${hi#*x}; hi=${hi%x*}
-        timeout "$RUN_TIMEOUT" "$HRUN" -n "$n" "${hbind[@]}" "$PERF" "$coll" -b "$lo" -e "$hi" -f 4 -c 0 \
+        bounded "$HRUN" -n "$n" "${hbind[@]}" "$PERF" "$coll" -b "$lo" -e "$hi" -f 4 -c 0 \
           -n "$it" -w "$WARMUP" >>"$out" 2>"$err" || { rc=$?; break; }
       done ;;
     ompi-shm)
-      timeout "$RUN_TIMEOUT" "${MPIRUN[@]}" -n "$n" "$MPIB" "$coll" -G "$GROUPS_LOCAL" -f 4 -w "$WARMUP" \
+      bounded "${MPIRUN[@]}" -n "$n" "$MPIB" "$coll" -G "$GROUPS_LOCAL" -f 4 -w "$WARMUP" \
         >"$out" 2>"$err" || rc=$? ;;
     ompi-tcp)
-      timeout "$RUN_TIMEOUT" "${MPIRUN[@]}" "${MPI_TCP[@]}" -n "$n" "$MPIB" "$coll" -G "$GROUPS_LOCAL" -f 4 \
+      bounded "${MPIRUN[@]}" "${MPI_TCP[@]}" -n "$n" "$MPIB" "$coll" -G "$GROUPS_LOCAL" -f 4 \
         -w "$WARMUP" >"$out" 2>"$err" || rc=$? ;;
     gloo)
-      OMP_NUM_THREADS=1 timeout "$RUN_TIMEOUT" $PY "$GLOOB" -n "$n" -G "$GROUPS_LOCAL" -f 4 -w "$WARMUP" \
+      OMP_NUM_THREADS=1 bounded $PY "$GLOOB" -n "$n" -G "$GROUPS_LOCAL" -f 4 -w "$WARMUP" \
         >"$out" 2>"$err" || rc=$? ;;
   esac
   if [ "$lib" = hetccl ] && [ "$coll" = broadcast ]; then
@@ -327,8 +352,7 @@ if [ $netns_mode = yes ] || [ $netns_mode = auto ]; then
   tag=hcb$$
   nsa=${tag}a nsb=${tag}b
   ns_cleanup() { ip netns del "$nsa" 2>/dev/null || true; ip netns del "$nsb" 2>/dev/null || true; }
-  trap ns_cleanup EXIT
-  trap 'exit 130' INT TERM
+  trap ns_cleanup EXIT # the INT and TERM traps exit, which runs it
   if ip netns add "$nsa" 2>/dev/null && ip netns add "$nsb" &&
      ip link add "v$nsa" type veth peer name "v$nsb" &&
      ip link set "v$nsa" netns "$nsa" && ip link set "v$nsb" netns "$nsb" &&
@@ -376,13 +400,15 @@ EOF
             >"$WORK/ns.$r.out" 2>"$WORK/ns.$r.err" &
           pids+=($!)
         done
+        RUN_PIDS=("${pids[@]}")
         wait "${pids[0]}" || rc=$?
         wait "${pids[1]}" || rc=$?
+        RUN_PIDS=()
         cat "$WORK/ns.0.out" >>"$out"
         [ $rc = 0 ] || break
       done
     else
-      timeout "$RUN_TIMEOUT" ip netns exec "$nsa" unshare --uts /bin/sh -c "hostname $nsa; exec mpirun \
+      bounded ip netns exec "$nsa" unshare --uts /bin/sh -c "hostname $nsa; exec mpirun \
         --allow-run-as-root --bind-to none --hostfile $WORK/ns_hosts --map-by node \
         --mca plm_rsh_agent $WORK/ns_agent.sh --mca pml ob1 --mca btl tcp,self \
         --mca btl_tcp_if_include 10.214.0.0/24 --mca oob_tcp_if_include 10.214.0.0/24 \
