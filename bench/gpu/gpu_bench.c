@@ -65,49 +65,38 @@ static double now(void) {
   return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static double copy_rate(bool to_host) {
-  size_t n = 1ull << 30;
-  void *d = NULL, *h = NULL;
-  hc_stream_t s;
-  hc_dev_set_device(gpu, 0);
-  hc_dev_stream_create(gpu, 0, &s);
-  if (hc_dev_mem_alloc(gpu, 0, n, &d) != HC_OK || hc_dev_host_alloc(gpu, n, &h) != HC_OK) return 0;
-  memset(h, 1, n);
-  hc_dev_copy(gpu, to_host ? h : d, to_host ? d : h, n, s);
-  hc_dev_stream_sync(gpu, s);
-  double t0 = now();
-  for (int i = 0; i < 5; i++) hc_dev_copy(gpu, to_host ? h : d, to_host ? d : h, n, s);
-  hc_dev_stream_sync(gpu, s);
-  double rate = 5.0 * (double)n / (now() - t0) / 1e9;
-  hc_dev_mem_free(gpu, 0, d);
-  hc_dev_host_free(gpu, h);
-  hc_dev_stream_destroy(gpu, s);
-  return rate;
-}
-
-/* D2H and H2D of 1 GiB each at once, on two streams, as a pipelined
- * all-reduce overlaps them: the bytes of both over the time. */
-static double copy_rate_both_ways(void) {
+/* Pinned copies of 1 GiB: device->host, host->device, or both at once on
+ * two streams, as a pipelined all-reduce overlaps them. GB/s: the bytes of
+ * every direction over the time; 0 where the memory or a stream is not
+ * there. */
+static double copy_rate(bool to_host, bool to_device) {
   const size_t n = 1ull << 30;
+  const bool way[2] = {to_host, to_device}; /* [0]: d[0] -> h[0], [1]: h[1] -> d[1] */
   void *d[2] = {NULL, NULL}, *h[2] = {NULL, NULL};
   hc_stream_t s[2];
   bool made[2] = {false, false}, ok = true;
   double rate = 0;
   hc_dev_set_device(gpu, 0);
   for (int i = 0; i < 2 && ok; i++)
-    ok = (made[i] = hc_dev_stream_create(gpu, 0, &s[i]) == HC_OK) && hc_dev_mem_alloc(gpu, 0, n, &d[i]) == HC_OK &&
-         hc_dev_host_alloc(gpu, n, &h[i]) == HC_OK;
+    if (way[i]) {
+      ok = (made[i] = hc_dev_stream_create(gpu, 0, &s[i]) == HC_OK) && hc_dev_mem_alloc(gpu, 0, n, &d[i]) == HC_OK &&
+           hc_dev_host_alloc(gpu, n, &h[i]) == HC_OK;
+      if (ok) memset(h[i], 1, n);
+    }
   if (ok) {
-    memset(h[1], 1, n);
     double t0 = 0;
     for (int round = 0; round < 6; round++) {
-      if (round == 1) t0 = now(); /* after a round that warms both directions up */
-      hc_dev_copy(gpu, h[0], d[0], n, s[0]);
-      hc_dev_copy(gpu, d[1], h[1], n, s[1]);
-      hc_dev_stream_sync(gpu, s[0]);
-      hc_dev_stream_sync(gpu, s[1]);
+      if (round == 1) { /* after a round that warms the copies up */
+        for (int i = 0; i < 2; i++)
+          if (way[i]) hc_dev_stream_sync(gpu, s[i]);
+        t0 = now();
+      }
+      if (to_host) hc_dev_copy(gpu, h[0], d[0], n, s[0]);
+      if (to_device) hc_dev_copy(gpu, d[1], h[1], n, s[1]);
     }
-    rate = 5 * 2.0 * (double)n / (now() - t0) / 1e9;
+    for (int i = 0; i < 2; i++)
+      if (way[i]) hc_dev_stream_sync(gpu, s[i]);
+    rate = 5.0 * (to_host + to_device) * (double)n / (now() - t0) / 1e9;
   }
   for (int i = 0; i < 2; i++) {
     if (d[i]) hc_dev_mem_free(gpu, 0, d[i]);
@@ -386,9 +375,9 @@ static void primitives(int unused) {
     return;
   }
   primitive_latency();
-  sh->d2h = copy_rate(true);
-  sh->h2d = copy_rate(false);
-  sh->both = copy_rate_both_ways();
+  sh->d2h = copy_rate(true, false);
+  sh->h2d = copy_rate(false, true);
+  sh->both = copy_rate(true, true);
 }
 
 int main(int argc, char **argv) {
