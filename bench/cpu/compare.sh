@@ -5,7 +5,7 @@
 #   bench/cpu/compare.sh [--netns | --no-netns] [--no-install]
 #
 # 1. Installs what is missing from Debian (openmpi-bin libopenmpi-dev
-#    python3-torch gnuplot-nox, plus build-essential cmake iproute2 when
+#    python3-torch gnuplot-nox, plus build-essential cmake iproute2 procps when
 #    absent; one quiet apt-get update; needs root), builds hetccl-perf and
 #    hetccl-run (RelWithDebInfo) into $BUILD_DIR (default build-bench), and
 #    compiles bench/cpu/mpi_bench.c with mpicc into $BUILD_DIR/bench-cpu/.
@@ -140,6 +140,7 @@ if [ $install = 1 ]; then
   command -v cmake >/dev/null || pkgs+=(cmake)
   { command -v cc >/dev/null && command -v make >/dev/null && [ -e /usr/include/stdio.h ]; } || pkgs+=(build-essential)
   command -v ip >/dev/null || pkgs+=(iproute2)
+  command -v pkill >/dev/null || pkgs+=(procps)
   if [ ${#pkgs[@]} -gt 0 ]; then
     log "== installing from Debian: ${pkgs[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -147,7 +148,7 @@ if [ $install = 1 ]; then
     apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
   fi
 fi
-need=(cmake cc)
+need=(cmake cc pkill)
 [[ " $LIBS " == *" ompi-"* ]] && need+=(mpicc mpirun)
 for c in "${need[@]}"; do
   command -v $c >/dev/null || { echo "compare.sh: $c missing (run without --no-install)" >&2; exit 1; }
@@ -225,29 +226,19 @@ collect() { # part pass coll lib n [time column: 6 out of place (default), 10 in
     awk -v p="$1,$2,$3,$4,$5" -v c="$col" '$1 ~ /^[0-9]+$/ && $1 + 0 > 0 && NF >= c + 2 && $c + 0 > 0 { printf "%s,%s,%s\n", p, $1, $c }' >>"$RAW"
 }
 
-# The runs in flight. Each runs under `timeout`, which puts itself in a
-# process group of its own: a signal to this script (a timeout around it,
-# ^C) would leave the run going, and spinning ranks would spoil whatever
-# is measured next. So a run goes in the background, the script waits for
-# it (a wait, unlike a foreground command, lets a trap in at once), and the
-# traps pass the signal on: timeout forwards it to the run, hetccl-run and
-# mpirun to their ranks. pkill also finds a run forked before its pid was
-# noted.
-RUN_PIDS=()
-stop_runs() {
-  local p
-  for p in "${RUN_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  if command -v pkill >/dev/null; then pkill -TERM -P $$ -x timeout || true; fi
-}
+# Every run goes under `timeout`, which puts itself in a process group of
+# its own: a signal to this script (a timeout around it, ^C) would leave
+# the run going, and spinning ranks would spoil whatever is measured next.
+# So a run goes in the background, the script waits for it (a wait, unlike
+# a foreground command, lets a trap in at once), and the traps pass the
+# signal on to every `timeout` child of the script: timeout forwards it to
+# the run, hetccl-run and mpirun to their ranks.
+stop_runs() { pkill -TERM -P $$ -x timeout || true; }
 trap 'stop_runs; exit 130' INT
 trap 'stop_runs; exit 143' TERM
 bounded() { # command [args...]: under RUN_TIMEOUT; its status
-  local rc=0
   timeout "$RUN_TIMEOUT" "$@" &
-  RUN_PIDS=($!)
-  wait "${RUN_PIDS[0]}" || rc=$?
-  RUN_PIDS=()
-  return $rc
+  wait $!
 }
 
 MPIRUN_BASE=(mpirun --allow-run-as-root)
@@ -400,10 +391,8 @@ EOF
             >"$WORK/ns.$r.out" 2>"$WORK/ns.$r.err" &
           pids+=($!)
         done
-        RUN_PIDS=("${pids[@]}")
         wait "${pids[0]}" || rc=$?
         wait "${pids[1]}" || rc=$?
-        RUN_PIDS=()
         cat "$WORK/ns.0.out" >>"$out"
         [ $rc = 0 ] || break
       done
